@@ -1,1 +1,30 @@
-//! placeholder
+//! Userspace NVMe driver: controller bring-up, the admin queue, I/O queue pairs and the
+//! data path (PRP building, MDTS splitting, completion validation).
+//!
+//! ```text
+//! Controller (Send + Sync, Arc inside)        QueuePair (Send, one owner thread)
+//!   registers (Mmio), admin queue (Mutex)       SQ ring + CQ ring + request slots (TagSet)
+//!   identify data, namespaces                   submit_* -> ring -> poll(callback)
+//! ```
+//!
+//! Safety contract of the public API: a `DmaBuffer` handed to a submission is owned by the
+//! queue pair until its completion gives it back, so safe code can neither free nor touch
+//! memory the controller may be accessing.
+
+#![warn(missing_docs)]
+
+mod admin;
+mod controller;
+mod error;
+mod namespace;
+mod prp;
+mod queue_pair;
+mod ring;
+
+pub use controller::{Controller, ControllerOptions, Transport, DEFAULT_IO_QUEUES, HOST_PAGE_SIZE};
+pub use error::{Error, IoFailure, Result};
+pub use namespace::Namespace;
+pub use queue_pair::{Completion, QueuePair, QueuePairOptions, QueuePairStats, MAX_BLOCKS_PER_COMMAND};
+
+pub use nvme_spec as spec;
+pub use nvme_vfio::{DmaBuffer, DmaMapper, Iova};

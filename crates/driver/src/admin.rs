@@ -1,0 +1,141 @@
+//! The admin queue: one command at a time, submitted and polled to completion under the
+//! controller's admin lock. Admin commands are rare (bring-up, queue creation, identify), so
+//! simplicity wins over batching here.
+//!
+//! Completions are validated like I/O completions: an entry whose command id is not the one
+//! outstanding (stale, duplicated or corrupt) is counted and skipped, never trusted.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme_spec::queue::{CompletionEntry, SubmissionEntry};
+use nvme_spec::regs::{self, Csts};
+use nvme_spec::{opcode, Status};
+use nvme_vfio::{DmaBuffer, DmaMapper, Mmio};
+
+use crate::error::{Error, Result};
+use crate::prp;
+use crate::ring::{CqRing, SlotPages, SqRing};
+
+/// Spins between clock checks while waiting for a completion.
+const SPINS_PER_CHECK: u32 = 256;
+/// After this long spinning, the waiter sleeps between checks.
+const SPIN_PHASE: Duration = Duration::from_millis(2);
+/// Sleep between checks once the spin phase is over.
+const SLEEP_STEP: Duration = Duration::from_micros(50);
+
+/// Admin submission/completion queue pair (queue id 0).
+pub(crate) struct AdminQueue {
+    sq: SqRing,
+    cq: CqRing,
+    prp_page: SlotPages,
+    next_cid: u16,
+    /// Completions rejected because their command id or queue id did not match.
+    pub(crate) bad_completions: u64,
+}
+
+impl AdminQueue {
+    pub(crate) fn new(mmio: &Mmio, dma: &Arc<dyn DmaMapper>, entries: u32, stride: usize, page_size: usize) -> Result<Self> {
+        let sq = SqRing::new(dma, entries, mmio.doorbell(regs::sq_tail_doorbell(0, stride)))?;
+        let cq = CqRing::new(dma, entries, mmio.doorbell(regs::cq_head_doorbell(0, stride)))?;
+        let prp_page = SlotPages::new(dma, 1, page_size)?;
+        Ok(Self { sq, cq, prp_page, next_cid: 0, bad_completions: 0 })
+    }
+
+    pub(crate) fn sq_iova(&self) -> u64 {
+        self.sq.iova().0
+    }
+
+    pub(crate) fn cq_iova(&self) -> u64 {
+        self.cq.iova().0
+    }
+
+    /// Submits `sqe` (with `data` as its data buffer, if any) and waits for its completion.
+    ///
+    /// The command id is assigned here. On timeout the caller must treat the controller as
+    /// failed: the command may still complete and write `data` later.
+    pub(crate) fn execute(
+        &mut self,
+        mmio: &Mmio,
+        page_size: usize,
+        mut sqe: SubmissionEntry,
+        data: Option<(&DmaBuffer, usize)>,
+        timeout: Duration,
+    ) -> Result<CompletionEntry> {
+        let name = opcode::admin::name(sqe.opcode());
+        if let Some((buf, len)) = data {
+            if len > buf.len() {
+                return Err(Error::BufferTooSmall { needed: len, len: buf.len() });
+            }
+            if buf.iova().0 % 4 != 0 {
+                return Err(Error::BufferMisaligned { iova: buf.iova().0, align: 4 });
+            }
+            if len > prp::max_bytes_with_one_list(page_size) {
+                return Err(Error::InvalidRequest(format!(
+                    "admin data transfer of {len} bytes exceeds {} bytes",
+                    prp::max_bytes_with_one_list(page_size)
+                )));
+            }
+            match prp::layout(buf.iova(), len, page_size) {
+                prp::PrpLayout::Direct { prp1, prp2 } => {
+                    sqe.prp1 = prp1;
+                    sqe.prp2 = prp2;
+                }
+                prp::PrpLayout::List { prp1, first_list_entry, entries } => {
+                    self.prp_page.write_u64s(0, (0..entries as u64).map(|i| first_list_entry + i * page_size as u64));
+                    sqe.prp1 = prp1;
+                    sqe.prp2 = self.prp_page.iova(0).0;
+                }
+            }
+        }
+        let cid = self.next_cid;
+        self.next_cid = self.next_cid.wrapping_add(1);
+        sqe.set_cid(cid);
+        // One command at a time under the admin lock, so the ring cannot be full unless the
+        // controller stopped consuming: report that as a timeout of this command.
+        if self.sq.is_full() {
+            return Err(Error::Timeout { command: name, cid, timeout });
+        }
+        self.sq.push(&sqe);
+        self.sq.publish();
+
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            while let Some(cqe) = self.cq.pop() {
+                self.cq.publish();
+                if cqe.cid != cid || cqe.sq_id != 0 {
+                    self.bad_completions += 1;
+                    log::warn!(
+                        "admin queue: ignoring completion with command id {:#x} / SQ id {} (expected {cid:#x} / 0)",
+                        cqe.cid,
+                        cqe.sq_id
+                    );
+                    continue;
+                }
+                if !self.sq.update_head(cqe.sq_head) {
+                    self.bad_completions += 1;
+                }
+                let status: Status = cqe.status();
+                if !status.is_success() {
+                    return Err(Error::Command { command: name, status });
+                }
+                return Ok(cqe);
+            }
+            spins += 1;
+            if spins % SPINS_PER_CHECK == 0 {
+                let waited = start.elapsed();
+                if Csts(mmio.read32(regs::CSTS)).cfs() {
+                    return Err(Error::ControllerFatal { controller: String::new() });
+                }
+                if waited >= timeout {
+                    return Err(Error::Timeout { command: name, cid, timeout });
+                }
+                if waited >= SPIN_PHASE {
+                    std::thread::sleep(SLEEP_STEP);
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+}

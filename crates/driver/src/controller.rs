@@ -1,0 +1,427 @@
+//! Controller bring-up, the admin command path, and orderly shutdown.
+//!
+//! Bring-up follows NVMe Base 2.0 §3.5.1: disable (CC.EN=0, wait CSTS.RDY=0), program the
+//! admin queue (AQA/ASQ/ACQ), enable with our page size and entry sizes, wait CSTS.RDY=1 —
+//! every wait bounded by CAP.TO and watching CSTS.CFS — then Identify Controller, Set Features
+//! Number of Queues, the active namespace list and Identify Namespace for each.
+//!
+//! INVARIANT: `Inner` outlives every `QueuePair` (each holds an `Arc<Inner>`), so the register
+//! window and the admin queue are there to delete the pair's queues when it drops; the
+//! controller is shut down (CC.SHN) when the last reference goes.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nvme_spec::command::Cns;
+use nvme_spec::identify::IDENTIFY_DATA_SIZE;
+use nvme_spec::queue::{CompletionEntry, SubmissionEntry, CQES_LOG2, SQES_LOG2};
+use nvme_spec::regs::{self, Aqa, Cap, Cc, Csts, ShutdownNotification, ShutdownStatus, Version};
+use nvme_spec::{command, IdentifyController, IdentifyNamespace, NamespaceList};
+use nvme_vfio::{DmaBuffer, DmaMapper, Mmio};
+
+use crate::admin::AdminQueue;
+use crate::error::{Error, IoFailure, Result};
+use crate::namespace::Namespace;
+use crate::prp;
+
+/// The host memory page size the driver uses (CC.MPS = 0).
+pub const HOST_PAGE_SIZE: usize = 4096;
+/// CC.MPS encoding of [`HOST_PAGE_SIZE`] (page = 2^(12 + MPS)).
+const HOST_PAGE_MPS: u8 = 0;
+/// Register polling interval during enable/disable/shutdown waits.
+const REGISTER_POLL: Duration = Duration::from_micros(100);
+/// Shutdown wait when the controller does not report RTD3E.
+const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Number of I/O queue pairs asked for by default (the controller may grant fewer).
+pub const DEFAULT_IO_QUEUES: u16 = 64;
+
+/// How the controller is opened.
+#[derive(Clone, Debug)]
+pub struct ControllerOptions {
+    /// I/O submission/completion queue pairs to ask for (Set Features Number of Queues).
+    pub io_queues: u16,
+    /// Admin queue entries (2..=4096, capped by CAP.MQES+1).
+    pub admin_entries: u32,
+    /// Timeout for each admin command.
+    pub admin_timeout: Duration,
+    /// Send a normal shutdown notification (CC.SHN) when the controller is dropped.
+    pub shutdown_on_drop: bool,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        Self {
+            io_queues: DEFAULT_IO_QUEUES,
+            admin_entries: 32,
+            admin_timeout: Duration::from_secs(5),
+            shutdown_on_drop: true,
+        }
+    }
+}
+
+/// What the driver needs from the platform: a register window and a DMA mapper. VFIO gives
+/// both for a PCI function; the in-process emulator gives both for tests.
+pub struct Transport {
+    /// BAR0 register window.
+    pub mmio: Mmio,
+    /// Maps memory for the controller's DMA.
+    pub dma: Arc<dyn DmaMapper>,
+    /// Name used in messages (a PCI address, or "sim").
+    pub name: String,
+    /// Keeps the underlying device open (the VFIO device, the emulator).
+    pub keepalive: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) name: String,
+    pub(crate) mmio: Mmio,
+    pub(crate) dma: Arc<dyn DmaMapper>,
+    pub(crate) cap: Cap,
+    pub(crate) page_size: usize,
+    pub(crate) max_transfer: usize,
+    version: Version,
+    admin: Mutex<AdminQueue>,
+    admin_timeout: Duration,
+    failed: AtomicBool,
+    identify: Box<IdentifyController>,
+    namespaces: Vec<Namespace>,
+    io_queues: u16,
+    /// `qid_in_use[q]` for q in 1..=io_queues.
+    qid_in_use: Mutex<Vec<bool>>,
+    shutdown_on_drop: bool,
+    _keepalive: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+/// An NVMe controller, brought up and identified. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Controller {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller").field("name", &self.inner.name).finish()
+    }
+}
+
+/// Waits until CSTS.RDY equals `ready`, bounded by CAP.TO; fails early on CSTS.CFS when
+/// waiting for ready.
+fn wait_ready(mmio: &Mmio, name: &str, cap: Cap, ready: bool) -> Result<()> {
+    let timeout = cap.timeout().max(REGISTER_POLL * 10);
+    let start = Instant::now();
+    loop {
+        let csts = Csts(mmio.read32(regs::CSTS));
+        if csts.rdy() == ready {
+            return Ok(());
+        }
+        if ready && csts.cfs() {
+            return Err(Error::ControllerFatal { controller: name.to_string() });
+        }
+        if start.elapsed() >= timeout {
+            return Err(Error::NotReady {
+                controller: name.to_string(),
+                state: if ready { "ready (CSTS.RDY=1)" } else { "disabled (CSTS.RDY=0)" },
+                timeout,
+            });
+        }
+        std::thread::sleep(REGISTER_POLL);
+    }
+}
+
+impl Controller {
+    /// Opens the NVMe controller at a PCI address (e.g. `0000:01:00.0`) through vfio-pci.
+    pub fn open_pci(address: &str, options: ControllerOptions) -> Result<Self> {
+        let addr: nvme_vfio::PciAddress = address.parse()?;
+        let device = nvme_vfio::VfioPci::open(&addr)?;
+        device.enable_bus_master()?;
+        let mmio = device.map_bar(0)?;
+        let dma = device.dma_mapper();
+        let keepalive: Arc<dyn std::any::Any + Send + Sync> = device;
+        Self::new(Transport { mmio, dma, name: addr.to_string(), keepalive: Some(keepalive) }, options)
+    }
+
+    /// Brings up the controller behind `transport`.
+    pub fn new(transport: Transport, options: ControllerOptions) -> Result<Self> {
+        let Transport { mmio, dma, name, keepalive } = transport;
+        let cap = Cap(mmio.read64(regs::CAP));
+        let version = Version(mmio.read32(regs::VS));
+        log::debug!("{name}: CAP {:#018x}, version {version}", cap.0);
+        let unsupported = |what: String| Error::Unsupported { controller: name.clone(), what };
+        if !cap.css_nvm() {
+            return Err(unsupported("it does not support the NVM command set (CAP.CSS bit 0)".into()));
+        }
+        if cap.min_page_size() > HOST_PAGE_SIZE || cap.max_page_size() < HOST_PAGE_SIZE {
+            return Err(unsupported(format!(
+                "its memory page sizes {}..={} exclude the host's {HOST_PAGE_SIZE}",
+                cap.min_page_size(),
+                cap.max_page_size()
+            )));
+        }
+        if mmio.len() < regs::DOORBELL_BASE + 2 * cap.doorbell_stride() {
+            return Err(unsupported(format!("BAR0 is only {} bytes, too small for the doorbells", mmio.len())));
+        }
+        let stride = cap.doorbell_stride();
+
+        // Disable (also clears a previous user's state) and wait for RDY=0.
+        let cc = Cc(mmio.read32(regs::CC));
+        if cc.en() {
+            mmio.write32(regs::CC, cc.with_en(false).0);
+        }
+        wait_ready(&mmio, &name, cap, false)?;
+
+        let admin_entries = options.admin_entries.clamp(2, regs::ADMIN_QUEUE_MAX_ENTRIES.min(cap.max_queue_entries()));
+        let admin = AdminQueue::new(&mmio, &dma, admin_entries, stride, HOST_PAGE_SIZE)?;
+        mmio.write32(regs::AQA, Aqa::new(admin_entries, admin_entries).0);
+        mmio.write64(regs::ASQ, admin.sq_iova());
+        mmio.write64(regs::ACQ, admin.cq_iova());
+        let cc = Cc(0)
+            .with_css(regs::CC_CSS_NVM)
+            .with_mps(HOST_PAGE_MPS)
+            .with_ams(0)
+            .with_shn(ShutdownNotification::None)
+            .with_iosqes(SQES_LOG2)
+            .with_iocqes(CQES_LOG2)
+            .with_en(true);
+        mmio.write32(regs::CC, cc.0);
+        wait_ready(&mmio, &name, cap, true)?;
+        log::info!("{name}: controller enabled (NVMe {version}, {admin_entries}-entry admin queue)");
+
+        let mut partial = Inner {
+            name,
+            mmio,
+            dma,
+            cap,
+            page_size: HOST_PAGE_SIZE,
+            max_transfer: prp::max_bytes_with_one_list(HOST_PAGE_SIZE),
+            version,
+            admin: Mutex::new(admin),
+            admin_timeout: options.admin_timeout,
+            failed: AtomicBool::new(false),
+            identify: Box::new(IdentifyController::default()),
+            namespaces: Vec::new(),
+            io_queues: 0,
+            qid_in_use: Mutex::new(Vec::new()),
+            shutdown_on_drop: options.shutdown_on_drop,
+            _keepalive: keepalive,
+        };
+        partial.identify_all(options.io_queues)?;
+        Ok(Controller { inner: Arc::new(partial) })
+    }
+
+    /// Identify Controller data.
+    pub fn identify(&self) -> &IdentifyController {
+        &self.inner.identify
+    }
+
+    /// Controller capabilities (CAP).
+    pub fn cap(&self) -> Cap {
+        self.inner.cap
+    }
+
+    /// NVMe version the controller reports (VS).
+    pub fn version(&self) -> Version {
+        self.inner.version
+    }
+
+    /// Name used in messages (PCI address or "sim").
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Active namespaces, in namespace id order.
+    pub fn namespaces(&self) -> &[Namespace] {
+        &self.inner.namespaces
+    }
+
+    /// The active namespace `nsid`, or [`Error::InactiveNamespace`].
+    pub fn namespace(&self, nsid: u32) -> Result<Namespace> {
+        self.inner.namespaces.iter().find(|n| n.nsid() == nsid).cloned().ok_or_else(|| Error::InactiveNamespace {
+            nsid,
+            active: self.inner.namespaces.iter().map(|n| n.nsid()).collect(),
+        })
+    }
+
+    /// I/O queue pairs the controller granted.
+    pub fn io_queue_pairs(&self) -> u16 {
+        self.inner.io_queues
+    }
+
+    /// Most bytes one command moves: MDTS, further capped by one PRP list page.
+    pub fn max_transfer_bytes(&self) -> usize {
+        self.inner.max_transfer
+    }
+
+    /// Largest I/O queue the controller supports (CAP.MQES + 1).
+    pub fn max_queue_entries(&self) -> u32 {
+        self.inner.cap.max_queue_entries()
+    }
+
+    /// The DMA mapper of this controller, to allocate or register I/O buffers.
+    pub fn dma(&self) -> &Arc<dyn DmaMapper> {
+        &self.inner.dma
+    }
+
+    /// Allocates a zero-filled DMA buffer of `len` bytes for this controller.
+    pub fn alloc_buffer(&self, len: usize) -> Result<DmaBuffer> {
+        Ok(DmaBuffer::allocate(&self.inner.dma, len)?)
+    }
+
+    /// Reads CSTS and reports whether the controller signals a fatal error.
+    pub fn is_fatal(&self) -> bool {
+        Csts(self.inner.mmio.read32(regs::CSTS)).cfs()
+    }
+
+    /// Runs a raw admin command. `data` is the command's data buffer (`len` bytes of it are
+    /// transferred, in whichever direction the opcode implies); the driver fills the command
+    /// id and the PRPs. The buffer comes back with the completion, or in the error unless the
+    /// command timed out (then the controller is marked failed and keeps it).
+    pub fn admin_raw(
+        &self,
+        sqe: SubmissionEntry,
+        data: Option<(DmaBuffer, usize)>,
+    ) -> std::result::Result<(CompletionEntry, Option<DmaBuffer>), IoFailure> {
+        let (buf, len) = match data {
+            Some((b, l)) => (Some(b), l),
+            None => (None, 0),
+        };
+        match self.inner.admin(sqe, buf.as_ref().map(|b| (b, len))) {
+            Ok(cqe) => Ok((cqe, buf)),
+            Err(e @ (Error::Timeout { .. } | Error::ControllerFatal { .. })) => {
+                // The controller may still write the buffer: never give it back.
+                std::mem::forget(buf);
+                Err(IoFailure::new(e, None))
+            }
+            Err(e) => Err(IoFailure::new(e, buf)),
+        }
+    }
+}
+
+impl Inner {
+    /// Runs one admin command under the admin lock.
+    pub(crate) fn admin(&self, sqe: SubmissionEntry, data: Option<(&DmaBuffer, usize)>) -> Result<CompletionEntry> {
+        if self.failed.load(Ordering::Acquire) {
+            return Err(Error::Failed { controller: self.name.clone() });
+        }
+        let mut admin: MutexGuard<'_, AdminQueue> = self.admin.lock().unwrap_or_else(|p| p.into_inner());
+        let result = admin.execute(&self.mmio, self.page_size, sqe, data, self.admin_timeout);
+        match result {
+            Err(Error::Timeout { .. }) | Err(Error::ControllerFatal { .. }) => {
+                self.failed.store(true, Ordering::Release);
+                log::error!("{}: admin command failed fatally; controller marked failed", self.name);
+                result.map_err(|e| match e {
+                    Error::ControllerFatal { .. } => Error::ControllerFatal { controller: self.name.clone() },
+                    e => e,
+                })
+            }
+            r => r,
+        }
+    }
+
+    fn identify_all(&mut self, io_queues: u16) -> Result<()> {
+        let mut page = DmaBuffer::allocate(&self.dma, IDENTIFY_DATA_SIZE)?;
+        let identify_into = |inner: &Self, cns: Cns, nsid: u32, page: &mut DmaBuffer| -> Result<[u8; IDENTIFY_DATA_SIZE]> {
+            page.fill(0);
+            inner.admin(command::identify(cns, nsid), Some((page, IDENTIFY_DATA_SIZE)))?;
+            let mut bytes = [0u8; IDENTIFY_DATA_SIZE];
+            bytes.copy_from_slice(&page[..IDENTIFY_DATA_SIZE]);
+            Ok(bytes)
+        };
+        let id = IdentifyController::from_bytes(&identify_into(self, Cns::Controller, 0, &mut page)?);
+        let (sqes_min, _) = id.sqes_min_max();
+        let (cqes_min, _) = id.cqes_min_max();
+        if sqes_min > SQES_LOG2 || cqes_min > CQES_LOG2 {
+            return Err(Error::Unsupported {
+                controller: self.name.clone(),
+                what: format!("it requires queue entry sizes 2^{sqes_min}/2^{cqes_min} bytes (we use 64/16)"),
+            });
+        }
+        if let Some(mdts) = id.mdts_bytes(self.cap.min_page_size()) {
+            self.max_transfer = self.max_transfer.min(mdts);
+        }
+        log::info!(
+            "{}: {} (serial {}, firmware {}), max transfer {} bytes",
+            self.name,
+            id.model(),
+            id.serial(),
+            id.firmware(),
+            self.max_transfer
+        );
+
+        let asked = io_queues.max(1);
+        let cqe = self.admin(command::set_number_of_queues(asked, asked), None)?;
+        let (sq, cq) = command::number_of_queues_allocated(cqe.dw0);
+        self.io_queues = sq.min(cq).min(asked);
+        self.qid_in_use = Mutex::new(vec![false; self.io_queues as usize + 1]);
+        log::debug!("{}: {} I/O queue pairs granted ({sq} SQ / {cq} CQ)", self.name, self.io_queues);
+
+        // Active namespace list (CNS 02h, NVMe 1.1+); older controllers: probe 1..=NN.
+        let nsids: Vec<u32> = match identify_into(self, Cns::ActiveNamespaceList, 0, &mut page) {
+            Ok(bytes) => NamespaceList::from_bytes(&bytes).active().collect(),
+            Err(Error::Command { .. }) => (1..=id.nn.min(1024)).collect(),
+            Err(e) => return Err(e),
+        };
+        let mut namespaces = Vec::with_capacity(nsids.len());
+        for nsid in nsids {
+            let data = IdentifyNamespace::from_bytes(&identify_into(self, Cns::Namespace, nsid, &mut page)?);
+            match Namespace::from_identify(nsid, data) {
+                Some(ns) => namespaces.push(ns),
+                None => log::warn!("{}: namespace {nsid} has no usable LBA format or zero size; skipped", self.name),
+            }
+        }
+        self.namespaces = namespaces;
+        self.identify = Box::new(id);
+        Ok(())
+    }
+
+    /// Reserves a free I/O queue id.
+    pub(crate) fn allocate_qid(&self) -> Result<u16> {
+        let mut used = self.qid_in_use.lock().unwrap_or_else(|p| p.into_inner());
+        let qid = (1..used.len()).find(|&q| !used[q]).ok_or(Error::NoQueuesLeft { granted: self.io_queues })?;
+        used[qid] = true;
+        Ok(qid as u16)
+    }
+
+    /// Returns an I/O queue id.
+    pub(crate) fn release_qid(&self, qid: u16) {
+        let mut used = self.qid_in_use.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = used.get_mut(qid as usize) {
+            *slot = false;
+        }
+    }
+
+    pub(crate) fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    fn shutdown(&self) {
+        let cc = Cc(self.mmio.read32(regs::CC));
+        if !cc.en() {
+            return;
+        }
+        self.mmio.write32(regs::CC, cc.with_shn(ShutdownNotification::Normal).0);
+        let rtd3e = Duration::from_micros(self.identify.rtd3e as u64);
+        let timeout = if rtd3e.is_zero() { DEFAULT_SHUTDOWN_TIMEOUT } else { rtd3e.max(REGISTER_POLL * 10) };
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            let csts = Csts(self.mmio.read32(regs::CSTS));
+            if csts.shst() == ShutdownStatus::Complete {
+                log::debug!("{}: shutdown complete", self.name);
+                return;
+            }
+            if csts.cfs() {
+                break;
+            }
+            std::thread::sleep(REGISTER_POLL);
+        }
+        log::warn!("{}: shutdown did not complete within {timeout:?}", self.name);
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.shutdown_on_drop && !self.is_failed() {
+            self.shutdown();
+        }
+    }
+}

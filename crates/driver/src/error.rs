@@ -1,0 +1,125 @@
+//! Errors of the driver. Every variant carries the data needed to act on it, and the
+//! messages say how to fix the problem where the caller can.
+
+use std::time::Duration;
+
+use nvme_spec::Status;
+use nvme_vfio::{DmaBuffer, DmaError};
+use thiserror::Error;
+
+/// Driver errors. (Variant fields are described by the messages.)
+#[allow(missing_docs)]
+#[derive(Debug, Error)]
+pub enum Error {
+    /// Opening or using the PCI function through VFIO failed.
+    #[error(transparent)]
+    Vfio(#[from] nvme_vfio::VfioError),
+    /// The PCI address could not be parsed.
+    #[error(transparent)]
+    PciAddress(#[from] nvme_vfio::PciAddressError),
+    /// DMA memory could not be allocated or mapped.
+    #[error(transparent)]
+    Dma(#[from] DmaError),
+    /// CSTS.RDY did not reach the expected value within CAP.TO.
+    #[error(
+        "controller {controller} did not become {state} within {timeout:?} (the CAP.TO limit); \
+         the controller may be hung: reset the PCI function (echo 1 > /sys/bus/pci/devices/<addr>/reset) \
+         or power-cycle the machine"
+    )]
+    NotReady { controller: String, state: &'static str, timeout: Duration },
+    /// CSTS.CFS is set: the controller hit a fatal error.
+    #[error(
+        "controller {controller} reports Controller Fatal Status (CSTS.CFS=1); all I/O on it fails \
+         until it is reset: reset the PCI function or power-cycle the machine"
+    )]
+    ControllerFatal { controller: String },
+    /// The controller lacks something this driver needs.
+    #[error("controller {controller} is not supported: {what}")]
+    Unsupported { controller: String, what: String },
+    /// A command completed with an error status.
+    #[error("{command} failed: {status}")]
+    Command { command: &'static str, status: Status },
+    /// A command did not complete in time.
+    #[error("{command} (command id {cid:#x}) timed out after {timeout:?}")]
+    Timeout { command: &'static str, cid: u16, timeout: Duration },
+    /// An earlier admin timeout or fatal status left the controller unusable.
+    #[error("controller {controller} failed earlier and must be re-opened (reset) before use")]
+    Failed { controller: String },
+    /// The namespace id is not an active namespace of the controller.
+    #[error("namespace {nsid} is not active on this controller (active namespaces: {active:?})")]
+    InactiveNamespace { nsid: u32, active: Vec<u32> },
+    /// The LBA range falls outside the namespace.
+    #[error(
+        "LBA range {lba}..{end} is outside namespace {nsid}, which has {capacity} blocks \
+         (last LBA {last})",
+        end = lba.saturating_add(*blocks as u64),
+        last = capacity.saturating_sub(1)
+    )]
+    LbaOutOfRange { nsid: u32, lba: u64, blocks: u64, capacity: u64 },
+    /// A transfer of zero blocks or bytes.
+    #[error("zero-length I/O: give at least one block")]
+    ZeroLength,
+    /// A byte length that is not a whole number of blocks.
+    #[error("length {len} is not a multiple of namespace {nsid}'s block size {block_size}")]
+    NotBlockMultiple { nsid: u32, len: usize, block_size: u32 },
+    /// The buffer cannot hold the transfer.
+    #[error("buffer of {len} bytes is smaller than the {needed}-byte transfer")]
+    BufferTooSmall { needed: usize, len: usize },
+    /// The buffer's device address is not dword aligned (PRP rule, NVMe Base §4.1.1).
+    #[error("buffer at IOVA {iova:#x} is not {align}-byte aligned (NVMe PRP entries must be dword aligned)")]
+    BufferMisaligned { iova: u64, align: usize },
+    /// No free slot (command id) or submission queue entry.
+    #[error("queue full: all {depth} slots of queue {qid} are in flight; poll for completions first")]
+    QueueFull { qid: u16, depth: u32 },
+    /// A transfer needs more commands than the queue can ever hold at once (or has free now).
+    #[error(
+        "queue too small for this transfer: {bytes} bytes need {commands} commands of at most \
+         {max_per_command} bytes (MDTS), but only {free} slots are free of the queue's {capacity}; \
+         use a deeper queue or a smaller transfer"
+    )]
+    TransferTooLarge { bytes: usize, commands: usize, max_per_command: usize, free: u32, capacity: u32 },
+    /// Asked for a queue deeper than CAP.MQES allows, or too shallow.
+    #[error("queue depth {requested} is not supported: choose 2..={max} (CAP.MQES+1)")]
+    QueueDepth { requested: u32, max: u32 },
+    /// All I/O queues the controller granted are in use.
+    #[error("all {granted} I/O queue pairs granted by the controller are in use; drop one first")]
+    NoQueuesLeft { granted: u16 },
+    /// Too many Dataset Management ranges, or none.
+    #[error("dataset management takes 1..={max} ranges, got {count}")]
+    BadRangeCount { count: usize, max: usize },
+    /// A command that does not fit the request API (e.g. a raw command without a namespace).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+}
+
+impl Error {
+    /// The NVMe status, if this error is a command completing with an error status.
+    pub fn status(&self) -> Option<Status> {
+        match self {
+            Error::Command { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// A failed I/O: the error, and the buffer when it can be handed back safely. The buffer is
+/// `None` only when the controller may still access it (a timed-out command); the queue pair
+/// then keeps it until the queue is deleted.
+#[derive(Debug, Error)]
+#[error("{error}")]
+pub struct IoFailure {
+    /// What went wrong.
+    #[source]
+    pub error: Error,
+    /// The caller's buffer, returned untouched when nothing was submitted.
+    pub buffer: Option<DmaBuffer>,
+}
+
+impl IoFailure {
+    pub(crate) fn new(error: Error, buffer: Option<DmaBuffer>) -> Self {
+        Self { error, buffer }
+    }
+}
+
+/// Result type of the driver.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,968 @@
+//! I/O queue pairs: one submission queue and its completion queue, owned by one thread.
+//!
+//! The I/O path, in small steps:
+//! 1. validate the request against the namespace (range, block multiple, buffer size and
+//!    alignment) before anything is reserved;
+//! 2. take a request slot (its tag is the command id) from the pair's [`TagSet`]: the next
+//!    plug-reserved one inside a plug, otherwise a pop from the local free stack;
+//! 3. fill the 64-byte entry (only the fields the command uses), the data pointer (PRP1,
+//!    PRP1+PRP2, or a PRP list in the slot's preallocated page), copy it into the ring;
+//! 4. ring the tail doorbell: at once outside a plug, once at the end of a plugged batch;
+//! 5. [`QueuePair::poll`] reaps completions by phase tag, validates each one (queue id, command
+//!    id in range, in flight and of the current generation), completes the request, and writes
+//!    the head doorbell once per batch.
+//!
+//! A transfer larger than the per-command limit (MDTS) is split into child commands whose
+//! slots are all reserved before anything is submitted; the caller sees one completion.
+//!
+//! INVARIANT: a buffer moved into a slot is given back only after every command that
+//! references it has completed, or when the pair is dropped (its queues deleted first). A
+//! buffer of a command that timed out is kept in `quarantine` until then.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme_pool::{Tag, TagSet};
+use nvme_spec::queue::SubmissionEntry;
+use nvme_spec::queue::DSM_MAX_RANGES;
+use nvme_spec::regs::Csts;
+use nvme_spec::{command, opcode, regs, Status};
+use nvme_vfio::DmaBuffer;
+
+use crate::controller::{Controller, Inner};
+use crate::error::{Error, IoFailure, Result};
+use crate::namespace::Namespace;
+use crate::prp::{self, PrpLayout};
+use crate::ring::{CqRing, SlotPages, SqRing};
+
+/// Options for a new queue pair.
+#[derive(Clone, Debug)]
+pub struct QueuePairOptions {
+    /// Entries in each of the two rings (2..=CAP.MQES+1). At most `depth - 1` commands are in
+    /// flight (a full ring keeps one entry empty).
+    pub depth: u32,
+    /// A command not completed within this time fails with [`Error::Timeout`].
+    pub timeout: Duration,
+    /// Most completions handled by one [`QueuePair::poll`] call (the completion batch cap).
+    pub max_completions_per_poll: usize,
+}
+
+impl Default for QueuePairOptions {
+    fn default() -> Self {
+        Self { depth: 256, timeout: Duration::from_secs(30), max_completions_per_poll: 64 }
+    }
+}
+
+/// A finished I/O, handed to the poll callback.
+#[derive(Debug)]
+pub struct Completion {
+    /// The value given at submission.
+    pub user_data: u64,
+    /// Command-specific result (completion dword 0) or the error.
+    pub result: std::result::Result<u32, Error>,
+    /// The data buffer, given back. `None` for commands without data, or when the
+    /// controller may still access it (timeout, fatal status).
+    pub buffer: Option<DmaBuffer>,
+}
+
+/// Counters of one queue pair (plain fields: reading them costs nothing).
+#[derive(Clone, Debug, Default)]
+pub struct QueuePairStats {
+    /// Commands written to the submission ring.
+    pub commands_submitted: u64,
+    /// Requests completed (a split transfer counts once).
+    pub requests_completed: u64,
+    /// Completion entries consumed.
+    pub completions_reaped: u64,
+    /// MMIO writes to the SQ tail doorbell.
+    pub sq_doorbell_writes: u64,
+    /// MMIO writes to the CQ head doorbell.
+    pub cq_doorbell_writes: u64,
+    /// Calls to `poll`.
+    pub polls: u64,
+    /// Calls to `poll` that found nothing.
+    pub idle_polls: u64,
+    /// Completion entries rejected (bad queue id, command id not in flight, stale generation).
+    pub bad_completions: u64,
+    /// Completion entries whose SQ head pointer was out of range.
+    pub bad_sq_heads: u64,
+    /// Commands that timed out.
+    pub timeouts: u64,
+}
+
+/// Per-slot request state. Recycled, never zeroed as a whole: each submission sets the fields
+/// the command uses.
+struct Slot {
+    /// Tag of the group head (own tag for a single command or the head itself).
+    head: Tag,
+    /// A command is outstanding in this slot (cleared by its completion or a timeout).
+    awaiting: bool,
+    /// Epoch (see `QueuePair::epoch`) when the command was submitted.
+    epoch: u32,
+    // Fields below are meaningful on a group head only.
+    /// Commands of the group still outstanding.
+    remaining: u16,
+    /// Opcode, for messages.
+    opcode: u8,
+    /// A synchronous caller waits for this request.
+    sync: bool,
+    /// First error of the group.
+    error: Option<Error>,
+    /// Completion dword 0 of the (last) command.
+    dw0: u32,
+    user_data: u64,
+    buffer: Option<DmaBuffer>,
+}
+
+/// An I/O submission/completion queue pair. `Send` but not `Sync`: one thread owns it.
+pub struct QueuePair {
+    // Hot fields first.
+    sq: SqRing,
+    cq: CqRing,
+    tags: TagSet<Slot>,
+    pages: SlotPages,
+    qid: u16,
+    nsid_cache: u32,
+    page_size: usize,
+    max_transfer: usize,
+    max_completions: usize,
+    plugged: bool,
+    epoch: u32,
+    stats: QueuePairStats,
+    deferred: VecDeque<Completion>,
+    sync_done: Option<Completion>,
+    // Cold fields.
+    epoch_started: Instant,
+    epoch_length: Duration,
+    timeout: Duration,
+    quarantine: Vec<DmaBuffer>,
+    ctrl: Arc<Inner>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+/// Epochs a command may live before it is declared timed out (the timeout is split into
+/// `TIMEOUT_EPOCHS - 1` epochs, so a command fails between 1x and 1.34x its timeout).
+const TIMEOUT_EPOCHS: u32 = 4;
+/// Idle polls between clock reads.
+const IDLE_POLLS_PER_CLOCK_CHECK: u64 = 256;
+/// Busy polls between clock reads.
+const POLLS_PER_CLOCK_CHECK: u64 = 4096;
+
+/// Direction of a command's data.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Data {
+    None,
+    Some,
+}
+
+impl Controller {
+    /// Creates an I/O queue pair (Create I/O Completion Queue, then Create I/O Submission
+    /// Queue, physically contiguous rings in DMA memory, polled: no interrupts).
+    pub fn create_queue_pair(&self, options: QueuePairOptions) -> Result<QueuePair> {
+        let inner = &self.inner;
+        let max = inner.cap.max_queue_entries();
+        if options.depth < 2 || options.depth > max {
+            return Err(Error::QueueDepth { requested: options.depth, max });
+        }
+        if inner.is_failed() {
+            return Err(Error::Failed { controller: inner.name.clone() });
+        }
+        let qid = inner.allocate_qid()?;
+        match QueuePair::create(inner.clone(), qid, options) {
+            Ok(qp) => Ok(qp),
+            Err(e) => {
+                inner.release_qid(qid);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl QueuePair {
+    fn create(ctrl: Arc<Inner>, qid: u16, options: QueuePairOptions) -> Result<Self> {
+        let stride = ctrl.cap.doorbell_stride();
+        let depth = options.depth;
+        let sq = SqRing::new(&ctrl.dma, depth, ctrl.mmio.doorbell(regs::sq_tail_doorbell(qid, stride)))?;
+        let cq = CqRing::new(&ctrl.dma, depth, ctrl.mmio.doorbell(regs::cq_head_doorbell(qid, stride)))?;
+        let slots = (depth - 1) as u16;
+        let pages = SlotPages::new(&ctrl.dma, slots as usize, ctrl.page_size)?;
+        ctrl.admin(command::create_io_cq(qid, depth, cq.iova().0, None), None)?;
+        if let Err(e) = ctrl.admin(command::create_io_sq(qid, depth, sq.iova().0, qid), None) {
+            let _ = ctrl.admin(command::delete_io_cq(qid), None);
+            return Err(e);
+        }
+        let tags = TagSet::new(slots, |_| Slot {
+            head: Tag::default(),
+            awaiting: false,
+            epoch: 0,
+            remaining: 0,
+            opcode: 0,
+            sync: false,
+            error: None,
+            dw0: 0,
+            user_data: 0,
+            buffer: None,
+        });
+        let timeout = options.timeout.max(Duration::from_millis(1));
+        log::debug!("{}: created I/O queue pair {qid} with {depth} entries", ctrl.name);
+        Ok(Self {
+            sq,
+            cq,
+            tags,
+            pages,
+            qid,
+            nsid_cache: 0,
+            page_size: ctrl.page_size,
+            max_transfer: ctrl.max_transfer,
+            max_completions: options.max_completions_per_poll.clamp(1, slots as usize),
+            plugged: false,
+            epoch: 0,
+            stats: QueuePairStats::default(),
+            deferred: VecDeque::with_capacity(slots as usize),
+            sync_done: None,
+            epoch_started: Instant::now(),
+            epoch_length: timeout / (TIMEOUT_EPOCHS - 1),
+            timeout,
+            quarantine: Vec::with_capacity(slots as usize),
+            ctrl,
+            _not_sync: PhantomData,
+        })
+    }
+
+    /// Queue id of this pair.
+    pub fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    /// Most requests in flight at once (ring entries - 1).
+    pub fn capacity(&self) -> u16 {
+        self.tags.capacity()
+    }
+
+    /// Requests in flight.
+    pub fn in_flight(&self) -> u16 {
+        self.tags.in_use()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &QueuePairStats {
+        &self.stats
+    }
+
+    /// Request-slot pool counters.
+    pub fn pool_stats(&self) -> &nvme_pool::TagStats {
+        self.tags.stats()
+    }
+
+    /// Most bytes one command transfers (MDTS, capped by one PRP list page); larger
+    /// requests are split.
+    pub fn max_transfer_bytes(&self) -> usize {
+        self.max_transfer
+    }
+
+    // ----- batching -------------------------------------------------------------------------
+
+    /// Starts a batch of `n` requests: reserves `n` slots at once (all or nothing), and defers
+    /// the tail doorbell to [`QueuePair::unplug`].
+    pub fn plug(&mut self, n: u16) -> Result<()> {
+        if n as u32 > self.sq.free_entries() {
+            return Err(Error::QueueFull { qid: self.qid, depth: self.sq.entries() });
+        }
+        self.tags.plug(n).map_err(|_| Error::QueueFull { qid: self.qid, depth: self.sq.entries() })?;
+        self.plugged = true;
+        Ok(())
+    }
+
+    /// Ends a batch: returns unused reservations and rings the doorbell once.
+    pub fn unplug(&mut self) {
+        self.tags.unplug();
+        self.plugged = false;
+        self.ring();
+    }
+
+    /// Writes the tail doorbell if commands were queued since the last write.
+    #[inline]
+    pub fn ring(&mut self) {
+        if self.sq.publish() {
+            self.stats.sq_doorbell_writes += 1;
+        }
+    }
+
+    #[inline(always)]
+    fn after_submit(&mut self) {
+        if !self.plugged {
+            self.ring();
+        }
+    }
+
+    // ----- submission -----------------------------------------------------------------------
+
+    /// Queues a read of `blocks` blocks at `lba` into `buf`. The buffer comes back in the
+    /// [`Completion`]; on a rejected submission it comes back in the error, untouched.
+    #[inline]
+    pub fn submit_read(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        self.submit_rw(opcode::nvm::READ, ns, lba, blocks, buf, false, user_data).map(drop)
+    }
+
+    /// Queues a write of `blocks` blocks at `lba` from `buf`; `fua` forces the data to
+    /// non-volatile media before completion.
+    #[inline]
+    pub fn submit_write(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        fua: bool,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        self.submit_rw(opcode::nvm::WRITE, ns, lba, blocks, buf, fua, user_data).map(drop)
+    }
+
+    /// Queues a Compare of `blocks` blocks at `lba` with `buf`; a mismatch completes with the
+    /// Compare Failure status.
+    pub fn submit_compare(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        self.submit_rw(opcode::nvm::COMPARE, ns, lba, blocks, buf, false, user_data).map(drop)
+    }
+
+    /// Queues a Flush of the namespace's volatile write cache.
+    pub fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
+        self.submit_single(command::flush(ns.nsid()), None, 0, user_data).map(drop).map_err(|f| f.error)
+    }
+
+    /// Queues a Write Zeroes of `blocks` blocks at `lba` (`deallocate`: the controller may
+    /// deallocate them instead of writing).
+    pub fn submit_write_zeroes(&mut self, ns: &Namespace, lba: u64, blocks: u32, deallocate: bool, user_data: u64) -> Result<()> {
+        self.submit_write_zeroes_inner(ns, lba, blocks, deallocate, user_data).map(drop)
+    }
+
+    fn submit_write_zeroes_inner(&mut self, ns: &Namespace, lba: u64, blocks: u32, deallocate: bool, user_data: u64) -> Result<Tag> {
+        ns.check_range(lba, blocks as u64)?;
+        if blocks > MAX_BLOCKS_PER_COMMAND {
+            return Err(Error::InvalidRequest(format!(
+                "write zeroes of {blocks} blocks exceeds {MAX_BLOCKS_PER_COMMAND} per command"
+            )));
+        }
+        let sqe = command::write_zeroes(ns.nsid(), lba, blocks, deallocate, false);
+        self.submit_single(sqe, None, 0, user_data).map_err(|f| f.error)
+    }
+
+    /// Queues a Dataset Management deallocate (trim) of up to 256 `(lba, blocks)` ranges.
+    pub fn submit_deallocate(&mut self, ns: &Namespace, ranges: &[(u64, u32)], user_data: u64) -> Result<()> {
+        self.submit_deallocate_inner(ns, ranges, user_data).map(drop)
+    }
+
+    fn submit_deallocate_inner(&mut self, ns: &Namespace, ranges: &[(u64, u32)], user_data: u64) -> Result<Tag> {
+        if ranges.is_empty() || ranges.len() > DSM_MAX_RANGES {
+            return Err(Error::BadRangeCount { count: ranges.len(), max: DSM_MAX_RANGES });
+        }
+        for &(lba, blocks) in ranges {
+            ns.check_range(lba, blocks as u64)?;
+        }
+        let sqe = command::dataset_management(ns.nsid(), ranges.len() as u32, true);
+        let tag = self.alloc_one()?;
+        let index = tag.index();
+        // Range entry (NVM CS §3.2.3): context attributes, length in blocks (1-based), LBA.
+        self.pages.write_u64s(index, ranges.iter().flat_map(|&(lba, blocks)| [(blocks as u64) << 32, lba]));
+        let mut sqe = sqe;
+        sqe.prp1 = self.pages.iova(index).0;
+        self.start_group(tag, sqe.opcode(), user_data, None, 1);
+        self.push_command(tag, sqe);
+        self.after_submit();
+        Ok(tag)
+    }
+
+    /// Queues any I/O command (the raw path): the driver fills the command id and the data
+    /// pointer (`len` bytes of `data`); the caller is responsible for the other fields. The
+    /// transfer must fit in one command ([`QueuePair::max_transfer_bytes`]).
+    pub fn submit_raw(
+        &mut self,
+        sqe: SubmissionEntry,
+        data: Option<(DmaBuffer, usize)>,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        self.submit_raw_inner(sqe, data, user_data).map(drop)
+    }
+
+    fn submit_raw_inner(
+        &mut self,
+        sqe: SubmissionEntry,
+        data: Option<(DmaBuffer, usize)>,
+        user_data: u64,
+    ) -> std::result::Result<Tag, IoFailure> {
+        let (buf, len) = match data {
+            Some((b, len)) => (Some(b), len),
+            None => (None, 0),
+        };
+        if let Some(b) = &buf {
+            if let Err(e) = self.check_buffer(b, len) {
+                return Err(IoFailure::new(e, buf));
+            }
+            if len > self.max_transfer {
+                return Err(IoFailure::new(
+                    Error::TransferTooLarge {
+                        bytes: len,
+                        commands: len.div_ceil(self.max_transfer),
+                        max_per_command: self.max_transfer,
+                        free: self.tags.available() as u32,
+                        capacity: self.tags.capacity() as u32,
+                    },
+                    buf,
+                ));
+            }
+        }
+        self.submit_single(sqe, buf, len, user_data)
+    }
+
+    #[inline(always)]
+    fn check_buffer(&self, buf: &DmaBuffer, needed: usize) -> Result<()> {
+        if needed == 0 {
+            return Err(Error::ZeroLength);
+        }
+        if buf.len() < needed {
+            return Err(Error::BufferTooSmall { needed, len: buf.len() });
+        }
+        if buf.iova().0 & 3 != 0 {
+            return Err(Error::BufferMisaligned { iova: buf.iova().0, align: 4 });
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn alloc_one(&mut self) -> Result<Tag> {
+        if self.sq.is_full() {
+            return Err(Error::QueueFull { qid: self.qid, depth: self.sq.entries() });
+        }
+        self.tags.alloc().ok_or(Error::QueueFull { qid: self.qid, depth: self.sq.entries() })
+    }
+
+    /// Read/Write/Compare: validation, then one command or a split group.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn submit_rw(
+        &mut self,
+        op: u8,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        fua: bool,
+        user_data: u64,
+    ) -> std::result::Result<Tag, IoFailure> {
+        if self.ctrl_failed() {
+            return Err(IoFailure::new(Error::Failed { controller: self.ctrl.name.clone() }, Some(buf)));
+        }
+        if let Err(e) = ns.check_range(lba, blocks as u64) {
+            return Err(IoFailure::new(e, Some(buf)));
+        }
+        let bytes = ns.blocks_to_bytes(blocks as u64) as usize;
+        if let Err(e) = self.check_buffer(&buf, bytes) {
+            return Err(IoFailure::new(e, Some(buf)));
+        }
+        self.nsid_cache = ns.nsid();
+        if bytes <= self.max_transfer {
+            let sqe = rw_command(op, ns.nsid(), lba, blocks, fua);
+            return self.submit_single(sqe, Some(buf), bytes, user_data);
+        }
+        self.submit_split(op, ns, lba, blocks, buf, fua, user_data)
+    }
+
+    /// One command, one slot. The fast path: single-page transfers touch no list code.
+    #[inline(always)]
+    fn submit_single(
+        &mut self,
+        mut sqe: SubmissionEntry,
+        buf: Option<DmaBuffer>,
+        len: usize,
+        user_data: u64,
+    ) -> std::result::Result<Tag, IoFailure> {
+        let tag = match self.alloc_one() {
+            Ok(t) => t,
+            Err(e) => return Err(IoFailure::new(e, buf)),
+        };
+        let data = if let Some(b) = &buf {
+            self.set_data_pointer(&mut sqe, tag.index(), b.iova().0, len);
+            Data::Some
+        } else {
+            Data::None
+        };
+        debug_assert!(data == Data::None || len > 0);
+        self.start_group(tag, sqe.opcode(), user_data, buf, 1);
+        self.push_command(tag, sqe);
+        self.after_submit();
+        Ok(tag)
+    }
+
+    /// A transfer larger than one command: child commands reserved all at once.
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn submit_split(
+        &mut self,
+        op: u8,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        fua: bool,
+        user_data: u64,
+    ) -> std::result::Result<Tag, IoFailure> {
+        let block_size = ns.block_size() as usize;
+        let chunk_blocks = ((self.max_transfer / block_size) as u32).min(MAX_BLOCKS_PER_COMMAND);
+        let commands = blocks.div_ceil(chunk_blocks) as usize;
+        let free = self.tags.available().min(self.sq.free_entries() as u16) as u32;
+        if commands as u32 > free {
+            let capacity = self.tags.capacity() as u32;
+            let error = if commands as u32 > capacity {
+                Error::TransferTooLarge {
+                    bytes: blocks as usize * block_size,
+                    commands,
+                    max_per_command: chunk_blocks as usize * block_size,
+                    free,
+                    capacity,
+                }
+            } else {
+                Error::QueueFull { qid: self.qid, depth: self.sq.entries() }
+            };
+            return Err(IoFailure::new(error, Some(buf)));
+        }
+        let mut tags = [Tag::default(); MAX_SPLIT];
+        if commands > MAX_SPLIT || !self.tags.alloc_many(commands as u16, &mut tags[..commands]) {
+            let error = Error::TransferTooLarge {
+                bytes: blocks as usize * block_size,
+                commands,
+                max_per_command: chunk_blocks as usize * block_size,
+                free,
+                capacity: self.tags.capacity() as u32,
+            };
+            return Err(IoFailure::new(error, Some(buf)));
+        }
+        let base = buf.iova().0;
+        let head = tags[0];
+        let mut sqes = [SubmissionEntry::default(); MAX_SPLIT];
+        for (i, &tag) in tags[..commands].iter().enumerate() {
+            let first = i as u32 * chunk_blocks;
+            let n = chunk_blocks.min(blocks - first);
+            let mut sqe = rw_command(op, ns.nsid(), lba + first as u64, n, fua);
+            let offset = first as u64 * block_size as u64;
+            self.set_data_pointer(&mut sqe, tag.index(), base + offset, n as usize * block_size);
+            sqes[i] = sqe;
+            if i > 0 {
+                self.tags.get_mut(tag).head = head;
+            }
+        }
+        self.start_group(head, op, user_data, Some(buf), commands as u16);
+        for (i, &tag) in tags[..commands].iter().enumerate() {
+            if i > 0 {
+                let slot = self.tags.get_mut(tag);
+                slot.awaiting = true;
+                slot.epoch = self.epoch;
+            }
+            self.push_command(tag, sqes[i]);
+        }
+        self.after_submit();
+        Ok(head)
+    }
+
+    #[inline(always)]
+    fn set_data_pointer(&mut self, sqe: &mut SubmissionEntry, index: usize, addr: u64, len: usize) {
+        match prp::layout(nvme_vfio::Iova(addr), len, self.page_size) {
+            PrpLayout::Direct { prp1, prp2 } => {
+                sqe.prp1 = prp1;
+                sqe.prp2 = prp2;
+            }
+            PrpLayout::List { prp1, first_list_entry, entries } => {
+                let step = self.page_size as u64;
+                self.pages.write_u64s(index, (0..entries as u64).map(|k| first_list_entry + k * step));
+                sqe.prp1 = prp1;
+                sqe.prp2 = self.pages.iova(index).0;
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn start_group(&mut self, tag: Tag, op: u8, user_data: u64, buffer: Option<DmaBuffer>, commands: u16) {
+        let epoch = self.epoch;
+        let slot = self.tags.get_mut(tag);
+        slot.head = tag;
+        slot.awaiting = true;
+        slot.epoch = epoch;
+        slot.remaining = commands;
+        slot.opcode = op;
+        slot.sync = false;
+        slot.error = None;
+        slot.dw0 = 0;
+        slot.user_data = user_data;
+        slot.buffer = buffer;
+    }
+
+    #[inline(always)]
+    fn push_command(&mut self, tag: Tag, mut sqe: SubmissionEntry) {
+        sqe.set_cid(tag.cid());
+        self.sq.push(&sqe);
+        self.stats.commands_submitted += 1;
+    }
+
+    fn ctrl_failed(&self) -> bool {
+        self.ctrl.is_failed()
+    }
+
+    // ----- completion -----------------------------------------------------------------------
+
+    /// Reaps up to the pair's batch cap of completions, calling `f` for each finished
+    /// request, and writes the CQ head doorbell once. Returns the number of requests
+    /// finished. Also detects timed-out commands and a fatal controller status.
+    #[inline]
+    pub fn poll<F: FnMut(Completion)>(&mut self, mut f: F) -> usize {
+        self.stats.polls += 1;
+        let mut done = 0;
+        while let Some(c) = self.deferred.pop_front() {
+            f(c);
+            done += 1;
+        }
+        done += self.reap(&mut f);
+        if done == 0 {
+            self.stats.idle_polls += 1;
+            if self.stats.idle_polls % IDLE_POLLS_PER_CLOCK_CHECK == 0 {
+                self.check_clock(&mut f);
+            }
+        } else if self.stats.polls % POLLS_PER_CLOCK_CHECK == 0 {
+            self.check_clock(&mut f);
+        }
+        done
+    }
+
+    #[inline(always)]
+    fn reap<F: FnMut(Completion)>(&mut self, f: &mut F) -> usize {
+        let mut finished = 0;
+        let mut consumed = 0;
+        while consumed < self.max_completions {
+            let Some(cqe) = self.cq.pop() else { break };
+            consumed += 1;
+            if cqe.sq_id != self.qid {
+                self.reject(&cqe, "wrong submission queue id");
+                continue;
+            }
+            let Some(tag) = self.tags.lookup(cqe.cid) else {
+                self.reject(&cqe, "command id not in flight");
+                continue;
+            };
+            if !self.tags.get(tag).awaiting {
+                self.reject(&cqe, "command already completed");
+                continue;
+            }
+            if !self.sq.update_head(cqe.sq_head) {
+                self.stats.bad_sq_heads += 1;
+            }
+            let status = cqe.status();
+            let outcome = if status.is_success() { Outcome::Done(cqe.dw0) } else { Outcome::Status(status) };
+            if self.finish_command(tag, outcome, f) {
+                finished += 1;
+            }
+        }
+        if consumed > 0 {
+            self.stats.completions_reaped += consumed as u64;
+            if self.cq.publish() {
+                self.stats.cq_doorbell_writes += 1;
+            }
+        }
+        finished
+    }
+
+    #[cold]
+    fn reject(&mut self, cqe: &nvme_spec::CompletionEntry, why: &str) {
+        self.stats.bad_completions += 1;
+        log::warn!(
+            "{} queue {}: rejected completion (cid {:#x}, sq id {}, status {}): {why}",
+            self.ctrl.name,
+            self.qid,
+            cqe.cid,
+            cqe.sq_id,
+            cqe.status()
+        );
+    }
+
+    /// Records one command's outcome; completes its request when it was the group's last.
+    /// Returns whether a request finished.
+    #[inline(always)]
+    fn finish_command<F: FnMut(Completion)>(&mut self, tag: Tag, outcome: Outcome, f: &mut F) -> bool {
+        let slot = self.tags.get_mut(tag);
+        slot.awaiting = false;
+        let head_tag = slot.head;
+        if head_tag != tag {
+            self.tags.free(tag);
+        }
+        let head = self.tags.get_mut(head_tag);
+        match outcome {
+            Outcome::Done(dw0) => head.dw0 = dw0,
+            Outcome::Status(status) => {
+                if head.error.is_none() {
+                    head.error = Some(Error::Command { command: command_name(head.opcode), status });
+                }
+            }
+            // Lost commands decide the outcome: they govern whether the buffer may be returned.
+            Outcome::Lost(e) => head.error = Some(e),
+        }
+        head.remaining -= 1;
+        if head.remaining > 0 {
+            return false;
+        }
+        self.complete_group(head_tag, f);
+        true
+    }
+
+    #[inline(always)]
+    fn complete_group<F: FnMut(Completion)>(&mut self, head_tag: Tag, f: &mut F) {
+        let head = self.tags.get_mut(head_tag);
+        let error = head.error.take();
+        let buffer = head.buffer.take();
+        let user_data = head.user_data;
+        let dw0 = head.dw0;
+        let sync = head.sync;
+        self.tags.free(head_tag);
+        self.stats.requests_completed += 1;
+        let completion = match error {
+            None => Completion { user_data, result: Ok(dw0), buffer },
+            Some(e @ (Error::Timeout { .. } | Error::ControllerFatal { .. })) => {
+                // The controller may still write the buffer: keep it until the queues are gone.
+                if let Some(b) = buffer {
+                    self.quarantine.push(b);
+                }
+                Completion { user_data, result: Err(e), buffer: None }
+            }
+            Some(e) => Completion { user_data, result: Err(e), buffer },
+        };
+        if sync {
+            self.sync_done = Some(completion);
+        } else {
+            f(completion);
+        }
+    }
+
+    /// Advances the timeout clock; fails commands older than the timeout and, on a fatal
+    /// controller status, every command in flight.
+    #[cold]
+    fn check_clock<F: FnMut(Completion)>(&mut self, f: &mut F) {
+        if self.tags.in_use() == 0 {
+            self.epoch_started = Instant::now();
+            return;
+        }
+        if self.epoch_started.elapsed() < self.epoch_length {
+            return;
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        self.epoch_started = Instant::now();
+        let fatal = Csts(self.ctrl.mmio.read32(regs::CSTS)).cfs();
+        let mut expired = [None::<Tag>; EXPIRE_BATCH];
+        loop {
+            let mut n = 0;
+            for tag in self.tags.iter_in_use() {
+                let slot = self.tags.get(tag);
+                if slot.awaiting && (fatal || self.epoch.wrapping_sub(slot.epoch) >= TIMEOUT_EPOCHS) {
+                    expired[n] = Some(tag);
+                    n += 1;
+                    if n == EXPIRE_BATCH {
+                        break;
+                    }
+                }
+            }
+            if n == 0 {
+                break;
+            }
+            for tag in expired[..n].iter().flatten().copied() {
+                self.expire(tag, fatal, f);
+            }
+        }
+    }
+
+    #[cold]
+    fn expire<F: FnMut(Completion)>(&mut self, tag: Tag, fatal: bool, f: &mut F) {
+        let cid = tag.cid();
+        self.stats.timeouts += 1;
+        let head_tag = self.tags.get(tag).head;
+        let command = command_name(self.tags.get(head_tag).opcode);
+        let error = if fatal {
+            Error::ControllerFatal { controller: self.ctrl.name.clone() }
+        } else {
+            log::error!(
+                "{} queue {}: {command} (cid {cid:#x}) timed out after {:?}; aborting it",
+                self.ctrl.name,
+                self.qid,
+                self.timeout
+            );
+            // Best effort: the command's slot is retired either way (a late completion fails
+            // the generation/awaiting checks).
+            let _ = self.ctrl.admin(command::abort(self.qid, cid), None);
+            Error::Timeout { command, cid, timeout: self.timeout }
+        };
+        self.finish_command(tag, Outcome::Lost(error), f);
+    }
+
+    // ----- synchronous API ------------------------------------------------------------------
+
+    /// Waits for the request marked `sync` (just submitted), delivering other
+    /// requests' completions to the next `poll` call.
+    fn wait(&mut self) -> Completion {
+        let mut deferred = std::mem::take(&mut self.deferred);
+        let completion = loop {
+            if let Some(c) = self.sync_done.take() {
+                break c;
+            }
+            let mut sink = |c: Completion| deferred.push_back(c);
+            let n = self.reap(&mut sink);
+            if n == 0 {
+                self.stats.idle_polls += 1;
+                if self.stats.idle_polls % IDLE_POLLS_PER_CLOCK_CHECK == 0 {
+                    self.check_clock(&mut sink);
+                }
+                std::hint::spin_loop();
+            }
+        };
+        self.deferred = deferred;
+        completion
+    }
+
+    fn mark_sync(&mut self, head: Tag) {
+        // The request was submitted by this thread just now and cannot have completed yet:
+        // completions are only reaped inside poll/wait.
+        self.tags.get_mut(head).sync = true;
+    }
+
+    fn run_sync(&mut self, submitted: std::result::Result<Tag, IoFailure>) -> std::result::Result<Option<DmaBuffer>, IoFailure> {
+        let head = submitted?;
+        self.mark_sync(head);
+        self.ring();
+        let c = self.wait();
+        match c.result {
+            Ok(_) => Ok(c.buffer),
+            Err(e) => Err(IoFailure::new(e, c.buffer)),
+        }
+    }
+
+    /// Reads `blocks` blocks at `lba` into `buf` and waits for the data.
+    pub fn read(&mut self, ns: &Namespace, lba: u64, blocks: u32, buf: DmaBuffer) -> std::result::Result<DmaBuffer, IoFailure> {
+        let r = self.submit_rw(opcode::nvm::READ, ns, lba, blocks, buf, false, 0);
+        self.run_sync(r).map(|b| b.expect("read returns its buffer"))
+    }
+
+    /// Writes `blocks` blocks at `lba` from `buf` and waits for completion.
+    pub fn write(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        fua: bool,
+    ) -> std::result::Result<DmaBuffer, IoFailure> {
+        let r = self.submit_rw(opcode::nvm::WRITE, ns, lba, blocks, buf, fua, 0);
+        self.run_sync(r).map(|b| b.expect("write returns its buffer"))
+    }
+
+    /// Compares `blocks` blocks at `lba` with `buf`; a mismatch is an error with the
+    /// Compare Failure status (the buffer comes back in the error).
+    pub fn compare(&mut self, ns: &Namespace, lba: u64, blocks: u32, buf: DmaBuffer) -> std::result::Result<DmaBuffer, IoFailure> {
+        let r = self.submit_rw(opcode::nvm::COMPARE, ns, lba, blocks, buf, false, 0);
+        self.run_sync(r).map(|b| b.expect("compare returns its buffer"))
+    }
+
+    /// Flushes the namespace's volatile write cache and waits.
+    pub fn flush(&mut self, ns: &Namespace) -> Result<()> {
+        let r = self.submit_single(command::flush(ns.nsid()), None, 0, 0);
+        self.run_sync(r).map(drop).map_err(|f| f.error)
+    }
+
+    /// Writes zeroes to `blocks` blocks at `lba` and waits.
+    pub fn write_zeroes(&mut self, ns: &Namespace, lba: u64, blocks: u32, deallocate: bool) -> Result<()> {
+        let head = self.submit_write_zeroes_inner(ns, lba, blocks, deallocate, 0)?;
+        self.run_sync(Ok(head)).map(drop).map_err(|f| f.error)
+    }
+
+    /// Deallocates (trims) the given `(lba, blocks)` ranges and waits.
+    pub fn deallocate(&mut self, ns: &Namespace, ranges: &[(u64, u32)]) -> Result<()> {
+        let head = self.submit_deallocate_inner(ns, ranges, 0)?;
+        self.run_sync(Ok(head)).map(drop).map_err(|f| f.error)
+    }
+
+    /// Runs a raw I/O command to completion; returns completion dword 0 and the buffer.
+    pub fn execute_raw(
+        &mut self,
+        sqe: SubmissionEntry,
+        data: Option<(DmaBuffer, usize)>,
+    ) -> std::result::Result<(u32, Option<DmaBuffer>), IoFailure> {
+        let head = self.submit_raw_inner(sqe, data, 0)?;
+        self.mark_sync(head);
+        self.ring();
+        let c = self.wait();
+        match c.result {
+            Ok(dw0) => Ok((dw0, c.buffer)),
+            Err(e) => Err(IoFailure::new(e, c.buffer)),
+        }
+    }
+
+    /// Buffers held back because their commands timed out (freed when the pair drops).
+    pub fn quarantined(&self) -> usize {
+        self.quarantine.len()
+    }
+}
+
+/// How one command ended.
+enum Outcome {
+    /// Success, with completion dword 0.
+    Done(u32),
+    /// The controller reported an error status.
+    Status(Status),
+    /// No completion will be trusted any more (timeout, fatal controller status).
+    Lost(Error),
+}
+
+/// Most child commands one split request may use.
+const MAX_SPLIT: usize = 256;
+/// Timed-out commands handled per scan pass.
+const EXPIRE_BATCH: usize = 64;
+/// Most blocks one Read/Write/Compare/Write Zeroes command moves (16-bit 0-based NLB).
+pub const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
+
+#[inline(always)]
+fn rw_command(op: u8, nsid: u32, lba: u64, blocks: u32, fua: bool) -> SubmissionEntry {
+    match op {
+        opcode::nvm::WRITE => command::write(nsid, lba, blocks, fua),
+        opcode::nvm::COMPARE => command::compare(nsid, lba, blocks),
+        _ => command::read(nsid, lba, blocks),
+    }
+}
+
+fn command_name(op: u8) -> &'static str {
+    opcode::nvm::name(op)
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        // Delete the SQ first (the controller aborts what is outstanding), then the CQ. Only
+        // then may in-flight and quarantined buffers be freed: their memory is unmapped from
+        // the IOMMU before it is released, so even a misbehaving controller cannot reach it.
+        if !self.ctrl.is_failed() {
+            if let Err(e) = self.ctrl.admin(command::delete_io_sq(self.qid), None) {
+                log::warn!("{}: deleting I/O submission queue {}: {e}", self.ctrl.name, self.qid);
+            } else if let Err(e) = self.ctrl.admin(command::delete_io_cq(self.qid), None) {
+                log::warn!("{}: deleting I/O completion queue {}: {e}", self.ctrl.name, self.qid);
+            }
+        }
+        self.ctrl.release_qid(self.qid);
+    }
+}
