@@ -1,1 +1,29 @@
-//! placeholder
+//! NVMe specification types: controller registers, queue entries, command builders, opcodes,
+//! status codes and Identify data structures.
+//!
+//! This crate is pure data. It performs no I/O and contains no `unsafe` code. Every structure
+//! that the device reads or writes is `#[repr(C)]`, and its size and the offset of every
+//! field are checked at compile time against the NVM Express Base Specification 2.0 (and the
+//! NVM Command Set Specification 1.0 for I/O commands and Identify Namespace). Structures
+//! that come from DMA memory are decoded by explicit little-endian parsing (`from_bytes`) and
+//! encoded with `to_bytes`, never by reinterpreting memory.
+//!
+//! Section numbers in comments refer to NVMe Base 2.0 unless they say "NVM CS".
+
+#![forbid(unsafe_code)]
+
+#[macro_use]
+mod le;
+
+pub mod command;
+pub mod identify;
+pub mod opcode;
+pub mod queue;
+pub mod regs;
+pub mod status;
+
+pub use command::Cns;
+pub use identify::{IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs};
+pub use queue::{CompletionEntry, DsmRange, SubmissionEntry};
+pub use regs::{Aqa, Cap, Cc, Csts, Version};
+pub use status::{Status, StatusCodeType};

@@ -51,7 +51,11 @@ impl fmt::Display for Iova {
 pub enum DmaError {
     /// mmap of host memory failed.
     #[error("cannot allocate {len} bytes of DMA memory ({kind}): {source}")]
-    Allocate { len: usize, kind: &'static str, source: std::io::Error },
+    Allocate {
+        len: usize,
+        kind: &'static str,
+        source: std::io::Error,
+    },
     /// Hugepages were required but none could be allocated.
     #[error(
         "no free 2 MiB hugepages for a {len}-byte DMA allocation: reserve some with \
@@ -63,10 +67,19 @@ pub enum DmaError {
     IovaExhausted { len: usize },
     /// The IOMMU refused the mapping (VFIO_IOMMU_MAP_DMA failed).
     #[error("IOMMU mapping of {len} bytes at IOVA {iova} failed: {source}{hint}")]
-    Map { iova: Iova, len: usize, source: std::io::Error, hint: &'static str },
+    Map {
+        iova: Iova,
+        len: usize,
+        source: std::io::Error,
+        hint: &'static str,
+    },
     /// Removing a mapping failed (VFIO_IOMMU_UNMAP_DMA).
     #[error("IOMMU unmapping of {len} bytes at IOVA {iova} failed: {source}")]
-    Unmap { iova: Iova, len: usize, source: std::io::Error },
+    Unmap {
+        iova: Iova,
+        len: usize,
+        source: std::io::Error,
+    },
     /// Registered user memory does not meet the mapping rules.
     #[error("memory to register must be page-aligned ({PAGE_SIZE} bytes) and non-empty: {what}")]
     BadRegistration { what: String },
@@ -148,11 +161,20 @@ fn round_up(len: usize, to: usize) -> usize {
 fn mmap_anonymous(len: usize, huge: bool) -> std::io::Result<NonNull<u8>> {
     let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE;
     if huge {
-        flags |= libc::MAP_HUGETLB | (21 << libc::MAP_HUGE_SHIFT);
+        // MAP_HUGE_* encodes log2 of the page size: ask for 2 MiB pages explicitly.
+        let huge_log2 = HUGEPAGE_SIZE.trailing_zeros() as libc::c_int;
+        flags |= libc::MAP_HUGETLB | (huge_log2 << libc::MAP_HUGE_SHIFT);
     }
     // SAFETY: anonymous mapping with no address hint; the kernel picks the range.
     let ptr = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            -1,
+            0,
+        )
     };
     if ptr == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
@@ -215,10 +237,14 @@ impl Mapping {
         }))
     }
 
-    fn register(mapper: &Arc<dyn DmaMapper>, mut mem: memmap2::MmapMut) -> Result<Arc<Self>, DmaError> {
+    fn register(
+        mapper: &Arc<dyn DmaMapper>,
+        mut mem: memmap2::MmapMut,
+    ) -> Result<Arc<Self>, DmaError> {
         let len = mem.len();
-        let ptr = NonNull::new(mem.as_mut_ptr())
-            .ok_or_else(|| DmaError::BadRegistration { what: "null pointer".into() })?;
+        let ptr = NonNull::new(mem.as_mut_ptr()).ok_or_else(|| DmaError::BadRegistration {
+            what: "null pointer".into(),
+        })?;
         if len == 0 || len % PAGE_SIZE != 0 || ptr.as_ptr() as usize % PAGE_SIZE != 0 {
             return Err(DmaError::BadRegistration {
                 what: format!("{len} bytes at {:p}", ptr.as_ptr()),
@@ -241,8 +267,13 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         if let Err(e) = self.mapper.unmap(self.iova, self.len) {
             // The device may still reach this memory: leaking it is the only safe choice.
-            log::error!("{e}; leaking {} bytes of DMA memory rather than freeing it", self.len);
-            if let Backing::User(mem) = std::mem::replace(&mut self.backing, Backing::Anonymous { len: 0 }) {
+            log::error!(
+                "{e}; leaking {} bytes of DMA memory rather than freeing it",
+                self.len
+            );
+            if let Backing::User(mem) =
+                std::mem::replace(&mut self.backing, Backing::Anonymous { len: 0 })
+            {
                 std::mem::forget(mem);
             }
             return;
@@ -267,14 +298,19 @@ pub struct DmaRegion {
 
 impl fmt::Debug for DmaRegion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DmaRegion").field("iova", &self.iova()).field("len", &self.len()).finish()
+        f.debug_struct("DmaRegion")
+            .field("iova", &self.iova())
+            .field("len", &self.len())
+            .finish()
     }
 }
 
 impl DmaRegion {
     /// Allocates and maps at least `len` bytes (rounded up to pages), zero-filled.
     pub fn allocate(mapper: &Arc<dyn DmaMapper>, len: usize) -> Result<Self, DmaError> {
-        Ok(Self { mapping: Mapping::allocate(mapper, len)? })
+        Ok(Self {
+            mapping: Mapping::allocate(mapper, len)?,
+        })
     }
 
     /// Host address of the first byte; valid for [`DmaRegion::len`] bytes while `self` lives.
@@ -318,7 +354,10 @@ pub struct DmaBuffer {
 
 impl fmt::Debug for DmaBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DmaBuffer").field("iova", &self.iova()).field("len", &self.len).finish()
+        f.debug_struct("DmaBuffer")
+            .field("iova", &self.iova())
+            .field("len", &self.len)
+            .finish()
     }
 }
 
@@ -327,7 +366,11 @@ impl DmaBuffer {
     /// up to whole pages).
     pub fn allocate(mapper: &Arc<dyn DmaMapper>, len: usize) -> Result<Self, DmaError> {
         let mapping = Mapping::allocate(mapper, len)?;
-        Ok(Self { mapping, offset: 0, len })
+        Ok(Self {
+            mapping,
+            offset: 0,
+            len,
+        })
     }
 
     /// Allocates `count` page-aligned buffers of `len` bytes each from one mapping (one IOMMU
@@ -339,7 +382,13 @@ impl DmaBuffer {
     ) -> Result<Vec<Self>, DmaError> {
         let stride = round_up(len.max(1), PAGE_SIZE);
         let mapping = Mapping::allocate(mapper, stride * count.max(1))?;
-        Ok((0..count).map(|i| Self { mapping: mapping.clone(), offset: i * stride, len }).collect())
+        Ok((0..count)
+            .map(|i| Self {
+                mapping: mapping.clone(),
+                offset: i * stride,
+                len,
+            })
+            .collect())
     }
 
     /// Registers caller-owned memory (page-aligned, whole pages) for DMA once; the buffer can
@@ -347,7 +396,11 @@ impl DmaBuffer {
     pub fn register(mapper: &Arc<dyn DmaMapper>, mem: memmap2::MmapMut) -> Result<Self, DmaError> {
         let len = mem.len();
         let mapping = Mapping::register(mapper, mem)?;
-        Ok(Self { mapping, offset: 0, len })
+        Ok(Self {
+            mapping,
+            offset: 0,
+            len,
+        })
     }
 
     /// Device address of the first byte.
@@ -368,12 +421,16 @@ impl DmaBuffer {
     }
 
     /// Splits the buffer at `at` bytes (like `split_at_mut`), e.g. to carve per-request
-    /// buffers out of one registered region. Returns `None` if `at > len`.
+    /// buffers out of one registered region. Gives the buffer back as `Err` if `at > len`.
     pub fn split_at(self, at: usize) -> Result<(Self, Self), Self> {
         if at > self.len {
             return Err(self);
         }
-        let tail = Self { mapping: self.mapping.clone(), offset: self.offset + at, len: self.len - at };
+        let tail = Self {
+            mapping: self.mapping.clone(),
+            offset: self.offset + at,
+            len: self.len - at,
+        };
         Ok((Self { len: at, ..self }, tail))
     }
 }
@@ -390,7 +447,9 @@ impl std::ops::Deref for DmaBuffer {
 impl std::ops::DerefMut for DmaBuffer {
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `deref`, and `&mut self` gives exclusive access to the range.
-        unsafe { std::slice::from_raw_parts_mut(self.mapping.ptr.as_ptr().add(self.offset), self.len) }
+        unsafe {
+            std::slice::from_raw_parts_mut(self.mapping.ptr.as_ptr().add(self.offset), self.len)
+        }
     }
 }
 

@@ -1,12 +1,29 @@
 //! VFIO access for a userspace NVMe driver.
 //!
+//! - [`pci`]: PCI addresses, configuration-space constants, sysfs inspection.
+//! - [`device`]: [`VfioPci`], a PCI function opened through vfio-pci (config space, BAR mmap,
+//!   reset) in its own type1v2 [`container`].
+//! - [`container`]: the IOMMU address space; implements [`DmaMapper`] with the [`iova`]
+//!   allocator.
 //! - [`mmio`]: volatile register windows and doorbells (the only place device registers are
 //!   dereferenced).
 //! - [`dma`]: DMA memory ([`dma::DmaRegion`] shared with the device, [`dma::DmaBuffer`] owned by
 //!   the CPU) and the [`dma::DmaMapper`] seam that VFIO and the in-process emulator implement.
+//! - `ioctl` (private): every VFIO system call of the crate, in one small audited module.
 
+pub mod container;
+pub mod device;
 pub mod dma;
+pub mod error;
+mod ioctl;
+pub mod iova;
 pub mod mmio;
+pub mod pci;
 
+pub use container::VfioContainer;
+pub use device::VfioPci;
 pub use dma::{DmaBuffer, DmaError, DmaMapper, DmaRegion, Iova};
+pub use error::VfioError;
+pub use iova::IovaAllocator;
 pub use mmio::{Doorbell, MappingOwner, Mmio};
+pub use pci::{PciAddress, PciAddressError, Sysfs, NVME_CLASS_CODE};

@@ -34,7 +34,10 @@ unsafe impl Sync for Mmio {}
 
 impl fmt::Debug for Mmio {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Mmio").field("ptr", &self.ptr).field("len", &self.len).finish()
+        f.debug_struct("Mmio")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
     }
 }
 
@@ -81,7 +84,13 @@ impl Mmio {
     pub fn write32(&self, offset: usize, value: u32) {
         self.check(offset, 4);
         // SAFETY: in bounds and aligned (checked above); valid by the type invariant.
-        unsafe { self.ptr.as_ptr().add(offset).cast::<u32>().write_volatile(value) }
+        unsafe {
+            self.ptr
+                .as_ptr()
+                .add(offset)
+                .cast::<u32>()
+                .write_volatile(value)
+        }
     }
 
     /// 64-bit register read as two 32-bit reads, low dword first (NVMe PCIe transport allows
@@ -106,7 +115,10 @@ impl Mmio {
         // SAFETY: checked in bounds and aligned above; the pointer is derived from a valid
         // non-null base.
         let ptr = unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(offset).cast::<u32>()) };
-        Doorbell { ptr, _owner: self.owner.clone() }
+        Doorbell {
+            ptr,
+            _owner: self.owner.clone(),
+        }
     }
 }
 

@@ -1,0 +1,156 @@
+//! The error type of VFIO setup and device access.
+//!
+//! Every variant carries the data needed to act on it (address, path, errno, flags) and its
+//! message says how to fix the problem where a fix is known.
+
+use std::io;
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use crate::dma::DmaError;
+use crate::pci::{PciAddress, PciAddressError, NVME_CLASS_CODE};
+
+/// Errors of opening and driving a PCI function through VFIO.
+#[derive(Debug, Error)]
+pub enum VfioError {
+    /// The text given as a PCI address is malformed.
+    #[error(transparent)]
+    Address(#[from] PciAddressError),
+
+    /// No such PCI function in sysfs.
+    #[error("no PCI function {addr} ({} does not exist); `lspci -D` lists the functions", path.display())]
+    NoSuchDevice { addr: PciAddress, path: PathBuf },
+
+    /// A sysfs file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Sysfs { path: PathBuf, source: io::Error },
+
+    /// A sysfs file holds something unexpected.
+    #[error("unexpected content `{found}` in {}: expected {expected}", path.display())]
+    SysfsFormat {
+        path: PathBuf,
+        found: String,
+        expected: &'static str,
+    },
+
+    /// The function is not an NVMe controller.
+    #[error(
+        "{addr} is not an NVMe controller: its PCI class code is {class:#08x}, an NVMe \
+         controller has {NVME_CLASS_CODE:#08x}; `lspci -D -d ::0108` lists NVMe functions"
+    )]
+    NotNvme { addr: PciAddress, class: u32 },
+
+    /// The function is bound to a driver other than vfio-pci.
+    #[error(
+        "{addr} is bound to the `{driver}` driver, not vfio-pci: rebind it with \
+         `sudo PCI_ALLOWED={addr} ./hugepage-setup.sh config`, or by hand as root: \
+         `echo vfio-pci > /sys/bus/pci/devices/{addr}/driver_override; \
+         echo {addr} > /sys/bus/pci/devices/{addr}/driver/unbind; \
+         echo {addr} > /sys/bus/pci/drivers_probe` (unmount its file systems first)"
+    )]
+    WrongDriver { addr: PciAddress, driver: String },
+
+    /// The function is bound to no driver.
+    #[error(
+        "{addr} is not bound to any driver: bind it to vfio-pci with \
+         `sudo PCI_ALLOWED={addr} ./hugepage-setup.sh config`, or by hand as root: \
+         `modprobe vfio-pci; echo vfio-pci > /sys/bus/pci/devices/{addr}/driver_override; \
+         echo {addr} > /sys/bus/pci/drivers_probe`"
+    )]
+    NoDriver { addr: PciAddress },
+
+    /// The function has no IOMMU group: the IOMMU is absent or disabled.
+    #[error(
+        "{addr} has no IOMMU group, so the IOMMU is off: enable VT-d (Intel) or AMD-Vi (AMD) \
+         in the firmware setup and boot with `intel_iommu=on` or `amd_iommu=on` on the kernel \
+         command line"
+    )]
+    NoIommuGroup { addr: PciAddress },
+
+    /// A VFIO device node could not be opened.
+    #[error("cannot open {}: {source}{}", path.display(), node_hint(.source))]
+    DeviceNode { path: PathBuf, source: io::Error },
+
+    /// Some device of the IOMMU group is bound to a driver that is not VFIO-friendly.
+    #[error(
+        "IOMMU group {group} is not viable: every device in it must be bound to vfio-pci (or \
+         to no driver) before any of them can be used; other devices in the group: {}",
+        others.join(", ")
+    )]
+    GroupNotViable { group: u32, others: Vec<String> },
+
+    /// The kernel speaks another VFIO API version.
+    #[error("the kernel's VFIO API version is {found}, this driver speaks version {expected}")]
+    ApiVersion { found: i32, expected: u32 },
+
+    /// The container cannot use the type1v2 IOMMU backend.
+    #[error(
+        "the VFIO container does not support the type1v2 IOMMU backend: load it with \
+         `modprobe vfio_iommu_type1` (and make sure the IOMMU is enabled)"
+    )]
+    NoType1v2,
+
+    /// A VFIO ioctl failed.
+    #[error("{op} failed: {source}")]
+    Ioctl { op: &'static str, source: io::Error },
+
+    /// The requested BAR index is not a BAR (0..=5).
+    #[error("BAR index {bar} out of range: a PCI function has BARs 0 to 5")]
+    BadBar { bar: u32 },
+
+    /// The BAR is not implemented by the function.
+    #[error("{addr} does not implement BAR{bar} (VFIO reports it empty)")]
+    BarAbsent { addr: PciAddress, bar: u32 },
+
+    /// VFIO does not allow mmap of the BAR.
+    #[error(
+        "BAR{bar} of {addr} cannot be memory-mapped (region flags {flags:#x}); it is an I/O \
+         port BAR, or the kernel forbids mapping it"
+    )]
+    BarNotMappable {
+        addr: PciAddress,
+        bar: u32,
+        flags: u32,
+    },
+
+    /// mmap of a BAR failed.
+    #[error("mmap of BAR{bar} ({len} bytes) of {addr} failed: {source}")]
+    Mmap {
+        addr: PciAddress,
+        bar: u32,
+        len: usize,
+        source: io::Error,
+    },
+
+    /// A configuration-space access failed or was short.
+    #[error("PCI config access of {len} bytes at {offset:#x} of {addr} failed: {source}")]
+    Config {
+        addr: PciAddress,
+        offset: u64,
+        len: usize,
+        source: io::Error,
+    },
+
+    /// A DMA allocation or mapping failed.
+    #[error(transparent)]
+    Dma(#[from] DmaError),
+}
+
+/// A hint for failing to open `/dev/vfio/*`.
+fn node_hint(e: &io::Error) -> &'static str {
+    match e.kind() {
+        io::ErrorKind::PermissionDenied => {
+            " (run as root, or give your user the group node: \
+             `sudo TARGET_USER=$USER ./hugepage-setup.sh config` or `sudo chown $USER /dev/vfio/<group>`; \
+             large DMA maps also need a higher `ulimit -l`)"
+        }
+        io::ErrorKind::NotFound => {
+            " (is vfio-pci loaded? `sudo modprobe vfio-pci`, then bind the device to it)"
+        }
+        _ if e.raw_os_error() == Some(libc::EBUSY) => {
+            " (another process, or a VM, already has this IOMMU group open)"
+        }
+        _ => "",
+    }
+}

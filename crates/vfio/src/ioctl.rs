@@ -1,0 +1,299 @@
+//! The system-call layer: every VFIO ioctl, config-space pread/pwrite and BAR mmap of this
+//! crate, each a small function over borrowed file descriptors.
+//!
+//! This is the only module with `unsafe` system calls. Each wrapper passes the kernel a
+//! pointer to a correctly sized, initialised `#[repr(C)]` structure from `vfio-bindings` (with
+//! `argsz` set to the size of the buffer the kernel may write) and turns `-1` into
+//! [`io::Error::last_os_error`]. Request numbers follow `linux/vfio.h`:
+//! `_IO(VFIO_TYPE, VFIO_BASE + n)`; `_IO` has no direction and no size bits.
+
+use std::ffi::CStr;
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+
+use vfio_bindings::bindings::vfio::{
+    vfio_device_info, vfio_group_status, vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap,
+    vfio_iommu_type1_info, vfio_region_info, VFIO_BASE, VFIO_DMA_MAP_FLAG_READ,
+    VFIO_DMA_MAP_FLAG_WRITE, VFIO_TYPE,
+};
+
+/// `_IO(type, nr)` of `asm-generic/ioctl.h`: direction and size fields are zero, the type sits
+/// in bits 8..16 and the number in bits 0..8.
+const fn io(nr: u32) -> libc::Ioctl {
+    const TYPE_SHIFT: u32 = 8;
+    (((VFIO_TYPE as u32) << TYPE_SHIFT) | (VFIO_BASE + nr)) as libc::Ioctl
+}
+
+const VFIO_GET_API_VERSION: libc::Ioctl = io(0);
+const VFIO_CHECK_EXTENSION: libc::Ioctl = io(1);
+const VFIO_SET_IOMMU: libc::Ioctl = io(2);
+const VFIO_GROUP_GET_STATUS: libc::Ioctl = io(3);
+const VFIO_GROUP_SET_CONTAINER: libc::Ioctl = io(4);
+const VFIO_GROUP_GET_DEVICE_FD: libc::Ioctl = io(6);
+const VFIO_DEVICE_GET_INFO: libc::Ioctl = io(7);
+const VFIO_DEVICE_GET_REGION_INFO: libc::Ioctl = io(8);
+const VFIO_DEVICE_RESET: libc::Ioctl = io(11);
+/// On a container fd (the same number is a device ioctl on device fds).
+const VFIO_IOMMU_GET_INFO: libc::Ioctl = io(12);
+const VFIO_IOMMU_MAP_DMA: libc::Ioctl = io(13);
+const VFIO_IOMMU_UNMAP_DMA: libc::Ioctl = io(14);
+
+// The request numbers as printed by the kernel headers (';' = 0x3b, VFIO_BASE = 100 = 0x64).
+const _: () = assert!(VFIO_GET_API_VERSION == 0x3b64 as libc::Ioctl);
+const _: () = assert!(VFIO_IOMMU_UNMAP_DMA == 0x3b72 as libc::Ioctl);
+
+/// `size_of::<T>()` as the `u32` the `argsz` fields hold.
+fn argsz<T>() -> u32 {
+    u32::try_from(size_of::<T>()).expect("VFIO structures are small")
+}
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// VFIO_GET_API_VERSION on a container.
+pub(crate) fn api_version(container: BorrowedFd<'_>) -> io::Result<i32> {
+    // SAFETY: this request takes no argument and touches no user memory.
+    check(unsafe { libc::ioctl(container.as_raw_fd(), VFIO_GET_API_VERSION) })
+}
+
+/// VFIO_CHECK_EXTENSION on a container: whether `extension` (e.g. an IOMMU type) is supported.
+pub(crate) fn check_extension(container: BorrowedFd<'_>, extension: u32) -> io::Result<bool> {
+    // SAFETY: the argument is passed by value (an integer), no user memory is touched.
+    let ret = check(unsafe {
+        libc::ioctl(
+            container.as_raw_fd(),
+            VFIO_CHECK_EXTENSION,
+            extension as libc::c_ulong,
+        )
+    })?;
+    Ok(ret > 0)
+}
+
+/// VFIO_SET_IOMMU on a container (after a group has been attached).
+pub(crate) fn set_iommu(container: BorrowedFd<'_>, iommu_type: u32) -> io::Result<()> {
+    // SAFETY: the argument is passed by value (an integer), no user memory is touched.
+    check(unsafe {
+        libc::ioctl(
+            container.as_raw_fd(),
+            VFIO_SET_IOMMU,
+            iommu_type as libc::c_ulong,
+        )
+    })?;
+    Ok(())
+}
+
+/// VFIO_GROUP_GET_STATUS: the group's `VFIO_GROUP_FLAGS_*`.
+pub(crate) fn group_status(group: BorrowedFd<'_>) -> io::Result<u32> {
+    let mut status = vfio_group_status {
+        argsz: argsz::<vfio_group_status>(),
+        flags: 0,
+    };
+    // SAFETY: `status` is a live, initialised vfio_group_status whose argsz is its size; the
+    // kernel writes at most argsz bytes into it.
+    check(unsafe { libc::ioctl(group.as_raw_fd(), VFIO_GROUP_GET_STATUS, &mut status) })?;
+    Ok(status.flags)
+}
+
+/// VFIO_GROUP_SET_CONTAINER: attaches the group to the container.
+pub(crate) fn group_set_container(
+    group: BorrowedFd<'_>,
+    container: BorrowedFd<'_>,
+) -> io::Result<()> {
+    let fd: libc::c_int = container.as_raw_fd();
+    // SAFETY: the kernel reads one int (the container fd) from the pointer, which points at a
+    // live local.
+    check(unsafe { libc::ioctl(group.as_raw_fd(), VFIO_GROUP_SET_CONTAINER, &fd) })?;
+    Ok(())
+}
+
+/// VFIO_GROUP_GET_DEVICE_FD: opens the device named `name` (its sysfs name) in the group.
+pub(crate) fn group_device_fd(group: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedFd> {
+    // SAFETY: the kernel reads a NUL-terminated string from the pointer; `name` is one and
+    // outlives the call.
+    let fd =
+        check(unsafe { libc::ioctl(group.as_raw_fd(), VFIO_GROUP_GET_DEVICE_FD, name.as_ptr()) })?;
+    // SAFETY: on success the ioctl returns a new file descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// VFIO_DEVICE_GET_INFO.
+pub(crate) fn device_info(device: BorrowedFd<'_>) -> io::Result<vfio_device_info> {
+    let mut info = vfio_device_info {
+        argsz: argsz::<vfio_device_info>(),
+        ..Default::default()
+    };
+    // SAFETY: `info` is a live, initialised vfio_device_info and argsz is its size; the kernel
+    // writes at most argsz bytes.
+    check(unsafe { libc::ioctl(device.as_raw_fd(), VFIO_DEVICE_GET_INFO, &mut info) })?;
+    Ok(info)
+}
+
+/// VFIO_DEVICE_GET_REGION_INFO for region `index` (without the capability chain).
+pub(crate) fn region_info(device: BorrowedFd<'_>, index: u32) -> io::Result<vfio_region_info> {
+    let mut info = vfio_region_info {
+        argsz: argsz::<vfio_region_info>(),
+        index,
+        ..Default::default()
+    };
+    // SAFETY: `info` is a live, initialised vfio_region_info and argsz is its size; the kernel
+    // writes at most argsz bytes (it reports a larger argsz when capabilities do not fit).
+    check(unsafe { libc::ioctl(device.as_raw_fd(), VFIO_DEVICE_GET_REGION_INFO, &mut info) })?;
+    Ok(info)
+}
+
+/// VFIO_DEVICE_RESET (function-level or other reset the kernel chooses).
+pub(crate) fn device_reset(device: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: this request takes no argument and touches no user memory.
+    check(unsafe { libc::ioctl(device.as_raw_fd(), VFIO_DEVICE_RESET) })?;
+    Ok(())
+}
+
+/// VFIO_IOMMU_GET_INFO with its capability chain: returns the fixed part and the whole
+/// buffer the kernel filled (the fixed part followed by capabilities at `cap_offset`).
+///
+/// The size of the chain is learnt by a first call with only the fixed part; the kernel then
+/// reports the `argsz` it needs, and a second call passes a buffer that large.
+pub(crate) fn iommu_info(
+    container: BorrowedFd<'_>,
+) -> io::Result<(vfio_iommu_type1_info, Vec<u8>)> {
+    let fixed = size_of::<vfio_iommu_type1_info>();
+    let mut info = vfio_iommu_type1_info {
+        argsz: argsz::<vfio_iommu_type1_info>(),
+        ..Default::default()
+    };
+    // SAFETY: `info` is a live, initialised vfio_iommu_type1_info and argsz is its size; the
+    // kernel writes at most argsz bytes.
+    check(unsafe { libc::ioctl(container.as_raw_fd(), VFIO_IOMMU_GET_INFO, &mut info) })?;
+    let needed = info.argsz as usize;
+    if needed <= fixed {
+        return Ok((info, Vec::new()));
+    }
+    // A u64 buffer keeps the 8-byte alignment of the structure and its capabilities.
+    let mut buf = vec![0u64; needed.div_ceil(size_of::<u64>())];
+    let head = vfio_iommu_type1_info {
+        argsz: info.argsz,
+        ..Default::default()
+    };
+    // SAFETY: `buf` holds at least `fixed` bytes and is 8-byte aligned, so it can hold the
+    // fixed structure.
+    unsafe { buf.as_mut_ptr().cast::<vfio_iommu_type1_info>().write(head) };
+    // SAFETY: `buf` is live, initialised and `needed` bytes long (rounded up), which is the
+    // argsz written in its header; the kernel writes at most that many bytes.
+    check(unsafe { libc::ioctl(container.as_raw_fd(), VFIO_IOMMU_GET_INFO, buf.as_mut_ptr()) })?;
+    // SAFETY: `buf` starts with an initialised, aligned vfio_iommu_type1_info.
+    let info = unsafe { buf.as_ptr().cast::<vfio_iommu_type1_info>().read() };
+    let bytes = buf
+        .iter()
+        .flat_map(|w| w.to_ne_bytes())
+        .take(needed)
+        .collect();
+    Ok((info, bytes))
+}
+
+/// VFIO_IOMMU_MAP_DMA with read and write permission.
+///
+/// # Safety
+/// `[vaddr, vaddr + size)` must be memory of this process that stays allocated, and is not
+/// remapped, until it is unmapped with [`unmap_dma`]: the device may access it at any time.
+pub(crate) unsafe fn map_dma(
+    container: BorrowedFd<'_>,
+    vaddr: u64,
+    iova: u64,
+    size: u64,
+) -> io::Result<()> {
+    let map = vfio_iommu_type1_dma_map {
+        argsz: argsz::<vfio_iommu_type1_dma_map>(),
+        flags: VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE,
+        vaddr,
+        iova,
+        size,
+    };
+    // SAFETY: the kernel only reads the structure, which is live and fully initialised; the
+    // caller guarantees the lifetime of the memory it describes.
+    check(unsafe { libc::ioctl(container.as_raw_fd(), VFIO_IOMMU_MAP_DMA, &map) })?;
+    Ok(())
+}
+
+/// VFIO_IOMMU_UNMAP_DMA: returns the number of bytes the kernel unmapped.
+pub(crate) fn unmap_dma(container: BorrowedFd<'_>, iova: u64, size: u64) -> io::Result<u64> {
+    let mut unmap = vfio_iommu_type1_dma_unmap {
+        argsz: argsz::<vfio_iommu_type1_dma_unmap>(),
+        flags: 0,
+        iova,
+        size,
+        ..Default::default()
+    };
+    // SAFETY: `unmap` is live and initialised and argsz is its fixed size (no dirty bitmap
+    // requested); the kernel writes back `size` only.
+    check(unsafe { libc::ioctl(container.as_raw_fd(), VFIO_IOMMU_UNMAP_DMA, &mut unmap) })?;
+    Ok(unmap.size)
+}
+
+/// pread of exactly `buf.len()` bytes at `offset` of `fd`.
+pub(crate) fn pread_exact(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let off =
+        libc::off_t::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the duration of the call.
+    let n = unsafe { libc::pread(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), off) };
+    match usize::try_from(n) {
+        Err(_) => Err(io::Error::last_os_error()),
+        Ok(n) if n == buf.len() => Ok(()),
+        Ok(_) => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+    }
+}
+
+/// pwrite of exactly `buf.len()` bytes at `offset` of `fd`.
+pub(crate) fn pwrite_exact(fd: BorrowedFd<'_>, buf: &[u8], offset: u64) -> io::Result<()> {
+    let off =
+        libc::off_t::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `buf` is valid for reads of `buf.len()` bytes for the duration of the call.
+    let n = unsafe { libc::pwrite(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), off) };
+    match usize::try_from(n) {
+        Err(_) => Err(io::Error::last_os_error()),
+        Ok(n) if n == buf.len() => Ok(()),
+        Ok(_) => Err(io::Error::from(io::ErrorKind::WriteZero)),
+    }
+}
+
+/// A shared, read-write mapping of `len` bytes at `offset` of `fd` (a VFIO device region).
+/// The caller owns the mapping and releases it with [`munmap`].
+pub(crate) fn mmap_shared(fd: BorrowedFd<'_>, len: usize, offset: u64) -> io::Result<NonNull<u8>> {
+    let off =
+        libc::off_t::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: no address hint and no MAP_FIXED, so the kernel picks a fresh range and no
+    // existing memory of this process is replaced.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            off,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(ptr.cast()).ok_or_else(|| io::Error::from(io::ErrorKind::AddrNotAvailable))
+}
+
+/// Releases a mapping made by [`mmap_shared`].
+///
+/// # Safety
+/// `ptr` and `len` must describe exactly one live mapping returned by [`mmap_shared`], and no
+/// reference or pointer into it may be used afterwards.
+pub(crate) unsafe fn munmap(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
+    // SAFETY: the caller guarantees the range is our own mapping and no longer used.
+    if unsafe { libc::munmap(ptr.as_ptr().cast(), len) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
