@@ -15,7 +15,7 @@ use nvme_vfio::{DmaBuffer, DmaMapper, Mmio};
 
 use crate::error::{Error, Result};
 use crate::prp;
-use crate::ring::{CqRing, SlotPages, SqRing};
+use crate::ring::{CqRing, ShadowSlot, SlotPages, SqRing};
 
 /// Spins between clock checks while waiting for a completion.
 const SPINS_PER_CHECK: u32 = 256;
@@ -35,11 +35,47 @@ pub(crate) struct AdminQueue {
 }
 
 impl AdminQueue {
-    pub(crate) fn new(mmio: &Mmio, dma: &Arc<dyn DmaMapper>, entries: u32, stride: usize, page_size: usize) -> Result<Self> {
-        let sq = SqRing::new(dma, entries, mmio.doorbell(regs::sq_tail_doorbell(0, stride)))?;
-        let cq = CqRing::new(dma, entries, mmio.doorbell(regs::cq_head_doorbell(0, stride)))?;
+    pub(crate) fn new(
+        mmio: &Mmio,
+        dma: &Arc<dyn DmaMapper>,
+        entries: u32,
+        stride: usize,
+        page_size: usize,
+    ) -> Result<Self> {
+        let sq = SqRing::new(
+            dma,
+            entries,
+            mmio.doorbell(regs::sq_tail_doorbell(0, stride)),
+        )?;
+        let cq = CqRing::new(
+            dma,
+            entries,
+            mmio.doorbell(regs::cq_head_doorbell(0, stride)),
+        )?;
         let prp_page = SlotPages::new(dma, 1, page_size)?;
-        Ok(Self { sq, cq, prp_page, next_cid: 0, bad_completions: 0 })
+        Ok(Self {
+            sq,
+            cq,
+            prp_page,
+            next_cid: 0,
+            bad_completions: 0,
+        })
+    }
+
+    /// Entries in each admin ring.
+    pub(crate) fn entries(&self) -> u32 {
+        self.sq.entries()
+    }
+
+    /// Index of the next SQ entry and of the next CQ entry.
+    pub(crate) fn positions(&self) -> (u32, u32) {
+        (self.sq.tail(), self.cq.head())
+    }
+
+    /// Routes the admin doorbells through shadow doorbells.
+    pub(crate) fn set_shadow(&mut self, sq: ShadowSlot, cq: ShadowSlot) {
+        self.sq.set_shadow(Some(sq));
+        self.cq.set_shadow(Some(cq));
     }
 
     pub(crate) fn sq_iova(&self) -> u64 {
@@ -65,10 +101,16 @@ impl AdminQueue {
         let name = opcode::admin::name(sqe.opcode());
         if let Some((buf, len)) = data {
             if len > buf.len() {
-                return Err(Error::BufferTooSmall { needed: len, len: buf.len() });
+                return Err(Error::BufferTooSmall {
+                    needed: len,
+                    len: buf.len(),
+                });
             }
             if buf.iova().0 % 4 != 0 {
-                return Err(Error::BufferMisaligned { iova: buf.iova().0, align: 4 });
+                return Err(Error::BufferMisaligned {
+                    iova: buf.iova().0,
+                    align: 4,
+                });
             }
             if len > prp::max_bytes_with_one_list(page_size) {
                 return Err(Error::InvalidRequest(format!(
@@ -81,8 +123,15 @@ impl AdminQueue {
                     sqe.prp1 = prp1;
                     sqe.prp2 = prp2;
                 }
-                prp::PrpLayout::List { prp1, first_list_entry, entries } => {
-                    self.prp_page.write_u64s(0, (0..entries as u64).map(|i| first_list_entry + i * page_size as u64));
+                prp::PrpLayout::List {
+                    prp1,
+                    first_list_entry,
+                    entries,
+                } => {
+                    self.prp_page.write_u64s(
+                        0,
+                        (0..entries as u64).map(|i| first_list_entry + i * page_size as u64),
+                    );
                     sqe.prp1 = prp1;
                     sqe.prp2 = self.prp_page.iova(0).0;
                 }
@@ -94,16 +143,20 @@ impl AdminQueue {
         // One command at a time under the admin lock, so the ring cannot be full unless the
         // controller stopped consuming: report that as a timeout of this command.
         if self.sq.is_full() {
-            return Err(Error::Timeout { command: name, cid, timeout });
+            return Err(Error::Timeout {
+                command: name,
+                cid,
+                timeout,
+            });
         }
         self.sq.push(&sqe);
-        self.sq.publish();
+        let _ = self.sq.publish();
 
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
             while let Some(cqe) = self.cq.pop() {
-                self.cq.publish();
+                let _ = self.cq.publish();
                 if cqe.cid != cid || cqe.sq_id != 0 {
                     self.bad_completions += 1;
                     log::warn!(
@@ -118,7 +171,10 @@ impl AdminQueue {
                 }
                 let status: Status = cqe.status();
                 if !status.is_success() {
-                    return Err(Error::Command { command: name, status });
+                    return Err(Error::Command {
+                        command: name,
+                        status,
+                    });
                 }
                 return Ok(cqe);
             }
@@ -126,10 +182,16 @@ impl AdminQueue {
             if spins % SPINS_PER_CHECK == 0 {
                 let waited = start.elapsed();
                 if Csts(mmio.read32(regs::CSTS)).cfs() {
-                    return Err(Error::ControllerFatal { controller: String::new() });
+                    return Err(Error::ControllerFatal {
+                        controller: String::new(),
+                    });
                 }
                 if waited >= timeout {
-                    return Err(Error::Timeout { command: name, cid, timeout });
+                    return Err(Error::Timeout {
+                        command: name,
+                        cid,
+                        timeout,
+                    });
                 }
                 if waited >= SPIN_PHASE {
                     std::thread::sleep(SLEEP_STEP);

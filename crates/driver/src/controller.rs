@@ -17,13 +17,14 @@ use nvme_spec::command::Cns;
 use nvme_spec::identify::IDENTIFY_DATA_SIZE;
 use nvme_spec::queue::{CompletionEntry, SubmissionEntry, CQES_LOG2, SQES_LOG2};
 use nvme_spec::regs::{self, Aqa, Cap, Cc, Csts, ShutdownNotification, ShutdownStatus, Version};
-use nvme_spec::{command, IdentifyController, IdentifyNamespace, NamespaceList};
+use nvme_spec::{command, IdentifyController, IdentifyNamespace, NamespaceList, Oacs};
 use nvme_vfio::{DmaBuffer, DmaMapper, Mmio};
 
 use crate::admin::AdminQueue;
 use crate::error::{Error, IoFailure, Result};
 use crate::namespace::Namespace;
 use crate::prp;
+use crate::ring::ShadowBuffers;
 
 /// The host memory page size the driver uses (CC.MPS = 0).
 pub const HOST_PAGE_SIZE: usize = 4096;
@@ -47,6 +48,8 @@ pub struct ControllerOptions {
     pub admin_timeout: Duration,
     /// Send a normal shutdown notification (CC.SHN) when the controller is dropped.
     pub shutdown_on_drop: bool,
+    /// Use shadow doorbells (Doorbell Buffer Config) when the controller offers them.
+    pub shadow_doorbells: bool,
 }
 
 impl Default for ControllerOptions {
@@ -56,6 +59,7 @@ impl Default for ControllerOptions {
             admin_entries: 32,
             admin_timeout: Duration::from_secs(5),
             shutdown_on_drop: true,
+            shadow_doorbells: true,
         }
     }
 }
@@ -90,6 +94,8 @@ pub(crate) struct Inner {
     /// `qid_in_use[q]` for q in 1..=io_queues.
     qid_in_use: Mutex<Vec<bool>>,
     shutdown_on_drop: bool,
+    /// Shadow doorbell and EventIdx pages, when enabled.
+    pub(crate) shadow: Option<Arc<ShadowBuffers>>,
     _keepalive: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
@@ -101,7 +107,9 @@ pub struct Controller {
 
 impl std::fmt::Debug for Controller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Controller").field("name", &self.inner.name).finish()
+        f.debug_struct("Controller")
+            .field("name", &self.inner.name)
+            .finish()
     }
 }
 
@@ -116,12 +124,18 @@ fn wait_ready(mmio: &Mmio, name: &str, cap: Cap, ready: bool) -> Result<()> {
             return Ok(());
         }
         if ready && csts.cfs() {
-            return Err(Error::ControllerFatal { controller: name.to_string() });
+            return Err(Error::ControllerFatal {
+                controller: name.to_string(),
+            });
         }
         if start.elapsed() >= timeout {
             return Err(Error::NotReady {
                 controller: name.to_string(),
-                state: if ready { "ready (CSTS.RDY=1)" } else { "disabled (CSTS.RDY=0)" },
+                state: if ready {
+                    "ready (CSTS.RDY=1)"
+                } else {
+                    "disabled (CSTS.RDY=0)"
+                },
                 timeout,
             });
         }
@@ -138,18 +152,36 @@ impl Controller {
         let mmio = device.map_bar(0)?;
         let dma = device.dma_mapper();
         let keepalive: Arc<dyn std::any::Any + Send + Sync> = device;
-        Self::new(Transport { mmio, dma, name: addr.to_string(), keepalive: Some(keepalive) }, options)
+        Self::new(
+            Transport {
+                mmio,
+                dma,
+                name: addr.to_string(),
+                keepalive: Some(keepalive),
+            },
+            options,
+        )
     }
 
     /// Brings up the controller behind `transport`.
     pub fn new(transport: Transport, options: ControllerOptions) -> Result<Self> {
-        let Transport { mmio, dma, name, keepalive } = transport;
+        let Transport {
+            mmio,
+            dma,
+            name,
+            keepalive,
+        } = transport;
         let cap = Cap(mmio.read64(regs::CAP));
         let version = Version(mmio.read32(regs::VS));
         log::debug!("{name}: CAP {:#018x}, version {version}", cap.0);
-        let unsupported = |what: String| Error::Unsupported { controller: name.clone(), what };
+        let unsupported = |what: String| Error::Unsupported {
+            controller: name.clone(),
+            what,
+        };
         if !cap.css_nvm() {
-            return Err(unsupported("it does not support the NVM command set (CAP.CSS bit 0)".into()));
+            return Err(unsupported(
+                "it does not support the NVM command set (CAP.CSS bit 0)".into(),
+            ));
         }
         if cap.min_page_size() > HOST_PAGE_SIZE || cap.max_page_size() < HOST_PAGE_SIZE {
             return Err(unsupported(format!(
@@ -159,7 +191,10 @@ impl Controller {
             )));
         }
         if mmio.len() < regs::DOORBELL_BASE + 2 * cap.doorbell_stride() {
-            return Err(unsupported(format!("BAR0 is only {} bytes, too small for the doorbells", mmio.len())));
+            return Err(unsupported(format!(
+                "BAR0 is only {} bytes, too small for the doorbells",
+                mmio.len()
+            )));
         }
         let stride = cap.doorbell_stride();
 
@@ -170,7 +205,10 @@ impl Controller {
         }
         wait_ready(&mmio, &name, cap, false)?;
 
-        let admin_entries = options.admin_entries.clamp(2, regs::ADMIN_QUEUE_MAX_ENTRIES.min(cap.max_queue_entries()));
+        let admin_entries = options.admin_entries.clamp(
+            2,
+            regs::ADMIN_QUEUE_MAX_ENTRIES.min(cap.max_queue_entries()),
+        );
         let admin = AdminQueue::new(&mmio, &dma, admin_entries, stride, HOST_PAGE_SIZE)?;
         mmio.write32(regs::AQA, Aqa::new(admin_entries, admin_entries).0);
         mmio.write64(regs::ASQ, admin.sq_iova());
@@ -185,7 +223,9 @@ impl Controller {
             .with_en(true);
         mmio.write32(regs::CC, cc.0);
         wait_ready(&mmio, &name, cap, true)?;
-        log::info!("{name}: controller enabled (NVMe {version}, {admin_entries}-entry admin queue)");
+        log::info!(
+            "{name}: controller enabled (NVMe {version}, {admin_entries}-entry admin queue)"
+        );
 
         let mut partial = Inner {
             name,
@@ -203,10 +243,16 @@ impl Controller {
             io_queues: 0,
             qid_in_use: Mutex::new(Vec::new()),
             shutdown_on_drop: options.shutdown_on_drop,
+            shadow: None,
             _keepalive: keepalive,
         };
         partial.identify_all(options.io_queues)?;
-        Ok(Controller { inner: Arc::new(partial) })
+        if options.shadow_doorbells {
+            partial.enable_shadow_doorbells()?;
+        }
+        Ok(Controller {
+            inner: Arc::new(partial),
+        })
     }
 
     /// Identify Controller data.
@@ -236,10 +282,15 @@ impl Controller {
 
     /// The active namespace `nsid`, or [`Error::InactiveNamespace`].
     pub fn namespace(&self, nsid: u32) -> Result<Namespace> {
-        self.inner.namespaces.iter().find(|n| n.nsid() == nsid).cloned().ok_or_else(|| Error::InactiveNamespace {
-            nsid,
-            active: self.inner.namespaces.iter().map(|n| n.nsid()).collect(),
-        })
+        self.inner
+            .namespaces
+            .iter()
+            .find(|n| n.nsid() == nsid)
+            .cloned()
+            .ok_or_else(|| Error::InactiveNamespace {
+                nsid,
+                active: self.inner.namespaces.iter().map(|n| n.nsid()).collect(),
+            })
     }
 
     /// I/O queue pairs the controller granted.
@@ -265,6 +316,11 @@ impl Controller {
     /// Allocates a zero-filled DMA buffer of `len` bytes for this controller.
     pub fn alloc_buffer(&self, len: usize) -> Result<DmaBuffer> {
         Ok(DmaBuffer::allocate(&self.inner.dma, len)?)
+    }
+
+    /// Whether shadow doorbells (Doorbell Buffer Config) are in use.
+    pub fn shadow_doorbells(&self) -> bool {
+        self.inner.has_shadow()
     }
 
     /// Reads CSTS and reports whether the controller signals a fatal error.
@@ -299,18 +355,30 @@ impl Controller {
 
 impl Inner {
     /// Runs one admin command under the admin lock.
-    pub(crate) fn admin(&self, sqe: SubmissionEntry, data: Option<(&DmaBuffer, usize)>) -> Result<CompletionEntry> {
+    pub(crate) fn admin(
+        &self,
+        sqe: SubmissionEntry,
+        data: Option<(&DmaBuffer, usize)>,
+    ) -> Result<CompletionEntry> {
         if self.failed.load(Ordering::Acquire) {
-            return Err(Error::Failed { controller: self.name.clone() });
+            return Err(Error::Failed {
+                controller: self.name.clone(),
+            });
         }
-        let mut admin: MutexGuard<'_, AdminQueue> = self.admin.lock().unwrap_or_else(|p| p.into_inner());
+        let mut admin: MutexGuard<'_, AdminQueue> =
+            self.admin.lock().unwrap_or_else(|p| p.into_inner());
         let result = admin.execute(&self.mmio, self.page_size, sqe, data, self.admin_timeout);
         match result {
             Err(Error::Timeout { .. }) | Err(Error::ControllerFatal { .. }) => {
                 self.failed.store(true, Ordering::Release);
-                log::error!("{}: admin command failed fatally; controller marked failed", self.name);
+                log::error!(
+                    "{}: admin command failed fatally; controller marked failed",
+                    self.name
+                );
                 result.map_err(|e| match e {
-                    Error::ControllerFatal { .. } => Error::ControllerFatal { controller: self.name.clone() },
+                    Error::ControllerFatal { .. } => Error::ControllerFatal {
+                        controller: self.name.clone(),
+                    },
                     e => e,
                 })
             }
@@ -320,20 +388,30 @@ impl Inner {
 
     fn identify_all(&mut self, io_queues: u16) -> Result<()> {
         let mut page = DmaBuffer::allocate(&self.dma, IDENTIFY_DATA_SIZE)?;
-        let identify_into = |inner: &Self, cns: Cns, nsid: u32, page: &mut DmaBuffer| -> Result<[u8; IDENTIFY_DATA_SIZE]> {
+        let identify_into = |inner: &Self,
+                             cns: Cns,
+                             nsid: u32,
+                             page: &mut DmaBuffer|
+         -> Result<[u8; IDENTIFY_DATA_SIZE]> {
             page.fill(0);
-            inner.admin(command::identify(cns, nsid), Some((page, IDENTIFY_DATA_SIZE)))?;
+            inner.admin(
+                command::identify(cns, nsid),
+                Some((page, IDENTIFY_DATA_SIZE)),
+            )?;
             let mut bytes = [0u8; IDENTIFY_DATA_SIZE];
             bytes.copy_from_slice(&page[..IDENTIFY_DATA_SIZE]);
             Ok(bytes)
         };
-        let id = IdentifyController::from_bytes(&identify_into(self, Cns::Controller, 0, &mut page)?);
+        let id =
+            IdentifyController::from_bytes(&identify_into(self, Cns::Controller, 0, &mut page)?);
         let (sqes_min, _) = id.sqes_min_max();
         let (cqes_min, _) = id.cqes_min_max();
         if sqes_min > SQES_LOG2 || cqes_min > CQES_LOG2 {
             return Err(Error::Unsupported {
                 controller: self.name.clone(),
-                what: format!("it requires queue entry sizes 2^{sqes_min}/2^{cqes_min} bytes (we use 64/16)"),
+                what: format!(
+                    "it requires queue entry sizes 2^{sqes_min}/2^{cqes_min} bytes (we use 64/16)"
+                ),
             });
         }
         if let Some(mdts) = id.mdts_bytes(self.cap.min_page_size()) {
@@ -353,7 +431,11 @@ impl Inner {
         let (sq, cq) = command::number_of_queues_allocated(cqe.dw0);
         self.io_queues = sq.min(cq).min(asked);
         self.qid_in_use = Mutex::new(vec![false; self.io_queues as usize + 1]);
-        log::debug!("{}: {} I/O queue pairs granted ({sq} SQ / {cq} CQ)", self.name, self.io_queues);
+        log::debug!(
+            "{}: {} I/O queue pairs granted ({sq} SQ / {cq} CQ)",
+            self.name,
+            self.io_queues
+        );
 
         // Active namespace list (CNS 02h, NVMe 1.1+); older controllers: probe 1..=NN.
         let nsids: Vec<u32> = match identify_into(self, Cns::ActiveNamespaceList, 0, &mut page) {
@@ -363,10 +445,18 @@ impl Inner {
         };
         let mut namespaces = Vec::with_capacity(nsids.len());
         for nsid in nsids {
-            let data = IdentifyNamespace::from_bytes(&identify_into(self, Cns::Namespace, nsid, &mut page)?);
+            let data = IdentifyNamespace::from_bytes(&identify_into(
+                self,
+                Cns::Namespace,
+                nsid,
+                &mut page,
+            )?);
             match Namespace::from_identify(nsid, data) {
                 Some(ns) => namespaces.push(ns),
-                None => log::warn!("{}: namespace {nsid} has no usable LBA format or zero size; skipped", self.name),
+                None => log::warn!(
+                    "{}: namespace {nsid} has no usable LBA format or zero size; skipped",
+                    self.name
+                ),
             }
         }
         self.namespaces = namespaces;
@@ -374,10 +464,80 @@ impl Inner {
         Ok(())
     }
 
+    /// Sets up shadow doorbells (NVMe Base 2.0 §5.8) if the controller supports them.
+    fn enable_shadow_doorbells(&mut self) -> Result<()> {
+        if !self
+            .identify
+            .oacs_flags()
+            .contains(Oacs::DOORBELL_BUFFER_CONFIG)
+        {
+            return Ok(());
+        }
+        let stride = self.cap.doorbell_stride();
+        let Some(buffers) = ShadowBuffers::new(
+            &self.dma,
+            self.page_size,
+            stride,
+            self.io_queues as usize + 1,
+        )?
+        else {
+            log::info!(
+                "{}: shadow doorbells skipped: {} queues do not fit one page",
+                self.name,
+                self.io_queues + 1
+            );
+            return Ok(());
+        };
+        let buffers = Arc::new(buffers);
+        let entries = {
+            let admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
+            admin.entries()
+        };
+        // Before the controller starts reading the shadow entries, they must hold what the
+        // admin rings will hold: the SQ tail after this very command, and the CQ head as it is
+        // (a head one ahead would make the controller think the CQ is full).
+        let (sq_tail, cq_head) = self
+            .admin
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .positions();
+        drop(buffers.slot(0, (sq_tail + 1) % entries));
+        drop(buffers.slot(1, cq_head));
+        let sqe =
+            command::doorbell_buffer_config(buffers.shadow_iova().0, buffers.event_idx_iova().0);
+        match self.admin(sqe, None) {
+            Ok(_) => {}
+            Err(Error::Command { status, .. }) => {
+                log::info!(
+                    "{}: Doorbell Buffer Config refused ({status}); using MMIO doorbells",
+                    self.name
+                );
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+        let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
+        let (sq_tail, cq_head) = admin.positions();
+        admin.set_shadow(buffers.slot(0, sq_tail), buffers.slot(1, cq_head));
+        drop(admin);
+        log::info!("{}: shadow doorbells enabled", self.name);
+        self.shadow = Some(buffers);
+        Ok(())
+    }
+
+    /// Whether shadow doorbells are in use.
+    pub(crate) fn has_shadow(&self) -> bool {
+        self.shadow.is_some()
+    }
+
     /// Reserves a free I/O queue id.
     pub(crate) fn allocate_qid(&self) -> Result<u16> {
         let mut used = self.qid_in_use.lock().unwrap_or_else(|p| p.into_inner());
-        let qid = (1..used.len()).find(|&q| !used[q]).ok_or(Error::NoQueuesLeft { granted: self.io_queues })?;
+        let qid = (1..used.len())
+            .find(|&q| !used[q])
+            .ok_or(Error::NoQueuesLeft {
+                granted: self.io_queues,
+            })?;
         used[qid] = true;
         Ok(qid as u16)
     }
@@ -399,9 +559,14 @@ impl Inner {
         if !cc.en() {
             return;
         }
-        self.mmio.write32(regs::CC, cc.with_shn(ShutdownNotification::Normal).0);
+        self.mmio
+            .write32(regs::CC, cc.with_shn(ShutdownNotification::Normal).0);
         let rtd3e = Duration::from_micros(self.identify.rtd3e as u64);
-        let timeout = if rtd3e.is_zero() { DEFAULT_SHUTDOWN_TIMEOUT } else { rtd3e.max(REGISTER_POLL * 10) };
+        let timeout = if rtd3e.is_zero() {
+            DEFAULT_SHUTDOWN_TIMEOUT
+        } else {
+            rtd3e.max(REGISTER_POLL * 10)
+        };
         let start = Instant::now();
         while start.elapsed() < timeout {
             let csts = Csts(self.mmio.read32(regs::CSTS));
@@ -414,7 +579,10 @@ impl Inner {
             }
             std::thread::sleep(REGISTER_POLL);
         }
-        log::warn!("{}: shutdown did not complete within {timeout:?}", self.name);
+        log::warn!(
+            "{}: shutdown did not complete within {timeout:?}",
+            self.name
+        );
     }
 }
 

@@ -26,7 +26,11 @@ pub enum Error {
          the controller may be hung: reset the PCI function (echo 1 > /sys/bus/pci/devices/<addr>/reset) \
          or power-cycle the machine"
     )]
-    NotReady { controller: String, state: &'static str, timeout: Duration },
+    NotReady {
+        controller: String,
+        state: &'static str,
+        timeout: Duration,
+    },
     /// CSTS.CFS is set: the controller hit a fatal error.
     #[error(
         "controller {controller} reports Controller Fatal Status (CSTS.CFS=1); all I/O on it fails \
@@ -38,10 +42,17 @@ pub enum Error {
     Unsupported { controller: String, what: String },
     /// A command completed with an error status.
     #[error("{command} failed: {status}")]
-    Command { command: &'static str, status: Status },
+    Command {
+        command: &'static str,
+        status: Status,
+    },
     /// A command did not complete in time.
     #[error("{command} (command id {cid:#x}) timed out after {timeout:?}")]
-    Timeout { command: &'static str, cid: u16, timeout: Duration },
+    Timeout {
+        command: &'static str,
+        cid: u16,
+        timeout: Duration,
+    },
     /// An earlier admin timeout or fatal status left the controller unusable.
     #[error("controller {controller} failed earlier and must be re-opened (reset) before use")]
     Failed { controller: String },
@@ -55,13 +66,22 @@ pub enum Error {
         end = lba.saturating_add(*blocks as u64),
         last = capacity.saturating_sub(1)
     )]
-    LbaOutOfRange { nsid: u32, lba: u64, blocks: u64, capacity: u64 },
+    LbaOutOfRange {
+        nsid: u32,
+        lba: u64,
+        blocks: u64,
+        capacity: u64,
+    },
     /// A transfer of zero blocks or bytes.
     #[error("zero-length I/O: give at least one block")]
     ZeroLength,
     /// A byte length that is not a whole number of blocks.
     #[error("length {len} is not a multiple of namespace {nsid}'s block size {block_size}")]
-    NotBlockMultiple { nsid: u32, len: usize, block_size: u32 },
+    NotBlockMultiple {
+        nsid: u32,
+        len: usize,
+        block_size: u32,
+    },
     /// The buffer cannot hold the transfer.
     #[error("buffer of {len} bytes is smaller than the {needed}-byte transfer")]
     BufferTooSmall { needed: usize, len: usize },
@@ -69,7 +89,9 @@ pub enum Error {
     #[error("buffer at IOVA {iova:#x} is not {align}-byte aligned (NVMe PRP entries must be dword aligned)")]
     BufferMisaligned { iova: u64, align: usize },
     /// No free slot (command id) or submission queue entry.
-    #[error("queue full: all {depth} slots of queue {qid} are in flight; poll for completions first")]
+    #[error(
+        "queue full: all {depth} slots of queue {qid} are in flight; poll for completions first"
+    )]
     QueueFull { qid: u16, depth: u32 },
     /// A transfer needs more commands than the queue can ever hold at once (or has free now).
     #[error(
@@ -77,7 +99,13 @@ pub enum Error {
          {max_per_command} bytes (MDTS), but only {free} slots are free of the queue's {capacity}; \
          use a deeper queue or a smaller transfer"
     )]
-    TransferTooLarge { bytes: usize, commands: usize, max_per_command: usize, free: u32, capacity: u32 },
+    TransferTooLarge {
+        bytes: usize,
+        commands: usize,
+        max_per_command: usize,
+        free: u32,
+        capacity: u32,
+    },
     /// Asked for a queue deeper than CAP.MQES allows, or too shallow.
     #[error("queue depth {requested} is not supported: choose 2..={max} (CAP.MQES+1)")]
     QueueDepth { requested: u32, max: u32 },

@@ -24,7 +24,9 @@ mod ring;
 pub use controller::{Controller, ControllerOptions, Transport, DEFAULT_IO_QUEUES, HOST_PAGE_SIZE};
 pub use error::{Error, IoFailure, Result};
 pub use namespace::Namespace;
-pub use queue_pair::{Completion, QueuePair, QueuePairOptions, QueuePairStats, MAX_BLOCKS_PER_COMMAND};
+pub use queue_pair::{
+    Completion, QueuePair, QueuePairOptions, QueuePairStats, MAX_BLOCKS_PER_COMMAND,
+};
 
 pub use nvme_spec as spec;
 pub use nvme_vfio::{DmaBuffer, DmaMapper, Iova};

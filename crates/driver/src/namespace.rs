@@ -30,7 +30,13 @@ impl Namespace {
         if !(MIN_BLOCK_SHIFT..32).contains(&shift) || data.nsze == 0 {
             return None;
         }
-        Some(Self { nsid, block_size: 1 << shift, block_shift: shift, blocks: data.nsze, data: Arc::new(data) })
+        Some(Self {
+            nsid,
+            block_size: 1 << shift,
+            block_shift: shift,
+            blocks: data.nsze,
+            data: Arc::new(data),
+        })
     }
 
     /// Namespace id.
@@ -68,7 +74,12 @@ impl Namespace {
         }
         match lba.checked_add(blocks) {
             Some(end) if end <= self.blocks => Ok(()),
-            _ => Err(Error::LbaOutOfRange { nsid: self.nsid, lba, blocks, capacity: self.blocks }),
+            _ => Err(Error::LbaOutOfRange {
+                nsid: self.nsid,
+                lba,
+                blocks,
+                capacity: self.blocks,
+            }),
         }
     }
 
@@ -79,7 +90,11 @@ impl Namespace {
             return Err(Error::ZeroLength);
         }
         if len & (self.block_size as usize - 1) != 0 {
-            return Err(Error::NotBlockMultiple { nsid: self.nsid, len, block_size: self.block_size });
+            return Err(Error::NotBlockMultiple {
+                nsid: self.nsid,
+                len,
+                block_size: self.block_size,
+            });
         }
         Ok((len >> self.block_shift) as u64)
     }
@@ -100,7 +115,11 @@ mod tests {
         let mut data = IdentifyNamespace::default();
         data.nsze = nsze;
         data.ncap = nsze;
-        data.lbaf[0] = LbaFormat { ms: 0, lbads, rp: 0 };
+        data.lbaf[0] = LbaFormat {
+            ms: 0,
+            lbads,
+            rp: 0,
+        };
         Namespace::from_identify(1, data)
     }
 
@@ -109,11 +128,20 @@ mod tests {
         let n = ns(12, 100).unwrap();
         assert_eq!(n.block_size(), 4096);
         assert!(n.check_range(0, 100).is_ok());
-        assert!(matches!(n.check_range(99, 2), Err(Error::LbaOutOfRange { .. })));
-        assert!(matches!(n.check_range(u64::MAX, 2), Err(Error::LbaOutOfRange { .. })));
+        assert!(matches!(
+            n.check_range(99, 2),
+            Err(Error::LbaOutOfRange { .. })
+        ));
+        assert!(matches!(
+            n.check_range(u64::MAX, 2),
+            Err(Error::LbaOutOfRange { .. })
+        ));
         assert!(matches!(n.check_range(5, 0), Err(Error::ZeroLength)));
         assert_eq!(n.bytes_to_blocks(8192).unwrap(), 2);
-        assert!(matches!(n.bytes_to_blocks(512), Err(Error::NotBlockMultiple { .. })));
+        assert!(matches!(
+            n.bytes_to_blocks(512),
+            Err(Error::NotBlockMultiple { .. })
+        ));
         assert!(matches!(n.bytes_to_blocks(0), Err(Error::ZeroLength)));
     }
 

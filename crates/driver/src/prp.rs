@@ -17,7 +17,11 @@ pub(crate) enum PrpLayout {
     /// PRP1 only, or PRP1 + PRP2 as a second page address.
     Direct { prp1: u64, prp2: u64 },
     /// PRP1 + a list of `entries` page addresses starting at `first_list_entry`, step one page.
-    List { prp1: u64, first_list_entry: u64, entries: usize },
+    List {
+        prp1: u64,
+        first_list_entry: u64,
+        entries: usize,
+    },
 }
 
 /// Number of memory pages touched by `[addr, addr + len)`.
@@ -35,14 +39,24 @@ pub(crate) fn layout(addr: Iova, len: usize, page_size: usize) -> PrpLayout {
     let offset = (addr.0 as usize) & (page_size - 1);
     let first_page_bytes = page_size - offset;
     if len <= first_page_bytes {
-        return PrpLayout::Direct { prp1: addr.0, prp2: 0 };
+        return PrpLayout::Direct {
+            prp1: addr.0,
+            prp2: 0,
+        };
     }
     let second_page = addr.0 + first_page_bytes as u64;
     if len <= first_page_bytes + page_size {
-        return PrpLayout::Direct { prp1: addr.0, prp2: second_page };
+        return PrpLayout::Direct {
+            prp1: addr.0,
+            prp2: second_page,
+        };
     }
     let entries = (len - first_page_bytes).div_ceil(page_size);
-    PrpLayout::List { prp1: addr.0, first_list_entry: second_page, entries }
+    PrpLayout::List {
+        prp1: addr.0,
+        first_list_entry: second_page,
+        entries,
+    }
 }
 
 /// Most bytes one command can move with a single PRP list page, for a buffer that starts
@@ -61,17 +75,47 @@ mod tests {
 
     #[test]
     fn single_page_uses_prp1_only() {
-        assert_eq!(layout(Iova(0x10000), 512, PAGE), PrpLayout::Direct { prp1: 0x10000, prp2: 0 });
-        assert_eq!(layout(Iova(0x10000), 4096, PAGE), PrpLayout::Direct { prp1: 0x10000, prp2: 0 });
+        assert_eq!(
+            layout(Iova(0x10000), 512, PAGE),
+            PrpLayout::Direct {
+                prp1: 0x10000,
+                prp2: 0
+            }
+        );
+        assert_eq!(
+            layout(Iova(0x10000), 4096, PAGE),
+            PrpLayout::Direct {
+                prp1: 0x10000,
+                prp2: 0
+            }
+        );
         // Offset start that still fits in the first page.
-        assert_eq!(layout(Iova(0x10200), 3584, PAGE), PrpLayout::Direct { prp1: 0x10200, prp2: 0 });
+        assert_eq!(
+            layout(Iova(0x10200), 3584, PAGE),
+            PrpLayout::Direct {
+                prp1: 0x10200,
+                prp2: 0
+            }
+        );
     }
 
     #[test]
     fn two_pages_use_prp2_as_page_pointer() {
-        assert_eq!(layout(Iova(0x10000), 8192, PAGE), PrpLayout::Direct { prp1: 0x10000, prp2: 0x11000 });
+        assert_eq!(
+            layout(Iova(0x10000), 8192, PAGE),
+            PrpLayout::Direct {
+                prp1: 0x10000,
+                prp2: 0x11000
+            }
+        );
         // 4 KiB starting mid-page crosses into a second page.
-        assert_eq!(layout(Iova(0x10200), 4096, PAGE), PrpLayout::Direct { prp1: 0x10200, prp2: 0x11000 });
+        assert_eq!(
+            layout(Iova(0x10200), 4096, PAGE),
+            PrpLayout::Direct {
+                prp1: 0x10200,
+                prp2: 0x11000
+            }
+        );
         assert_eq!(pages(Iova(0x10200), 4096, PAGE), 2);
     }
 
@@ -79,11 +123,19 @@ mod tests {
     fn three_or_more_pages_use_a_list() {
         assert_eq!(
             layout(Iova(0x10000), 12288, PAGE),
-            PrpLayout::List { prp1: 0x10000, first_list_entry: 0x11000, entries: 2 }
+            PrpLayout::List {
+                prp1: 0x10000,
+                first_list_entry: 0x11000,
+                entries: 2
+            }
         );
         assert_eq!(
             layout(Iova(0x10800), 8192, PAGE),
-            PrpLayout::List { prp1: 0x10800, first_list_entry: 0x11000, entries: 2 }
+            PrpLayout::List {
+                prp1: 0x10800,
+                first_list_entry: 0x11000,
+                entries: 2
+            }
         );
         let big = max_bytes_with_one_list(PAGE);
         match layout(Iova(0x10004), big, PAGE) {

@@ -48,11 +48,18 @@ pub struct QueuePairOptions {
     pub timeout: Duration,
     /// Most completions handled by one [`QueuePair::poll`] call (the completion batch cap).
     pub max_completions_per_poll: usize,
+    /// Use the controller's shadow doorbells for this pair, if it has them (for A/B runs).
+    pub shadow_doorbells: bool,
 }
 
 impl Default for QueuePairOptions {
     fn default() -> Self {
-        Self { depth: 256, timeout: Duration::from_secs(30), max_completions_per_poll: 64 }
+        Self {
+            depth: 256,
+            timeout: Duration::from_secs(30),
+            max_completions_per_poll: 64,
+            shadow_doorbells: true,
+        }
     }
 }
 
@@ -77,8 +84,12 @@ pub struct QueuePairStats {
     pub requests_completed: u64,
     /// Completion entries consumed.
     pub completions_reaped: u64,
-    /// MMIO writes to the SQ tail doorbell.
+    /// SQ tail updates published (MMIO or shadow doorbell).
+    pub sq_doorbell_updates: u64,
+    /// MMIO writes to the SQ tail doorbell (fewer than updates with shadow doorbells).
     pub sq_doorbell_writes: u64,
+    /// CQ head updates published (MMIO or shadow doorbell).
+    pub cq_doorbell_updates: u64,
     /// MMIO writes to the CQ head doorbell.
     pub cq_doorbell_writes: u64,
     /// Calls to `poll`.
@@ -165,10 +176,15 @@ impl Controller {
         let inner = &self.inner;
         let max = inner.cap.max_queue_entries();
         if options.depth < 2 || options.depth > max {
-            return Err(Error::QueueDepth { requested: options.depth, max });
+            return Err(Error::QueueDepth {
+                requested: options.depth,
+                max,
+            });
         }
         if inner.is_failed() {
-            return Err(Error::Failed { controller: inner.name.clone() });
+            return Err(Error::Failed {
+                controller: inner.name.clone(),
+            });
         }
         let qid = inner.allocate_qid()?;
         match QueuePair::create(inner.clone(), qid, options) {
@@ -185,8 +201,23 @@ impl QueuePair {
     fn create(ctrl: Arc<Inner>, qid: u16, options: QueuePairOptions) -> Result<Self> {
         let stride = ctrl.cap.doorbell_stride();
         let depth = options.depth;
-        let sq = SqRing::new(&ctrl.dma, depth, ctrl.mmio.doorbell(regs::sq_tail_doorbell(qid, stride)))?;
-        let cq = CqRing::new(&ctrl.dma, depth, ctrl.mmio.doorbell(regs::cq_head_doorbell(qid, stride)))?;
+        let mut sq = SqRing::new(
+            &ctrl.dma,
+            depth,
+            ctrl.mmio.doorbell(regs::sq_tail_doorbell(qid, stride)),
+        )?;
+        let mut cq = CqRing::new(
+            &ctrl.dma,
+            depth,
+            ctrl.mmio.doorbell(regs::cq_head_doorbell(qid, stride)),
+        )?;
+        if options.shadow_doorbells {
+            if let Some(shadow) = &ctrl.shadow {
+                // Fresh queues start at 0; reset the entries a previous user of this qid left.
+                sq.set_shadow(Some(shadow.slot(2 * qid as usize, 0)));
+                cq.set_shadow(Some(shadow.slot(2 * qid as usize + 1, 0)));
+            }
+        }
         let slots = (depth - 1) as u16;
         let pages = SlotPages::new(&ctrl.dma, slots as usize, ctrl.page_size)?;
         ctrl.admin(command::create_io_cq(qid, depth, cq.iova().0, None), None)?;
@@ -207,7 +238,10 @@ impl QueuePair {
             buffer: None,
         });
         let timeout = options.timeout.max(Duration::from_millis(1));
-        log::debug!("{}: created I/O queue pair {qid} with {depth} entries", ctrl.name);
+        log::debug!(
+            "{}: created I/O queue pair {qid} with {depth} entries",
+            ctrl.name
+        );
         Ok(Self {
             sq,
             cq,
@@ -269,9 +303,15 @@ impl QueuePair {
     /// the tail doorbell to [`QueuePair::unplug`].
     pub fn plug(&mut self, n: u16) -> Result<()> {
         if n as u32 > self.sq.free_entries() {
-            return Err(Error::QueueFull { qid: self.qid, depth: self.sq.entries() });
+            return Err(Error::QueueFull {
+                qid: self.qid,
+                depth: self.sq.entries(),
+            });
         }
-        self.tags.plug(n).map_err(|_| Error::QueueFull { qid: self.qid, depth: self.sq.entries() })?;
+        self.tags.plug(n).map_err(|_| Error::QueueFull {
+            qid: self.qid,
+            depth: self.sq.entries(),
+        })?;
         self.plugged = true;
         Ok(())
     }
@@ -286,8 +326,9 @@ impl QueuePair {
     /// Writes the tail doorbell if commands were queued since the last write.
     #[inline]
     pub fn ring(&mut self) {
-        if self.sq.publish() {
-            self.stats.sq_doorbell_writes += 1;
+        if let Some(mmio) = self.sq.publish() {
+            self.stats.sq_doorbell_updates += 1;
+            self.stats.sq_doorbell_writes += mmio as u64;
         }
     }
 
@@ -311,7 +352,8 @@ impl QueuePair {
         buf: DmaBuffer,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        self.submit_rw(opcode::nvm::READ, ns, lba, blocks, buf, false, user_data).map(drop)
+        self.submit_rw(opcode::nvm::READ, ns, lba, blocks, buf, false, user_data)
+            .map(drop)
     }
 
     /// Queues a write of `blocks` blocks at `lba` from `buf`; `fua` forces the data to
@@ -326,7 +368,8 @@ impl QueuePair {
         fua: bool,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        self.submit_rw(opcode::nvm::WRITE, ns, lba, blocks, buf, fua, user_data).map(drop)
+        self.submit_rw(opcode::nvm::WRITE, ns, lba, blocks, buf, fua, user_data)
+            .map(drop)
     }
 
     /// Queues a Compare of `blocks` blocks at `lba` with `buf`; a mismatch completes with the
@@ -339,21 +382,39 @@ impl QueuePair {
         buf: DmaBuffer,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        self.submit_rw(opcode::nvm::COMPARE, ns, lba, blocks, buf, false, user_data).map(drop)
+        self.submit_rw(opcode::nvm::COMPARE, ns, lba, blocks, buf, false, user_data)
+            .map(drop)
     }
 
     /// Queues a Flush of the namespace's volatile write cache.
     pub fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
-        self.submit_single(command::flush(ns.nsid()), None, 0, user_data).map(drop).map_err(|f| f.error)
+        self.submit_single(command::flush(ns.nsid()), None, 0, user_data)
+            .map(drop)
+            .map_err(|f| f.error)
     }
 
     /// Queues a Write Zeroes of `blocks` blocks at `lba` (`deallocate`: the controller may
     /// deallocate them instead of writing).
-    pub fn submit_write_zeroes(&mut self, ns: &Namespace, lba: u64, blocks: u32, deallocate: bool, user_data: u64) -> Result<()> {
-        self.submit_write_zeroes_inner(ns, lba, blocks, deallocate, user_data).map(drop)
+    pub fn submit_write_zeroes(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        deallocate: bool,
+        user_data: u64,
+    ) -> Result<()> {
+        self.submit_write_zeroes_inner(ns, lba, blocks, deallocate, user_data)
+            .map(drop)
     }
 
-    fn submit_write_zeroes_inner(&mut self, ns: &Namespace, lba: u64, blocks: u32, deallocate: bool, user_data: u64) -> Result<Tag> {
+    fn submit_write_zeroes_inner(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        deallocate: bool,
+        user_data: u64,
+    ) -> Result<Tag> {
         ns.check_range(lba, blocks as u64)?;
         if blocks > MAX_BLOCKS_PER_COMMAND {
             return Err(Error::InvalidRequest(format!(
@@ -361,17 +422,32 @@ impl QueuePair {
             )));
         }
         let sqe = command::write_zeroes(ns.nsid(), lba, blocks, deallocate, false);
-        self.submit_single(sqe, None, 0, user_data).map_err(|f| f.error)
+        self.submit_single(sqe, None, 0, user_data)
+            .map_err(|f| f.error)
     }
 
     /// Queues a Dataset Management deallocate (trim) of up to 256 `(lba, blocks)` ranges.
-    pub fn submit_deallocate(&mut self, ns: &Namespace, ranges: &[(u64, u32)], user_data: u64) -> Result<()> {
-        self.submit_deallocate_inner(ns, ranges, user_data).map(drop)
+    pub fn submit_deallocate(
+        &mut self,
+        ns: &Namespace,
+        ranges: &[(u64, u32)],
+        user_data: u64,
+    ) -> Result<()> {
+        self.submit_deallocate_inner(ns, ranges, user_data)
+            .map(drop)
     }
 
-    fn submit_deallocate_inner(&mut self, ns: &Namespace, ranges: &[(u64, u32)], user_data: u64) -> Result<Tag> {
+    fn submit_deallocate_inner(
+        &mut self,
+        ns: &Namespace,
+        ranges: &[(u64, u32)],
+        user_data: u64,
+    ) -> Result<Tag> {
         if ranges.is_empty() || ranges.len() > DSM_MAX_RANGES {
-            return Err(Error::BadRangeCount { count: ranges.len(), max: DSM_MAX_RANGES });
+            return Err(Error::BadRangeCount {
+                count: ranges.len(),
+                max: DSM_MAX_RANGES,
+            });
         }
         for &(lba, blocks) in ranges {
             ns.check_range(lba, blocks as u64)?;
@@ -380,7 +456,12 @@ impl QueuePair {
         let tag = self.alloc_one()?;
         let index = tag.index();
         // Range entry (NVM CS §3.2.3): context attributes, length in blocks (1-based), LBA.
-        self.pages.write_u64s(index, ranges.iter().flat_map(|&(lba, blocks)| [(blocks as u64) << 32, lba]));
+        self.pages.write_u64s(
+            index,
+            ranges
+                .iter()
+                .flat_map(|&(lba, blocks)| [(blocks as u64) << 32, lba]),
+        );
         let mut sqe = sqe;
         sqe.prp1 = self.pages.iova(index).0;
         self.start_group(tag, sqe.opcode(), user_data, None, 1);
@@ -437,10 +518,16 @@ impl QueuePair {
             return Err(Error::ZeroLength);
         }
         if buf.len() < needed {
-            return Err(Error::BufferTooSmall { needed, len: buf.len() });
+            return Err(Error::BufferTooSmall {
+                needed,
+                len: buf.len(),
+            });
         }
         if buf.iova().0 & 3 != 0 {
-            return Err(Error::BufferMisaligned { iova: buf.iova().0, align: 4 });
+            return Err(Error::BufferMisaligned {
+                iova: buf.iova().0,
+                align: 4,
+            });
         }
         Ok(())
     }
@@ -448,9 +535,15 @@ impl QueuePair {
     #[inline(always)]
     fn alloc_one(&mut self) -> Result<Tag> {
         if self.sq.is_full() {
-            return Err(Error::QueueFull { qid: self.qid, depth: self.sq.entries() });
+            return Err(Error::QueueFull {
+                qid: self.qid,
+                depth: self.sq.entries(),
+            });
         }
-        self.tags.alloc().ok_or(Error::QueueFull { qid: self.qid, depth: self.sq.entries() })
+        self.tags.alloc().ok_or(Error::QueueFull {
+            qid: self.qid,
+            depth: self.sq.entries(),
+        })
     }
 
     /// Read/Write/Compare: validation, then one command or a split group.
@@ -467,7 +560,12 @@ impl QueuePair {
         user_data: u64,
     ) -> std::result::Result<Tag, IoFailure> {
         if self.ctrl_failed() {
-            return Err(IoFailure::new(Error::Failed { controller: self.ctrl.name.clone() }, Some(buf)));
+            return Err(IoFailure::new(
+                Error::Failed {
+                    controller: self.ctrl.name.clone(),
+                },
+                Some(buf),
+            ));
         }
         if let Err(e) = ns.check_range(lba, blocks as u64) {
             return Err(IoFailure::new(e, Some(buf)));
@@ -538,7 +636,10 @@ impl QueuePair {
                     capacity,
                 }
             } else {
-                Error::QueueFull { qid: self.qid, depth: self.sq.entries() }
+                Error::QueueFull {
+                    qid: self.qid,
+                    depth: self.sq.entries(),
+                }
             };
             return Err(IoFailure::new(error, Some(buf)));
         }
@@ -561,7 +662,12 @@ impl QueuePair {
             let n = chunk_blocks.min(blocks - first);
             let mut sqe = rw_command(op, ns.nsid(), lba + first as u64, n, fua);
             let offset = first as u64 * block_size as u64;
-            self.set_data_pointer(&mut sqe, tag.index(), base + offset, n as usize * block_size);
+            self.set_data_pointer(
+                &mut sqe,
+                tag.index(),
+                base + offset,
+                n as usize * block_size,
+            );
             sqes[i] = sqe;
             if i > 0 {
                 self.tags.get_mut(tag).head = head;
@@ -587,9 +693,16 @@ impl QueuePair {
                 sqe.prp1 = prp1;
                 sqe.prp2 = prp2;
             }
-            PrpLayout::List { prp1, first_list_entry, entries } => {
+            PrpLayout::List {
+                prp1,
+                first_list_entry,
+                entries,
+            } => {
                 let step = self.page_size as u64;
-                self.pages.write_u64s(index, (0..entries as u64).map(|k| first_list_entry + k * step));
+                self.pages.write_u64s(
+                    index,
+                    (0..entries as u64).map(|k| first_list_entry + k * step),
+                );
                 sqe.prp1 = prp1;
                 sqe.prp2 = self.pages.iova(index).0;
             }
@@ -597,7 +710,14 @@ impl QueuePair {
     }
 
     #[inline(always)]
-    fn start_group(&mut self, tag: Tag, op: u8, user_data: u64, buffer: Option<DmaBuffer>, commands: u16) {
+    fn start_group(
+        &mut self,
+        tag: Tag,
+        op: u8,
+        user_data: u64,
+        buffer: Option<DmaBuffer>,
+        commands: u16,
+    ) {
         let epoch = self.epoch;
         let slot = self.tags.get_mut(tag);
         slot.head = tag;
@@ -671,15 +791,20 @@ impl QueuePair {
                 self.stats.bad_sq_heads += 1;
             }
             let status = cqe.status();
-            let outcome = if status.is_success() { Outcome::Done(cqe.dw0) } else { Outcome::Status(status) };
+            let outcome = if status.is_success() {
+                Outcome::Done(cqe.dw0)
+            } else {
+                Outcome::Status(status)
+            };
             if self.finish_command(tag, outcome, f) {
                 finished += 1;
             }
         }
         if consumed > 0 {
             self.stats.completions_reaped += consumed as u64;
-            if self.cq.publish() {
-                self.stats.cq_doorbell_writes += 1;
+            if let Some(mmio) = self.cq.publish() {
+                self.stats.cq_doorbell_updates += 1;
+                self.stats.cq_doorbell_writes += mmio as u64;
             }
         }
         finished
@@ -701,7 +826,12 @@ impl QueuePair {
     /// Records one command's outcome; completes its request when it was the group's last.
     /// Returns whether a request finished.
     #[inline(always)]
-    fn finish_command<F: FnMut(Completion)>(&mut self, tag: Tag, outcome: Outcome, f: &mut F) -> bool {
+    fn finish_command<F: FnMut(Completion)>(
+        &mut self,
+        tag: Tag,
+        outcome: Outcome,
+        f: &mut F,
+    ) -> bool {
         let slot = self.tags.get_mut(tag);
         slot.awaiting = false;
         let head_tag = slot.head;
@@ -713,7 +843,10 @@ impl QueuePair {
             Outcome::Done(dw0) => head.dw0 = dw0,
             Outcome::Status(status) => {
                 if head.error.is_none() {
-                    head.error = Some(Error::Command { command: command_name(head.opcode), status });
+                    head.error = Some(Error::Command {
+                        command: command_name(head.opcode),
+                        status,
+                    });
                 }
             }
             // Lost commands decide the outcome: they govern whether the buffer may be returned.
@@ -738,15 +871,27 @@ impl QueuePair {
         self.tags.free(head_tag);
         self.stats.requests_completed += 1;
         let completion = match error {
-            None => Completion { user_data, result: Ok(dw0), buffer },
+            None => Completion {
+                user_data,
+                result: Ok(dw0),
+                buffer,
+            },
             Some(e @ (Error::Timeout { .. } | Error::ControllerFatal { .. })) => {
                 // The controller may still write the buffer: keep it until the queues are gone.
                 if let Some(b) = buffer {
                     self.quarantine.push(b);
                 }
-                Completion { user_data, result: Err(e), buffer: None }
+                Completion {
+                    user_data,
+                    result: Err(e),
+                    buffer: None,
+                }
             }
-            Some(e) => Completion { user_data, result: Err(e), buffer },
+            Some(e) => Completion {
+                user_data,
+                result: Err(e),
+                buffer,
+            },
         };
         if sync {
             self.sync_done = Some(completion);
@@ -774,7 +919,8 @@ impl QueuePair {
             let mut n = 0;
             for tag in self.tags.iter_in_use() {
                 let slot = self.tags.get(tag);
-                if slot.awaiting && (fatal || self.epoch.wrapping_sub(slot.epoch) >= TIMEOUT_EPOCHS) {
+                if slot.awaiting && (fatal || self.epoch.wrapping_sub(slot.epoch) >= TIMEOUT_EPOCHS)
+                {
                     expired[n] = Some(tag);
                     n += 1;
                     if n == EXPIRE_BATCH {
@@ -798,7 +944,9 @@ impl QueuePair {
         let head_tag = self.tags.get(tag).head;
         let command = command_name(self.tags.get(head_tag).opcode);
         let error = if fatal {
-            Error::ControllerFatal { controller: self.ctrl.name.clone() }
+            Error::ControllerFatal {
+                controller: self.ctrl.name.clone(),
+            }
         } else {
             log::error!(
                 "{} queue {}: {command} (cid {cid:#x}) timed out after {:?}; aborting it",
@@ -809,7 +957,11 @@ impl QueuePair {
             // Best effort: the command's slot is retired either way (a late completion fails
             // the generation/awaiting checks).
             let _ = self.ctrl.admin(command::abort(self.qid, cid), None);
-            Error::Timeout { command, cid, timeout: self.timeout }
+            Error::Timeout {
+                command,
+                cid,
+                timeout: self.timeout,
+            }
         };
         self.finish_command(tag, Outcome::Lost(error), f);
     }
@@ -844,7 +996,10 @@ impl QueuePair {
         self.tags.get_mut(head).sync = true;
     }
 
-    fn run_sync(&mut self, submitted: std::result::Result<Tag, IoFailure>) -> std::result::Result<Option<DmaBuffer>, IoFailure> {
+    fn run_sync(
+        &mut self,
+        submitted: std::result::Result<Tag, IoFailure>,
+    ) -> std::result::Result<Option<DmaBuffer>, IoFailure> {
         let head = submitted?;
         self.mark_sync(head);
         self.ring();
@@ -856,9 +1011,16 @@ impl QueuePair {
     }
 
     /// Reads `blocks` blocks at `lba` into `buf` and waits for the data.
-    pub fn read(&mut self, ns: &Namespace, lba: u64, blocks: u32, buf: DmaBuffer) -> std::result::Result<DmaBuffer, IoFailure> {
+    pub fn read(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+    ) -> std::result::Result<DmaBuffer, IoFailure> {
         let r = self.submit_rw(opcode::nvm::READ, ns, lba, blocks, buf, false, 0);
-        self.run_sync(r).map(|b| b.expect("read returns its buffer"))
+        self.run_sync(r)
+            .map(|b| b.expect("read returns its buffer"))
     }
 
     /// Writes `blocks` blocks at `lba` from `buf` and waits for completion.
@@ -871,14 +1033,22 @@ impl QueuePair {
         fua: bool,
     ) -> std::result::Result<DmaBuffer, IoFailure> {
         let r = self.submit_rw(opcode::nvm::WRITE, ns, lba, blocks, buf, fua, 0);
-        self.run_sync(r).map(|b| b.expect("write returns its buffer"))
+        self.run_sync(r)
+            .map(|b| b.expect("write returns its buffer"))
     }
 
     /// Compares `blocks` blocks at `lba` with `buf`; a mismatch is an error with the
     /// Compare Failure status (the buffer comes back in the error).
-    pub fn compare(&mut self, ns: &Namespace, lba: u64, blocks: u32, buf: DmaBuffer) -> std::result::Result<DmaBuffer, IoFailure> {
+    pub fn compare(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+    ) -> std::result::Result<DmaBuffer, IoFailure> {
         let r = self.submit_rw(opcode::nvm::COMPARE, ns, lba, blocks, buf, false, 0);
-        self.run_sync(r).map(|b| b.expect("compare returns its buffer"))
+        self.run_sync(r)
+            .map(|b| b.expect("compare returns its buffer"))
     }
 
     /// Flushes the namespace's volatile write cache and waits.
@@ -888,7 +1058,13 @@ impl QueuePair {
     }
 
     /// Writes zeroes to `blocks` blocks at `lba` and waits.
-    pub fn write_zeroes(&mut self, ns: &Namespace, lba: u64, blocks: u32, deallocate: bool) -> Result<()> {
+    pub fn write_zeroes(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        deallocate: bool,
+    ) -> Result<()> {
         let head = self.submit_write_zeroes_inner(ns, lba, blocks, deallocate, 0)?;
         self.run_sync(Ok(head)).map(drop).map_err(|f| f.error)
     }
@@ -958,9 +1134,17 @@ impl Drop for QueuePair {
         // the IOMMU before it is released, so even a misbehaving controller cannot reach it.
         if !self.ctrl.is_failed() {
             if let Err(e) = self.ctrl.admin(command::delete_io_sq(self.qid), None) {
-                log::warn!("{}: deleting I/O submission queue {}: {e}", self.ctrl.name, self.qid);
+                log::warn!(
+                    "{}: deleting I/O submission queue {}: {e}",
+                    self.ctrl.name,
+                    self.qid
+                );
             } else if let Err(e) = self.ctrl.admin(command::delete_io_cq(self.qid), None) {
-                log::warn!("{}: deleting I/O completion queue {}: {e}", self.ctrl.name, self.qid);
+                log::warn!(
+                    "{}: deleting I/O completion queue {}: {e}",
+                    self.ctrl.name,
+                    self.qid
+                );
             }
         }
         self.ctrl.release_qid(self.qid);

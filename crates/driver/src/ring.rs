@@ -6,12 +6,159 @@
 //! device until the ring drops; indices passed in are `< entries` (checked in debug builds and
 //! guaranteed by the callers' wrap-around arithmetic).
 
+use std::ptr::NonNull;
 use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
 
 use nvme_spec::queue::{CompletionEntry, SubmissionEntry, CQE_SIZE, SQE_SIZE};
 use nvme_vfio::{DmaError, DmaMapper, DmaRegion, Doorbell, Iova};
 
-use std::sync::Arc;
+/// The Shadow Doorbell and EventIdx buffers of a controller (Doorbell Buffer Config, NVMe
+/// Base 2.0 §5.8): one page each, one entry per doorbell at the doorbell's stride.
+///
+/// INVARIANT: both regions are at least `entries * stride` bytes long.
+pub(crate) struct ShadowBuffers {
+    shadow: DmaRegion,
+    event_idx: DmaRegion,
+    stride: usize,
+    entries: usize,
+}
+
+impl ShadowBuffers {
+    /// Allocates the two pages; `None` if the doorbells of `queues` queue pairs (admin
+    /// included) do not fit in a page at this stride.
+    pub(crate) fn new(
+        dma: &Arc<dyn DmaMapper>,
+        page_size: usize,
+        stride: usize,
+        queues: usize,
+    ) -> Result<Option<Self>, DmaError> {
+        let entries = 2 * queues;
+        if entries * stride > page_size {
+            return Ok(None);
+        }
+        let shadow = DmaRegion::allocate(dma, page_size)?;
+        let event_idx = DmaRegion::allocate(dma, page_size)?;
+        Ok(Some(Self {
+            shadow,
+            event_idx,
+            stride,
+            entries,
+        }))
+    }
+
+    pub(crate) fn shadow_iova(&self) -> Iova {
+        self.shadow.iova()
+    }
+
+    pub(crate) fn event_idx_iova(&self) -> Iova {
+        self.event_idx.iova()
+    }
+
+    /// The shadow entry pair of doorbell number `index` (SQ y tail = 2y, CQ y head = 2y + 1),
+    /// reset to `value`.
+    pub(crate) fn slot(self: &Arc<Self>, index: usize, value: u32) -> ShadowSlot {
+        assert!(
+            index < self.entries,
+            "doorbell {index} outside the shadow buffer"
+        );
+        let offset = index * self.stride;
+        // SAFETY: `offset + 4 <= entries * stride <= len` (type invariant) and the regions are
+        // page aligned, so the pointers are in bounds and 4-byte aligned.
+        let (shadow, event_idx) = unsafe {
+            (
+                NonNull::new_unchecked(self.shadow.as_ptr().as_ptr().add(offset).cast::<u32>()),
+                NonNull::new_unchecked(self.event_idx.as_ptr().as_ptr().add(offset).cast::<u32>()),
+            )
+        };
+        let slot = ShadowSlot {
+            shadow,
+            event_idx,
+            _buffers: self.clone(),
+        };
+        // SAFETY: valid pointers (above); the controller reads shadow entries and writes
+        // EventIdx entries concurrently, hence volatile accesses only.
+        unsafe {
+            slot.shadow.as_ptr().write_volatile(value);
+            slot.event_idx.as_ptr().write_volatile(value);
+        }
+        slot
+    }
+}
+
+/// One doorbell's shadow entry and EventIdx entry.
+///
+/// INVARIANT: both pointers are valid, aligned u32 entries inside `_buffers`.
+pub(crate) struct ShadowSlot {
+    shadow: NonNull<u32>,
+    event_idx: NonNull<u32>,
+    _buffers: Arc<ShadowBuffers>,
+}
+
+// SAFETY: the slot only performs volatile accesses to DMA memory kept alive by `_buffers`;
+// it is owned by one ring, which is owned by one thread at a time.
+unsafe impl Send for ShadowSlot {}
+
+impl ShadowSlot {
+    /// Publishes `new` (moving from `old`) in the shadow entry and returns whether the
+    /// controller asked, through EventIdx, for an MMIO doorbell write as well.
+    #[inline(always)]
+    fn update(&self, old: u32, new: u32) -> bool {
+        // SAFETY: valid and aligned by the type invariant; volatile because the controller
+        // reads this entry concurrently.
+        unsafe { self.shadow.as_ptr().write_volatile(new) };
+        // The shadow store must be globally visible before EventIdx is loaded (a store-load
+        // ordering only a full fence gives); otherwise the controller could miss the new
+        // value while we miss its request for an MMIO write.
+        fence(Ordering::SeqCst);
+        // SAFETY: as above; the controller writes this entry concurrently.
+        let event_idx = unsafe { self.event_idx.as_ptr().read_volatile() };
+        need_event(event_idx, new, old)
+    }
+}
+
+/// The EventIdx rule (as in virtio): an MMIO write is needed when the controller's event
+/// index lies in `[old, new)`, computed in 16-bit wrap-around arithmetic.
+#[inline(always)]
+pub(crate) fn need_event(event_idx: u32, new: u32, old: u32) -> bool {
+    (new.wrapping_sub(event_idx).wrapping_sub(1) as u16) < (new.wrapping_sub(old) as u16)
+}
+
+/// A doorbell register, optionally fronted by a shadow doorbell.
+pub(crate) struct DoorbellWriter {
+    mmio: Doorbell,
+    shadow: Option<ShadowSlot>,
+}
+
+impl DoorbellWriter {
+    pub(crate) fn new(mmio: Doorbell) -> Self {
+        Self { mmio, shadow: None }
+    }
+
+    pub(crate) fn set_shadow(&mut self, slot: Option<ShadowSlot>) {
+        self.shadow = slot;
+    }
+
+    /// Publishes `new` (previous value `old`); returns whether an MMIO write happened. The
+    /// caller has already issued the release fence that orders the ring accesses before it.
+    #[inline(always)]
+    fn publish(&self, old: u32, new: u32) -> bool {
+        match &self.shadow {
+            Some(slot) => {
+                if slot.update(old, new) {
+                    self.mmio.ring(new);
+                    true
+                } else {
+                    false
+                }
+            }
+            None => {
+                self.mmio.ring(new);
+                true
+            }
+        }
+    }
+}
 
 /// Submission queue ring: the host writes entries, the controller reads them.
 pub(crate) struct SqRing {
@@ -23,13 +170,34 @@ pub(crate) struct SqRing {
     published_tail: u32,
     /// Controller's consumption point, from the SQ Head Pointer of validated completions.
     head: u32,
-    doorbell: Doorbell,
+    doorbell: DoorbellWriter,
 }
 
 impl SqRing {
-    pub(crate) fn new(dma: &Arc<dyn DmaMapper>, entries: u32, doorbell: Doorbell) -> Result<Self, DmaError> {
+    pub(crate) fn new(
+        dma: &Arc<dyn DmaMapper>,
+        entries: u32,
+        doorbell: Doorbell,
+    ) -> Result<Self, DmaError> {
         let region = DmaRegion::allocate(dma, entries as usize * SQE_SIZE)?;
-        Ok(Self { region, entries, tail: 0, published_tail: 0, head: 0, doorbell })
+        Ok(Self {
+            region,
+            entries,
+            tail: 0,
+            published_tail: 0,
+            head: 0,
+            doorbell: DoorbellWriter::new(doorbell),
+        })
+    }
+
+    /// Routes doorbell writes through a shadow doorbell (or back to plain MMIO).
+    pub(crate) fn set_shadow(&mut self, slot: Option<ShadowSlot>) {
+        self.doorbell.set_shadow(slot);
+    }
+
+    /// Local tail (next slot to fill).
+    pub(crate) fn tail(&self) -> u32 {
+        self.tail
     }
 
     pub(crate) fn iova(&self) -> Iova {
@@ -73,25 +241,31 @@ impl SqRing {
         // between the published tail and the head, which the controller does not fetch from
         // until the doorbell moves past it.
         unsafe {
-            let slot = self.region.as_ptr().as_ptr().cast::<SubmissionEntry>().add(self.tail as usize);
+            let slot = self
+                .region
+                .as_ptr()
+                .as_ptr()
+                .cast::<SubmissionEntry>()
+                .add(self.tail as usize);
             slot.write_volatile(*sqe);
         }
         self.tail = self.next(self.tail);
     }
 
-    /// Writes the tail doorbell if the tail moved since the last write. Returns whether an
-    /// MMIO write happened.
+    /// Publishes the tail if it moved since the last time. Returns `None` if there was
+    /// nothing to publish, else whether an MMIO doorbell write happened (a shadow doorbell
+    /// may make it unnecessary).
     #[inline(always)]
-    pub(crate) fn publish(&mut self) -> bool {
+    pub(crate) fn publish(&mut self) -> Option<bool> {
         if self.tail == self.published_tail {
-            return false;
+            return None;
         }
-        // Orders the SQE stores before the doorbell store: the controller may fetch the
-        // entries as soon as it sees the new tail.
+        // Orders the SQE stores before the doorbell (or shadow) store: the controller may
+        // fetch the entries as soon as it sees the new tail.
         fence(Ordering::Release);
-        self.doorbell.ring(self.tail);
+        let mmio = self.doorbell.publish(self.published_tail, self.tail);
         self.published_tail = self.tail;
-        true
+        Some(mmio)
     }
 
     /// Records the controller's SQ head from a completion. Values out of range are untrusted
@@ -114,15 +288,36 @@ pub(crate) struct CqRing {
     head: u32,
     /// Phase tag value that marks a new entry (starts at 1, flips on every wrap).
     phase: bool,
-    doorbell: Doorbell,
+    doorbell: DoorbellWriter,
     /// Head value last written to the doorbell.
     published_head: u32,
 }
 
 impl CqRing {
-    pub(crate) fn new(dma: &Arc<dyn DmaMapper>, entries: u32, doorbell: Doorbell) -> Result<Self, DmaError> {
+    pub(crate) fn new(
+        dma: &Arc<dyn DmaMapper>,
+        entries: u32,
+        doorbell: Doorbell,
+    ) -> Result<Self, DmaError> {
         let region = DmaRegion::allocate(dma, entries as usize * CQE_SIZE)?;
-        Ok(Self { region, entries, head: 0, phase: true, doorbell, published_head: 0 })
+        Ok(Self {
+            region,
+            entries,
+            head: 0,
+            phase: true,
+            doorbell: DoorbellWriter::new(doorbell),
+            published_head: 0,
+        })
+    }
+
+    /// Routes doorbell writes through a shadow doorbell (or back to plain MMIO).
+    pub(crate) fn set_shadow(&mut self, slot: Option<ShadowSlot>) {
+        self.doorbell.set_shadow(slot);
+    }
+
+    /// Local head (next entry to read).
+    pub(crate) fn head(&self) -> u32 {
+        self.head
     }
 
     pub(crate) fn iova(&self) -> Iova {
@@ -138,7 +333,12 @@ impl CqRing {
         // be writing this slot concurrently, so it is read with volatile loads only: first the
         // dword holding the phase tag, then (after the fence) the whole entry.
         let entry = unsafe {
-            let slot = self.region.as_ptr().as_ptr().cast::<CompletionEntry>().add(self.head as usize);
+            let slot = self
+                .region
+                .as_ptr()
+                .as_ptr()
+                .cast::<CompletionEntry>()
+                .add(self.head as usize);
             let status_dword = slot.cast::<u32>().add(3).read_volatile();
             let phase = status_dword & (1 << 16) != 0;
             if phase != self.phase {
@@ -157,19 +357,19 @@ impl CqRing {
         Some(entry)
     }
 
-    /// Writes the head doorbell if the head moved (once per reaped batch). Returns whether an
-    /// MMIO write happened.
+    /// Publishes the head if it moved (once per reaped batch). Returns `None` if there was
+    /// nothing to publish, else whether an MMIO doorbell write happened.
     #[inline(always)]
-    pub(crate) fn publish(&mut self) -> bool {
+    pub(crate) fn publish(&mut self) -> Option<bool> {
         if self.head == self.published_head {
-            return false;
+            return None;
         }
-        // The entries were fully read (plain loads above) before the controller may reuse
-        // the slots: order those loads before the doorbell store.
+        // The entries were fully read before the controller may reuse the slots: order those
+        // loads before the doorbell (or shadow) store.
         fence(Ordering::Release);
-        self.doorbell.ring(self.head);
+        let mmio = self.doorbell.publish(self.published_head, self.head);
         self.published_head = self.head;
-        true
+        Some(mmio)
     }
 }
 
@@ -182,8 +382,16 @@ pub(crate) struct SlotPages {
 }
 
 impl SlotPages {
-    pub(crate) fn new(dma: &Arc<dyn DmaMapper>, slots: usize, page_size: usize) -> Result<Self, DmaError> {
-        Ok(Self { region: DmaRegion::allocate(dma, slots * page_size)?, page_size, slots })
+    pub(crate) fn new(
+        dma: &Arc<dyn DmaMapper>,
+        slots: usize,
+        page_size: usize,
+    ) -> Result<Self, DmaError> {
+        Ok(Self {
+            region: DmaRegion::allocate(dma, slots * page_size)?,
+            page_size,
+            slots,
+        })
     }
 
     /// IOVA of slot `index`'s page.
@@ -200,7 +408,12 @@ impl SlotPages {
     pub(crate) fn write_u64s(&mut self, index: usize, values: impl Iterator<Item = u64>) {
         assert!(index < self.slots);
         let capacity = self.page_size / std::mem::size_of::<u64>();
-        let base = self.region.as_ptr().as_ptr().wrapping_add(index * self.page_size).cast::<u64>();
+        let base = self
+            .region
+            .as_ptr()
+            .as_ptr()
+            .wrapping_add(index * self.page_size)
+            .cast::<u64>();
         for (i, v) in values.enumerate() {
             assert!(i < capacity, "PRP/range list overflows its page");
             // SAFETY: `index < slots` and `i < page_size / 8`, so the store is inside the
@@ -209,5 +422,24 @@ impl SlotPages {
             // references it), so the controller does not read it concurrently.
             unsafe { base.add(i).write_volatile(v.to_le()) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::need_event;
+
+    #[test]
+    fn event_index_rule() {
+        // Controller caught up to the old tail: it asks for a write.
+        assert!(need_event(5, 6, 5));
+        // Controller's index already beyond the new value: no write.
+        assert!(!need_event(10, 6, 5));
+        // Index behind the old value (controller still busy): no write.
+        assert!(!need_event(3, 8, 5));
+        // Inside the published range.
+        assert!(need_event(6, 8, 5));
+        // Wrap-around in 16 bits.
+        assert!(need_event(0xffff, 1, 0xfffe));
     }
 }

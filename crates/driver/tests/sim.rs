@@ -6,14 +6,21 @@ use std::time::Duration;
 
 use nvme_driver::spec::status::{generic, media};
 use nvme_driver::spec::StatusCodeType;
-use nvme_driver::{Controller, ControllerOptions, DmaBuffer, Error, QueuePair, QueuePairOptions, Transport};
+use nvme_driver::{
+    Controller, ControllerOptions, DmaBuffer, Error, QueuePair, QueuePairOptions, Transport,
+};
 use nvme_sim::{SimConfig, SimController, SimNamespace};
 
 fn start(config: SimConfig) -> (SimController, Controller) {
     let _ = env_logger::builder().is_test(true).try_init();
     let sim = SimController::start(config);
     let ctrl = Controller::new(
-        Transport { mmio: sim.mmio(), dma: sim.dma(), name: "sim".into(), keepalive: None },
+        Transport {
+            mmio: sim.mmio(),
+            dma: sim.dma(),
+            name: "sim".into(),
+            keepalive: None,
+        },
         ControllerOptions::default(),
     )
     .expect("bring-up");
@@ -25,8 +32,12 @@ fn default_sim() -> (SimController, Controller) {
 }
 
 fn qp(ctrl: &Controller, depth: u32) -> QueuePair {
-    ctrl.create_queue_pair(QueuePairOptions { depth, timeout: Duration::from_secs(10), ..Default::default() })
-        .expect("queue pair")
+    ctrl.create_queue_pair(QueuePairOptions {
+        depth,
+        timeout: Duration::from_secs(10),
+        ..Default::default()
+    })
+    .expect("queue pair")
 }
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -46,16 +57,31 @@ fn bring_up_identifies_controller_and_namespaces() {
     let (_sim, ctrl) = default_sim();
     let id = ctrl.identify();
     assert!(!id.model().is_empty());
-    let ns: Vec<_> = ctrl.namespaces().iter().map(|n| (n.nsid(), n.block_size())).collect();
+    let ns: Vec<_> = ctrl
+        .namespaces()
+        .iter()
+        .map(|n| (n.nsid(), n.block_size()))
+        .collect();
     assert_eq!(ns, vec![(1, 512), (2, 4096)]);
     assert!(ctrl.io_queue_pairs() >= 1);
     assert!(ctrl.max_transfer_bytes() >= 4096);
-    assert!(matches!(ctrl.namespace(7), Err(Error::InactiveNamespace { nsid: 7, .. })));
+    assert!(matches!(
+        ctrl.namespace(7),
+        Err(Error::InactiveNamespace { nsid: 7, .. })
+    ));
 }
 
 /// Writes then reads back `len` bytes at `lba`, through a buffer starting `offset` bytes into
 /// a page, and checks the medium holds exactly what was written.
-fn roundtrip(sim: &SimController, ctrl: &Controller, qp: &mut QueuePair, nsid: u32, lba: u64, len: usize, offset: usize) {
+fn roundtrip(
+    sim: &SimController,
+    ctrl: &Controller,
+    qp: &mut QueuePair,
+    nsid: u32,
+    lba: u64,
+    len: usize,
+    offset: usize,
+) {
     let ns = ctrl.namespace(nsid).unwrap();
     let blocks = (len / ns.block_size() as usize) as u32;
     let data = pattern(len, lba ^ len as u64);
@@ -64,7 +90,11 @@ fn roundtrip(sim: &SimController, ctrl: &Controller, qp: &mut QueuePair, nsid: u
     buf[..len].copy_from_slice(&data);
     let buf = qp.write(&ns, lba, blocks, buf, false).expect("write");
     let byte_offset = lba * ns.block_size() as u64;
-    assert_eq!(sim.read_disk(nsid, byte_offset, len), data, "medium after write of {len} bytes (+{offset})");
+    assert_eq!(
+        sim.read_disk(nsid, byte_offset, len),
+        data,
+        "medium after write of {len} bytes (+{offset})"
+    );
     let mut back = buf;
     back.fill(0);
     let back = qp.read(&ns, lba, blocks, back).expect("read");
@@ -103,11 +133,20 @@ fn callback_api_many_in_flight_and_plugged_batches() {
     let before = q.stats().sq_doorbell_writes;
     q.plug(16).unwrap();
     for (i, b) in bufs.drain(..).enumerate() {
-        q.submit_write(&ns, i as u64 * 3, 1, b, false, i as u64).unwrap();
+        q.submit_write(&ns, i as u64 * 3, 1, b, false, i as u64)
+            .unwrap();
     }
-    assert_eq!(q.stats().sq_doorbell_writes, before, "no doorbell inside a plug");
+    assert_eq!(
+        q.stats().sq_doorbell_writes,
+        before,
+        "no doorbell inside a plug"
+    );
     q.unplug();
-    assert_eq!(q.stats().sq_doorbell_writes, before + 1, "one doorbell for the batch");
+    assert_eq!(
+        q.stats().sq_doorbell_writes,
+        before + 1,
+        "one doorbell for the batch"
+    );
     let mut seen = vec![false; 16];
     let mut returned = Vec::new();
     while returned.len() < 16 {
@@ -119,11 +158,15 @@ fn callback_api_many_in_flight_and_plugged_batches() {
     }
     assert!(seen.iter().all(|&s| s));
     for i in 0..16u64 {
-        assert_eq!(sim.read_disk(2, i * 3 * 4096, 4096), vec![i as u8 + 1; 4096]);
+        assert_eq!(
+            sim.read_disk(2, i * 3 * 4096, 4096),
+            vec![i as u8 + 1; 4096]
+        );
     }
     // Reads through the callback API with the same buffers.
     for (i, b) in returned.drain(..).enumerate() {
-        q.submit_read(&ns, i as u64 * 3, 1, b, 100 + i as u64).unwrap();
+        q.submit_read(&ns, i as u64 * 3, 1, b, 100 + i as u64)
+            .unwrap();
     }
     let mut got = 0;
     while got < 16 {
@@ -178,7 +221,10 @@ fn flush_write_zeroes_deallocate_and_compare() {
     assert_eq!(sim.read_disk(1, 0, 512), vec![0; 512]);
     assert_eq!(sim.read_disk(1, 5 * 512, 1024), vec![0; 1024]);
     assert_eq!(sim.read_disk(1, 4 * 512, 512), vec![0x5a; 512]);
-    assert!(matches!(q.deallocate(&ns, &[]), Err(Error::BadRangeCount { .. })));
+    assert!(matches!(
+        q.deallocate(&ns, &[]),
+        Err(Error::BadRangeCount { .. })
+    ));
 }
 
 #[test]
@@ -191,7 +237,11 @@ fn bad_input_is_rejected_before_submission_and_nothing_is_lost() {
     let buf = ctrl.alloc_buffer(4096).unwrap();
     // LBA out of range (also overflowing LBAs).
     let f = q.read(&ns, ns.blocks() - 1, 2, buf).unwrap_err();
-    assert!(matches!(f.error, Error::LbaOutOfRange { .. }), "{}", f.error);
+    assert!(
+        matches!(f.error, Error::LbaOutOfRange { .. }),
+        "{}",
+        f.error
+    );
     let f = q.read(&ns, u64::MAX, 1, f.buffer.unwrap()).unwrap_err();
     assert!(matches!(f.error, Error::LbaOutOfRange { .. }));
     // Zero-length.
@@ -199,23 +249,46 @@ fn bad_input_is_rejected_before_submission_and_nothing_is_lost() {
     assert!(matches!(f.error, Error::ZeroLength));
     // Buffer smaller than the transfer.
     let f = q.write(&ns, 0, 9, f.buffer.unwrap(), false).unwrap_err();
-    assert!(matches!(f.error, Error::BufferTooSmall { needed: 4608, len: 4096 }), "{}", f.error);
+    assert!(
+        matches!(
+            f.error,
+            Error::BufferTooSmall {
+                needed: 4608,
+                len: 4096
+            }
+        ),
+        "{}",
+        f.error
+    );
     // Not dword aligned.
     let (_a, odd) = f.buffer.unwrap().split_at(2).unwrap();
     let f = q.read(&ns, 0, 1, odd).unwrap_err();
     assert!(matches!(f.error, Error::BufferMisaligned { .. }));
     assert!(f.buffer.is_some());
     // Length not a multiple of the block size.
-    assert!(matches!(ns.bytes_to_blocks(1000), Err(Error::NotBlockMultiple { .. })));
+    assert!(matches!(
+        ns.bytes_to_blocks(1000),
+        Err(Error::NotBlockMultiple { .. })
+    ));
     // Inactive namespace.
-    assert!(matches!(ctrl.namespace(0), Err(Error::InactiveNamespace { .. })));
+    assert!(matches!(
+        ctrl.namespace(0),
+        Err(Error::InactiveNamespace { .. })
+    ));
     // Queue depth beyond CAP.MQES.
     let too_deep = ctrl.max_queue_entries() + 1;
     assert!(matches!(
-        ctrl.create_queue_pair(QueuePairOptions { depth: too_deep, ..Default::default() }),
+        ctrl.create_queue_pair(QueuePairOptions {
+            depth: too_deep,
+            ..Default::default()
+        }),
         Err(Error::QueueDepth { .. })
     ));
-    assert_eq!(q.stats().commands_submitted, submitted, "nothing reached the controller");
+    assert_eq!(
+        q.stats().commands_submitted,
+        submitted,
+        "nothing reached the controller"
+    );
     assert_eq!(q.in_flight(), 0);
 }
 
@@ -242,7 +315,11 @@ fn queue_full_and_transfer_too_large() {
     let big = ctrl.alloc_buffer(4 * ctrl.max_transfer_bytes()).unwrap();
     let blocks = (big.len() / 4096) as u32;
     let f = q.read(&ns, 0, blocks, big).unwrap_err();
-    assert!(matches!(f.error, Error::TransferTooLarge { .. }), "{}", f.error);
+    assert!(
+        matches!(f.error, Error::TransferTooLarge { .. }),
+        "{}",
+        f.error
+    );
     assert!(f.error.to_string().contains("queue too small"));
     assert!(f.buffer.is_some());
     assert_eq!(q.in_flight(), 0);
@@ -253,8 +330,13 @@ fn error_status_is_decoded_and_buffer_returned() {
     let (sim, ctrl) = default_sim();
     let ns = ctrl.namespace(1).unwrap();
     let mut q = qp(&ctrl, 8);
-    sim.faults().fail_next_io(nvme_driver::spec::Status::new(0, generic::INTERNAL_ERROR, true), 1);
-    let f = q.read(&ns, 0, 1, ctrl.alloc_buffer(512).unwrap()).unwrap_err();
+    sim.faults().fail_next_io(
+        nvme_driver::spec::Status::new(0, generic::INTERNAL_ERROR, true),
+        1,
+    );
+    let f = q
+        .read(&ns, 0, 1, ctrl.alloc_buffer(512).unwrap())
+        .unwrap_err();
     let st = f.error.status().unwrap();
     assert_eq!(st.sc(), generic::INTERNAL_ERROR);
     assert!(st.dnr());
@@ -268,7 +350,11 @@ fn corrupt_and_duplicate_completions_are_rejected_and_counted() {
     let (_sim, ctrl) = default_sim();
     let ns = ctrl.namespace(1).unwrap();
     let mut q = ctrl
-        .create_queue_pair(QueuePairOptions { depth: 8, timeout: Duration::from_millis(300), ..Default::default() })
+        .create_queue_pair(QueuePairOptions {
+            depth: 8,
+            timeout: Duration::from_millis(300),
+            ..Default::default()
+        })
         .unwrap();
     // Duplicate: the first copy completes the command, the second is rejected.
     _sim.faults().duplicate_next_completion();
@@ -291,7 +377,9 @@ fn corrupt_and_duplicate_completions_are_rejected_and_counted() {
 
     // Wrong SQ id: rejected, then timeout.
     _sim.faults().wrong_sqid_next();
-    let f = q.read(&ns, 0, 1, ctrl.alloc_buffer(512).unwrap()).unwrap_err();
+    let f = q
+        .read(&ns, 0, 1, ctrl.alloc_buffer(512).unwrap())
+        .unwrap_err();
     assert!(matches!(f.error, Error::Timeout { .. }));
     assert_eq!(q.stats().bad_completions, 3);
 
@@ -304,10 +392,15 @@ fn lost_completion_times_out_in_callback_api() {
     let (sim, ctrl) = default_sim();
     let ns = ctrl.namespace(1).unwrap();
     let mut q = ctrl
-        .create_queue_pair(QueuePairOptions { depth: 8, timeout: Duration::from_millis(200), ..Default::default() })
+        .create_queue_pair(QueuePairOptions {
+            depth: 8,
+            timeout: Duration::from_millis(200),
+            ..Default::default()
+        })
         .unwrap();
     sim.faults().drop_next_completions(1);
-    q.submit_read(&ns, 0, 1, ctrl.alloc_buffer(512).unwrap(), 42).unwrap();
+    q.submit_read(&ns, 0, 1, ctrl.alloc_buffer(512).unwrap(), 42)
+        .unwrap();
     let start = std::time::Instant::now();
     let mut result = None;
     while result.is_none() && start.elapsed() < Duration::from_secs(5) {
@@ -323,28 +416,44 @@ fn fatal_controller_status_fails_in_flight_io() {
     let (sim, ctrl) = default_sim();
     let ns = ctrl.namespace(1).unwrap();
     let mut q = ctrl
-        .create_queue_pair(QueuePairOptions { depth: 8, timeout: Duration::from_millis(400), ..Default::default() })
+        .create_queue_pair(QueuePairOptions {
+            depth: 8,
+            timeout: Duration::from_millis(400),
+            ..Default::default()
+        })
         .unwrap();
     sim.faults().drop_next_completions(1);
-    q.submit_read(&ns, 0, 1, ctrl.alloc_buffer(512).unwrap(), 1).unwrap();
+    q.submit_read(&ns, 0, 1, ctrl.alloc_buffer(512).unwrap(), 1)
+        .unwrap();
     sim.faults().set_fatal();
     let mut err = None;
     let start = std::time::Instant::now();
     while err.is_none() && start.elapsed() < Duration::from_secs(5) {
         q.poll(|c| err = c.result.err());
     }
-    assert!(matches!(err, Some(Error::ControllerFatal { .. })), "{err:?}");
+    assert!(
+        matches!(err, Some(Error::ControllerFatal { .. })),
+        "{err:?}"
+    );
     assert!(ctrl.is_fatal());
 }
 
 #[test]
 fn controller_that_never_becomes_ready_times_out_from_cap_to() {
     let _ = env_logger::builder().is_test(true).try_init();
-    let sim = SimController::start(SimConfig { timeout_500ms: 1, ..SimConfig::default() });
+    let sim = SimController::start(SimConfig {
+        timeout_500ms: 1,
+        ..SimConfig::default()
+    });
     sim.faults().never_ready();
     let start = std::time::Instant::now();
     let err = Controller::new(
-        Transport { mmio: sim.mmio(), dma: sim.dma(), name: "sim".into(), keepalive: None },
+        Transport {
+            mmio: sim.mmio(),
+            dma: sim.dma(),
+            name: "sim".into(),
+            keepalive: None,
+        },
         ControllerOptions::default(),
     )
     .unwrap_err();
@@ -356,7 +465,11 @@ fn controller_that_never_becomes_ready_times_out_from_cap_to() {
 #[test]
 fn queue_pairs_on_several_threads() {
     let (sim, ctrl) = start(SimConfig {
-        namespaces: vec![SimNamespace { nsid: 1, block_size: 4096, blocks: 4096 }],
+        namespaces: vec![SimNamespace {
+            nsid: 1,
+            block_size: 4096,
+            blocks: 4096,
+        }],
         ..SimConfig::default()
     });
     let threads: Vec<_> = (0..4u64)
@@ -378,7 +491,10 @@ fn queue_pairs_on_several_threads() {
     }
     for t in 0..4u64 {
         for i in 0..64u64 {
-            assert_eq!(sim.read_disk(1, (t * 1000 + i) * 4096, 4096), vec![(t * 64 + i) as u8; 4096]);
+            assert_eq!(
+                sim.read_disk(1, (t * 1000 + i) * 4096, 4096),
+                vec![(t * 64 + i) as u8; 4096]
+            );
         }
     }
 }
@@ -389,7 +505,10 @@ fn queue_ids_are_recycled_when_pairs_drop() {
     let n = ctrl.io_queue_pairs() as usize;
     let pairs: Vec<_> = (0..n).map(|_| qp(&ctrl, 4)).collect();
     assert!(matches!(
-        ctrl.create_queue_pair(QueuePairOptions { depth: 4, ..Default::default() }),
+        ctrl.create_queue_pair(QueuePairOptions {
+            depth: 4,
+            ..Default::default()
+        }),
         Err(Error::NoQueuesLeft { .. })
     ));
     drop(pairs);
@@ -412,4 +531,54 @@ fn raw_io_command_path() {
     let (_, back) = q.execute_raw(sqe, Some((buf.unwrap(), 1024))).unwrap();
     assert!(back.unwrap().iter().all(|&b| b == 0xc3));
     let _ = ns;
+}
+
+#[test]
+fn shadow_doorbells_are_used_when_offered_and_can_be_turned_off() {
+    let (sim, ctrl) = default_sim();
+    assert!(
+        ctrl.shadow_doorbells(),
+        "the emulator offers Doorbell Buffer Config"
+    );
+    let ns = ctrl.namespace(2).unwrap();
+    for shadow in [true, false] {
+        let mut q = ctrl
+            .create_queue_pair(QueuePairOptions {
+                depth: 64,
+                shadow_doorbells: shadow,
+                ..Default::default()
+            })
+            .unwrap();
+        let bufs = DmaBuffer::allocate_many(ctrl.dma(), 32, 4096).unwrap();
+        let mut free = bufs;
+        for round in 0..20u64 {
+            q.plug(free.len() as u16).unwrap();
+            for (i, mut b) in free.drain(..).enumerate() {
+                b.fill((round + i as u64) as u8);
+                q.submit_write(&ns, i as u64, 1, b, false, i as u64)
+                    .unwrap();
+            }
+            q.unplug();
+            while free.len() < 32 {
+                q.poll(|c| free.push(c.buffer.unwrap()));
+            }
+        }
+        let s = q.stats();
+        assert!(s.sq_doorbell_writes <= s.sq_doorbell_updates);
+        assert!(s.cq_doorbell_writes <= s.cq_doorbell_updates);
+        if !shadow {
+            assert_eq!(s.sq_doorbell_writes, s.sq_doorbell_updates);
+            assert_eq!(s.cq_doorbell_writes, s.cq_doorbell_updates);
+        }
+        eprintln!(
+            "shadow={shadow}: SQ updates {} MMIO {}, CQ updates {} MMIO {}",
+            s.sq_doorbell_updates,
+            s.sq_doorbell_writes,
+            s.cq_doorbell_updates,
+            s.cq_doorbell_writes
+        );
+        for i in 0..32u64 {
+            assert_eq!(sim.read_disk(2, i * 4096, 4096), vec![(19 + i) as u8; 4096]);
+        }
+    }
 }
