@@ -1,0 +1,469 @@
+//! Admin command set of the emulated controller (NVMe Base 2.0 §5).
+//!
+//! Supported: Identify (controller, namespace, active namespace list, namespace identification
+//! descriptors), Set/Get Features, Create/Delete I/O Submission/Completion Queue, Doorbell
+//! Buffer Config, Abort (never aborts), Get Log Page (error, SMART, firmware slot: zeros),
+//! Asynchronous Event Request (kept outstanding), Keep Alive. Anything else completes with
+//! Invalid Command Opcode.
+
+use nvme_spec::command::Cns;
+use nvme_spec::identify::{
+    fill_ascii_field, IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs,
+    IDENTIFY_DATA_SIZE, NAMESPACE_LIST_ENTRIES,
+};
+use nvme_spec::opcode::{admin, feature, log_page};
+use nvme_spec::queue::{SubmissionEntry, CQES_LOG2, CQE_SIZE, SQES_LOG2, SQE_SIZE};
+use nvme_spec::regs::{Cap, Version};
+use nvme_spec::status::{command_specific, generic, Status, StatusCodeType};
+
+use super::{Device, Outcome, ShadowBuffers};
+use crate::config::SimConfig;
+use crate::dma::GuestView;
+use crate::prp::{self, generic_status, Fail};
+
+/// PCI vendor ID reported in Identify Controller (Red Hat, as QEMU's emulated NVMe uses).
+pub(crate) const PCI_VENDOR_ID: u16 = 0x1b36;
+/// NVMe version reported in VS and Identify Controller.
+pub(crate) const VERSION: Version = Version::new(1, 4, 0);
+/// CAP.MPSMIN: 4 KiB minimum memory page.
+pub(crate) const MPSMIN: u8 = 0;
+/// CAP.MPSMAX: 64 KiB maximum memory page.
+pub(crate) const MPSMAX: u8 = 4;
+/// Asynchronous Event Requests the controller keeps outstanding (Identify AERL is 0-based).
+const AER_LIMIT: u32 = 4;
+/// Concurrent Abort commands accepted (Identify ACL is 0-based).
+const ABORT_LIMIT: u8 = 4;
+/// Volatile Write Cache present (Identify VWC bit 0).
+const VWC_PRESENT: u8 = 1;
+/// Abort completion Dword 0 bit 0: the command was not aborted (§5.1).
+const ABORT_NOT_ABORTED: u32 = 1;
+/// Identify Namespace DLFEAT: deallocated blocks read as zeros (bits 2:0 = 001b) and Write
+/// Zeroes supports deallocation (bit 3).
+const DLFEAT_READS_ZEROES_WZ_DEALLOC: u8 = 0b1001;
+/// Identify SQES/CQES: required and maximum entry sizes (log2) in the low and high nibbles.
+const SQES_BOTH: u8 = SQES_LOG2 << 4 | SQES_LOG2;
+const CQES_BOTH: u8 = CQES_LOG2 << 4 | CQES_LOG2;
+
+// Command Dword fields (Create I/O CQ/SQ §5.4/§5.5, Identify §5.17, Features §5.27, Get Log
+// Page §5.16).
+const LOW16: u32 = 0xffff;
+const HIGH16_SHIFT: u32 = 16;
+const LOW8: u32 = 0xff;
+const PHYSICALLY_CONTIGUOUS: u32 = 1 << 0;
+/// Set Features Number of Queues: 0xFFFF requested queues is invalid (§5.27.1.5).
+const NUMBER_OF_QUEUES_INVALID: u16 = 0xffff;
+/// Number of feature identifiers (FID is 8 bits).
+const FEATURE_IDS: usize = 256;
+/// Broadcast namespace ID.
+const NSID_BROADCAST: u32 = u32::MAX;
+/// Dword size used by Get Log Page's NUMD (number of dwords, 0-based).
+const DWORD: u64 = 4;
+
+/// Initial CAP and VS register values for a configuration.
+pub(crate) fn capabilities(config: &SimConfig) -> (Cap, Version) {
+    let cap = Cap::new(
+        config.mqes,
+        true,
+        config.timeout_500ms,
+        config.dstrd,
+        true,
+        MPSMIN,
+        MPSMAX,
+    );
+    (cap, VERSION)
+}
+
+/// Admin-side controller state that a reset restores.
+pub(crate) struct AdminState {
+    id_ctrl: Box<[u8; IDENTIFY_DATA_SIZE]>,
+    granted_sq: u16,
+    granted_cq: u16,
+    features: Box<[u32; FEATURE_IDS]>,
+    aers_outstanding: u32,
+}
+
+fn identify_controller(config: &SimConfig) -> IdentifyController {
+    let oacs = if config.shadow_doorbells {
+        Oacs::DOORBELL_BUFFER_CONFIG
+    } else {
+        Oacs::empty()
+    };
+    let mut id = IdentifyController {
+        vid: PCI_VENDOR_ID,
+        ssvid: PCI_VENDOR_ID,
+        mdts: config.mdts,
+        ver: VERSION.0,
+        oacs: oacs.bits(),
+        acl: ABORT_LIMIT - 1,
+        aerl: (AER_LIMIT - 1) as u8,
+        sqes: SQES_BOTH,
+        cqes: CQES_BOTH,
+        nn: config.namespaces.iter().map(|n| n.nsid).max().unwrap_or(0),
+        oncs: (Oncs::COMPARE | Oncs::DATASET_MANAGEMENT | Oncs::WRITE_ZEROES).bits(),
+        vwc: VWC_PRESENT,
+        ..IdentifyController::default()
+    };
+    fill_ascii_field(&mut id.sn, &config.serial);
+    fill_ascii_field(&mut id.mn, &config.model);
+    fill_ascii_field(&mut id.fr, &config.firmware);
+    id
+}
+
+impl AdminState {
+    pub(crate) fn new(config: &SimConfig) -> Self {
+        let mut state = Self {
+            id_ctrl: Box::new(identify_controller(config).to_bytes()),
+            granted_sq: 0,
+            granted_cq: 0,
+            features: Box::new([0; FEATURE_IDS]),
+            aers_outstanding: 0,
+        };
+        state.reset(config);
+        state
+    }
+
+    /// Back to power-on values (controller reset).
+    pub(crate) fn reset(&mut self, config: &SimConfig) {
+        self.granted_sq = config.io_queue_pairs;
+        self.granted_cq = config.io_queue_pairs;
+        self.features.fill(0);
+        self.features[usize::from(feature::VOLATILE_WRITE_CACHE)] = u32::from(VWC_PRESENT);
+        self.aers_outstanding = 0;
+    }
+
+    fn queues_dw0(&self) -> u32 {
+        u32::from(self.granted_sq - 1) | u32::from(self.granted_cq - 1) << HIGH16_SHIFT
+    }
+}
+
+fn command_specific_status(sc: u8) -> Status {
+    Status::new(StatusCodeType::CommandSpecific.raw(), sc, true)
+}
+
+fn fail(status: Status) -> Fail {
+    Fail::Status(status)
+}
+
+impl Device {
+    pub(super) fn admin_command(&mut self, view: &GuestView<'_>, sqe: &SubmissionEntry) -> Outcome {
+        let result = match sqe.opcode() {
+            admin::IDENTIFY => self.identify(view, sqe),
+            admin::SET_FEATURES => Ok(self.set_features(sqe)),
+            admin::GET_FEATURES => Ok(self.get_features(sqe)),
+            admin::CREATE_IO_CQ => self.create_io_cq(view, sqe),
+            admin::CREATE_IO_SQ => self.create_io_sq(view, sqe),
+            admin::DELETE_IO_SQ => self.delete_io_sq(sqe),
+            admin::DELETE_IO_CQ => self.delete_io_cq(sqe),
+            admin::DOORBELL_BUFFER_CONFIG => self.doorbell_buffer_config(view, sqe),
+            admin::ABORT => Ok(self.abort()),
+            admin::GET_LOG_PAGE => self.get_log_page(view, sqe),
+            admin::ASYNC_EVENT_REQUEST => Ok(self.async_event_request()),
+            admin::KEEP_ALIVE => Ok(Outcome::SUCCESS),
+            op => {
+                log::debug!(
+                    "sim: unsupported admin opcode {op:#04x} ({})",
+                    admin::name(op)
+                );
+                Err(fail(generic_status(generic::INVALID_OPCODE)))
+            }
+        };
+        self.outcome(result)
+    }
+
+    /// Writes `data` to the host buffer described by the command's PRPs.
+    fn write_to_host(
+        &self,
+        view: &GuestView<'_>,
+        sqe: &SubmissionEntry,
+        data: &[u8],
+    ) -> Result<(), Fail> {
+        prp::walk(
+            view,
+            sqe.prp1,
+            sqe.prp2,
+            data.len(),
+            self.page_size,
+            |iova, len, offset| {
+                view.write(iova, &data[offset..offset + len])
+                    .map_err(Fail::from)
+            },
+        )
+    }
+
+    fn identify(&mut self, view: &GuestView<'_>, sqe: &SubmissionEntry) -> Result<Outcome, Fail> {
+        let cns = (sqe.cdw10 & LOW8) as u8;
+        let data: [u8; IDENTIFY_DATA_SIZE] = if cns == Cns::Controller as u8 {
+            *self.admin.id_ctrl
+        } else if cns == Cns::Namespace as u8 {
+            let disk = self
+                .shared
+                .disks
+                .get(sqe.nsid)
+                .ok_or(fail(generic_status(generic::INVALID_NAMESPACE_OR_FORMAT)))?;
+            let mut ns = IdentifyNamespace::from_bytes(&[0; IDENTIFY_DATA_SIZE]);
+            ns.nsze = disk.blocks;
+            ns.ncap = disk.blocks;
+            ns.nuse = disk.blocks;
+            ns.nlbaf = 0;
+            ns.flbas = 0;
+            ns.dlfeat = DLFEAT_READS_ZEROES_WZ_DEALLOC;
+            ns.lbaf[0] = LbaFormat::new(disk.block_size.trailing_zeros() as u8, 0);
+            ns.to_bytes()
+        } else if cns == Cns::ActiveNamespaceList as u8 {
+            if sqe.nsid >= NSID_BROADCAST - 1 {
+                return Err(fail(generic_status(generic::INVALID_NAMESPACE_OR_FORMAT)));
+            }
+            let mut ids: Vec<u32> = self
+                .shared
+                .config
+                .namespaces
+                .iter()
+                .map(|n| n.nsid)
+                .filter(|&id| id > sqe.nsid)
+                .collect();
+            ids.sort_unstable();
+            let mut list = NamespaceList::default();
+            for (slot, id) in list
+                .ids
+                .iter_mut()
+                .zip(ids.into_iter().take(NAMESPACE_LIST_ENTRIES))
+            {
+                *slot = id;
+            }
+            list.to_bytes()
+        } else if cns == Cns::NamespaceIdDescriptors as u8 {
+            if self.shared.disks.get(sqe.nsid).is_none() {
+                return Err(fail(generic_status(generic::INVALID_NAMESPACE_OR_FORMAT)));
+            }
+            // No identifiers beyond the NSID: an empty descriptor list.
+            [0; IDENTIFY_DATA_SIZE]
+        } else {
+            log::debug!("sim: Identify CNS {cns:#x} not supported");
+            return Err(fail(generic_status(generic::INVALID_FIELD)));
+        };
+        self.write_to_host(view, sqe, &data)?;
+        Ok(Outcome::SUCCESS)
+    }
+
+    fn set_features(&mut self, sqe: &SubmissionEntry) -> Outcome {
+        let fid = (sqe.cdw10 & LOW8) as u8;
+        if fid == feature::NUMBER_OF_QUEUES {
+            let asked_sq = (sqe.cdw11 & LOW16) as u16;
+            let asked_cq = (sqe.cdw11 >> HIGH16_SHIFT) as u16;
+            if asked_sq == NUMBER_OF_QUEUES_INVALID || asked_cq == NUMBER_OF_QUEUES_INVALID {
+                return Outcome::status(generic_status(generic::INVALID_FIELD));
+            }
+            let limit = self.shared.config.io_queue_pairs;
+            self.admin.granted_sq = (asked_sq + 1).min(limit);
+            self.admin.granted_cq = (asked_cq + 1).min(limit);
+            return Outcome::Complete {
+                status: Status::SUCCESS,
+                dw0: self.admin.queues_dw0(),
+            };
+        }
+        self.admin.features[usize::from(fid)] = sqe.cdw11;
+        Outcome::SUCCESS
+    }
+
+    fn get_features(&self, sqe: &SubmissionEntry) -> Outcome {
+        let fid = (sqe.cdw10 & LOW8) as u8;
+        let dw0 = if fid == feature::NUMBER_OF_QUEUES {
+            self.admin.queues_dw0()
+        } else {
+            self.admin.features[usize::from(fid)]
+        };
+        Outcome::Complete {
+            status: Status::SUCCESS,
+            dw0,
+        }
+    }
+
+    /// Decodes QID (CDW10 15:0) and the 1-based size (CDW10 31:16 is 0-based).
+    fn queue_id_and_size(sqe: &SubmissionEntry) -> (u16, u32) {
+        ((sqe.cdw10 & LOW16) as u16, (sqe.cdw10 >> HIGH16_SHIFT) + 1)
+    }
+
+    /// Checks what Create I/O CQ and SQ share: QID, size, contiguity, ring alignment/mapping.
+    fn check_new_queue(
+        &self,
+        view: &GuestView<'_>,
+        sqe: &SubmissionEntry,
+        granted: u16,
+        exists: bool,
+        entry_size: usize,
+    ) -> Result<(u16, u32), Fail> {
+        let (qid, size) = Self::queue_id_and_size(sqe);
+        if qid == 0 || qid > granted || exists {
+            return Err(fail(command_specific_status(
+                command_specific::INVALID_QUEUE_IDENTIFIER,
+            )));
+        }
+        let max = u32::from(self.shared.config.mqes) + 1;
+        if size < 2 || size > max {
+            return Err(fail(command_specific_status(
+                command_specific::INVALID_QUEUE_SIZE,
+            )));
+        }
+        if sqe.cdw11 & PHYSICALLY_CONTIGUOUS == 0 {
+            // CAP.CQR = 1: only physically contiguous queues are supported.
+            return Err(fail(generic_status(generic::INVALID_FIELD)));
+        }
+        if sqe.prp1 % self.page_size as u64 != 0 {
+            return Err(fail(generic_status(generic::INVALID_PRP_OFFSET)));
+        }
+        let bytes = size as usize * entry_size;
+        if !view.is_mapped(sqe.prp1, bytes) {
+            return Err(Fail::Dma(crate::dma::DmaFault {
+                iova: sqe.prp1,
+                len: bytes,
+            }));
+        }
+        Ok((qid, size))
+    }
+
+    fn create_io_cq(
+        &mut self,
+        view: &GuestView<'_>,
+        sqe: &SubmissionEntry,
+    ) -> Result<Outcome, Fail> {
+        let (qid, _) = Self::queue_id_and_size(sqe);
+        let exists = self.cqs.get(usize::from(qid)).is_some_and(Option::is_some);
+        let (qid, size) =
+            self.check_new_queue(view, sqe, self.admin.granted_cq, exists, CQE_SIZE)?;
+        self.create_cq(qid, sqe.prp1, size, Some(view));
+        log::debug!("sim: created I/O CQ {qid} ({size} entries)");
+        Ok(Outcome::SUCCESS)
+    }
+
+    fn create_io_sq(
+        &mut self,
+        view: &GuestView<'_>,
+        sqe: &SubmissionEntry,
+    ) -> Result<Outcome, Fail> {
+        let (qid, _) = Self::queue_id_and_size(sqe);
+        let exists = self.sqs.get(usize::from(qid)).is_some_and(Option::is_some);
+        let (qid, size) =
+            self.check_new_queue(view, sqe, self.admin.granted_sq, exists, SQE_SIZE)?;
+        let cqid = (sqe.cdw11 >> HIGH16_SHIFT) as u16;
+        if cqid == 0 || !self.cqs.get(usize::from(cqid)).is_some_and(Option::is_some) {
+            return Err(fail(command_specific_status(
+                command_specific::COMPLETION_QUEUE_INVALID,
+            )));
+        }
+        self.create_sq(qid, sqe.prp1, size, cqid, Some(view));
+        log::debug!("sim: created I/O SQ {qid} ({size} entries) -> CQ {cqid}");
+        Ok(Outcome::SUCCESS)
+    }
+
+    fn delete_io_sq(&mut self, sqe: &SubmissionEntry) -> Result<Outcome, Fail> {
+        let qid = usize::from((sqe.cdw10 & LOW16) as u16);
+        match self.sqs.get_mut(qid) {
+            Some(slot @ Some(_)) if qid != 0 => {
+                *slot = None;
+                log::debug!("sim: deleted I/O SQ {qid}");
+                Ok(Outcome::SUCCESS)
+            }
+            _ => Err(fail(command_specific_status(
+                command_specific::INVALID_QUEUE_IDENTIFIER,
+            ))),
+        }
+    }
+
+    fn delete_io_cq(&mut self, sqe: &SubmissionEntry) -> Result<Outcome, Fail> {
+        let qid = (sqe.cdw10 & LOW16) as u16;
+        if qid == 0 || !self.cqs.get(usize::from(qid)).is_some_and(Option::is_some) {
+            return Err(fail(command_specific_status(
+                command_specific::INVALID_QUEUE_IDENTIFIER,
+            )));
+        }
+        if self.sqs.iter().flatten().any(|sq| sq.cqid == qid) {
+            return Err(fail(command_specific_status(
+                command_specific::INVALID_QUEUE_DELETION,
+            )));
+        }
+        self.cqs[usize::from(qid)] = None;
+        self.delayed.retain(|d| d.cqid != qid);
+        log::debug!("sim: deleted I/O CQ {qid}");
+        Ok(Outcome::SUCCESS)
+    }
+
+    /// Doorbell Buffer Config (§5.8): PRP1 = shadow doorbell page, PRP2 = EventIdx page.
+    fn doorbell_buffer_config(
+        &mut self,
+        view: &GuestView<'_>,
+        sqe: &SubmissionEntry,
+    ) -> Result<Outcome, Fail> {
+        if !self.shared.config.shadow_doorbells {
+            return Err(fail(generic_status(generic::INVALID_OPCODE)));
+        }
+        let page = self.page_size as u64;
+        let (doorbells, event_idx) = (sqe.prp1, sqe.prp2);
+        if doorbells % page != 0 || event_idx % page != 0 {
+            return Err(fail(generic_status(generic::INVALID_FIELD)));
+        }
+        for base in [doorbells, event_idx] {
+            if !view.is_mapped(base, self.page_size) {
+                return Err(Fail::Dma(crate::dma::DmaFault {
+                    iova: base,
+                    len: self.page_size,
+                }));
+            }
+        }
+        self.shadow = Some(ShadowBuffers {
+            doorbells,
+            event_idx,
+        });
+        self.resync_all_shadows(view);
+        log::debug!("sim: shadow doorbells at {doorbells:#x}, EventIdx at {event_idx:#x}");
+        Ok(Outcome::SUCCESS)
+    }
+
+    fn abort(&mut self) -> Outcome {
+        // Commands execute as soon as they are fetched, so there is never one to abort.
+        Outcome::Complete {
+            status: Status::SUCCESS,
+            dw0: ABORT_NOT_ABORTED,
+        }
+    }
+
+    fn async_event_request(&mut self) -> Outcome {
+        if self.admin.aers_outstanding >= AER_LIMIT {
+            return Outcome::status(command_specific_status(
+                command_specific::ASYNC_EVENT_REQUEST_LIMIT_EXCEEDED,
+            ));
+        }
+        // Kept outstanding: this controller never reports events.
+        self.admin.aers_outstanding += 1;
+        Outcome::Pending
+    }
+
+    fn get_log_page(
+        &mut self,
+        view: &GuestView<'_>,
+        sqe: &SubmissionEntry,
+    ) -> Result<Outcome, Fail> {
+        let lid = (sqe.cdw10 & LOW8) as u8;
+        let numd =
+            u64::from(sqe.cdw10 >> HIGH16_SHIFT) | u64::from(sqe.cdw11 & LOW16) << HIGH16_SHIFT;
+        let bytes = (numd + 1) * DWORD;
+        if !matches!(
+            lid,
+            log_page::ERROR_INFORMATION | log_page::SMART_HEALTH | log_page::FIRMWARE_SLOT
+        ) {
+            return Err(fail(command_specific_status(
+                command_specific::INVALID_LOG_PAGE,
+            )));
+        }
+        let bytes =
+            usize::try_from(bytes).map_err(|_| fail(generic_status(generic::INVALID_FIELD)))?;
+        prp::walk(
+            view,
+            sqe.prp1,
+            sqe.prp2,
+            bytes,
+            self.page_size,
+            |iova, len, _| view.fill(iova, len, 0).map_err(Fail::from),
+        )?;
+        Ok(Outcome::SUCCESS)
+    }
+}

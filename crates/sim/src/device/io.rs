@@ -1,0 +1,191 @@
+//! NVM command set I/O commands (NVM Command Set Specification 1.0 §3) on the in-memory disks.
+//!
+//! Every command that addresses blocks is checked against the namespace size (LBA Out of
+//! Range) and, when it moves data, against MDTS (Invalid Field). Data moves one PRP segment at
+//! a time between guest memory and the namespace bytes, with no allocation.
+
+use nvme_spec::command::{dsm_deallocate, dsm_ranges, nlb, slba};
+use nvme_spec::opcode::nvm;
+use nvme_spec::queue::{DsmRange, SubmissionEntry};
+use nvme_spec::status::{generic, media, Status, StatusCodeType};
+
+use super::{Device, Outcome};
+use crate::disk::Disk;
+use crate::dma::GuestView;
+use crate::prp::{self, generic_status, Fail};
+use crate::stats::bump;
+
+/// Flush to every namespace (NVM CS §3.2.4: NSID FFFFFFFFh).
+const NSID_BROADCAST: u32 = u32::MAX;
+/// Size of one Dataset Management range descriptor.
+const DSM_RANGE_SIZE: usize = DsmRange::SIZE;
+/// Largest DSM range list: 256 descriptors of 16 bytes.
+const DSM_LIST_MAX: usize = nvme_spec::queue::DSM_MAX_RANGES * DSM_RANGE_SIZE;
+/// Compare reads guest data through a stack buffer of this many bytes.
+const COMPARE_CHUNK: usize = 4096;
+
+fn status(sc: u8) -> Fail {
+    Fail::Status(generic_status(sc))
+}
+
+/// Byte range `[start, end)` of `nlb` blocks from `slba` in `disk`, or LBA Out of Range.
+fn block_range(disk: &Disk, slba: u64, nlb: u64) -> Result<(usize, usize), Fail> {
+    match slba.checked_add(nlb) {
+        Some(end) if end <= disk.blocks => {
+            let bs = u64::from(disk.block_size);
+            // Fits in usize: the namespace was allocated with `blocks * block_size` bytes.
+            Ok(((slba * bs) as usize, (end * bs) as usize))
+        }
+        _ => Err(status(generic::LBA_OUT_OF_RANGE)),
+    }
+}
+
+impl Device {
+    pub(super) fn io_command(&mut self, view: &GuestView<'_>, sqe: &SubmissionEntry) -> Outcome {
+        let counters = &self.shared.counters;
+        let opcode = sqe.opcode();
+        bump(match opcode {
+            nvm::READ => &counters.reads,
+            nvm::WRITE => &counters.writes,
+            nvm::FLUSH => &counters.flushes,
+            nvm::WRITE_ZEROES | nvm::DATASET_MANAGEMENT | nvm::COMPARE => &counters.other_io,
+            _ => &counters.invalid_io,
+        });
+        if let Some(injected) = self.shared.faults.take_fail_io() {
+            return Outcome::status(injected);
+        }
+        let result = if sqe.psdt() != 0 || sqe.fuse() != 0 {
+            // SGLs and fused operations are not supported (Identify SGLS = 0, FUSES = 0).
+            Err(status(generic::INVALID_FIELD))
+        } else {
+            match opcode {
+                nvm::READ | nvm::WRITE | nvm::COMPARE => self.transfer(view, sqe, opcode),
+                nvm::FLUSH => self.flush(sqe),
+                nvm::WRITE_ZEROES => self.write_zeroes(sqe),
+                nvm::DATASET_MANAGEMENT => self.dataset_management(view, sqe),
+                op => {
+                    log::debug!("sim: unsupported I/O opcode {op:#04x} ({})", nvm::name(op));
+                    Err(status(generic::INVALID_OPCODE))
+                }
+            }
+        };
+        self.outcome(result.map(|()| Outcome::SUCCESS))
+    }
+
+    fn namespace(&self, nsid: u32) -> Result<&Disk, Fail> {
+        self.shared
+            .disks
+            .get(nsid)
+            .ok_or(status(generic::INVALID_NAMESPACE_OR_FORMAT))
+    }
+
+    /// Largest data transfer in bytes (MDTS in units of the minimum page size; 0 = no limit).
+    fn max_transfer(&self) -> usize {
+        match self.shared.config.mdts {
+            0 => usize::MAX,
+            mdts => (1usize << nvme_spec::regs::PAGE_SIZE_SHIFT_BASE).saturating_mul(1 << mdts),
+        }
+    }
+
+    /// Read, Write and Compare: move `nlb` blocks between guest memory and the disk.
+    fn transfer(
+        &self,
+        view: &GuestView<'_>,
+        sqe: &SubmissionEntry,
+        opcode: u8,
+    ) -> Result<(), Fail> {
+        let disk = self.namespace(sqe.nsid)?;
+        let (start, end) = block_range(disk, slba(sqe), u64::from(nlb(sqe)))?;
+        let len = end - start;
+        if len > self.max_transfer() {
+            return Err(status(generic::INVALID_FIELD));
+        }
+        let (prp1, prp2, page) = (sqe.prp1, sqe.prp2, self.page_size);
+        if self.shared.config.null_io && opcode != nvm::COMPARE {
+            // Validate the data pointer like a real transfer would, but move nothing.
+            return prp::walk(view, prp1, prp2, len, page, |iova, n, _| {
+                view.probe(iova, n).map_err(Fail::from)
+            });
+        }
+        let mut data = disk.lock();
+        let bytes = &mut data[start..end];
+        match opcode {
+            nvm::READ => prp::walk(view, prp1, prp2, len, page, |iova, n, off| {
+                view.write(iova, &bytes[off..off + n]).map_err(Fail::from)
+            }),
+            nvm::WRITE => prp::walk(view, prp1, prp2, len, page, |iova, n, off| {
+                view.read(iova, &mut bytes[off..off + n])
+                    .map_err(Fail::from)
+            }),
+            _ => {
+                let mut chunk = [0u8; COMPARE_CHUNK];
+                prp::walk(view, prp1, prp2, len, page, |iova, n, off| {
+                    let mut done = 0;
+                    while done < n {
+                        let step = (n - done).min(COMPARE_CHUNK);
+                        view.read(iova + done as u64, &mut chunk[..step])?;
+                        if chunk[..step] != bytes[off + done..off + done + step] {
+                            return Err(Fail::Status(Status::new(
+                                StatusCodeType::MediaDataIntegrity.raw(),
+                                media::COMPARE_FAILURE,
+                                true,
+                            )));
+                        }
+                        done += step;
+                    }
+                    Ok(())
+                })
+            }
+        }
+    }
+
+    fn flush(&self, sqe: &SubmissionEntry) -> Result<(), Fail> {
+        // The medium is memory: nothing is volatile, so a flush only validates the NSID.
+        if sqe.nsid != NSID_BROADCAST {
+            self.namespace(sqe.nsid)?;
+        }
+        Ok(())
+    }
+
+    fn write_zeroes(&self, sqe: &SubmissionEntry) -> Result<(), Fail> {
+        let disk = self.namespace(sqe.nsid)?;
+        let (start, end) = block_range(disk, slba(sqe), u64::from(nlb(sqe)))?;
+        disk.lock()[start..end].fill(0);
+        Ok(())
+    }
+
+    /// Dataset Management: with the Deallocate attribute, the ranges read back as zeros
+    /// (Identify Namespace DLFEAT says so); other attributes are hints and are ignored.
+    fn dataset_management(&self, view: &GuestView<'_>, sqe: &SubmissionEntry) -> Result<(), Fail> {
+        let disk = self.namespace(sqe.nsid)?;
+        let count = dsm_ranges(sqe) as usize;
+        let mut list = [0u8; DSM_LIST_MAX];
+        let list = &mut list[..count * DSM_RANGE_SIZE];
+        prp::walk(
+            view,
+            sqe.prp1,
+            sqe.prp2,
+            list.len(),
+            self.page_size,
+            |iova, n, off| view.read(iova, &mut list[off..off + n]).map_err(Fail::from),
+        )?;
+        if !dsm_deallocate(sqe) {
+            return Ok(());
+        }
+        let ranges = list.chunks_exact(DSM_RANGE_SIZE).map(|raw| {
+            let raw: &[u8; DSM_RANGE_SIZE] =
+                raw.try_into().expect("chunks_exact yields full ranges");
+            DsmRange::from_bytes(raw)
+        });
+        // Check every range first so that a bad one leaves the medium untouched.
+        for range in ranges.clone() {
+            block_range(disk, range.slba, u64::from(range.nlb))?;
+        }
+        let mut data = disk.lock();
+        for range in ranges {
+            let (start, end) = block_range(disk, range.slba, u64::from(range.nlb))?;
+            data[start..end].fill(0);
+        }
+        Ok(())
+    }
+}

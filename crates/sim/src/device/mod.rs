@@ -1,0 +1,705 @@
+//! The emulated controller's device thread: register polling, queue state, completion posting.
+//!
+//! One thread owns all controller state ([`Device`]); the driver talks to it only through the
+//! register block and guest memory, exactly as with hardware. Each poll pass:
+//! 1. looks at CC (enable, reset, shutdown);
+//! 2. takes new CQ heads and SQ tails from the doorbell registers, or from the shadow doorbell
+//!    buffer when Doorbell Buffer Config is active (a value counts as written when it changes);
+//! 3. fetches and executes a bounded batch of commands per submission queue and posts their
+//!    completions, holding them back while the completion queue is full (an unreaped entry is
+//!    never overwritten) and fetching no more than the completion queue can absorb.
+//!
+//! INVARIANTS: `sqs[q]`/`cqs[q]` exist only while the controller is enabled; an SQ's CQ exists
+//! for as long as the SQ does; `head`/`tail` indices are always `< size`.
+
+mod admin;
+pub(crate) use admin::capabilities;
+mod io;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme_spec::queue::{
+    CompletionEntry, SubmissionEntry, CQES_LOG2, CQE_SIZE, SQES_LOG2, SQE_SIZE,
+};
+use nvme_spec::regs::{
+    cq_head_doorbell, sq_tail_doorbell, Aqa, Cc, Csts, ShutdownNotification, ShutdownStatus, ACQ,
+    ADMIN_QUEUE_MAX_ENTRIES, AQA, ASQ, CC, CC_CSS_NVM, CSTS, DOORBELL_BASE, PAGE_SIZE_SHIFT_BASE,
+};
+use nvme_spec::status::{generic, Status};
+
+use crate::config::SimConfig;
+use crate::disk::Disks;
+use crate::dma::{GuestView, SimDma};
+use crate::faults::{Faults, CORRUPT_CID_MASK, WRONG_SQID_MASK};
+use crate::prp::{generic_status, Fail};
+use crate::regs::RegisterBlock;
+use crate::stats::{bump, Counters};
+
+/// State shared between the handle and the device thread.
+pub(crate) struct Shared {
+    pub regs: Arc<RegisterBlock>,
+    pub dma: Arc<SimDma>,
+    pub faults: Faults,
+    pub counters: Counters,
+    pub disks: Disks,
+    pub config: SimConfig,
+    pub stop: AtomicBool,
+}
+
+/// Commands fetched from one submission queue per poll pass (round-robin fairness).
+const FETCH_BATCH: u32 = 64;
+/// Idle passes spent spinning before the thread starts yielding.
+const SPIN_PASSES: u32 = 2_000;
+/// Idle passes spent yielding before the thread starts sleeping.
+const YIELD_PASSES: u32 = 4_000;
+/// Longest sleep between polls of an idle controller.
+const MAX_IDLE_SLEEP: Duration = Duration::from_micros(50);
+/// First sleep once the thread starts sleeping; doubled up to [`MAX_IDLE_SLEEP`].
+const MIN_IDLE_SLEEP: Duration = Duration::from_micros(2);
+/// Page-aligned addresses have these bits clear for the 4 KiB minimum page.
+const MIN_PAGE_MASK: u64 = (1 << PAGE_SIZE_SHIFT_BASE) - 1;
+
+/// A completion not yet written to its queue.
+#[derive(Clone, Copy, Debug)]
+struct Completion {
+    dw0: u32,
+    sq_head: u16,
+    sq_id: u16,
+    cid: u16,
+    status: Status,
+}
+
+/// What executing a command produced.
+pub(crate) enum Outcome {
+    /// Post a completion with this status and Dword 0.
+    Complete { status: Status, dw0: u32 },
+    /// The command stays outstanding (Asynchronous Event Request).
+    Pending,
+}
+
+impl Outcome {
+    pub(crate) const SUCCESS: Outcome = Outcome::Complete {
+        status: Status::SUCCESS,
+        dw0: 0,
+    };
+
+    pub(crate) fn status(status: Status) -> Outcome {
+        Outcome::Complete { status, dw0: 0 }
+    }
+}
+
+/// Where a queue takes its doorbell values from (MMIO register, optional shadow entry).
+#[derive(Clone, Copy, Debug, Default)]
+struct DoorbellSource {
+    /// Byte offset of the register in the BAR (and of the entry in the shadow page).
+    offset: usize,
+    /// Last value seen in the register.
+    mmio_seen: u32,
+    /// Last value seen in the shadow buffer.
+    shadow_seen: u32,
+    /// Last value written to the EventIdx buffer.
+    event_written: Option<u32>,
+}
+
+struct Sq {
+    base: u64,
+    size: u32,
+    head: u32,
+    tail: u32,
+    cqid: u16,
+    doorbell: DoorbellSource,
+}
+
+struct Cq {
+    base: u64,
+    size: u32,
+    head: u32,
+    tail: u32,
+    phase: bool,
+    /// Completions waiting for room in the ring (capacity reserved at creation).
+    held: VecDeque<Completion>,
+    doorbell: DoorbellSource,
+}
+
+impl Cq {
+    fn is_full(&self) -> bool {
+        (self.tail + 1) % self.size == self.head
+    }
+}
+
+/// Shadow doorbell and EventIdx buffers set by Doorbell Buffer Config (NVMe Base 2.0 §5.8).
+#[derive(Clone, Copy, Debug)]
+struct ShadowBuffers {
+    doorbells: u64,
+    event_idx: u64,
+}
+
+/// A completion posted later because of [`Faults::delay_completions`].
+struct Delayed {
+    due: Instant,
+    cqid: u16,
+    completion: Completion,
+}
+
+/// Controller state owned by the device thread.
+pub(crate) struct Device {
+    shared: Arc<Shared>,
+    stride: usize,
+    /// Memory page size from CC.MPS, valid while enabled.
+    page_size: usize,
+    /// Last CC value acted upon.
+    cc: Cc,
+    ready: bool,
+    shut_down: bool,
+    sqs: Vec<Option<Sq>>,
+    cqs: Vec<Option<Cq>>,
+    shadow: Option<ShadowBuffers>,
+    delayed: VecDeque<Delayed>,
+    /// Admin-queue state (features, granted queues, identify data).
+    admin: admin::AdminState,
+}
+
+impl Device {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        let config = &shared.config;
+        let queues = usize::from(config.io_queue_pairs) + 1;
+        let stride =
+            nvme_spec::regs::Cap::new(0, false, 0, config.dstrd, false, 0, 0).doorbell_stride();
+        let admin = admin::AdminState::new(config);
+        Self {
+            stride,
+            page_size: 1 << PAGE_SIZE_SHIFT_BASE,
+            cc: Cc(0),
+            ready: false,
+            shut_down: false,
+            sqs: (0..queues).map(|_| None).collect(),
+            cqs: (0..queues).map(|_| None).collect(),
+            shadow: None,
+            delayed: VecDeque::new(),
+            admin,
+            shared,
+        }
+    }
+
+    /// Runs until the handle asks the thread to stop.
+    pub(crate) fn run(mut self) {
+        let mut idle: u32 = 0;
+        let mut sleep = MIN_IDLE_SLEEP;
+        while !self.shared.stop.load(Ordering::Acquire) {
+            if self.poll() {
+                idle = 0;
+                sleep = MIN_IDLE_SLEEP;
+                continue;
+            }
+            idle = idle.saturating_add(1);
+            if idle < SPIN_PASSES {
+                std::hint::spin_loop();
+            } else if idle < YIELD_PASSES {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(sleep);
+                sleep = (sleep * 2).min(MAX_IDLE_SLEEP);
+            }
+        }
+        log::debug!("sim: device thread stopping");
+    }
+
+    /// One poll pass; true when anything happened.
+    fn poll(&mut self) -> bool {
+        let mut busy = self.poll_cc();
+        if !self.ready || self.shut_down || self.shared.faults.is_fatal() {
+            return busy;
+        }
+        let dma = self.shared.dma.clone();
+        let view = dma.view();
+        busy |= self.release_delayed(&view);
+        for qid in 0..self.cqs.len() {
+            busy |= self.poll_cq_head(&view, qid);
+        }
+        for qid in 0..self.sqs.len() {
+            busy |= self.poll_sq(&view, qid);
+        }
+        busy || !self.delayed.is_empty()
+    }
+
+    fn regs(&self) -> &RegisterBlock {
+        &self.shared.regs
+    }
+
+    fn write_csts(&self, shst: ShutdownStatus) {
+        let csts = Csts::new(self.ready, self.shared.faults.is_fatal(), shst);
+        self.regs().store(CSTS, csts.0);
+    }
+
+    // ----- controller configuration (NVMe Base 2.0 §3.5.1 initialization, §3.6 shutdown) -----
+
+    fn poll_cc(&mut self) -> bool {
+        let cc = Cc(self.regs().load(CC));
+        if cc == self.cc {
+            return false;
+        }
+        let old = std::mem::replace(&mut self.cc, cc);
+        if old.en() && !cc.en() {
+            self.reset();
+        } else if !old.en() && cc.en() {
+            self.enable(cc);
+        }
+        let shutdown_requested = !matches!(cc.shn(), ShutdownNotification::None);
+        let was_requested = !matches!(old.shn(), ShutdownNotification::None);
+        if shutdown_requested && !was_requested {
+            // Everything is already on the medium (no volatile state to flush): complete at once.
+            log::debug!("sim: shutdown ({:?}) complete", cc.shn());
+            self.shut_down = true;
+            self.write_csts(ShutdownStatus::Complete);
+        }
+        true
+    }
+
+    /// CC.EN 0 -> 1: take the admin queue from AQA/ASQ/ACQ and become ready.
+    fn enable(&mut self, cc: Cc) {
+        let aqa = Aqa(self.regs().load(AQA));
+        let asq = self.regs().load64(ASQ);
+        let acq = self.regs().load64(ACQ);
+        let mqes_entries = u32::from(self.shared.config.mqes) + 1;
+        let max_admin = ADMIN_QUEUE_MAX_ENTRIES.min(mqes_entries);
+        let problem = if cc.css() != CC_CSS_NVM {
+            Some(format!(
+                "CC.CSS {} is not the NVM command set ({CC_CSS_NVM})",
+                cc.css()
+            ))
+        } else if cc.mps() > admin::MPSMAX {
+            Some(format!(
+                "CC.MPS {} exceeds CAP.MPSMAX {}",
+                cc.mps(),
+                admin::MPSMAX
+            ))
+        } else if cc.iosqes() != SQES_LOG2 || cc.iocqes() != CQES_LOG2 {
+            Some(format!(
+                "CC.IOSQES/IOCQES are {}/{}; this controller needs {SQES_LOG2}/{CQES_LOG2} \
+                 (64-byte SQEs, 16-byte CQEs)",
+                cc.iosqes(),
+                cc.iocqes()
+            ))
+        } else if !(2..=max_admin).contains(&aqa.sq_entries())
+            || !(2..=max_admin).contains(&aqa.cq_entries())
+        {
+            Some(format!(
+                "AQA asks for {} SQ / {} CQ entries; each must be 2..={max_admin}",
+                aqa.sq_entries(),
+                aqa.cq_entries()
+            ))
+        } else if asq & MIN_PAGE_MASK != 0 || acq & MIN_PAGE_MASK != 0 || asq == 0 || acq == 0 {
+            Some(format!(
+                "ASQ {asq:#x} / ACQ {acq:#x} must be non-zero and page aligned"
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            log::warn!("sim: controller enable refused, CSTS.RDY stays 0: {problem}");
+            return;
+        }
+        self.page_size = 1 << (PAGE_SIZE_SHIFT_BASE + u32::from(cc.mps()));
+        self.create_cq(0, acq, aqa.cq_entries(), None);
+        self.create_sq(0, asq, aqa.sq_entries(), 0, None);
+        if self.shared.faults.is_never_ready() {
+            log::debug!("sim: enable seen, but the never_ready fault keeps CSTS.RDY at 0");
+            return;
+        }
+        self.ready = true;
+        self.write_csts(ShutdownStatus::Normal);
+        log::debug!(
+            "sim: controller enabled (admin SQ {} / CQ {} entries)",
+            aqa.sq_entries(),
+            aqa.cq_entries()
+        );
+    }
+
+    /// CC.EN 1 -> 0: controller reset. Drops every queue and pending completion, clears the
+    /// doorbells, the shadow buffer configuration and an injected fatal status.
+    fn reset(&mut self) {
+        self.sqs.iter_mut().for_each(|q| *q = None);
+        self.cqs.iter_mut().for_each(|q| *q = None);
+        self.delayed.clear();
+        self.shadow = None;
+        self.admin.reset(&self.shared.config);
+        self.ready = false;
+        self.shut_down = false;
+        self.shared.faults.clear_fatal();
+        self.regs().clear_from(DOORBELL_BASE);
+        self.write_csts(ShutdownStatus::Normal);
+        log::debug!("sim: controller reset");
+    }
+
+    // ----- queues -----
+
+    /// A doorbell source for a new queue, remembering the current register and shadow values
+    /// so that only later changes count as writes.
+    fn doorbell_source(&self, offset: usize, view: Option<&GuestView<'_>>) -> DoorbellSource {
+        let mut source = DoorbellSource {
+            offset,
+            mmio_seen: self.regs().load(offset),
+            shadow_seen: 0,
+            event_written: None,
+        };
+        if let Some(view) = view {
+            self.resync_shadow(view, &mut source);
+        }
+        source
+    }
+
+    /// Snapshots the shadow entry of `source` (when shadow doorbells are on) and forgets the
+    /// last EventIdx written, so the next poll publishes it.
+    fn resync_shadow(&self, view: &GuestView<'_>, source: &mut DoorbellSource) {
+        source.event_written = None;
+        if let Some(shadow) = self.shadow {
+            let entry = shadow.doorbells + (source.offset - DOORBELL_BASE) as u64;
+            match view.read_u32(entry) {
+                Ok(value) => source.shadow_seen = value,
+                Err(fault) => self.dma_error(fault, "shadow doorbell read"),
+            }
+        }
+    }
+
+    /// Re-snapshots every queue's shadow entry (after Doorbell Buffer Config).
+    fn resync_all_shadows(&mut self, view: &GuestView<'_>) {
+        let mut sqs = std::mem::take(&mut self.sqs);
+        let mut cqs = std::mem::take(&mut self.cqs);
+        for sq in sqs.iter_mut().flatten() {
+            self.resync_shadow(view, &mut sq.doorbell);
+        }
+        for cq in cqs.iter_mut().flatten() {
+            self.resync_shadow(view, &mut cq.doorbell);
+        }
+        self.sqs = sqs;
+        self.cqs = cqs;
+    }
+
+    /// Creates a completion queue (admin at enable, I/O from Create I/O Completion Queue).
+    fn create_cq(&mut self, qid: u16, base: u64, size: u32, view: Option<&GuestView<'_>>) {
+        let doorbell = self.doorbell_source(cq_head_doorbell(qid, self.stride), view);
+        self.cqs[usize::from(qid)] = Some(Cq {
+            base,
+            size,
+            head: 0,
+            tail: 0,
+            phase: true,
+            held: VecDeque::with_capacity(size as usize),
+            doorbell,
+        });
+    }
+
+    /// Creates a submission queue bound to completion queue `cqid`.
+    fn create_sq(
+        &mut self,
+        qid: u16,
+        base: u64,
+        size: u32,
+        cqid: u16,
+        view: Option<&GuestView<'_>>,
+    ) {
+        let doorbell = self.doorbell_source(sq_tail_doorbell(qid, self.stride), view);
+        self.sqs[usize::from(qid)] = Some(Sq {
+            base,
+            size,
+            head: 0,
+            tail: 0,
+            cqid,
+            doorbell,
+        });
+    }
+
+    /// Reads a doorbell value: the register if it changed, else the shadow entry if it changed.
+    /// Returns the new value, if any.
+    fn read_doorbell(
+        &self,
+        view: &GuestView<'_>,
+        source: &mut DoorbellSource,
+        sq: bool,
+    ) -> Option<u32> {
+        let counters = &self.shared.counters;
+        let mmio = self.regs().load(source.offset);
+        if mmio != source.mmio_seen {
+            source.mmio_seen = mmio;
+            bump(if sq {
+                &counters.sq_doorbell_writes
+            } else {
+                &counters.cq_doorbell_writes
+            });
+            return Some(mmio);
+        }
+        let shadow = self.shadow?;
+        let entry = shadow.doorbells + (source.offset - DOORBELL_BASE) as u64;
+        match view.read_u32(entry) {
+            Ok(value) if value != source.shadow_seen => {
+                source.shadow_seen = value;
+                bump(&counters.shadow_doorbell_updates);
+                Some(value)
+            }
+            Ok(_) => None,
+            Err(fault) => {
+                self.dma_error(fault, "shadow doorbell read");
+                None
+            }
+        }
+    }
+
+    /// Publishes `value` as the EventIdx of a queue (when shadow doorbells are on and it moved).
+    fn write_event_idx(&self, view: &GuestView<'_>, source: &mut DoorbellSource, value: u32) {
+        let Some(shadow) = self.shadow else { return };
+        if source.event_written == Some(value) {
+            return;
+        }
+        let entry = shadow.event_idx + (source.offset - DOORBELL_BASE) as u64;
+        match view.write_u32(entry, value) {
+            Ok(()) => source.event_written = Some(value),
+            Err(fault) => self.dma_error(fault, "EventIdx write"),
+        }
+    }
+
+    fn invalid_doorbell(&self, qid: usize, what: &str, value: u32, size: u32) {
+        bump(&self.shared.counters.invalid_doorbell_writes);
+        log::warn!(
+            "sim: ignoring {what} doorbell value {value} for queue {qid}: the queue has {size} \
+             entries (valid values 0..{size})"
+        );
+    }
+
+    fn poll_cq_head(&mut self, view: &GuestView<'_>, qid: usize) -> bool {
+        let Some(mut cq) = self.cqs[qid].take() else {
+            return false;
+        };
+        let mut busy = false;
+        if let Some(head) = self.read_doorbell(view, &mut cq.doorbell, false) {
+            if head < cq.size {
+                cq.head = head;
+                busy = true;
+            } else {
+                self.invalid_doorbell(qid, "CQ head", head, cq.size);
+            }
+        }
+        let head = cq.head;
+        self.write_event_idx(view, &mut cq.doorbell, head);
+        busy |= self.flush_held(view, &mut cq);
+        self.cqs[qid] = Some(cq);
+        busy
+    }
+
+    /// Takes a new SQ tail, then fetches and executes up to [`FETCH_BATCH`] commands.
+    fn poll_sq(&mut self, view: &GuestView<'_>, qid: usize) -> bool {
+        let Some(mut sq) = self.sqs[qid].take() else {
+            return false;
+        };
+        if let Some(tail) = self.read_doorbell(view, &mut sq.doorbell, true) {
+            if tail < sq.size {
+                sq.tail = tail;
+            } else {
+                self.invalid_doorbell(qid, "SQ tail", tail, sq.size);
+            }
+        }
+        self.sqs[qid] = Some(sq);
+
+        let sq_id = qid as u16;
+        let mut fetched = 0;
+        while fetched < FETCH_BATCH {
+            // Commands may create or delete other queues (never their own), so the SQ is
+            // borrowed afresh for each fetch.
+            let Some(sq) = self.sqs[qid].as_ref() else {
+                break;
+            };
+            let (cqid, ring_base) = (sq.cqid, sq.base);
+            // Fatal status stops fetching at once, even mid-pass.
+            if sq.head == sq.tail || !self.cq_can_accept(cqid) || self.shared.faults.is_fatal() {
+                break;
+            }
+            let addr = ring_base + u64::from(sq.head) * SQE_SIZE as u64;
+            let sqe = match view.read_dwords::<{ SQE_SIZE / 4 }>(addr) {
+                Ok(dwords) => parse_sqe(&dwords),
+                Err(fault) => {
+                    // The ring itself is unreachable: nothing sensible can be completed.
+                    self.dma_error(fault, "submission queue entry fetch");
+                    log::error!(
+                        "sim: SQ {qid} ring at IOVA {ring_base:#x} is not mapped: controller fatal"
+                    );
+                    self.shared.faults.set_fatal();
+                    break;
+                }
+            };
+            let sq_head = match self.sqs[qid].as_mut() {
+                Some(sq) => {
+                    sq.head = (sq.head + 1) % sq.size;
+                    sq.head as u16
+                }
+                None => break,
+            };
+            fetched += 1;
+            let outcome = if qid == 0 {
+                bump(&self.shared.counters.admin_commands);
+                self.admin_command(view, &sqe)
+            } else {
+                self.io_command(view, &sqe)
+            };
+            if let Outcome::Complete { status, dw0 } = outcome {
+                let completion = Completion {
+                    dw0,
+                    sq_head,
+                    sq_id,
+                    cid: sqe.cid(),
+                    status,
+                };
+                self.complete(view, cqid, completion);
+            }
+        }
+        if let Some(mut sq) = self.sqs[qid].take() {
+            let head = sq.head;
+            self.write_event_idx(view, &mut sq.doorbell, head);
+            self.sqs[qid] = Some(sq);
+        }
+        fetched > 0
+    }
+
+    /// Whether the CQ can take one more completion without holding more than one ring's worth.
+    fn cq_can_accept(&self, cqid: u16) -> bool {
+        self.cqs[usize::from(cqid)]
+            .as_ref()
+            .is_some_and(|cq| cq.held.len() < cq.size as usize)
+    }
+
+    // ----- completions (NVMe Base 2.0 §4.6) -----
+
+    /// Applies completion faults, then queues the completion (possibly delayed: the delay
+    /// counts from execution, which happens right after the fetch).
+    fn complete(&mut self, view: &GuestView<'_>, cqid: u16, mut completion: Completion) {
+        let faults = &self.shared.faults;
+        if faults.take_drop() {
+            log::debug!(
+                "sim: dropping completion of cid {} on SQ {} (fault)",
+                completion.cid,
+                completion.sq_id
+            );
+            return;
+        }
+        if faults.take_corrupt_cid() {
+            completion.cid ^= CORRUPT_CID_MASK;
+        }
+        if faults.take_wrong_sqid() {
+            completion.sq_id ^= WRONG_SQID_MASK;
+        }
+        let copies = if faults.take_duplicate() { 2 } else { 1 };
+        let delay = faults.delay();
+        // Reading the clock only when a delay is armed keeps it off the fast path.
+        let due = (!delay.is_zero()).then(|| Instant::now() + delay);
+        for _ in 0..copies {
+            match due {
+                None => self.post(view, cqid, completion),
+                Some(due) => self.delayed.push_back(Delayed {
+                    due,
+                    cqid,
+                    completion,
+                }),
+            }
+        }
+    }
+
+    /// Moves due delayed completions to their queues.
+    fn release_delayed(&mut self, view: &GuestView<'_>) -> bool {
+        if self.delayed.is_empty() {
+            return false;
+        }
+        let now = Instant::now();
+        let mut moved = false;
+        while self.delayed.front().is_some_and(|d| d.due <= now) {
+            let Some(d) = self.delayed.pop_front() else {
+                break;
+            };
+            self.post(view, d.cqid, d.completion);
+            moved = true;
+        }
+        moved
+    }
+
+    /// Queues a completion on its CQ and writes as many held entries as fit.
+    fn post(&mut self, view: &GuestView<'_>, cqid: u16, completion: Completion) {
+        let Some(mut cq) = self.cqs[usize::from(cqid)].take() else {
+            log::debug!("sim: completion for deleted CQ {cqid} discarded");
+            return;
+        };
+        cq.held.push_back(completion);
+        self.flush_held(view, &mut cq);
+        self.cqs[usize::from(cqid)] = Some(cq);
+    }
+
+    /// Writes held completions while the ring has room; true when any was written.
+    fn flush_held(&self, view: &GuestView<'_>, cq: &mut Cq) -> bool {
+        let mut wrote = false;
+        while !cq.is_full() {
+            let Some(c) = cq.held.front().copied() else {
+                break;
+            };
+            let entry = CompletionEntry::new(c.dw0, c.sq_head, c.sq_id, c.cid, c.status, cq.phase);
+            let dwords = [
+                entry.dw0,
+                entry.dw1,
+                u32::from(entry.sq_head) | u32::from(entry.sq_id) << 16,
+                u32::from(entry.cid) | u32::from(entry.status) << 16,
+            ];
+            let addr = cq.base + u64::from(cq.tail) * CQE_SIZE as u64;
+            if let Err(fault) = view.write_cqe(addr, dwords) {
+                self.dma_error(fault, "completion queue entry write");
+                log::error!(
+                    "sim: CQ ring at IOVA {:#x} is not mapped: controller fatal",
+                    cq.base
+                );
+                self.shared.faults.set_fatal();
+                break;
+            }
+            cq.held.pop_front();
+            bump(&self.shared.counters.completions_posted);
+            cq.tail += 1;
+            if cq.tail == cq.size {
+                cq.tail = 0;
+                cq.phase = !cq.phase;
+            }
+            wrote = true;
+        }
+        wrote
+    }
+
+    // ----- helpers for command execution -----
+
+    fn dma_error(&self, fault: crate::dma::DmaFault, what: &str) {
+        bump(&self.shared.counters.dma_errors);
+        log::debug!(
+            "sim: DMA error during {what}: {} bytes at IOVA {:#x} not mapped",
+            fault.len,
+            fault.iova
+        );
+    }
+
+    /// Turns a command failure into its completion status (counting DMA errors).
+    fn fail_status(&self, fail: Fail) -> Status {
+        match fail {
+            Fail::Status(status) => status,
+            Fail::Dma(fault) => {
+                self.dma_error(fault, "data transfer");
+                generic_status(generic::DATA_TRANSFER_ERROR)
+            }
+        }
+    }
+
+    fn outcome(&self, result: Result<Outcome, Fail>) -> Outcome {
+        result.unwrap_or_else(|fail| Outcome::status(self.fail_status(fail)))
+    }
+}
+
+/// Decodes a submission queue entry from its 16 little-endian dwords.
+fn parse_sqe(dwords: &[u32; SQE_SIZE / 4]) -> SubmissionEntry {
+    let mut bytes = [0u8; SQE_SIZE];
+    for (chunk, dword) in bytes.chunks_exact_mut(4).zip(dwords) {
+        chunk.copy_from_slice(&dword.to_le_bytes());
+    }
+    SubmissionEntry::from_bytes(&bytes)
+}

@@ -1,0 +1,173 @@
+//! Fault injection: knobs a test flips while the driver runs. All are atomics read by the
+//! device thread at the point where the fault applies; counted faults apply to the next `n`
+//! events and then disarm themselves.
+
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nvme_spec::regs::{Csts, ShutdownStatus, CSTS};
+use nvme_spec::status::Status;
+
+use crate::regs::RegisterBlock;
+
+/// XOR mask applied to the command identifier of a corrupted completion: flips the top bit, so
+/// the identifier is either beyond any queue depth or carries the wrong generation bit.
+pub const CORRUPT_CID_MASK: u16 = 0x8000;
+/// XOR mask applied to the SQ identifier of a completion with a wrong SQ ID (no such queue).
+pub const WRONG_SQID_MASK: u16 = 0xffff;
+
+/// Fault injection switches of one emulated controller (see [`crate::SimController::faults`]).
+pub struct Faults {
+    regs: Arc<RegisterBlock>,
+    never_ready: AtomicBool,
+    fatal: AtomicBool,
+    corrupt_cid: AtomicU32,
+    duplicate: AtomicU32,
+    wrong_sqid: AtomicU32,
+    drop_completions: AtomicU32,
+    fail_io: AtomicU32,
+    fail_io_status: AtomicU16,
+    delay_ns: AtomicU64,
+}
+
+/// Decrements `counter` if it is positive; true when a fault was consumed.
+fn take(counter: &AtomicU32) -> bool {
+    // Fast path: a relaxed load avoids a read-modify-write per command when nothing is armed.
+    counter.load(Ordering::Relaxed) != 0
+        && counter
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+}
+
+impl Faults {
+    pub(crate) fn new(regs: Arc<RegisterBlock>) -> Self {
+        Self {
+            regs,
+            never_ready: AtomicBool::new(false),
+            fatal: AtomicBool::new(false),
+            corrupt_cid: AtomicU32::new(0),
+            duplicate: AtomicU32::new(0),
+            wrong_sqid: AtomicU32::new(0),
+            drop_completions: AtomicU32::new(0),
+            fail_io: AtomicU32::new(0),
+            fail_io_status: AtomicU16::new(0),
+            delay_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// From now on the controller never sets CSTS.RDY after CC.EN is set (the driver must time
+    /// out after CAP.TO).
+    pub fn never_ready(&self) {
+        self.never_ready.store(true, Ordering::Release);
+    }
+
+    /// Sets CSTS.CFS (Controller Fatal Status) immediately; the controller stops processing
+    /// commands until the host resets it (CC.EN 1 -> 0), which clears the fault.
+    pub fn set_fatal(&self) {
+        self.fatal.store(true, Ordering::Release);
+        self.regs
+            .set_bits(CSTS, Csts::new(false, true, ShutdownStatus::Normal).0);
+    }
+
+    /// The next `n` completions carry a command identifier that is not in flight
+    /// (`cid ^` [`CORRUPT_CID_MASK`]).
+    pub fn corrupt_next_cid(&self, n: u32) {
+        self.corrupt_cid.store(n, Ordering::Release);
+    }
+
+    /// The next completion is posted twice (two consecutive CQ entries).
+    pub fn duplicate_next_completion(&self) {
+        self.duplicate.store(1, Ordering::Release);
+    }
+
+    /// The next completion reports an SQ identifier of a queue that does not exist
+    /// (`sqid ^` [`WRONG_SQID_MASK`]).
+    pub fn wrong_sqid_next(&self) {
+        self.wrong_sqid.store(1, Ordering::Release);
+    }
+
+    /// The next `n` commands are executed but their completions are never posted, so the
+    /// driver's per-command timeout must fire.
+    pub fn drop_next_completions(&self, n: u32) {
+        self.drop_completions.store(n, Ordering::Release);
+    }
+
+    /// The next `n` I/O (non-admin) commands complete with `status` without being executed.
+    pub fn fail_next_io(&self, status: Status, n: u32) {
+        self.fail_io_status.store(status.0, Ordering::Release);
+        self.fail_io.store(n, Ordering::Release);
+    }
+
+    /// Every completion is posted no earlier than `delay` after its command was fetched
+    /// (`Duration::ZERO` turns the delay off). Order within a completion queue is kept.
+    pub fn delay_completions(&self, delay: Duration) {
+        self.delay_ns.store(
+            u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Release,
+        );
+    }
+
+    pub(crate) fn is_never_ready(&self) -> bool {
+        self.never_ready.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_fatal(&self) -> bool {
+        self.fatal.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn clear_fatal(&self) {
+        self.fatal.store(false, Ordering::Release);
+    }
+
+    pub(crate) fn take_corrupt_cid(&self) -> bool {
+        take(&self.corrupt_cid)
+    }
+
+    pub(crate) fn take_duplicate(&self) -> bool {
+        take(&self.duplicate)
+    }
+
+    pub(crate) fn take_wrong_sqid(&self) -> bool {
+        take(&self.wrong_sqid)
+    }
+
+    pub(crate) fn take_drop(&self) -> bool {
+        take(&self.drop_completions)
+    }
+
+    pub(crate) fn take_fail_io(&self) -> Option<Status> {
+        take(&self.fail_io).then(|| Status(self.fail_io_status.load(Ordering::Acquire)))
+    }
+
+    pub(crate) fn delay(&self) -> Duration {
+        Duration::from_nanos(self.delay_ns.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counted_faults_disarm_after_n() {
+        let faults = Faults::new(RegisterBlock::new());
+        assert!(!faults.take_drop());
+        faults.drop_next_completions(2);
+        assert!(faults.take_drop());
+        assert!(faults.take_drop());
+        assert!(!faults.take_drop());
+        faults.fail_next_io(Status(0x0281), 1);
+        assert_eq!(faults.take_fail_io(), Some(Status(0x0281)));
+        assert_eq!(faults.take_fail_io(), None);
+    }
+
+    #[test]
+    fn set_fatal_sets_cfs_at_once() {
+        let regs = RegisterBlock::new();
+        let faults = Faults::new(regs.clone());
+        faults.set_fatal();
+        assert!(Csts(regs.load(CSTS)).cfs());
+        assert!(faults.is_fatal());
+    }
+}

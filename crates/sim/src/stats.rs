@@ -1,0 +1,88 @@
+//! Counters the device thread keeps (relaxed atomics, one writer) and their snapshot.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of what the emulated controller has seen and done since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// Admin commands processed.
+    pub admin_commands: u64,
+    /// NVM Read commands processed.
+    pub reads: u64,
+    /// NVM Write commands processed.
+    pub writes: u64,
+    /// NVM Flush commands processed.
+    pub flushes: u64,
+    /// Write Zeroes, Dataset Management and Compare commands processed.
+    pub other_io: u64,
+    /// I/O commands with an unknown opcode.
+    pub invalid_io: u64,
+    /// SQ tail doorbell register writes observed (changes of the register value).
+    pub sq_doorbell_writes: u64,
+    /// CQ head doorbell register writes observed (changes of the register value).
+    pub cq_doorbell_writes: u64,
+    /// Doorbell values taken from the shadow doorbell buffer (changes observed there).
+    pub shadow_doorbell_updates: u64,
+    /// Doorbell values rejected because they were beyond the queue size.
+    pub invalid_doorbell_writes: u64,
+    /// Device accesses to unmapped or out-of-range IOVAs.
+    pub dma_errors: u64,
+    /// Completion queue entries written.
+    pub completions_posted: u64,
+}
+
+impl SimStats {
+    /// I/O commands processed (all NVM command set opcodes, valid or not).
+    pub fn io_commands(&self) -> u64 {
+        self.reads + self.writes + self.flushes + self.other_io + self.invalid_io
+    }
+
+    /// Doorbell register writes of either kind.
+    pub fn doorbell_writes(&self) -> u64 {
+        self.sq_doorbell_writes + self.cq_doorbell_writes
+    }
+}
+
+/// Live counters, written by the device thread only.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub admin_commands: AtomicU64,
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub flushes: AtomicU64,
+    pub other_io: AtomicU64,
+    pub invalid_io: AtomicU64,
+    pub sq_doorbell_writes: AtomicU64,
+    pub cq_doorbell_writes: AtomicU64,
+    pub shadow_doorbell_updates: AtomicU64,
+    pub invalid_doorbell_writes: AtomicU64,
+    pub dma_errors: AtomicU64,
+    pub completions_posted: AtomicU64,
+}
+
+/// Adds one to a counter. The device thread is the only writer, so a load and a store suffice
+/// (no locked read-modify-write on the hot path).
+#[inline(always)]
+pub(crate) fn bump(counter: &AtomicU64) {
+    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> SimStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        SimStats {
+            admin_commands: get(&self.admin_commands),
+            reads: get(&self.reads),
+            writes: get(&self.writes),
+            flushes: get(&self.flushes),
+            other_io: get(&self.other_io),
+            invalid_io: get(&self.invalid_io),
+            sq_doorbell_writes: get(&self.sq_doorbell_writes),
+            cq_doorbell_writes: get(&self.cq_doorbell_writes),
+            shadow_doorbell_updates: get(&self.shadow_doorbell_updates),
+            invalid_doorbell_writes: get(&self.invalid_doorbell_writes),
+            dma_errors: get(&self.dma_errors),
+            completions_posted: get(&self.completions_posted),
+        }
+    }
+}
