@@ -15,6 +15,7 @@
 
 mod admin;
 mod controller;
+pub mod device;
 mod error;
 mod namespace;
 mod prp;
@@ -26,7 +27,9 @@ pub use error::{Error, IoFailure, Result};
 pub use namespace::Namespace;
 pub use queue_pair::{
     Completion, QueuePair, QueuePairOptions, QueuePairStats, MAX_BLOCKS_PER_COMMAND,
+    MAX_COMMANDS_PER_REQUEST,
 };
 
+pub use device::{parse_device, DeviceArgError};
 pub use nvme_spec as spec;
-pub use nvme_vfio::{DmaBuffer, DmaMapper, Iova};
+pub use nvme_vfio::{DmaBuffer, DmaMapper, Iova, PciAddress};

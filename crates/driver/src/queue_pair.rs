@@ -643,8 +643,10 @@ impl QueuePair {
             };
             return Err(IoFailure::new(error, Some(buf)));
         }
-        let mut tags = [Tag::default(); MAX_SPLIT];
-        if commands > MAX_SPLIT || !self.tags.alloc_many(commands as u16, &mut tags[..commands]) {
+        let mut tags = [Tag::default(); MAX_COMMANDS_PER_REQUEST];
+        if commands > MAX_COMMANDS_PER_REQUEST
+            || !self.tags.alloc_many(commands as u16, &mut tags[..commands])
+        {
             let error = Error::TransferTooLarge {
                 bytes: blocks as usize * block_size,
                 commands,
@@ -656,7 +658,7 @@ impl QueuePair {
         }
         let base = buf.iova().0;
         let head = tags[0];
-        let mut sqes = [SubmissionEntry::default(); MAX_SPLIT];
+        let mut sqes = [SubmissionEntry::default(); MAX_COMMANDS_PER_REQUEST];
         for (i, &tag) in tags[..commands].iter().enumerate() {
             let first = i as u32 * chunk_blocks;
             let n = chunk_blocks.min(blocks - first);
@@ -1107,8 +1109,9 @@ enum Outcome {
     Lost(Error),
 }
 
-/// Most child commands one split request may use.
-const MAX_SPLIT: usize = 256;
+/// Most commands one split request may use (its transfer is at most this many times
+/// [`QueuePair::max_transfer_bytes`]).
+pub const MAX_COMMANDS_PER_REQUEST: usize = 256;
 /// Timed-out commands handled per scan pass.
 const EXPIRE_BATCH: usize = 64;
 /// Most blocks one Read/Write/Compare/Write Zeroes command moves (16-bit 0-based NLB).

@@ -1,0 +1,311 @@
+//! dd-style operands (`if=`, `of=`, `bs=`, `count=`, `skip=`, `seek=`), parsed and validated
+//! into a [`Transfer`]: exactly one side is an NVMe namespace (`nvme:NSID`), the other a file or
+//! standard input/output (`-`, or the operand left out).
+
+use std::path::PathBuf;
+
+/// Block size when `bs=` is not given, as in dd.
+pub const DEFAULT_BLOCK_SIZE: usize = 512;
+/// Prefix of an operand value naming a namespace of the controller.
+const NVME_PREFIX: &str = "nvme:";
+/// Operand value naming standard input or output.
+const STDIO: &str = "-";
+/// Multipliers of the size suffixes (binary units, as in dd's `K`/`M`/`G`).
+const SUFFIXES: [(char, u64); 4] = [
+    ('k', 1 << 10),
+    ('K', 1 << 10),
+    ('M', 1 << 20),
+    ('G', 1 << 30),
+];
+
+/// One side of the copy that is not the namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stream {
+    /// Standard input (as the source) or standard output (as the destination).
+    Stdio,
+    /// A file or device path.
+    Path(PathBuf),
+}
+
+/// Which way the data flows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Direction {
+    /// `if=nvme:NSID`: read the namespace into `to`.
+    FromNvme { nsid: u32, to: Stream },
+    /// `of=nvme:NSID`: write `from` to the namespace.
+    ToNvme { from: Stream, nsid: u32 },
+}
+
+/// A validated set of operands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transfer {
+    /// Source and destination.
+    pub direction: Direction,
+    /// Bytes per record (`bs=`), > 0.
+    pub bs: usize,
+    /// Records to copy (`count=`); `None`: until the end of the input.
+    pub count: Option<u64>,
+    /// Records of the input to skip (`skip=`).
+    pub skip: u64,
+    /// Records of the output to skip (`seek=`).
+    pub seek: u64,
+}
+
+/// Operands that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OperandError {
+    /// Not of the form KEY=VALUE.
+    #[error(
+        "operand `{operand}` is not KEY=VALUE (e.g. if=nvme:1, of=out.bin, bs=4k, count=8); \
+         quote a transport id given to --device: --device 'trtype:PCIe traddr:0000:00:04.0'"
+    )]
+    Malformed { operand: String },
+    /// A key dd-style operands do not have.
+    #[error("unknown operand `{key}=`: use if=, of=, bs=, count=, skip= or seek=")]
+    UnknownKey { key: String },
+    /// The same key twice.
+    #[error("operand `{key}=` is given more than once")]
+    Duplicate { key: String },
+    /// A number that does not parse or overflows.
+    #[error("{key}={value} is not a number: use digits with an optional k, K, M or G suffix (binary units), e.g. {key}=4k")]
+    BadNumber { key: String, value: String },
+    /// `bs=0`.
+    #[error("bs=0 is not a valid block size: give a positive size such as bs=4k")]
+    ZeroBlockSize,
+    /// `bs=` too large for this machine's address space.
+    #[error("bs={value} is too large for this machine")]
+    BlockSizeTooLarge { value: u64 },
+    /// `nvme:` followed by something other than a namespace id >= 1.
+    #[error("`{value}` does not name a namespace: write nvme:NSID with NSID >= 1, e.g. nvme:1")]
+    BadNamespace { value: String },
+    /// Neither side is a namespace.
+    #[error("one of if= and of= must be a namespace (nvme:NSID), e.g. if=nvme:1 of=out.bin")]
+    NoNamespace,
+    /// Both sides are namespaces.
+    #[error(
+        "only one of if= and of= may be a namespace: copying between namespaces is not supported"
+    )]
+    TwoNamespaces,
+}
+
+/// An operand value for `if=`/`of=`.
+enum Endpoint {
+    Nvme(u32),
+    Stream(Stream),
+}
+
+fn endpoint(value: &str) -> Result<Endpoint, OperandError> {
+    if let Some(nsid) = value.strip_prefix(NVME_PREFIX) {
+        return match nsid.parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(Endpoint::Nvme(n)),
+            _ => Err(OperandError::BadNamespace {
+                value: value.to_owned(),
+            }),
+        };
+    }
+    Ok(Endpoint::Stream(if value == STDIO {
+        Stream::Stdio
+    } else {
+        Stream::Path(PathBuf::from(value))
+    }))
+}
+
+/// Parses a count or size: decimal digits with an optional `k`/`K` (KiB), `M` (MiB) or `G`
+/// (GiB) suffix. `key` names the operand in the error.
+pub fn parse_number(key: &str, value: &str) -> Result<u64, OperandError> {
+    let bad = || OperandError::BadNumber {
+        key: key.to_owned(),
+        value: value.to_owned(),
+    };
+    let (digits, multiplier) = match value.chars().last() {
+        Some(c) => match SUFFIXES.iter().find(|&&(s, _)| s == c) {
+            Some(&(_, m)) => (&value[..value.len() - c.len_utf8()], m),
+            None => (value, 1),
+        },
+        None => return Err(bad()),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(multiplier))
+        .ok_or_else(bad)
+}
+
+/// Parses dd-style operands.
+pub fn parse_operands<I, S>(operands: I) -> Result<Transfer, OperandError>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let (mut input, mut output, mut bs, mut count, mut skip, mut seek) =
+        (None, None, None, None, None, None);
+    for operand in operands {
+        let operand = operand.as_ref();
+        let (key, value) = operand
+            .split_once('=')
+            .ok_or_else(|| OperandError::Malformed {
+                operand: operand.to_owned(),
+            })?;
+        let duplicate = || OperandError::Duplicate {
+            key: key.to_owned(),
+        };
+        let fresh = match key {
+            "if" => input.replace(endpoint(value)?).is_none(),
+            "of" => output.replace(endpoint(value)?).is_none(),
+            "bs" => bs.replace(parse_number(key, value)?).is_none(),
+            "count" => count.replace(parse_number(key, value)?).is_none(),
+            "skip" => skip.replace(parse_number(key, value)?).is_none(),
+            "seek" => seek.replace(parse_number(key, value)?).is_none(),
+            _ => {
+                return Err(OperandError::UnknownKey {
+                    key: key.to_owned(),
+                })
+            }
+        };
+        if !fresh {
+            return Err(duplicate());
+        }
+    }
+    let input = input.unwrap_or(Endpoint::Stream(Stream::Stdio));
+    let output = output.unwrap_or(Endpoint::Stream(Stream::Stdio));
+    let direction = match (input, output) {
+        (Endpoint::Nvme(_), Endpoint::Nvme(_)) => return Err(OperandError::TwoNamespaces),
+        (Endpoint::Stream(_), Endpoint::Stream(_)) => return Err(OperandError::NoNamespace),
+        (Endpoint::Nvme(nsid), Endpoint::Stream(to)) => Direction::FromNvme { nsid, to },
+        (Endpoint::Stream(from), Endpoint::Nvme(nsid)) => Direction::ToNvme { from, nsid },
+    };
+    let bs = match bs {
+        None => DEFAULT_BLOCK_SIZE,
+        Some(0) => return Err(OperandError::ZeroBlockSize),
+        Some(n) => usize::try_from(n).map_err(|_| OperandError::BlockSizeTooLarge { value: n })?,
+    };
+    Ok(Transfer {
+        direction,
+        bs,
+        count,
+        skip: skip.unwrap_or(0),
+        seek: seek.unwrap_or(0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_with_suffixes() {
+        assert_eq!(parse_number("bs", "512"), Ok(512));
+        assert_eq!(parse_number("bs", "4k"), Ok(4096));
+        assert_eq!(parse_number("bs", "4K"), Ok(4096));
+        assert_eq!(parse_number("bs", "2M"), Ok(2 << 20));
+        assert_eq!(parse_number("bs", "1G"), Ok(1 << 30));
+        assert_eq!(parse_number("count", "0"), Ok(0));
+        for bad in ["", "k", "-1", "1.5k", "4 k", "4kb", "4m", "0x10", "１"] {
+            assert!(
+                matches!(parse_number("bs", bad), Err(OperandError::BadNumber { .. })),
+                "{bad:?} should be rejected"
+            );
+        }
+        assert!(parse_number("bs", "18446744073709551615").is_ok());
+        assert!(
+            parse_number("bs", "18446744073709551615k").is_err(),
+            "overflow is an error"
+        );
+    }
+
+    #[test]
+    fn read_from_namespace() {
+        let t = parse_operands(["if=nvme:2", "of=/tmp/out", "bs=8k", "count=3", "skip=5"]).unwrap();
+        assert_eq!(
+            t.direction,
+            Direction::FromNvme {
+                nsid: 2,
+                to: Stream::Path("/tmp/out".into())
+            }
+        );
+        assert_eq!((t.bs, t.count, t.skip, t.seek), (8192, Some(3), 5, 0));
+    }
+
+    #[test]
+    fn write_to_namespace_with_defaults() {
+        let t = parse_operands(["of=nvme:1", "seek=7"]).unwrap();
+        assert_eq!(
+            t.direction,
+            Direction::ToNvme {
+                from: Stream::Stdio,
+                nsid: 1
+            }
+        );
+        assert_eq!(
+            (t.bs, t.count, t.skip, t.seek),
+            (DEFAULT_BLOCK_SIZE, None, 0, 7)
+        );
+        let t = parse_operands(["if=-", "of=nvme:1"]).unwrap();
+        assert_eq!(
+            t.direction,
+            Direction::ToNvme {
+                from: Stream::Stdio,
+                nsid: 1
+            }
+        );
+        let t = parse_operands(["if=nvme:1", "of=-"]).unwrap();
+        assert_eq!(
+            t.direction,
+            Direction::FromNvme {
+                nsid: 1,
+                to: Stream::Stdio
+            }
+        );
+    }
+
+    #[test]
+    fn bad_operands() {
+        let err = |ops: &[&str]| parse_operands(ops.iter().copied()).unwrap_err();
+        assert_eq!(err(&["if=a", "of=b"]), OperandError::NoNamespace);
+        assert_eq!(err(&[]), OperandError::NoNamespace);
+        assert_eq!(
+            err(&["if=nvme:1", "of=nvme:2"]),
+            OperandError::TwoNamespaces
+        );
+        assert!(matches!(
+            err(&["if=nvme:0"]),
+            OperandError::BadNamespace { .. }
+        ));
+        assert!(matches!(
+            err(&["if=nvme:"]),
+            OperandError::BadNamespace { .. }
+        ));
+        assert!(matches!(
+            err(&["if=nvme:x"]),
+            OperandError::BadNamespace { .. }
+        ));
+        assert!(matches!(
+            err(&["if=nvme:1", "ibs=4k"]),
+            OperandError::UnknownKey { .. }
+        ));
+        assert!(matches!(
+            err(&["if=nvme:1", "count"]),
+            OperandError::Malformed { .. }
+        ));
+        assert!(matches!(
+            err(&["if=nvme:1", "bs=1", "bs=2"]),
+            OperandError::Duplicate { .. }
+        ));
+        assert!(matches!(
+            err(&["if=nvme:1", "count=x"]),
+            OperandError::BadNumber { .. }
+        ));
+        assert_eq!(err(&["if=nvme:1", "bs=0"]), OperandError::ZeroBlockSize);
+    }
+
+    #[test]
+    fn messages_name_the_operand() {
+        let msg = parse_operands(["if=nvme:1", "skip=ten"])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("skip=ten"), "{msg}");
+    }
+}

@@ -1,0 +1,226 @@
+//! `nvme-hello DEVICE [--nsid N] [--lba L]`: the smallest end-to-end check of the data path.
+//! Creates an I/O queue pair, writes "Hello world!\n" (zero-padded to one block) to one block,
+//! reads the block back into a fresh buffer, prints what came back, and fails if it differs.
+//!
+//! WARNING: this overwrites the block at LBA L of the chosen namespace.
+//!
+//! Errors go to stderr as `error: <message>` (with the chain of causes) and exit with status 1;
+//! bad input never panics.
+
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+use nvme_driver::{Controller, ControllerOptions, IoFailure, Namespace, QueuePairOptions};
+
+use nvme_driver::{parse_device, DeviceArgError};
+
+/// The message written to the device.
+const GREETING: &[u8] = b"Hello world!\n";
+
+/// Write "Hello world!" to one block of an NVMe namespace and read it back (overwrites that block).
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    /// PCI address (0000:00:04.0) or transport id (trtype:PCIe traddr:0000:00:04.0, quoted or not).
+    #[arg(required = true, num_args = 1..)]
+    device: Vec<String>,
+    /// Namespace to use (default: the first active one).
+    #[arg(long)]
+    nsid: Option<u32>,
+    /// Block to overwrite.
+    #[arg(long, default_value_t = 0)]
+    lba: u64,
+}
+
+/// Why `nvme-hello` failed.
+#[derive(Debug, thiserror::Error)]
+enum HelloError {
+    #[error(transparent)]
+    Device(#[from] DeviceArgError),
+    #[error(transparent)]
+    Driver(#[from] nvme_driver::Error),
+    #[error("{what} of LBA {lba} on namespace {nsid} failed: {source}")]
+    Io {
+        what: &'static str,
+        nsid: u32,
+        lba: u64,
+        source: nvme_driver::Error,
+    },
+    #[error("controller {controller} has no active namespace: create or attach one first")]
+    NoNamespace { controller: String },
+    #[error(
+        "namespace {nsid} has {block_size}-byte blocks, too small for the {len}-byte greeting"
+    )]
+    BlockTooSmall {
+        nsid: u32,
+        block_size: u32,
+        len: usize,
+    },
+    #[error("data read back from LBA {lba} differs from what was written: got {got:?}")]
+    Mismatch { lba: u64, got: String },
+    #[error("cannot write to standard output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+fn io_error(what: &'static str, ns: &Namespace, lba: u64) -> impl FnOnce(IoFailure) -> HelloError {
+    let nsid = ns.nsid();
+    move |f| HelloError::Io {
+        what,
+        nsid,
+        lba,
+        source: f.error,
+    }
+}
+
+/// The text of a block: bytes up to the first NUL, non-printable bytes escaped.
+fn block_text(block: &[u8]) -> String {
+    let end = block.iter().position(|&b| b == 0).unwrap_or(block.len());
+    String::from_utf8_lossy(&block[..end]).into_owned()
+}
+
+fn run(cli: &Cli) -> Result<(), HelloError> {
+    let address = parse_device(&cli.device.join(" "))?;
+    let ctrl = Controller::open_pci(&address.to_string(), ControllerOptions::default())?;
+    let id = ctrl.identify();
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "Using controller {} ({}, serial {})",
+        ctrl.name(),
+        id.model(),
+        id.serial()
+    )?;
+
+    let ns = match cli.nsid {
+        Some(nsid) => ctrl.namespace(nsid)?,
+        None => ctrl
+            .namespaces()
+            .first()
+            .cloned()
+            .ok_or_else(|| HelloError::NoNamespace {
+                controller: ctrl.name().to_owned(),
+            })?,
+    };
+    let block_size = ns.block_size();
+    if (block_size as usize) < GREETING.len() {
+        return Err(HelloError::BlockTooSmall {
+            nsid: ns.nsid(),
+            block_size,
+            len: GREETING.len(),
+        });
+    }
+    ns.check_range(cli.lba, 1)?;
+    writeln!(
+        out,
+        "  Namespace {}: {} blocks of {block_size} bytes; using LBA {}",
+        ns.nsid(),
+        ns.blocks(),
+        cli.lba
+    )?;
+
+    let options = QueuePairOptions {
+        depth: QueuePairOptions::default()
+            .depth
+            .min(ctrl.max_queue_entries()),
+        ..QueuePairOptions::default()
+    };
+    let mut qp = ctrl.create_queue_pair(options)?;
+
+    let mut buf = ctrl.alloc_buffer(block_size as usize)?;
+    buf.fill(0);
+    buf[..GREETING.len()].copy_from_slice(GREETING);
+    let written = qp
+        .write(&ns, cli.lba, 1, buf, false)
+        .map_err(io_error("write", &ns, cli.lba))?;
+
+    let fresh = ctrl.alloc_buffer(block_size as usize)?;
+    let read = qp
+        .read(&ns, cli.lba, 1, fresh)
+        .map_err(io_error("read", &ns, cli.lba))?;
+    let text = block_text(&read);
+    write!(out, "{text}")?;
+    out.flush()?;
+    if read[..] != written[..] {
+        return Err(HelloError::Mismatch {
+            lba: cli.lba,
+            got: text,
+        });
+    }
+    Ok(())
+}
+
+/// Prints `error: <message>` and each distinct cause on stderr.
+fn report_error(error: &dyn std::error::Error) {
+    let mut message = error.to_string();
+    eprintln!("error: {message}");
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        // Transparent wrappers repeat their inner message; show each message once.
+        if !message.contains(&text) {
+            eprintln!("  caused by: {text}");
+        }
+        message = text;
+        source = cause.source();
+    }
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::FAILURE;
+        }
+        Err(e) => e.exit(),
+    };
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            report_error(&e);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_text_stops_at_the_padding() {
+        let mut block = [0u8; 512];
+        block[..GREETING.len()].copy_from_slice(GREETING);
+        assert_eq!(block_text(&block), "Hello world!\n");
+        assert_eq!(block_text(b"abc"), "abc");
+        assert_eq!(block_text(&[0u8; 4]), "");
+    }
+
+    #[test]
+    fn cli_defaults_and_bad_values() {
+        let cli = Cli::try_parse_from(["nvme-hello", "0000:00:04.0"]).unwrap();
+        assert_eq!((cli.nsid, cli.lba), (None, 0));
+        let cli = Cli::try_parse_from(["nvme-hello", "--nsid", "2", "--lba", "77", "0000:00:04.0"])
+            .unwrap();
+        assert_eq!((cli.nsid, cli.lba), (Some(2), 77));
+        assert!(Cli::try_parse_from(["nvme-hello", "--lba", "-1", "0000:00:04.0"]).is_err());
+        assert!(Cli::try_parse_from(["nvme-hello", "--nsid", "x", "0000:00:04.0"]).is_err());
+        assert!(Cli::try_parse_from(["nvme-hello"]).is_err());
+        let cli = Cli::try_parse_from([
+            "nvme-hello",
+            "trtype:PCIe",
+            "traddr:0000:00:04.0",
+            "--lba",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(
+            parse_device(&cli.device.join(" ")).unwrap().to_string(),
+            "0000:00:04.0"
+        );
+        assert_eq!(cli.lba, 5);
+    }
+}

@@ -1,0 +1,103 @@
+//! `nvme-identify [--json] DEVICE`: opens an NVMe controller through vfio-pci and prints its
+//! Identify Controller data, capabilities, and every active namespace with its LBA formats.
+//!
+//! Errors go to stderr as `error: <message>` (with the chain of causes) and exit with status 1;
+//! bad input never panics.
+
+mod report;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+use nvme_driver::{Controller, ControllerOptions};
+
+use nvme_driver::{parse_device, DeviceArgError};
+use crate::report::{Registers, Report};
+
+/// Print an NVMe controller's Identify data (the controller must be bound to vfio-pci).
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// PCI address (0000:00:04.0) or transport id (trtype:PCIe traddr:0000:00:04.0, quoted or not).
+    #[arg(required = true, num_args = 1..)]
+    device: Vec<String>,
+}
+
+/// Why `nvme-identify` failed.
+#[derive(Debug, thiserror::Error)]
+enum IdentifyError {
+    #[error(transparent)]
+    Device(#[from] DeviceArgError),
+    #[error(transparent)]
+    Driver(#[from] nvme_driver::Error),
+    #[error("cannot encode the report as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("cannot write to standard output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+fn run(cli: &Cli) -> Result<(), IdentifyError> {
+    let address = parse_device(&cli.device.join(" "))?;
+    let ctrl = Controller::open_pci(&address.to_string(), ControllerOptions::default())?;
+    let regs = Registers {
+        cap: ctrl.cap(),
+        version: ctrl.version(),
+        io_queue_pairs: ctrl.io_queue_pairs(),
+    };
+    let report = Report::new(
+        ctrl.name(),
+        ctrl.identify(),
+        regs,
+        ctrl.namespaces()
+            .iter()
+            .map(|ns| (ns.nsid(), ns.identify())),
+    );
+    let text = if cli.json {
+        report.to_json()? + "\n"
+    } else {
+        report.to_text()
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Prints `error: <message>` and each distinct cause on stderr.
+fn report_error(error: &dyn std::error::Error) {
+    let mut message = error.to_string();
+    eprintln!("error: {message}");
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        // Transparent wrappers repeat their inner message; show each message once.
+        if !message.contains(&text) {
+            eprintln!("  caused by: {text}");
+        }
+        message = text;
+        source = cause.source();
+    }
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::FAILURE;
+        }
+        Err(e) => e.exit(),
+    };
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            report_error(&e);
+            ExitCode::FAILURE
+        }
+    }
+}
