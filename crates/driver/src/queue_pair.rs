@@ -48,8 +48,6 @@ pub struct QueuePairOptions {
     pub timeout: Duration,
     /// Most completions handled by one [`QueuePair::poll`] call (the completion batch cap).
     pub max_completions_per_poll: usize,
-    /// Use the controller's shadow doorbells for this pair, if it has them (for A/B runs).
-    pub shadow_doorbells: bool,
 }
 
 impl Default for QueuePairOptions {
@@ -58,7 +56,6 @@ impl Default for QueuePairOptions {
             depth: 256,
             timeout: Duration::from_secs(30),
             max_completions_per_poll: 64,
-            shadow_doorbells: true,
         }
     }
 }
@@ -211,12 +208,11 @@ impl QueuePair {
             depth,
             ctrl.mmio.doorbell(regs::cq_head_doorbell(qid, stride)),
         )?;
-        if options.shadow_doorbells {
-            if let Some(shadow) = &ctrl.shadow {
-                // Fresh queues start at 0; reset the entries a previous user of this qid left.
-                sq.set_shadow(Some(shadow.slot(2 * qid as usize, 0)));
-                cq.set_shadow(Some(shadow.slot(2 * qid as usize + 1, 0)));
-            }
+        // Shadow doorbells are controller-wide once configured: every queue must use them.
+        if let Some(shadow) = &ctrl.shadow {
+            // Fresh queues start at 0; reset the entries a previous user of this qid left.
+            sq.set_shadow(Some(shadow.slot(2 * qid as usize, 0)));
+            cq.set_shadow(Some(shadow.slot(2 * qid as usize + 1, 0)));
         }
         let slots = (depth - 1) as u16;
         let pages = SlotPages::new(&ctrl.dma, slots as usize, ctrl.page_size)?;

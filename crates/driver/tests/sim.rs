@@ -535,50 +535,63 @@ fn raw_io_command_path() {
 
 #[test]
 fn shadow_doorbells_are_used_when_offered_and_can_be_turned_off() {
-    let (sim, ctrl) = default_sim();
-    assert!(
-        ctrl.shadow_doorbells(),
-        "the emulator offers Doorbell Buffer Config"
-    );
-    let ns = ctrl.namespace(2).unwrap();
     for shadow in [true, false] {
-        let mut q = ctrl
-            .create_queue_pair(QueuePairOptions {
-                depth: 64,
+        let sim = SimController::start(SimConfig::default());
+        let ctrl = Controller::new(
+            Transport {
+                mmio: sim.mmio(),
+                dma: sim.dma(),
+                name: "sim".into(),
+                keepalive: None,
+            },
+            ControllerOptions {
                 shadow_doorbells: shadow,
-                ..Default::default()
-            })
-            .unwrap();
-        let bufs = DmaBuffer::allocate_many(ctrl.dma(), 32, 4096).unwrap();
-        let mut free = bufs;
-        for round in 0..20u64 {
-            q.plug(free.len() as u16).unwrap();
-            for (i, mut b) in free.drain(..).enumerate() {
-                b.fill((round + i as u64) as u8);
-                q.submit_write(&ns, i as u64, 1, b, false, i as u64)
-                    .unwrap();
-            }
-            q.unplug();
-            while free.len() < 32 {
-                q.poll(|c| free.push(c.buffer.unwrap()));
-            }
-        }
-        let s = q.stats();
-        assert!(s.sq_doorbell_writes <= s.sq_doorbell_updates);
-        assert!(s.cq_doorbell_writes <= s.cq_doorbell_updates);
-        if !shadow {
-            assert_eq!(s.sq_doorbell_writes, s.sq_doorbell_updates);
-            assert_eq!(s.cq_doorbell_writes, s.cq_doorbell_updates);
-        }
-        eprintln!(
-            "shadow={shadow}: SQ updates {} MMIO {}, CQ updates {} MMIO {}",
-            s.sq_doorbell_updates,
-            s.sq_doorbell_writes,
-            s.cq_doorbell_updates,
-            s.cq_doorbell_writes
+                ..ControllerOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            ctrl.shadow_doorbells(),
+            shadow,
+            "the emulator offers Doorbell Buffer Config"
         );
-        for i in 0..32u64 {
-            assert_eq!(sim.read_disk(2, i * 4096, 4096), vec![(19 + i) as u8; 4096]);
+        let ns = ctrl.namespace(2).unwrap();
+        // Two pairs in turn on the same queue id: the second must not see the first's entries.
+        for pass in 0..2u64 {
+            let mut q = qp(&ctrl, 64);
+            let mut free = DmaBuffer::allocate_many(ctrl.dma(), 32, 4096).unwrap();
+            for round in 0..20u64 {
+                q.plug(free.len() as u16).unwrap();
+                for (i, mut b) in free.drain(..).enumerate() {
+                    b.fill((pass + round + i as u64) as u8);
+                    q.submit_write(&ns, i as u64, 1, b, false, i as u64)
+                        .unwrap();
+                }
+                q.unplug();
+                while free.len() < 32 {
+                    q.poll(|c| free.push(c.buffer.unwrap()));
+                }
+            }
+            let s = q.stats();
+            assert!(s.sq_doorbell_writes <= s.sq_doorbell_updates);
+            assert!(s.cq_doorbell_writes <= s.cq_doorbell_updates);
+            if !shadow {
+                assert_eq!(s.sq_doorbell_writes, s.sq_doorbell_updates);
+                assert_eq!(s.cq_doorbell_writes, s.cq_doorbell_updates);
+            }
+            eprintln!(
+                "shadow={shadow}: SQ updates {} MMIO {}, CQ updates {} MMIO {}",
+                s.sq_doorbell_updates,
+                s.sq_doorbell_writes,
+                s.cq_doorbell_updates,
+                s.cq_doorbell_writes
+            );
+            for i in 0..32u64 {
+                assert_eq!(
+                    sim.read_disk(2, i * 4096, 4096),
+                    vec![(pass + 19 + i) as u8; 4096]
+                );
+            }
         }
     }
 }

@@ -412,7 +412,10 @@ impl Device {
         });
     }
 
-    /// Reads a doorbell value: the register if it changed, else the shadow entry if it changed.
+    /// Reads a doorbell value. Without shadow doorbells: the register, if it changed. With
+    /// them, the shadow entry is authoritative (NVMe Base §5.8): an MMIO write only tells the
+    /// device to look, because the host stores the shadow entry before the register and a
+    /// register value read here may already be older than the shadow entry.
     /// Returns the new value, if any.
     fn read_doorbell(
         &self,
@@ -422,16 +425,18 @@ impl Device {
     ) -> Option<u32> {
         let counters = &self.shared.counters;
         let mmio = self.regs().load(source.offset);
-        if mmio != source.mmio_seen {
+        let mmio_changed = mmio != source.mmio_seen;
+        if mmio_changed {
             source.mmio_seen = mmio;
             bump(if sq {
                 &counters.sq_doorbell_writes
             } else {
                 &counters.cq_doorbell_writes
             });
-            return Some(mmio);
         }
-        let shadow = self.shadow?;
+        let Some(shadow) = self.shadow else {
+            return mmio_changed.then_some(mmio);
+        };
         let entry = shadow.doorbells + (source.offset - DOORBELL_BASE) as u64;
         match view.read_u32(entry) {
             Ok(value) if value != source.shadow_seen => {
