@@ -1,0 +1,400 @@
+#!/usr/bin/env bash
+# Boots a Linux guest in QEMU with an emulated NVMe controller and an emulated IOMMU, and runs
+# test cases (busybox sh scripts from tests/qemu/cases/) inside it against our userspace driver.
+#
+#   tests/qemu/run.sh [options] CASE...
+#
+# Host side: installs missing packages, builds our tools as static binaries, packs an initramfs
+# (busybox, kernel modules, our binaries, hugepage-setup.sh, the cases, guest-init.sh as /init),
+# boots QEMU with a watchdog and streams the serial console. The guest prints one line per case:
+#   @@CASE <name> PASS     or     @@CASE <name> FAIL rc=N
+# and "@@DONE ..." at the end. Exit 0 only if every requested case reported PASS.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+WORK=$HERE/work
+CASES_DIR=$HERE/cases
+
+# Our binaries copied into the guest when built.
+GUEST_BINS="nvme-identify nvme-hello nvme-dd nvme-perf guest-check"
+# Kernel modules the guest loads at boot (dependencies are added from modules.dep).
+GUEST_MODULES="nvme vfio vfio_iommu_type1 vfio-pci"
+# Modules copied but only loaded by cases that need them (in-use.sh mounts ext2 through ext4, which needs crc32c).
+GUEST_EXTRA_MODULES="ext4 crc32c_generic"
+# Hugepages (2 MiB) reserved in the guest before the cases run.
+GUEST_HUGEPAGES=64
+# QEMU's emulated NVMe controller (PCI vendor:device), how the guest finds it.
+QEMU_NVME_ID=1b36:0010
+# isa-debug-exit port: the guest writes one byte there, QEMU exits with (byte << 1) | 1.
+DEBUG_EXIT_PORT=0xf4
+RUST_TARGET=x86_64-unknown-linux-gnu
+
+NS_SPECS=()
+MDTS=7
+QPAIRS=8
+MEM=2G
+SMP=2
+APPEND=""
+TIMEOUT=600
+CASE_TIMEOUT=300
+KEEP=0
+LOG=""
+BUILD=1
+CASES=()
+
+usage() {
+    cat <<EOF
+Usage: tests/qemu/run.sh [options] CASE...
+
+CASE is a script in tests/qemu/cases/ (name, with or without .sh) or a path to one.
+
+Options:
+  --ns LBASIZE:SIZE[:null]  add a namespace (repeatable; SIZE like 64M; ':null' = null-co backend
+                            that reads zeroes and drops writes). Default: 512:64M and 4096:64M.
+  --mdts N                  controller MDTS (default $MDTS: 2^N * 4 KiB)
+  --qpairs N                controller max_ioqpairs (default $QPAIRS)
+  --mem SIZE                guest memory (default $MEM)
+  --smp N                   guest CPUs (default $SMP)
+  --append "ARGS"           extra kernel command line, e.g. nvme.poll_queues=1
+  --timeout SECONDS         overall watchdog (default $TIMEOUT)
+  --case-timeout SECONDS    per-case limit inside the guest (default $CASE_TIMEOUT)
+  --keep                    keep tests/qemu/work/ afterwards
+  --log FILE                also write the serial log to FILE
+  --no-build                do not run cargo; use binaries from the last build
+  -h, --help                this text
+
+Environment: QEMU_ACCEL=kvm|tcg (default: kvm if the CPU has vmx/svm and /dev/kvm is usable),
+KERNEL=/boot/vmlinuz-VER (default: newest with modules in /lib/modules), QEMU=qemu-system-x86_64.
+EOF
+}
+
+die() {
+    echo "run.sh: error: $*" >&2
+    exit 2
+}
+note() { echo "run.sh: $*" >&2; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --ns) NS_SPECS+=("${2:?--ns needs LBASIZE:SIZE[:null]}"); shift 2 ;;
+    --mdts) MDTS=${2:?}; shift 2 ;;
+    --qpairs) QPAIRS=${2:?}; shift 2 ;;
+    --mem) MEM=${2:?}; shift 2 ;;
+    --smp) SMP=${2:?}; shift 2 ;;
+    --append) APPEND=${2?}; shift 2 ;;
+    --timeout) TIMEOUT=${2:?}; shift 2 ;;
+    --case-timeout) CASE_TIMEOUT=${2:?}; shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    --log) LOG=${2:?}; shift 2 ;;
+    --no-build) BUILD=0; shift ;;
+    -h | --help) usage; exit 0 ;;
+    -*) usage >&2; die "unknown option $1" ;;
+    *) CASES+=("$1"); shift ;;
+    esac
+done
+[ ${#CASES[@]} -gt 0 ] || { usage >&2; die "no CASE given"; }
+[ ${#NS_SPECS[@]} -gt 0 ] || NS_SPECS=(512:64M 4096:64M)
+
+# Resolve cases to files now, so a typo fails before the slow steps.
+CASE_FILES=()
+for c in "${CASES[@]}"; do
+    if [ -f "$c" ]; then
+        CASE_FILES+=("$(cd "$(dirname "$c")" && pwd)/$(basename "$c")")
+    elif [ -f "$CASES_DIR/$c" ]; then
+        CASE_FILES+=("$CASES_DIR/$c")
+    elif [ -f "$CASES_DIR/$c.sh" ]; then
+        CASE_FILES+=("$CASES_DIR/$c.sh")
+    else
+        die "no case '$c' (looked for it as a path and in $CASES_DIR)"
+    fi
+done
+
+# ---------------------------------------------------------------- packages
+# Installs the Debian packages for whatever is missing; does nothing when all are present.
+ensure_packages() {
+    local missing=()
+    command -v "${QEMU:-qemu-system-x86_64}" >/dev/null || missing+=(qemu-system-x86)
+    command -v depmod >/dev/null || [ -x /sbin/depmod ] || missing+=(kmod)
+    command -v cpio >/dev/null || missing+=(cpio)
+    if ! busybox_is_static; then missing+=(busybox-static); fi
+    if [ -z "${KERNEL:-}" ] && [ -z "$(find_kernel)" ]; then missing+=(linux-image-amd64); fi
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" != 0 ]; then
+        die "missing packages: ${missing[*]}; install them (sudo apt-get install -y ${missing[*]}) or run as root"
+    fi
+    command -v apt-get >/dev/null || die "missing packages: ${missing[*]}, and no apt-get to install them"
+    note "installing ${missing[*]}"
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+}
+
+busybox_is_static() {
+    local bb
+    bb=$(command -v busybox 2>/dev/null) || return 1
+    # A static binary has no program interpreter (PT_INTERP); ldd says "not a dynamic executable".
+    ! LC_ALL=C ldd "$bb" >/dev/null 2>&1
+}
+
+# Newest /boot/vmlinuz-VER that has /lib/modules/VER.
+find_kernel() {
+    local k v
+    for k in $(ls -1v /boot/vmlinuz-* 2>/dev/null | sort -rV); do
+        v=${k#/boot/vmlinuz-}
+        if [ -d "/lib/modules/$v" ]; then
+            echo "$k"
+            return 0
+        fi
+    done
+}
+
+# ---------------------------------------------------------------- build
+build_guest_bins() {
+    local target_dir=$ROOT/target/guest
+    local out=$target_dir/$RUST_TARGET/release
+    if [ "$BUILD" = 1 ]; then
+        note "building static guest binaries (target/guest)"
+        # +crt-static with an explicit --target links the binaries statically while build scripts
+        # and proc macros (built for the host) stay dynamic.
+        export RUSTFLAGS='-C target-feature=+crt-static'
+        export CARGO_TARGET_DIR=$target_dir
+        if ! (cd "$ROOT" && cargo build --release --target "$RUST_TARGET" --bins); then
+            note "the workspace build failed; building each guest binary on its own"
+            local b
+            for b in $GUEST_BINS; do
+                (cd "$ROOT" && cargo build --release --target "$RUST_TARGET" --bin "$b") ||
+                    note "note: $b does not build yet; the guest will not have it"
+            done
+        fi
+        unset RUSTFLAGS CARGO_TARGET_DIR
+    fi
+    mkdir -p "$INITRD_ROOT/bin"
+    local b copied=""
+    for b in $GUEST_BINS; do
+        if [ -x "$out/$b" ]; then
+            # Debug info (profile.release debug=1) only bloats the initramfs.
+            strip -o "$INITRD_ROOT/bin/$b" "$out/$b" 2>/dev/null || cp "$out/$b" "$INITRD_ROOT/bin/$b"
+            copied="$copied $b"
+        else
+            note "note: $b is not built yet; skipped"
+        fi
+    done
+    note "guest binaries:${copied:- none}"
+}
+
+# ---------------------------------------------------------------- initramfs
+# Prints the modules.dep path of a module name (dashes and underscores are equivalent).
+module_path() {
+    local want=${1//-/_}
+    awk -F: -v want="$want" '{
+        n = $1; sub(/.*\//, "", n); sub(/\.ko.*$/, "", n); gsub(/-/, "_", n);
+        if (n == want) { print $1; exit }
+    }' "$MODDIR/modules.dep"
+}
+
+# Prints a module's path and all its dependencies' paths (modules.dep lists them transitively).
+module_with_deps() {
+    local p
+    p=$(module_path "$1")
+    if [ -z "$p" ]; then
+        if grep -q "/${1//-/_}.ko\|/$1.ko" "$MODDIR/modules.builtin" 2>/dev/null; then
+            return 0 # built into the kernel
+        fi
+        die "kernel module $1 not found in $MODDIR/modules.dep"
+    fi
+    awk -F: -v p="$p" '$1 == p { print $1; n = split($2, d, " "); for (i = 1; i <= n; i++) print d[i] }' \
+        "$MODDIR/modules.dep"
+}
+
+build_initramfs() {
+    local r=$INITRD_ROOT
+    mkdir -p "$r"/{bin,sbin,etc,proc,sys,dev,tmp,run,mnt,tests/cases} "$r/lib/modules/$KVER"
+
+    # busybox and one symlink per applet (never one named busybox: that would loop, error -40).
+    cp "$(command -v busybox)" "$r/bin/busybox"
+    local a
+    for a in $("$r/bin/busybox" --list); do
+        [ "$a" = busybox ] && continue
+        ln -sf busybox "$r/bin/$a"
+    done
+    # The kernel runs /sbin/modprobe to load modules on demand (e.g. a filesystem on mount).
+    ln -sf ../bin/busybox "$r/sbin/modprobe"
+
+    # Kernel modules with their dependencies, then depmod over the new tree.
+    local m p
+    for m in $GUEST_MODULES $GUEST_EXTRA_MODULES; do
+        for p in $(module_with_deps "$m"); do
+            mkdir -p "$r/lib/modules/$KVER/$(dirname "$p")"
+            cp "$MODDIR/$p" "$r/lib/modules/$KVER/$p"
+        done
+    done
+    for f in modules.order modules.builtin modules.builtin.modinfo; do
+        [ -f "$MODDIR/$f" ] && cp "$MODDIR/$f" "$r/lib/modules/$KVER/"
+    done
+    depmod -b "$r" "$KVER"
+    echo "$GUEST_MODULES" >"$r/etc/modules"
+
+    cp "$ROOT/hugepage-setup.sh" "$r/bin/hugepage-setup.sh"
+    chmod +x "$r/bin/hugepage-setup.sh"
+    cp "$HERE/lib.sh" "$r/tests/lib.sh"
+    cp "$HERE/guest-init.sh" "$r/init"
+    chmod +x "$r/init"
+
+    local names=() f
+    for f in "${CASE_FILES[@]}"; do
+        cp "$f" "$r/tests/cases/"
+        names+=("$(basename "$f")")
+    done
+
+    # What the guest needs to know about the run; sourced by /init.
+    {
+        echo "CASES='${names[*]}'"
+        echo "CASE_TIMEOUT=$CASE_TIMEOUT"
+        echo "GUEST_HUGEPAGES=$GUEST_HUGEPAGES"
+        echo "QEMU_NVME_ID=$QEMU_NVME_ID"
+        echo "DEBUG_EXIT_PORT=$((DEBUG_EXIT_PORT))"
+        echo "NVME_NS_COUNT=${#NS_SPECS[@]}"
+        echo "NVME_NS_LAYOUT='$NS_LAYOUT'"
+        echo "NVME_MDTS=$MDTS"
+        echo "NVME_QPAIRS=$QPAIRS"
+    } >"$r/etc/harness.conf"
+
+    (cd "$r" && find . | cpio -o -H newc --quiet) >"$WORK/initramfs.cpio"
+}
+
+# Converts 64M / 1G / 4096 to bytes.
+size_bytes() {
+    local s=$1 n unit
+    n=${s%[KkMmGg]}
+    unit=${s#"$n"}
+    [[ "$n" =~ ^[0-9]+$ ]] || die "bad size '$s' (want e.g. 64M)"
+    case "$unit" in
+    "") echo "$n" ;;
+    [Kk]) echo $((n << 10)) ;;
+    [Mm]) echo $((n << 20)) ;;
+    [Gg]) echo $((n << 30)) ;;
+    esac
+}
+
+# Builds the -drive/-device arguments for the namespaces into QEMU_NS_ARGS and NS_LAYOUT
+# ("nsid:lba:bytes ..." for the guest).
+build_namespaces() {
+    QEMU_NS_ARGS=()
+    NS_LAYOUT=""
+    local k=0 spec lba size kind bytes
+    for spec in "${NS_SPECS[@]}"; do
+        k=$((k + 1))
+        IFS=: read -r lba size kind <<<"$spec"
+        [[ "$lba" =~ ^(512|4096)$ ]] || die "--ns $spec: LBASIZE must be 512 or 4096"
+        bytes=$(size_bytes "${size:?--ns $spec: missing SIZE}")
+        [ $((bytes % lba)) -eq 0 ] || die "--ns $spec: SIZE must be a multiple of LBASIZE"
+        case "${kind:-file}" in
+        null)
+            QEMU_NS_ARGS+=(-drive "driver=null-co,size=$bytes,read-zeroes=on,id=ns$k,if=none")
+            ;;
+        file)
+            local img=$WORK/ns$k.img
+            rm -f "$img"
+            truncate -s "$bytes" "$img"
+            QEMU_NS_ARGS+=(-drive "file=$img,if=none,id=ns$k,format=raw")
+            ;;
+        *) die "--ns $spec: third field must be 'null' or absent" ;;
+        esac
+        QEMU_NS_ARGS+=(-device "nvme-ns,drive=ns$k,bus=nvme0,nsid=$k,logical_block_size=$lba,physical_block_size=$lba")
+        NS_LAYOUT="$NS_LAYOUT $k:$lba:$bytes"
+    done
+    NS_LAYOUT=${NS_LAYOUT# }
+}
+
+pick_accel() {
+    local accel=${QEMU_ACCEL:-}
+    if [ -z "$accel" ]; then
+        # /dev/kvm alone is not enough: some hosts have a paravirtual KVM that cannot boot a stock
+        # kernel; only trust it when the CPU advertises hardware virtualisation.
+        if grep -qwE 'vmx|svm' /proc/cpuinfo && [ -r /dev/kvm ] && [ -w /dev/kvm ]; then
+            accel=kvm
+        else
+            accel=tcg
+        fi
+    fi
+    case "$accel" in
+    kvm) ACCEL_ARGS=(-accel kvm -cpu host) ;;
+    tcg) ACCEL_ARGS=(-accel tcg,thread=multi -cpu max) ;;
+    *) die "QEMU_ACCEL must be kvm or tcg, not '$accel'" ;;
+    esac
+    ACCEL=$accel
+}
+
+# ---------------------------------------------------------------- main
+START=$(date +%s)
+ensure_packages
+KERNEL=${KERNEL:-$(find_kernel)}
+[ -n "$KERNEL" ] && [ -r "$KERNEL" ] || die "no readable kernel image (set KERNEL=/boot/vmlinuz-VER)"
+KVER=${KVER:-${KERNEL#*/vmlinuz-}}
+MODDIR=/lib/modules/$KVER
+[ -f "$MODDIR/modules.dep" ] || die "no $MODDIR/modules.dep for kernel $KERNEL (set KVER)"
+
+rm -rf "$WORK"
+mkdir -p "$WORK"
+INITRD_ROOT=$WORK/initramfs
+cleanup() { [ "$KEEP" = 1 ] || rm -rf "$WORK"; }
+trap cleanup EXIT
+
+build_namespaces
+build_guest_bins
+build_initramfs
+pick_accel
+
+SERIAL_LOG=$WORK/serial.log
+QEMU_CMD=(
+    "${QEMU:-qemu-system-x86_64}" "${ACCEL_ARGS[@]}" -machine q35
+    -device intel-iommu,intremap=on,caching-mode=on
+    -m "$MEM" -smp "$SMP" -nographic -no-reboot -nic none
+    -kernel "$KERNEL" -initrd "$WORK/initramfs.cpio"
+    -append "console=ttyS0 intel_iommu=on iommu=pt panic=-1 quiet $APPEND"
+    -device "isa-debug-exit,iobase=$DEBUG_EXIT_PORT,iosize=0x04"
+    -device "nvme,serial=deadbeef,id=nvme0,mdts=$MDTS,max_ioqpairs=$QPAIRS"
+    "${QEMU_NS_ARGS[@]}"
+)
+note "accel=$ACCEL kernel=$KERNEL namespaces='$NS_LAYOUT' mdts=$MDTS qpairs=$QPAIRS"
+note "cases: ${CASES[*]}"
+note "${QEMU_CMD[*]}"
+BOOT=$(date +%s)
+
+# Stream the console live; stdin from /dev/null keeps QEMU from putting the terminal into raw
+# mode, so Ctrl-C still stops the run.
+set +e
+timeout -k 10 "$TIMEOUT" "${QEMU_CMD[@]}" </dev/null 2>&1 | tr -d '\r' | tee "$SERIAL_LOG"
+QEMU_RC=${PIPESTATUS[0]}
+set -e
+END=$(date +%s)
+[ -z "$LOG" ] || cp "$SERIAL_LOG" "$LOG"
+
+# ---------------------------------------------------------------- summary
+echo
+echo "======== summary ========"
+FAILED=0
+for f in "${CASE_FILES[@]}"; do
+    name=$(basename "$f")
+    line=$(grep -a "^@@CASE $name " "$SERIAL_LOG" | tail -n 1 || true)
+    case "$line" in
+    *" PASS"*) printf '  %-24s PASS%s\n' "$name" "$(echo "$line" | sed -n 's/.* PASS//p')" ;;
+    *" FAIL"*) printf '  %-24s FAIL%s\n' "$name" "$(echo "$line" | sed -n 's/.* FAIL//p')"; FAILED=1 ;;
+    *) printf '  %-24s NOT RUN (no result from the guest)\n' "$name"; FAILED=1 ;;
+    esac
+done
+echo "  accel=$ACCEL build+initramfs=$((BOOT - START))s boot+tests=$((END - BOOT))s total=$((END - START))s"
+if [ "$QEMU_RC" = 124 ] || [ "$QEMU_RC" = 137 ]; then
+    echo "  TIMEOUT: the guest did not finish within ${TIMEOUT}s (--timeout)"
+    FAILED=1
+elif ! grep -aq '^@@DONE' "$SERIAL_LOG"; then
+    echo "  the guest never reported completion (QEMU exit status $QEMU_RC); see the log above"
+    FAILED=1
+fi
+if [ "$FAILED" = 0 ]; then
+    echo "  RESULT: all ${#CASE_FILES[@]} case(s) passed"
+else
+    echo "  RESULT: FAILED"
+fi
+[ "$KEEP" = 1 ] && echo "  work dir kept: $WORK"
+exit "$FAILED"

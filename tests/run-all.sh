@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs every test layer: unit tests, loom model checks, then the QEMU guest cases.
+# Keeps going after a failure so one run shows everything; exits non-zero if anything failed.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+RESULTS=()
+FAILED=0
+
+step() {
+    local name=$1
+    shift
+    echo
+    echo "==== $name: $*"
+    local t0=$SECONDS
+    if "$@"; then
+        RESULTS+=("PASS  $name ($((SECONDS - t0))s)")
+    else
+        RESULTS+=("FAIL  $name ($((SECONDS - t0))s)")
+        FAILED=1
+    fi
+}
+
+step "unit tests" cargo test --workspace
+
+if [ -f crates/pool/tests/loom.rs ]; then
+    step "loom" env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$ROOT/target/loom" \
+        cargo test -p nvme-pool --test loom --release
+else
+    echo
+    echo "==== loom: skipped (crates/pool/tests/loom.rs does not exist yet)"
+    RESULTS+=("SKIP  loom (no crates/pool/tests/loom.rs)")
+fi
+
+step "qemu guest" tests/qemu/run.sh bind.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh
+
+echo
+echo "==== run-all summary"
+printf '  %s\n' "${RESULTS[@]}"
+exit "$FAILED"
