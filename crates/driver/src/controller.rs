@@ -460,7 +460,7 @@ impl Inner {
             }
         }
         self.namespaces = namespaces;
-        self.identify = Box::new(id);
+        *self.identify = id;
         Ok(())
     }
 

@@ -63,7 +63,7 @@ pub enum Error {
     #[error(
         "LBA range {lba}..{end} is outside namespace {nsid}, which has {capacity} blocks \
          (last LBA {last})",
-        end = lba.saturating_add(*blocks as u64),
+        end = lba.saturating_add(*blocks),
         last = capacity.saturating_sub(1)
     )]
     LbaOutOfRange {

@@ -112,13 +112,17 @@ mod tests {
     use nvme_spec::LbaFormat;
 
     fn ns(lbads: u8, nsze: u64) -> Option<Namespace> {
-        let mut data = IdentifyNamespace::default();
-        data.nsze = nsze;
-        data.ncap = nsze;
-        data.lbaf[0] = LbaFormat {
+        let mut lbaf = [LbaFormat::default(); 64];
+        lbaf[0] = LbaFormat {
             ms: 0,
             lbads,
             rp: 0,
+        };
+        let data = IdentifyNamespace {
+            nsze,
+            ncap: nsze,
+            lbaf,
+            ..IdentifyNamespace::default()
         };
         Namespace::from_identify(1, data)
     }

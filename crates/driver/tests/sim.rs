@@ -147,7 +147,7 @@ fn callback_api_many_in_flight_and_plugged_batches() {
         before + 1,
         "one doorbell for the batch"
     );
-    let mut seen = vec![false; 16];
+    let mut seen = [false; 16];
     let mut returned = Vec::new();
     while returned.len() < 16 {
         q.poll(|c| {
