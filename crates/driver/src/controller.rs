@@ -18,7 +18,7 @@ use nvme_spec::identify::IDENTIFY_DATA_SIZE;
 use nvme_spec::queue::{CompletionEntry, SubmissionEntry, CQES_LOG2, SQES_LOG2};
 use nvme_spec::regs::{self, Aqa, Cap, Cc, Csts, ShutdownNotification, ShutdownStatus, Version};
 use nvme_spec::{command, IdentifyController, IdentifyNamespace, NamespaceList, Oacs};
-use nvme_vfio::{DmaBuffer, DmaMapper, Mmio};
+use nvme_vfio::{DmaBuffer, DmaMapper, InterruptController, InterruptEvent, Mmio};
 
 use crate::admin::AdminQueue;
 use crate::error::{Error, IoFailure, Result};
@@ -50,6 +50,9 @@ pub struct ControllerOptions {
     pub shutdown_on_drop: bool,
     /// Use shadow doorbells (Doorbell Buffer Config) when the controller offers them.
     pub shadow_doorbells: bool,
+    /// Route MSI-X vectors to eventfds so queue pairs created with
+    /// `QueuePairOptions::interrupts` can block while idle (vector = queue id).
+    pub interrupts: bool,
 }
 
 impl Default for ControllerOptions {
@@ -60,6 +63,7 @@ impl Default for ControllerOptions {
             admin_timeout: Duration::from_secs(5),
             shutdown_on_drop: true,
             shadow_doorbells: true,
+            interrupts: false,
         }
     }
 }
@@ -75,6 +79,27 @@ pub struct Transport {
     pub name: String,
     /// Keeps the underlying device open (the VFIO device, the emulator).
     pub keepalive: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// Routes MSI-X vectors to eventfds, if the platform can (for interrupt-driven queues).
+    pub interrupts: Option<Arc<dyn InterruptController>>,
+}
+
+impl Transport {
+    /// A transport with no interrupt support and nothing extra to keep alive.
+    pub fn new(mmio: Mmio, dma: Arc<dyn DmaMapper>, name: impl Into<String>) -> Self {
+        Self {
+            mmio,
+            dma,
+            name: name.into(),
+            keepalive: None,
+            interrupts: None,
+        }
+    }
+
+    /// Adds MSI-X interrupt routing.
+    pub fn with_interrupts(mut self, interrupts: Arc<dyn InterruptController>) -> Self {
+        self.interrupts = Some(interrupts);
+        self
+    }
 }
 
 pub(crate) struct Inner {
@@ -96,6 +121,9 @@ pub(crate) struct Inner {
     shutdown_on_drop: bool,
     /// Shadow doorbell and EventIdx pages, when enabled.
     pub(crate) shadow: Option<Arc<ShadowBuffers>>,
+    /// MSI-X eventfds, index = vector (vector q serves I/O queue q); empty when polled only.
+    pub(crate) irq_events: Vec<Arc<InterruptEvent>>,
+    interrupts: Option<Arc<dyn InterruptController>>,
     _keepalive: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
@@ -151,13 +179,13 @@ impl Controller {
         device.enable_bus_master()?;
         let mmio = device.map_bar(0)?;
         let dma = device.dma_mapper();
+        let interrupts: Arc<dyn InterruptController> = device.clone();
         let keepalive: Arc<dyn std::any::Any + Send + Sync> = device;
+        let transport = Transport::new(mmio, dma, addr.to_string()).with_interrupts(interrupts);
         Self::new(
             Transport {
-                mmio,
-                dma,
-                name: addr.to_string(),
                 keepalive: Some(keepalive),
+                ..transport
             },
             options,
         )
@@ -170,6 +198,7 @@ impl Controller {
             dma,
             name,
             keepalive,
+            interrupts,
         } = transport;
         let cap = Cap(mmio.read64(regs::CAP));
         let version = Version(mmio.read32(regs::VS));
@@ -244,11 +273,16 @@ impl Controller {
             qid_in_use: Mutex::new(Vec::new()),
             shutdown_on_drop: options.shutdown_on_drop,
             shadow: None,
+            irq_events: Vec::new(),
+            interrupts,
             _keepalive: keepalive,
         };
         partial.identify_all(options.io_queues)?;
         if options.shadow_doorbells {
             partial.enable_shadow_doorbells()?;
+        }
+        if options.interrupts {
+            partial.enable_interrupts()?;
         }
         Ok(Controller {
             inner: Arc::new(partial),
@@ -525,6 +559,35 @@ impl Inner {
         Ok(())
     }
 
+    /// Routes one MSI-X vector per queue (admin + granted I/O queues, as far as the function
+    /// has vectors) to eventfds.
+    fn enable_interrupts(&mut self) -> Result<()> {
+        let Some(ctl) = &self.interrupts else {
+            return Err(Error::Unsupported {
+                controller: self.name.clone(),
+                what: "this transport cannot deliver interrupts (polled mode only)".into(),
+            });
+        };
+        let available = ctl.msix_vectors();
+        let count = (self.io_queues as u32 + 1).min(available);
+        if count < 2 {
+            return Err(Error::Unsupported {
+                controller: self.name.clone(),
+                what: format!(
+                    "it offers {available} MSI-X vectors; interrupt mode needs at least 2"
+                ),
+            });
+        }
+        self.irq_events = ctl.enable_msix(count)?;
+        log::info!("{}: {count} MSI-X vectors routed to eventfds", self.name);
+        Ok(())
+    }
+
+    /// The eventfd of vector `vector`, if routed.
+    pub(crate) fn irq_event(&self, vector: u16) -> Option<Arc<InterruptEvent>> {
+        self.irq_events.get(vector as usize).cloned()
+    }
+
     /// Whether shadow doorbells are in use.
     pub(crate) fn has_shadow(&self) -> bool {
         self.shadow.is_some()
@@ -588,6 +651,11 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        if !self.irq_events.is_empty() {
+            if let Some(ctl) = &self.interrupts {
+                ctl.disable_msix();
+            }
+        }
         if self.shutdown_on_drop && !self.is_failed() {
             self.shutdown();
         }

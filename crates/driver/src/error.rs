@@ -115,6 +115,15 @@ pub enum Error {
     /// Too many Dataset Management ranges, or none.
     #[error("dataset management takes 1..={max} ranges, got {count}")]
     BadRangeCount { count: usize, max: usize },
+    /// The queue pair has no interrupt vector to wait on.
+    #[error(
+        "queue pair {qid} has no interrupt vector: open the controller with \
+         ControllerOptions::interrupts and create the pair with QueuePairOptions::interrupts"
+    )]
+    NoInterrupts { qid: u16 },
+    /// Waiting on an interrupt eventfd failed.
+    #[error("waiting for an interrupt on queue {qid}: {source}")]
+    InterruptWait { qid: u16, source: std::io::Error },
     /// A command that does not fit the request API (e.g. a raw command without a namespace).
     #[error("invalid request: {0}")]
     InvalidRequest(String),

@@ -30,7 +30,7 @@ use nvme_spec::queue::SubmissionEntry;
 use nvme_spec::queue::DSM_MAX_RANGES;
 use nvme_spec::regs::Csts;
 use nvme_spec::{command, opcode, regs, Status};
-use nvme_vfio::DmaBuffer;
+use nvme_vfio::{DmaBuffer, InterruptEvent};
 
 use crate::controller::{Controller, Inner};
 use crate::error::{Error, IoFailure, Result};
@@ -48,6 +48,9 @@ pub struct QueuePairOptions {
     pub timeout: Duration,
     /// Most completions handled by one [`QueuePair::poll`] call (the completion batch cap).
     pub max_completions_per_poll: usize,
+    /// Give the completion queue an MSI-X vector (needs `ControllerOptions::interrupts`), so
+    /// an idle owner can block in [`QueuePair::wait_for_completion`].
+    pub interrupts: bool,
 }
 
 impl Default for QueuePairOptions {
@@ -56,6 +59,7 @@ impl Default for QueuePairOptions {
             depth: 256,
             timeout: Duration::from_secs(30),
             max_completions_per_poll: 64,
+            interrupts: false,
         }
     }
 }
@@ -147,6 +151,7 @@ pub struct QueuePair {
     epoch_length: Duration,
     timeout: Duration,
     quarantine: Vec<DmaBuffer>,
+    irq: Option<Arc<InterruptEvent>>,
     ctrl: Arc<Inner>,
     _not_sync: PhantomData<Cell<()>>,
 }
@@ -216,7 +221,14 @@ impl QueuePair {
         }
         let slots = (depth - 1) as u16;
         let pages = SlotPages::new(&ctrl.dma, slots as usize, ctrl.page_size)?;
-        ctrl.admin(command::create_io_cq(qid, depth, cq.iova().0, None), None)?;
+        // Vector q serves queue q (vector 0 is the admin queue's).
+        let irq = if options.interrupts {
+            Some(ctrl.irq_event(qid).ok_or(Error::NoInterrupts { qid })?)
+        } else {
+            None
+        };
+        let vector = irq.as_ref().map(|_| qid);
+        ctrl.admin(command::create_io_cq(qid, depth, cq.iova().0, vector), None)?;
         if let Err(e) = ctrl.admin(command::create_io_sq(qid, depth, sq.iova().0, qid), None) {
             let _ = ctrl.admin(command::delete_io_cq(qid), None);
             return Err(e);
@@ -257,6 +269,7 @@ impl QueuePair {
             epoch_length: timeout / (TIMEOUT_EPOCHS - 1),
             timeout,
             quarantine: Vec::with_capacity(slots as usize),
+            irq,
             ctrl,
             _not_sync: PhantomData,
         })
@@ -1087,6 +1100,53 @@ impl QueuePair {
             Ok(dw0) => Ok((dw0, c.buffer)),
             Err(e) => Err(IoFailure::new(e, c.buffer)),
         }
+    }
+
+    /// Blocks until the completion queue holds an entry, its interrupt fires, or `timeout`
+    /// passes; returns whether completions may be ready (then call [`QueuePair::poll`]).
+    /// Needs a pair created with `QueuePairOptions::interrupts`.
+    pub fn wait_for_completion(&mut self, timeout: Duration) -> Result<bool> {
+        let Some(irq) = &self.irq else {
+            return Err(Error::NoInterrupts { qid: self.qid });
+        };
+        // An entry posted before this check is seen here; one posted after it fires the
+        // vector, whose eventfd counts the signal until we read it: no wake-up is lost.
+        if !self.deferred.is_empty() || self.cq.has_entry() {
+            return Ok(true);
+        }
+        let signals = irq
+            .wait(Some(timeout))
+            .map_err(|source| Error::InterruptWait {
+                qid: self.qid,
+                source,
+            })?;
+        Ok(signals > 0 || self.cq.has_entry())
+    }
+
+    /// Hybrid completion: polls, and after `idle_polls` consecutive empty polls blocks on the
+    /// interrupt (up to `timeout`) instead of spinning. A busy queue never touches the eventfd.
+    pub fn poll_or_wait<F: FnMut(Completion)>(
+        &mut self,
+        idle_polls: u32,
+        timeout: Duration,
+        mut f: F,
+    ) -> Result<usize> {
+        for _ in 0..idle_polls.max(1) {
+            let n = self.poll(&mut f);
+            if n > 0 {
+                return Ok(n);
+            }
+        }
+        if self.in_flight() == 0 {
+            return Ok(0);
+        }
+        self.wait_for_completion(timeout)?;
+        Ok(self.poll(&mut f))
+    }
+
+    /// Whether the pair's completion queue has an interrupt vector.
+    pub fn has_interrupts(&self) -> bool {
+        self.irq.is_some()
     }
 
     /// Buffers held back because their commands timed out (freed when the pair drops).

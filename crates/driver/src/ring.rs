@@ -160,6 +160,9 @@ impl DoorbellWriter {
     }
 }
 
+/// Phase tag in the CQE's fourth dword (bit 16: bit 0 of the status half, NVMe Base §4.6).
+const CQE_PHASE_BIT: u32 = 1 << 16;
+
 /// Submission queue ring: the host writes entries, the controller reads them.
 pub(crate) struct SqRing {
     region: DmaRegion,
@@ -324,6 +327,23 @@ impl CqRing {
         self.region.iova()
     }
 
+    /// Whether the controller has posted the entry at the head (nothing is consumed).
+    #[inline]
+    pub(crate) fn has_entry(&self) -> bool {
+        // SAFETY: `head < entries`, in bounds of the region; a volatile load of the dword
+        // holding the phase tag, which the controller may be writing.
+        let status_dword = unsafe {
+            let slot = self
+                .region
+                .as_ptr()
+                .as_ptr()
+                .cast::<CompletionEntry>()
+                .add(self.head as usize);
+            slot.cast::<u32>().add(3).read_volatile()
+        };
+        (status_dword & CQE_PHASE_BIT != 0) == self.phase
+    }
+
     /// Returns the entry at the head if the controller has posted it, and advances the head.
     /// The head doorbell is not written here (see [`CqRing::publish`]).
     #[inline(always)]
@@ -340,7 +360,7 @@ impl CqRing {
                 .cast::<CompletionEntry>()
                 .add(self.head as usize);
             let status_dword = slot.cast::<u32>().add(3).read_volatile();
-            let phase = status_dword & (1 << 16) != 0;
+            let phase = status_dword & CQE_PHASE_BIT != 0;
             if phase != self.phase {
                 return None;
             }

@@ -15,12 +15,7 @@ fn start(config: SimConfig) -> (SimController, Controller) {
     let _ = env_logger::builder().is_test(true).try_init();
     let sim = SimController::start(config);
     let ctrl = Controller::new(
-        Transport {
-            mmio: sim.mmio(),
-            dma: sim.dma(),
-            name: "sim".into(),
-            keepalive: None,
-        },
+        Transport::new(sim.mmio(), sim.dma(), "sim"),
         ControllerOptions::default(),
     )
     .expect("bring-up");
@@ -448,12 +443,7 @@ fn controller_that_never_becomes_ready_times_out_from_cap_to() {
     sim.faults().never_ready();
     let start = std::time::Instant::now();
     let err = Controller::new(
-        Transport {
-            mmio: sim.mmio(),
-            dma: sim.dma(),
-            name: "sim".into(),
-            keepalive: None,
-        },
+        Transport::new(sim.mmio(), sim.dma(), "sim"),
         ControllerOptions::default(),
     )
     .unwrap_err();
@@ -538,12 +528,7 @@ fn shadow_doorbells_are_used_when_offered_and_can_be_turned_off() {
     for shadow in [true, false] {
         let sim = SimController::start(SimConfig::default());
         let ctrl = Controller::new(
-            Transport {
-                mmio: sim.mmio(),
-                dma: sim.dma(),
-                name: "sim".into(),
-                keepalive: None,
-            },
+            Transport::new(sim.mmio(), sim.dma(), "sim"),
             ControllerOptions {
                 shadow_doorbells: shadow,
                 ..ControllerOptions::default()
@@ -594,4 +579,65 @@ fn shadow_doorbells_are_used_when_offered_and_can_be_turned_off() {
             }
         }
     }
+}
+
+#[test]
+fn interrupt_mode_blocks_until_the_vector_fires() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let sim = SimController::start(SimConfig::default());
+    let ctrl = Controller::new(
+        Transport::new(sim.mmio(), sim.dma(), "sim").with_interrupts(sim.interrupts()),
+        ControllerOptions { interrupts: true, ..ControllerOptions::default() },
+    )
+    .unwrap();
+    let ns = ctrl.namespace(1).unwrap();
+    let mut q = ctrl
+        .create_queue_pair(QueuePairOptions { depth: 16, interrupts: true, ..Default::default() })
+        .unwrap();
+    assert!(q.has_interrupts());
+
+    // Nothing in flight: the wait times out.
+    let t = std::time::Instant::now();
+    assert!(!q.wait_for_completion(Duration::from_millis(50)).unwrap());
+    assert!(t.elapsed() >= Duration::from_millis(40));
+
+    // A delayed completion: the thread sleeps in the eventfd until the vector fires.
+    sim.faults().delay_completions(Duration::from_millis(100));
+    q.submit_read(&ns, 0, 1, ctrl.alloc_buffer(512).unwrap(), 7).unwrap();
+    let t = std::time::Instant::now();
+    assert!(q.wait_for_completion(Duration::from_secs(5)).unwrap());
+    assert!(t.elapsed() >= Duration::from_millis(80), "woke before the completion");
+    assert!(t.elapsed() < Duration::from_secs(4), "woke by the interrupt, not the timeout");
+    let mut got = None;
+    q.poll(|c| got = Some(c.user_data));
+    assert_eq!(got, Some(7));
+    sim.faults().delay_completions(Duration::ZERO);
+
+    // Hybrid polling moves data correctly.
+    let mut free = DmaBuffer::allocate_many(ctrl.dma(), 8, 512).unwrap();
+    for round in 0..10u64 {
+        for (i, mut b) in free.drain(..).enumerate() {
+            b.fill((round * 8 + i as u64) as u8);
+            q.submit_write(&ns, i as u64, 1, b, false, i as u64).unwrap();
+        }
+        while free.len() < 8 {
+            q.poll_or_wait(16, Duration::from_secs(5), |c| {
+                assert!(c.result.is_ok());
+                free.push(c.buffer.unwrap());
+            })
+            .unwrap();
+        }
+    }
+    for i in 0..8u64 {
+        assert_eq!(sim.read_disk(1, i * 512, 512), vec![(72 + i) as u8; 512]);
+    }
+
+    // A pair without a vector cannot wait; a controller without interrupts cannot give one.
+    let mut polled = qp(&ctrl, 4);
+    assert!(matches!(polled.wait_for_completion(Duration::from_millis(1)), Err(Error::NoInterrupts { .. })));
+    let (_sim2, plain) = default_sim();
+    assert!(matches!(
+        plain.create_queue_pair(QueuePairOptions { depth: 4, interrupts: true, ..Default::default() }),
+        Err(Error::NoInterrupts { .. })
+    ));
 }

@@ -27,12 +27,7 @@ fn start() -> (SimController, Controller) {
     let _ = env_logger::builder().is_test(true).try_init();
     let sim = SimController::start(SimConfig::default());
     let ctrl = Controller::new(
-        Transport {
-            mmio: sim.mmio(),
-            dma: sim.dma(),
-            name: "sim".into(),
-            keepalive: None,
-        },
+        Transport::new(sim.mmio(), sim.dma(), "sim"),
         ControllerOptions::default(),
     )
     .expect("bring-up");

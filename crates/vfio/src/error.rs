@@ -94,6 +94,13 @@ pub enum VfioError {
     /// A VFIO ioctl failed.
     #[error("{op} failed: {source}")]
     Ioctl { op: &'static str, source: io::Error },
+    /// MSI-X vectors asked for are not available.
+    #[error("{addr}: cannot route {wanted} MSI-X vectors: the function offers {available}")]
+    Interrupts {
+        addr: PciAddress,
+        wanted: u32,
+        available: u32,
+    },
 
     /// The requested BAR index is not a BAR (0..=5).
     #[error("BAR index {bar} out of range: a PCI function has BARs 0 to 5")]

@@ -15,8 +15,9 @@ use std::ptr::NonNull;
 
 use vfio_bindings::bindings::vfio::{
     vfio_device_info, vfio_group_status, vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap,
-    vfio_iommu_type1_info, vfio_region_info, VFIO_BASE, VFIO_DMA_MAP_FLAG_READ,
-    VFIO_DMA_MAP_FLAG_WRITE, VFIO_TYPE,
+    vfio_iommu_type1_info, vfio_irq_info, vfio_region_info, VFIO_BASE, VFIO_DMA_MAP_FLAG_READ,
+    VFIO_DMA_MAP_FLAG_WRITE, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD,
+    VFIO_IRQ_SET_DATA_NONE, VFIO_TYPE,
 };
 
 /// `_IO(type, nr)` of `asm-generic/ioctl.h`: direction and size fields are zero, the type sits
@@ -34,6 +35,8 @@ const VFIO_GROUP_SET_CONTAINER: libc::Ioctl = io(4);
 const VFIO_GROUP_GET_DEVICE_FD: libc::Ioctl = io(6);
 const VFIO_DEVICE_GET_INFO: libc::Ioctl = io(7);
 const VFIO_DEVICE_GET_REGION_INFO: libc::Ioctl = io(8);
+const VFIO_DEVICE_GET_IRQ_INFO: libc::Ioctl = io(9);
+const VFIO_DEVICE_SET_IRQS: libc::Ioctl = io(10);
 const VFIO_DEVICE_RESET: libc::Ioctl = io(11);
 /// On a container fd (the same number is a device ioctl on device fds).
 const VFIO_IOMMU_GET_INFO: libc::Ioctl = io(12);
@@ -146,6 +149,120 @@ pub(crate) fn region_info(device: BorrowedFd<'_>, index: u32) -> io::Result<vfio
     // writes at most argsz bytes (it reports a larger argsz when capabilities do not fit).
     check(unsafe { libc::ioctl(device.as_raw_fd(), VFIO_DEVICE_GET_REGION_INFO, &mut info) })?;
     Ok(info)
+}
+
+/// VFIO_DEVICE_GET_IRQ_INFO for interrupt index `index` (e.g. MSI-X).
+pub(crate) fn irq_info(device: BorrowedFd<'_>, index: u32) -> io::Result<vfio_irq_info> {
+    let mut info = vfio_irq_info {
+        argsz: argsz::<vfio_irq_info>(),
+        index,
+        ..Default::default()
+    };
+    // SAFETY: `info` is a live, initialised vfio_irq_info and argsz is its size; the kernel
+    // writes at most argsz bytes.
+    check(unsafe { libc::ioctl(device.as_raw_fd(), VFIO_DEVICE_GET_IRQ_INFO, &mut info) })?;
+    Ok(info)
+}
+
+/// Words of the fixed part of `struct vfio_irq_set` (argsz, flags, index, start, count).
+const IRQ_SET_HEADER_WORDS: usize = 5;
+
+/// VFIO_DEVICE_SET_IRQS: routes vectors `0..fds.len()` of interrupt index `index` to the
+/// given eventfds (ACTION_TRIGGER, DATA_EVENTFD); an empty `fds` disables the index
+/// (DATA_NONE with count 0).
+pub(crate) fn set_irq_eventfds(
+    device: BorrowedFd<'_>,
+    index: u32,
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<()> {
+    // The structure is a 20-byte header followed by one i32 eventfd per vector: build it as
+    // u32 words so it is 4-byte aligned like the kernel's struct.
+    let mut words: Vec<u32> = Vec::with_capacity(IRQ_SET_HEADER_WORDS + fds.len());
+    let bytes = u32::try_from((IRQ_SET_HEADER_WORDS + fds.len()) * size_of::<u32>())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let data = if fds.is_empty() {
+        VFIO_IRQ_SET_DATA_NONE
+    } else {
+        VFIO_IRQ_SET_DATA_EVENTFD
+    };
+    let count =
+        u32::try_from(fds.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    words.extend_from_slice(&[bytes, data | VFIO_IRQ_SET_ACTION_TRIGGER, index, 0, count]);
+    words.extend(fds.iter().map(|fd| fd.as_raw_fd() as u32));
+    // SAFETY: `words` is a live buffer of exactly `argsz` bytes laid out as struct
+    // vfio_irq_set followed by `count` eventfd numbers; the kernel only reads it. The fds are
+    // borrowed, so they are open for the duration of the call (the kernel takes its own
+    // references to them).
+    check(unsafe { libc::ioctl(device.as_raw_fd(), VFIO_DEVICE_SET_IRQS, words.as_ptr()) })?;
+    Ok(())
+}
+
+/// eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK).
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: no pointers are passed; on success the call returns a new fd nothing else owns.
+    let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+    // SAFETY: `fd` is a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Reads (and so resets) an eventfd counter; `Ok(0)` when it was zero (EAGAIN).
+pub(crate) fn eventfd_read(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut value = 0u64;
+    // SAFETY: reads 8 bytes into a live u64, the size an eventfd read requires.
+    let ret = unsafe {
+        libc::read(
+            fd.as_raw_fd(),
+            (&mut value as *mut u64).cast(),
+            size_of::<u64>(),
+        )
+    };
+    if ret < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::WouldBlock {
+            Ok(0)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(value)
+}
+
+/// Adds 1 to an eventfd counter.
+pub(crate) fn eventfd_write(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let one = 1u64;
+    // SAFETY: writes 8 bytes from a live u64, the size an eventfd write requires.
+    let ret = unsafe {
+        libc::write(
+            fd.as_raw_fd(),
+            (&one as *const u64).cast(),
+            size_of::<u64>(),
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// poll(2) for readability; returns whether `fd` became readable within `timeout_ms`
+/// (-1: wait forever). EINTR counts as "not yet".
+pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout_ms: libc::c_int) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd structure, count 1.
+    let ret = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    if ret < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(ret > 0 && pfd.revents & libc::POLLIN != 0)
 }
 
 /// VFIO_DEVICE_RESET (function-level or other reset the kernel chooses).

@@ -17,6 +17,7 @@ pub mod dma;
 pub mod error;
 mod ioctl;
 pub mod iova;
+pub mod irq;
 pub mod mmio;
 pub mod pci;
 
@@ -25,5 +26,6 @@ pub use device::VfioPci;
 pub use dma::{DmaBuffer, DmaError, DmaMapper, DmaRegion, Iova};
 pub use error::VfioError;
 pub use iova::IovaAllocator;
+pub use irq::{InterruptController, InterruptEvent};
 pub use mmio::{Doorbell, MappingOwner, Mmio};
 pub use pci::{PciAddress, PciAddressError, Sysfs, NVME_CLASS_CODE};

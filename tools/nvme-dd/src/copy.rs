@@ -1197,12 +1197,7 @@ mod sim_tests {
     use nvme_sim::{SimConfig, SimController};
 
     fn open(sim: &SimController) -> Controller {
-        let transport = Transport {
-            mmio: sim.mmio(),
-            dma: sim.dma(),
-            name: "sim".into(),
-            keepalive: None,
-        };
+        let transport = Transport::new(sim.mmio(), sim.dma(), "sim");
         Controller::new(transport, ControllerOptions::default()).expect("sim controller comes up")
     }
 
