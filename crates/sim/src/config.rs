@@ -37,7 +37,17 @@ pub struct SimConfig {
     /// Skip the memory copies of Read/Write (PRPs are still validated): like QEMU's `null-co`
     /// backend, for measuring driver overhead.
     pub null_io: bool,
+    /// MSI-X Table Size: interrupt vectors the function offers (1..=[`MAX_MSIX_VECTORS`]).
+    /// Create I/O Completion Queue rejects vectors at or beyond it.
+    pub msix_vectors: u32,
 }
+
+/// Largest MSI-X table a PCI function can have (PCIe Base 6.0 §7.7.2.2: Table Size is 11 bits,
+/// 0-based).
+pub const MAX_MSIX_VECTORS: u32 = 2048;
+/// Default MSI-X table size: one vector for the admin queue and one per default I/O queue pair,
+/// like a small real controller.
+const DEFAULT_MSIX_VECTORS: u32 = 17;
 
 /// Default namespace size of each of the two default namespaces.
 const DEFAULT_NAMESPACE_BYTES: u64 = 16 << 20;
@@ -69,6 +79,7 @@ impl Default for SimConfig {
             firmware: "1.0".to_string(),
             shadow_doorbells: true,
             null_io: false,
+            msix_vectors: DEFAULT_MSIX_VECTORS,
         }
     }
 }
@@ -88,6 +99,11 @@ impl SimConfig {
         assert!(
             self.dstrd <= 4,
             "SimConfig::dstrd too large for the 16 KiB BAR (use 0..=4)"
+        );
+        assert!(
+            (1..=MAX_MSIX_VECTORS).contains(&self.msix_vectors),
+            "SimConfig::msix_vectors must be 1..={MAX_MSIX_VECTORS}, not {}",
+            self.msix_vectors
         );
         let doorbells_end = crate::regs::BAR_SIZE;
         let needed = nvme_spec::regs::cq_head_doorbell(self.io_queue_pairs, 4 << self.dstrd) + 4;

@@ -9,7 +9,12 @@
 //! ([`SimController::read_disk`] / [`SimController::write_disk`]).
 //!
 //! Limits (by design): 4 KiB to 64 KiB memory pages, PRPs only (no SGLs), physically
-//! contiguous queues, no interrupts, no metadata, Asynchronous Event Requests never complete.
+//! contiguous queues, no metadata, Asynchronous Event Requests never complete.
+//!
+//! Interrupts: MSI-X only ([`SimController::interrupts`] routes vectors to eventfds, like
+//! VFIO). A completion queue created with IEN signals its vector once per batch of entries
+//! the device posts to it in a poll pass; the admin completion queue signals vector 0 when
+//! that vector is routed. No INTx/MSI, no masking, no interrupt coalescing feature.
 //!
 //! Shadow doorbells: after Doorbell Buffer Config, the entry for a doorbell lives at the same
 //! byte offset in the shadow (and EventIdx) page as the doorbell has from `DOORBELL_BASE`, i.e.
@@ -21,6 +26,7 @@ mod device;
 mod disk;
 mod dma;
 mod faults;
+mod irq;
 mod prp;
 mod regs;
 mod stats;
@@ -30,9 +36,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use nvme_spec::regs::{CAP, VS};
-use nvme_vfio::{DmaMapper, Mmio};
+use nvme_vfio::{DmaMapper, InterruptController, Mmio};
 
-pub use config::{SimConfig, SimNamespace};
+pub use config::{SimConfig, SimNamespace, MAX_MSIX_VECTORS};
 pub use dma::{SimDma, IOVA_BASE};
 pub use faults::{Faults, CORRUPT_CID_MASK, WRONG_SQID_MASK};
 pub use regs::BAR_SIZE;
@@ -40,6 +46,7 @@ pub use stats::SimStats;
 
 use device::{Device, Shared};
 use disk::Disks;
+use irq::MsixTable;
 use regs::RegisterBlock;
 
 /// A running emulated controller. Dropping it stops and joins the device thread; register
@@ -73,6 +80,7 @@ impl SimController {
             dma: Arc::new(SimDma::new()),
             counters: Default::default(),
             disks: Disks::new(&config.namespaces),
+            msix: Arc::new(MsixTable::new(config.msix_vectors)),
             config,
             stop: AtomicBool::new(false),
         });
@@ -100,6 +108,13 @@ impl SimController {
     /// The concrete IOMMU (e.g. to check that every mapping was removed).
     pub fn sim_dma(&self) -> &Arc<SimDma> {
         &self.shared.dma
+    }
+
+    /// The function's MSI-X vectors, as VFIO offers them for a real device: route vectors to
+    /// eventfds with [`InterruptController::enable_msix`]. The handle shares state with the
+    /// device thread and may outlive the controller.
+    pub fn interrupts(&self) -> Arc<dyn InterruptController> {
+        self.shared.msix.clone()
     }
 
     /// Fault injection switches.

@@ -29,6 +29,11 @@ pub struct SimStats {
     pub dma_errors: u64,
     /// Completion queue entries written.
     pub completions_posted: u64,
+    /// MSI-X vectors signalled (once per batch of entries posted to an interrupt-enabled CQ).
+    pub interrupts_signalled: u64,
+    /// Interrupts due on a CQ created with interrupts enabled whose vector had no event routed
+    /// (MSI-X disabled or enabled with fewer vectors), or whose eventfd write failed.
+    pub interrupts_lost: u64,
 }
 
 impl SimStats {
@@ -58,6 +63,8 @@ pub(crate) struct Counters {
     pub invalid_doorbell_writes: AtomicU64,
     pub dma_errors: AtomicU64,
     pub completions_posted: AtomicU64,
+    pub interrupts_signalled: AtomicU64,
+    pub interrupts_lost: AtomicU64,
 }
 
 /// Adds one to a counter. The device thread is the only writer, so a load and a store suffice
@@ -83,6 +90,8 @@ impl Counters {
             invalid_doorbell_writes: get(&self.invalid_doorbell_writes),
             dma_errors: get(&self.dma_errors),
             completions_posted: get(&self.completions_posted),
+            interrupts_signalled: get(&self.interrupts_signalled),
+            interrupts_lost: get(&self.interrupts_lost),
         }
     }
 }

@@ -16,7 +16,7 @@ use nvme_spec::queue::{SubmissionEntry, CQES_LOG2, CQE_SIZE, SQES_LOG2, SQE_SIZE
 use nvme_spec::regs::{Cap, Version};
 use nvme_spec::status::{command_specific, generic, Status, StatusCodeType};
 
-use super::{Device, Outcome, ShadowBuffers};
+use super::{CqInterrupt, Device, Outcome, ShadowBuffers};
 use crate::config::SimConfig;
 use crate::dma::GuestView;
 use crate::prp::{self, generic_status, Fail};
@@ -50,6 +50,8 @@ const LOW16: u32 = 0xffff;
 const HIGH16_SHIFT: u32 = 16;
 const LOW8: u32 = 0xff;
 const PHYSICALLY_CONTIGUOUS: u32 = 1 << 0;
+/// Create I/O CQ CDW11 bit 1: Interrupts Enabled (IEN); the vector (IV) is in bits 31:16.
+const INTERRUPTS_ENABLED: u32 = 1 << 1;
 /// Set Features Number of Queues: 0xFFFF requested queues is invalid (§5.27.1.5).
 const NUMBER_OF_QUEUES_INVALID: u16 = 0xffff;
 /// Number of feature identifiers (FID is 8 bits).
@@ -330,8 +332,23 @@ impl Device {
         let exists = self.cqs.get(usize::from(qid)).is_some_and(Option::is_some);
         let (qid, size) =
             self.check_new_queue(view, sqe, self.admin.granted_cq, exists, CQE_SIZE)?;
-        self.create_cq(qid, sqe.prp1, size, Some(view));
-        log::debug!("sim: created I/O CQ {qid} ({size} entries)");
+        let interrupt = if sqe.cdw11 & INTERRUPTS_ENABLED != 0 {
+            let vector = (sqe.cdw11 >> HIGH16_SHIFT) as u16;
+            if u32::from(vector) >= self.shared.config.msix_vectors {
+                log::debug!(
+                    "sim: Create I/O CQ {qid}: vector {vector} beyond the {} MSI-X vectors",
+                    self.shared.config.msix_vectors
+                );
+                return Err(fail(command_specific_status(
+                    command_specific::INVALID_INTERRUPT_VECTOR,
+                )));
+            }
+            CqInterrupt::Vector(vector)
+        } else {
+            CqInterrupt::Polled
+        };
+        self.create_cq(qid, sqe.prp1, size, interrupt, Some(view));
+        log::debug!("sim: created I/O CQ {qid} ({size} entries, {interrupt:?})");
         Ok(Outcome::SUCCESS)
     }
 

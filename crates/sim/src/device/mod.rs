@@ -34,6 +34,7 @@ use crate::config::SimConfig;
 use crate::disk::Disks;
 use crate::dma::{GuestView, SimDma};
 use crate::faults::{Faults, CORRUPT_CID_MASK, WRONG_SQID_MASK};
+use crate::irq::{MsixTable, RouteCache};
 use crate::prp::{generic_status, Fail};
 use crate::regs::RegisterBlock;
 use crate::stats::{bump, Counters};
@@ -45,6 +46,7 @@ pub(crate) struct Shared {
     pub faults: Faults,
     pub counters: Counters,
     pub disks: Disks,
+    pub msix: Arc<MsixTable>,
     pub config: SimConfig,
     pub stop: AtomicBool,
 }
@@ -113,12 +115,30 @@ struct Sq {
     doorbell: DoorbellSource,
 }
 
+/// How a completion queue interrupts the host (Create I/O CQ CDW11 IEN/IV, NVMe Base 2.0 §5.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CqInterrupt {
+    /// IEN clear: the host polls.
+    Polled,
+    /// IEN set: MSI-X vector `IV`; a missing route counts as a lost interrupt.
+    Vector(u16),
+    /// The admin CQ: vector 0 when routed. Without MSI-X its interrupt would be pin-based,
+    /// which is not emulated, so nothing counts as lost.
+    Admin,
+}
+
+/// MSI-X vector of the admin completion queue (NVMe Base 2.0 §3.5.1: always vector 0).
+const ADMIN_VECTOR: u16 = 0;
+
 struct Cq {
     base: u64,
     size: u32,
     head: u32,
     tail: u32,
     phase: bool,
+    interrupt: CqInterrupt,
+    /// Entries were posted since the last interrupt (raised at the end of the poll pass).
+    interrupt_due: bool,
     /// Completions waiting for room in the ring (capacity reserved at creation).
     held: VecDeque<Completion>,
     doorbell: DoorbellSource,
@@ -160,6 +180,8 @@ pub(crate) struct Device {
     delayed: VecDeque<Delayed>,
     /// Admin-queue state (features, granted queues, identify data).
     admin: admin::AdminState,
+    /// The MSI-X routing as last seen.
+    routes: RouteCache,
 }
 
 impl Device {
@@ -180,6 +202,7 @@ impl Device {
             shadow: None,
             delayed: VecDeque::new(),
             admin,
+            routes: RouteCache::new(shared.msix.clone()),
             shared,
         }
     }
@@ -221,6 +244,9 @@ impl Device {
         }
         for qid in 0..self.sqs.len() {
             busy |= self.poll_sq(&view, qid);
+        }
+        if busy {
+            self.raise_interrupts();
         }
         busy || !self.delayed.is_empty()
     }
@@ -303,7 +329,7 @@ impl Device {
             return;
         }
         self.page_size = 1 << (PAGE_SIZE_SHIFT_BASE + u32::from(cc.mps()));
-        self.create_cq(0, acq, aqa.cq_entries(), None);
+        self.create_cq(0, acq, aqa.cq_entries(), CqInterrupt::Admin, None);
         self.create_sq(0, asq, aqa.sq_entries(), 0, None);
         if self.shared.faults.is_never_ready() {
             log::debug!("sim: enable seen, but the never_ready fault keeps CSTS.RDY at 0");
@@ -379,7 +405,14 @@ impl Device {
     }
 
     /// Creates a completion queue (admin at enable, I/O from Create I/O Completion Queue).
-    fn create_cq(&mut self, qid: u16, base: u64, size: u32, view: Option<&GuestView<'_>>) {
+    fn create_cq(
+        &mut self,
+        qid: u16,
+        base: u64,
+        size: u32,
+        interrupt: CqInterrupt,
+        view: Option<&GuestView<'_>>,
+    ) {
         let doorbell = self.doorbell_source(cq_head_doorbell(qid, self.stride), view);
         self.cqs[usize::from(qid)] = Some(Cq {
             base,
@@ -387,6 +420,8 @@ impl Device {
             head: 0,
             tail: 0,
             phase: true,
+            interrupt,
+            interrupt_due: false,
             held: VecDeque::with_capacity(size as usize),
             doorbell,
         });
@@ -670,7 +705,43 @@ impl Device {
             }
             wrote = true;
         }
+        cq.interrupt_due |= wrote;
         wrote
+    }
+
+    /// Signals the vector of every CQ that had entries posted since its last interrupt: one
+    /// interrupt per CQ per poll pass, however many entries the pass posted.
+    fn raise_interrupts(&mut self) {
+        let counters = &self.shared.counters;
+        for (qid, cq) in self.cqs.iter_mut().enumerate() {
+            let Some(cq) = cq.as_mut().filter(|cq| cq.interrupt_due) else {
+                continue;
+            };
+            cq.interrupt_due = false;
+            let (vector, required) = match cq.interrupt {
+                CqInterrupt::Polled => continue,
+                CqInterrupt::Vector(v) => (v, true),
+                CqInterrupt::Admin => (ADMIN_VECTOR, false),
+            };
+            // The eventfd write is a system call, which orders the CQE stores before it: a host
+            // woken by the event (through the kernel) sees the entries it announces.
+            match self.routes.event(vector).map(|event| event.signal()) {
+                Some(Ok(())) => bump(&counters.interrupts_signalled),
+                Some(Err(err)) => {
+                    bump(&counters.interrupts_lost);
+                    log::warn!("sim: CQ {qid}: cannot signal MSI-X vector {vector}: {err}");
+                }
+                None if required => {
+                    bump(&counters.interrupts_lost);
+                    log::debug!(
+                        "sim: CQ {qid}: interrupt lost, MSI-X vector {vector} is not routed \
+                         (enable MSI-X with at least {} vectors)",
+                        u32::from(vector) + 1
+                    );
+                }
+                None => {}
+            }
+        }
     }
 
     // ----- helpers for command execution -----
