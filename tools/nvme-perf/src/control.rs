@@ -1,0 +1,419 @@
+//! What the main thread and the workers share, and the per-thread bookkeeping both engines use.
+//!
+//! The main thread owns the clock: it moves [`Control`] from warmup to measuring to stopping.
+//! Each worker reads the phase once per round (one relaxed load) and publishes its running
+//! totals into its own cache-line-aligned [`Live`] block (relaxed stores), which the main
+//! thread samples once a second for the progress line. Nothing else is shared while I/O runs.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+/// Highest latency the histogram resolves (60 s); longer ones are recorded as 60 s.
+pub const MAX_LATENCY_NS: u64 = 60_000_000_000;
+/// Significant decimal digits of the histogram (0.1 % resolution).
+pub const HISTOGRAM_SIGFIG: u8 = 3;
+
+/// Run phases, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Phase {
+    /// I/O runs, nothing is recorded.
+    Warmup = 0,
+    /// I/O runs and is recorded.
+    Measure = 1,
+    /// No new submissions; drain what is in flight and finish.
+    Stop = 2,
+}
+
+/// Run-wide control shared by all threads.
+#[derive(Debug)]
+pub struct Control {
+    phase: AtomicU8,
+}
+
+impl Control {
+    /// Starts in `phase`.
+    pub fn new(phase: Phase) -> Self {
+        Self {
+            phase: AtomicU8::new(phase as u8),
+        }
+    }
+
+    /// The current phase (a relaxed load: a worker may see a change one round late).
+    #[inline(always)]
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Relaxed) {
+            0 => Phase::Warmup,
+            1 => Phase::Measure,
+            _ => Phase::Stop,
+        }
+    }
+
+    /// Moves forward to `phase` (never backwards).
+    pub fn advance(&self, phase: Phase) {
+        self.phase.fetch_max(phase as u8, Ordering::Relaxed);
+    }
+}
+
+/// Running totals of one worker since it started (warmup included), for the progress line.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct Live {
+    /// I/Os completed.
+    pub ios: AtomicU64,
+    /// I/Os submitted.
+    pub submitted: AtomicU64,
+    /// Submit calls (doorbell rounds).
+    pub submit_calls: AtomicU64,
+    /// Poll calls that found completions.
+    pub reap_calls: AtomicU64,
+    /// The worker has finished.
+    pub done: AtomicBool,
+}
+
+/// A snapshot of [`Live`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveSample {
+    /// I/Os completed.
+    pub ios: u64,
+    /// I/Os submitted.
+    pub submitted: u64,
+    /// Submit calls.
+    pub submit_calls: u64,
+    /// Poll calls that found completions.
+    pub reap_calls: u64,
+}
+
+impl Live {
+    /// Reads the totals.
+    pub fn sample(&self) -> LiveSample {
+        LiveSample {
+            ios: self.ios.load(Ordering::Relaxed),
+            submitted: self.submitted.load(Ordering::Relaxed),
+            submit_calls: self.submit_calls.load(Ordering::Relaxed),
+            reap_calls: self.reap_calls.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Counters and latency histogram of one worker's measured phase.
+#[derive(Clone, Debug)]
+pub struct Tally {
+    /// Latency of each completed I/O, in ns.
+    pub hist: Histogram<u64>,
+    /// I/Os completed successfully.
+    pub ios: u64,
+    /// I/Os that failed (submission refused or error completion).
+    pub errors: u64,
+    /// Message of the first failure.
+    pub first_error: Option<String>,
+    /// I/Os submitted.
+    pub submitted: u64,
+    /// Submit calls (one doorbell write or io_uring_enter each).
+    pub submit_calls: u64,
+    /// I/Os reaped (successful or not).
+    pub reaped: u64,
+    /// Poll calls that found at least one completion.
+    pub reap_calls: u64,
+}
+
+impl Tally {
+    /// An empty tally (allocates the histogram: call before the hot loop).
+    pub fn new() -> Self {
+        Self {
+            hist: Histogram::new_with_bounds(1, MAX_LATENCY_NS, HISTOGRAM_SIGFIG)
+                .expect("the histogram bounds are constants that hdrhistogram accepts"),
+            ios: 0,
+            errors: 0,
+            first_error: None,
+            submitted: 0,
+            submit_calls: 0,
+            reaped: 0,
+            reap_calls: 0,
+        }
+    }
+
+    /// Forgets everything recorded so far (end of warmup). No allocation.
+    pub fn reset(&mut self) {
+        self.hist.reset();
+        self.ios = 0;
+        self.errors = 0;
+        self.first_error = None;
+        self.submitted = 0;
+        self.submit_calls = 0;
+        self.reaped = 0;
+        self.reap_calls = 0;
+    }
+
+    /// Records a completed I/O's latency.
+    #[inline(always)]
+    pub fn complete(&mut self, submitted: Instant, now: Instant) {
+        let ns = now.saturating_duration_since(submitted).as_nanos();
+        self.hist
+            .saturating_record(u64::try_from(ns).unwrap_or(MAX_LATENCY_NS));
+        self.ios += 1;
+        self.reaped += 1;
+    }
+
+    /// Records a failed I/O.
+    #[cold]
+    pub fn fail(&mut self, what: impl FnOnce() -> String) {
+        self.errors += 1;
+        if self.first_error.is_none() {
+            let message = what();
+            log::error!("{message}");
+            self.first_error = Some(message);
+        }
+    }
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The driver's own counters for the measured phase (spdk-like engine).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverCounters {
+    /// MMIO writes to SQ tail doorbells.
+    pub sq_mmio_writes: u64,
+    /// MMIO writes to CQ head doorbells.
+    pub cq_mmio_writes: u64,
+    /// SQ tail updates published (MMIO or shadow).
+    pub sq_updates: u64,
+    /// CQ head updates published (MMIO or shadow).
+    pub cq_updates: u64,
+    /// Poll calls that found nothing.
+    pub idle_polls: u64,
+    /// Completions the driver rejected.
+    pub bad_completions: u64,
+    /// Commands that timed out.
+    pub timeouts: u64,
+    /// Request-slot pool counters (whole run).
+    pub tags: nvme_pool::TagStats,
+    /// Context cache counters (whole run), when the cache is on.
+    pub cache: Option<nvme_pool::CacheStats>,
+}
+
+/// What one worker hands back.
+#[derive(Clone, Debug)]
+pub struct WorkerResult {
+    /// Measured-phase counters and latencies.
+    pub tally: Tally,
+    /// Wall time of the measured phase (until in-flight I/O drained).
+    pub elapsed: Duration,
+    /// CPU time the worker thread used in the measured phase.
+    pub cpu: Duration,
+    /// Driver counters (spdk-like engine only).
+    pub driver: Option<DriverCounters>,
+}
+
+/// The CPU time this thread has used (CLOCK_THREAD_CPUTIME_ID).
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant the kernel knows.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The CPUs this process may run on, in ascending order.
+pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
+    // SAFETY: an all-zero cpu_set_t is a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is writable and its size is passed; pid 0 is the calling thread.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let max = libc::CPU_SETSIZE as usize;
+    // SAFETY: `set` was filled by the kernel; every index is below CPU_SETSIZE.
+    Ok((0..max)
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect())
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: an all-zero cpu_set_t is a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` comes from `allowed_cpus`, so it is below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid set and its size is passed; pid 0 is the calling thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Follows the phase on behalf of a worker: detects the start of measuring and the stop, and
+/// enforces `--ios`.
+#[derive(Debug)]
+pub struct Pacer<'a> {
+    control: &'a Control,
+    live: &'a Live,
+    phase: Phase,
+    measure_start: Instant,
+    cpu_start: Duration,
+    ios_limit: Option<u64>,
+}
+
+/// What changed since the last round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Same phase as before.
+    Same,
+    /// Measuring starts now: reset the counters.
+    BeginMeasure,
+}
+
+impl<'a> Pacer<'a> {
+    /// A pacer in the control's current phase.
+    pub fn new(control: &'a Control, live: &'a Live, ios_limit: Option<u64>) -> Self {
+        let phase = control.phase();
+        Self {
+            control,
+            live,
+            phase,
+            measure_start: Instant::now(),
+            cpu_start: thread_cpu_time(),
+            ios_limit,
+        }
+    }
+
+    /// Whether the run measures from the start (no warmup).
+    pub fn measuring(&self) -> bool {
+        self.phase == Phase::Measure
+    }
+
+    /// Checks the phase (once per round). The first failed I/O stops the whole run, as in fio.
+    #[inline(always)]
+    pub fn step(&mut self, tally: &mut Tally) -> Step {
+        if tally.errors > 0 {
+            self.control.advance(Phase::Stop);
+        }
+        let now = self.control.phase();
+        if now == self.phase {
+            return Step::Same;
+        }
+        self.transition(now, tally)
+    }
+
+    #[cold]
+    fn transition(&mut self, now: Phase, tally: &mut Tally) -> Step {
+        let was = self.phase;
+        self.phase = now;
+        // Warmup straight to Stop (a failure) keeps what was recorded, errors included.
+        if was == Phase::Warmup && now == Phase::Measure {
+            tally.reset();
+            self.measure_start = Instant::now();
+            self.cpu_start = thread_cpu_time();
+            return Step::BeginMeasure;
+        }
+        Step::Same
+    }
+
+    /// How many more I/Os may be submitted now, at most `want`: 0 once stopping, or when the
+    /// `--ios` budget of the measured phase is used up.
+    #[inline(always)]
+    pub fn allowance(&self, want: u32, tally: &Tally) -> u32 {
+        match (self.phase, self.ios_limit) {
+            (Phase::Stop, _) => 0,
+            (Phase::Measure, Some(limit)) => {
+                let left = limit.saturating_sub(tally.submitted);
+                want.min(u32::try_from(left).unwrap_or(u32::MAX))
+            }
+            _ => want,
+        }
+    }
+
+    /// Whether the worker is done: stopping (or its `--ios` budget submitted) and nothing in
+    /// flight.
+    #[inline(always)]
+    pub fn finished(&self, in_flight: u32, tally: &Tally) -> bool {
+        if in_flight > 0 {
+            return false;
+        }
+        match (self.phase, self.ios_limit) {
+            (Phase::Stop, _) => true,
+            (Phase::Measure, Some(limit)) => tally.submitted >= limit,
+            _ => false,
+        }
+    }
+
+    /// Publishes the running totals for the progress line.
+    #[inline(always)]
+    pub fn publish(&self, totals: &LiveSample) {
+        self.live.ios.store(totals.ios, Ordering::Relaxed);
+        self.live
+            .submitted
+            .store(totals.submitted, Ordering::Relaxed);
+        self.live
+            .submit_calls
+            .store(totals.submit_calls, Ordering::Relaxed);
+        self.live
+            .reap_calls
+            .store(totals.reap_calls, Ordering::Relaxed);
+    }
+
+    /// Measured wall time and CPU time so far.
+    pub fn measured(&self) -> (Duration, Duration) {
+        (
+            self.measure_start.elapsed(),
+            thread_cpu_time().saturating_sub(self.cpu_start),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pacer_follows_phases_and_the_io_budget() {
+        let control = Control::new(Phase::Warmup);
+        let live = Live::default();
+        let mut tally = Tally::new();
+        let mut pacer = Pacer::new(&control, &live, Some(10));
+        assert!(!pacer.measuring());
+        tally.submitted = 100;
+        tally.complete(Instant::now(), Instant::now());
+        assert_eq!(pacer.allowance(32, &tally), 32, "no budget during warmup");
+        assert_eq!(pacer.step(&mut tally), Step::Same);
+        control.advance(Phase::Measure);
+        assert_eq!(pacer.step(&mut tally), Step::BeginMeasure);
+        assert_eq!((tally.ios, tally.submitted, tally.hist.len()), (0, 0, 0));
+        tally.submitted = 8;
+        assert_eq!(pacer.allowance(32, &tally), 2);
+        assert!(!pacer.finished(0, &tally));
+        tally.submitted = 10;
+        assert!(!pacer.finished(1, &tally));
+        assert!(pacer.finished(0, &tally));
+        control.advance(Phase::Stop);
+        control.advance(Phase::Measure);
+        assert_eq!(control.phase(), Phase::Stop, "phases never go back");
+        pacer.step(&mut tally);
+        assert_eq!(pacer.allowance(32, &tally), 0);
+    }
+
+    #[test]
+    fn thread_cpu_time_advances() {
+        let a = thread_cpu_time();
+        let mut x = 0u64;
+        for i in 0..2_000_000u64 {
+            x = std::hint::black_box(x.wrapping_add(i));
+        }
+        assert!(thread_cpu_time() > a, "{x}");
+        assert!(!allowed_cpus().unwrap().is_empty());
+    }
+}

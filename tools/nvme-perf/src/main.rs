@@ -1,0 +1,39 @@
+//! `nvme-perf` command line entry: parse, run, print; exit status 1 on any error (see
+//! `nvme-perf --help`).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+use nvme_perf::{Args, PerfError, Report};
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nvme-perf: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), PerfError> {
+    let config = args.validate()?;
+    let report: Report = nvme_perf::run(&config)?;
+    let text = if config.json {
+        report.to_json() + "\n"
+    } else {
+        report.to_text(&config, config.histogram)
+    };
+    // A closed stdout (e.g. `| head`) is not worth an error message.
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    if report.errors > 0 {
+        return Err(PerfError::IoErrors {
+            count: report.errors,
+            first: report.first_error.unwrap_or_default(),
+        });
+    }
+    Ok(())
+}

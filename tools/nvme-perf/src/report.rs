@@ -1,0 +1,429 @@
+//! The run's summary: aggregation of the per-thread results, the percentile table, the text
+//! output and the JSON object.
+
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+
+use crate::args::{Config, Engine};
+use crate::control::{DriverCounters, Tally};
+use crate::runner::{per, Outcome, MIB};
+use crate::target::Target;
+
+/// Percentiles reported, in ascending order.
+pub const PERCENTILES: [f64; 16] = [
+    1.0, 5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.99,
+];
+/// Percentile entries per line of the text table.
+const PERCENTILES_PER_LINE: usize = 4;
+/// Nanoseconds per microsecond.
+const NS_PER_US: f64 = 1_000.0;
+
+/// `(percentile, latency ns)` pairs; serialised as a JSON object keyed `"1"`, `"99.5"`, ... in
+/// ascending order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Percentiles(pub Vec<(f64, u64)>);
+
+impl Serialize for Percentiles {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (p, v) in &self.0 {
+            map.serialize_entry(&percentile_key(*p), v)?;
+        }
+        map.end()
+    }
+}
+
+/// The JSON key of a percentile: the shortest decimal form (`1`, `99.5`, `99.99`).
+pub fn percentile_key(p: f64) -> String {
+    format!("{p}")
+}
+
+/// Latency summary in ns.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Latency {
+    /// Mean.
+    pub avg: f64,
+    /// Smallest.
+    pub min: u64,
+    /// Largest.
+    pub max: u64,
+    /// Percentiles.
+    pub p: Percentiles,
+}
+
+impl Latency {
+    /// Summarises a histogram (all zero when it is empty).
+    pub fn from_histogram(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        Self {
+            avg: h.mean(),
+            min: h.min(),
+            max: h.max(),
+            p: Percentiles(
+                PERCENTILES
+                    .iter()
+                    .map(|&p| (p, h.value_at_percentile(p)))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// Request pool counters of the spdk-like engine, summed over threads.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct PoolReport {
+    /// Request slots taken.
+    pub tag_allocs: u64,
+    /// Batches reserved with plug(n).
+    pub tag_plugs: u64,
+    /// Slots served from a plug reservation.
+    pub tag_plug_hits: u64,
+    /// Reserved slots returned unused at unplug.
+    pub tag_unplugged: u64,
+    /// Allocations or plugs refused for lack of slots.
+    pub tag_exhausted: u64,
+    /// Context cache hits (None: --no-request-cache).
+    pub cache_hits: Option<u64>,
+    /// Context cache misses (each one a Box::new).
+    pub cache_misses: Option<u64>,
+    /// Context cache prune steps.
+    pub cache_prunes: Option<u64>,
+}
+
+/// Everything a run reports. Field names are the JSON schema.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// `spdk-like` or `io_uring`.
+    pub engine: &'static str,
+    /// The device.
+    pub device: String,
+    /// The workload name.
+    pub workload: &'static str,
+    /// Bytes per I/O.
+    pub block_size: usize,
+    /// I/Os in flight per thread.
+    pub queue_depth: u32,
+    /// Worker threads.
+    pub threads: u32,
+    /// Measured seconds (the longest thread).
+    pub runtime_s: f64,
+    /// I/Os completed successfully.
+    pub ios: u64,
+    /// I/Os per second.
+    pub iops: f64,
+    /// MiB per second.
+    pub mib_s: f64,
+    /// Latency.
+    pub lat_ns: Latency,
+    /// Submit calls (doorbell rounds / io_uring_enter submissions).
+    pub submit_calls: u64,
+    /// Poll calls that found completions.
+    pub reap_calls: u64,
+    /// I/Os per submit call.
+    pub ios_per_submit: f64,
+    /// I/Os per reaping poll call.
+    pub ios_per_reap: f64,
+    /// MMIO writes to SQ tail doorbells (spdk-like).
+    pub sq_mmio_writes: Option<u64>,
+    /// MMIO writes to CQ head doorbells (spdk-like).
+    pub cq_mmio_writes: Option<u64>,
+    /// (SQ + CQ MMIO writes) / I/Os (spdk-like).
+    pub mmio_writes_per_io: Option<f64>,
+    /// Worker thread CPU ns per I/O (the driver's cost with `sim`).
+    pub thread_cpu_ns_per_io: f64,
+    /// Failed I/Os.
+    pub errors: u64,
+    /// Poll calls that found nothing (spdk-like).
+    pub idle_polls: Option<u64>,
+    /// Completions the driver rejected (spdk-like).
+    pub bad_completions: Option<u64>,
+    /// Commands that timed out (spdk-like).
+    pub timeouts: Option<u64>,
+    /// Pool counters (spdk-like).
+    pub pool: Option<PoolReport>,
+    /// Shadow doorbells in effect (spdk-like).
+    pub shadow_doorbells: Option<bool>,
+    /// Per-I/O contexts recycled from the ObjectCache (spdk-like).
+    pub request_cache: Option<bool>,
+    /// Batch slots reserved with plug(n) (spdk-like).
+    pub batch_prefetch: Option<bool>,
+    /// Bytes per logical block of the device.
+    pub lba_size: u32,
+    /// First failure message.
+    pub first_error: Option<String>,
+    /// The merged histogram (text output with --histogram).
+    #[serde(skip)]
+    pub histogram: Histogram<u64>,
+}
+
+fn sum_driver(
+    results: impl Iterator<Item = DriverCounters>,
+) -> Option<(DriverCounters, PoolReport)> {
+    let mut any = false;
+    let mut d = DriverCounters::default();
+    let mut pool = PoolReport::default();
+    for r in results {
+        any = true;
+        d.sq_mmio_writes += r.sq_mmio_writes;
+        d.cq_mmio_writes += r.cq_mmio_writes;
+        d.sq_updates += r.sq_updates;
+        d.cq_updates += r.cq_updates;
+        d.idle_polls += r.idle_polls;
+        d.bad_completions += r.bad_completions;
+        d.timeouts += r.timeouts;
+        pool.tag_allocs += r.tags.allocs;
+        pool.tag_plugs += r.tags.plugs;
+        pool.tag_plug_hits += r.tags.plug_hits;
+        pool.tag_unplugged += r.tags.unplugged;
+        pool.tag_exhausted += r.tags.exhausted;
+        if let Some(c) = r.cache {
+            *pool.cache_hits.get_or_insert(0) += c.hits;
+            *pool.cache_misses.get_or_insert(0) += c.misses;
+            *pool.cache_prunes.get_or_insert(0) += c.prunes;
+        }
+    }
+    any.then_some((d, pool))
+}
+
+impl Report {
+    /// Merges the threads' results.
+    pub fn build(config: &Config, outcome: &Outcome) -> Self {
+        let mut tally = Tally::new();
+        let mut cpu_ns: u128 = 0;
+        let mut runtime = 0f64;
+        for r in &outcome.results {
+            // Same bounds on both sides: adding cannot fail.
+            let _ = tally.hist.add(&r.tally.hist);
+            tally.ios += r.tally.ios;
+            tally.errors += r.tally.errors;
+            tally.submitted += r.tally.submitted;
+            tally.submit_calls += r.tally.submit_calls;
+            tally.reaped += r.tally.reaped;
+            tally.reap_calls += r.tally.reap_calls;
+            if tally.first_error.is_none() {
+                tally.first_error.clone_from(&r.tally.first_error);
+            }
+            cpu_ns += r.cpu.as_nanos();
+            runtime = runtime.max(r.elapsed.as_secs_f64());
+        }
+        let driver = sum_driver(outcome.results.iter().filter_map(|r| r.driver));
+        let iops = if runtime > 0.0 {
+            tally.ios as f64 / runtime
+        } else {
+            0.0
+        };
+        let spdk = config.engine == Engine::SpdkLike;
+        Report {
+            engine: config.engine.name(),
+            device: outcome.setup.device.clone(),
+            workload: config.workload.name(),
+            block_size: config.block_size,
+            queue_depth: config.queue_depth,
+            threads: config.threads,
+            runtime_s: runtime,
+            ios: tally.ios,
+            iops,
+            mib_s: iops * config.block_size as f64 / MIB,
+            lat_ns: Latency::from_histogram(&tally.hist),
+            submit_calls: tally.submit_calls,
+            reap_calls: tally.reap_calls,
+            ios_per_submit: per(tally.submitted, tally.submit_calls),
+            ios_per_reap: per(tally.reaped, tally.reap_calls),
+            sq_mmio_writes: driver.as_ref().map(|(d, _)| d.sq_mmio_writes),
+            cq_mmio_writes: driver.as_ref().map(|(d, _)| d.cq_mmio_writes),
+            mmio_writes_per_io: driver
+                .as_ref()
+                .map(|(d, _)| per(d.sq_mmio_writes + d.cq_mmio_writes, tally.ios)),
+            thread_cpu_ns_per_io: per(u64::try_from(cpu_ns).unwrap_or(u64::MAX), tally.ios),
+            errors: tally.errors,
+            idle_polls: driver.as_ref().map(|(d, _)| d.idle_polls),
+            bad_completions: driver.as_ref().map(|(d, _)| d.bad_completions),
+            timeouts: driver.as_ref().map(|(d, _)| d.timeouts),
+            pool: driver.map(|(_, p)| p),
+            shadow_doorbells: outcome.setup.shadow_doorbells,
+            request_cache: spdk.then_some(config.request_cache),
+            batch_prefetch: spdk.then_some(config.batch_prefetch),
+            lba_size: outcome.setup.lba_size,
+            first_error: tally.first_error,
+            histogram: tally.hist,
+        }
+    }
+
+    /// The JSON object.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("the report holds only plain numbers and strings")
+    }
+
+    /// The text summary. `driver ns/IO` appears for the emulator, where the worker's CPU time
+    /// is the driver's cost.
+    pub fn to_text(&self, config: &Config, histogram: bool) -> String {
+        let mut out = String::new();
+        let us = |ns: f64| ns / NS_PER_US;
+        let _ = writeln!(
+            out,
+            "{} on {}: {}, bs {}, qd {} x {} thread(s), {:.2} s",
+            self.engine,
+            self.device,
+            self.workload,
+            self.block_size,
+            self.queue_depth,
+            self.threads,
+            self.runtime_s
+        );
+        let _ = writeln!(
+            out,
+            "  IOPS={:.0}, BW={:.1}MiB/s, I/Os={}, errors={}",
+            self.iops, self.mib_s, self.ios, self.errors
+        );
+        let _ = writeln!(
+            out,
+            "  lat (us): avg={:.3}, min={:.3}, max={:.3}",
+            us(self.lat_ns.avg),
+            us(self.lat_ns.min as f64),
+            us(self.lat_ns.max as f64)
+        );
+        let _ = writeln!(out, "  lat percentiles (us):");
+        out.push_str(&format_percentiles(&self.lat_ns.p.0));
+        let _ = writeln!(
+            out,
+            "  IOS/call: submit {:.2} ({} calls), reap {:.2} ({} calls)",
+            self.ios_per_submit, self.submit_calls, self.ios_per_reap, self.reap_calls
+        );
+        if let (Some(sq), Some(cq), Some(per_io)) = (
+            self.sq_mmio_writes,
+            self.cq_mmio_writes,
+            self.mmio_writes_per_io,
+        ) {
+            let _ = writeln!(
+                out,
+                "  MMIO doorbell writes/IO: {per_io:.4} (SQ {sq} = {:.4}/IO, CQ {cq} = {:.4}/IO; shadow doorbells {})",
+                per(sq, self.ios),
+                per(cq, self.ios),
+                if self.shadow_doorbells == Some(true) { "on" } else { "off" }
+            );
+        }
+        if let Some(bad) = self.bad_completions {
+            let _ = writeln!(
+                out,
+                "  bad completions: {bad}, timeouts: {}, idle polls: {}",
+                self.timeouts.unwrap_or(0),
+                self.idle_polls.unwrap_or(0)
+            );
+        }
+        if let Some(pool) = &self.pool {
+            let cache = match (pool.cache_hits, pool.cache_misses, pool.cache_prunes) {
+                (Some(h), Some(m), Some(p)) => format!("cache hits {h}, misses {m}, prunes {p}"),
+                _ => "cache off (Box::new per I/O)".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "  pool (whole run): tag allocs {}, plugs {}, plug hits {}, unplugged {}, exhausted {}; {cache}",
+                pool.tag_allocs,
+                pool.tag_plugs,
+                pool.tag_plug_hits,
+                pool.tag_unplugged,
+                pool.tag_exhausted
+            );
+        }
+        if config.target == Target::Sim {
+            let _ = writeln!(out, "  driver ns/IO: {:.1}", self.thread_cpu_ns_per_io);
+        } else {
+            let _ = writeln!(out, "  thread CPU ns/IO: {:.1}", self.thread_cpu_ns_per_io);
+        }
+        if histogram {
+            out.push_str(&format_histogram(&self.histogram));
+        }
+        out
+    }
+}
+
+/// The percentile table, `PERCENTILES_PER_LINE` entries a line, latencies in µs:
+/// `    |  1.00th:     10.240 |  5.00th: ...`.
+pub fn format_percentiles(p: &[(f64, u64)]) -> String {
+    let mut out = String::new();
+    for line in p.chunks(PERCENTILES_PER_LINE) {
+        out.push_str("    ");
+        for (pct, ns) in line {
+            let _ = write!(out, "| {pct:>6.2}th: {:>10.3} ", *ns as f64 / NS_PER_US);
+        }
+        out.push_str("|\n");
+    }
+    out
+}
+
+/// Every recorded bucket: upper value (µs), count, cumulative percentage.
+pub fn format_histogram(h: &Histogram<u64>) -> String {
+    let mut out =
+        String::from("  latency histogram (bucket upper bound us: count, cumulative %):\n");
+    for v in h.iter_recorded() {
+        let _ = writeln!(
+            out,
+            "    {:>12.3}: {:>12} {:>8.4}%",
+            h.highest_equivalent(v.value_iterated_to()) as f64 / NS_PER_US,
+            v.count_at_value(),
+            v.percentile()
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentile_keys_are_short_decimals() {
+        let keys: Vec<String> = PERCENTILES.iter().map(|&p| percentile_key(p)).collect();
+        assert_eq!(keys[0], "1");
+        assert_eq!(keys[13], "99.5");
+        assert_eq!(keys[15], "99.99");
+        assert!(PERCENTILES.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn percentile_table_layout() {
+        let text = format_percentiles(&[
+            (1.0, 10_240),
+            (50.0, 12_000),
+            (99.0, 1_500),
+            (99.5, 7),
+            (99.99, 123_456_789),
+        ]);
+        assert_eq!(
+            text,
+            "    |   1.00th:     10.240 |  50.00th:     12.000 |  99.00th:      1.500 |  99.50th:      0.007 |\n    \
+             |  99.99th: 123456.789 |\n"
+        );
+    }
+
+    #[test]
+    fn latency_summary_and_json_object_order() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+        for v in 1..=1000u64 {
+            h.record(v * 1000).unwrap();
+        }
+        let lat = Latency::from_histogram(&h);
+        assert_eq!(lat.min, 1000);
+        assert!((lat.max as i64 - 1_000_000).abs() <= 1000);
+        assert!((lat.avg - 500_500.0).abs() < 1000.0, "{}", lat.avg);
+        assert!(lat.p.0.windows(2).all(|w| w[0].1 <= w[1].1));
+        let p50 = lat.p.0.iter().find(|(p, _)| *p == 50.0).unwrap().1;
+        assert!((499_000..=501_000).contains(&p50), "{p50}");
+        let json = serde_json::to_string(&lat.p).unwrap();
+        assert!(json.starts_with("{\"1\":"), "{json}");
+        assert!(json.contains("\"99.99\":"), "{json}");
+        assert!(
+            json.find("\"5\"").unwrap() < json.find("\"10\"").unwrap(),
+            "ascending order: {json}"
+        );
+        assert_eq!(
+            Latency::from_histogram(&Histogram::new(3).unwrap()),
+            Latency::default()
+        );
+    }
+}

@@ -1,0 +1,348 @@
+//! Engine-neutral parts of a run: the LBA geometry, the worker threads, the clock and the
+//! per-second progress line.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use crate::args::Config;
+use crate::control::{
+    allowed_cpus, pin_current_thread, Control, Live, LiveSample, Phase, WorkerResult,
+};
+use crate::error::PerfError;
+use crate::rng::{LbaGen, Pattern, XorShift64};
+
+/// Interval of the progress line.
+const TICK: Duration = Duration::from_secs(1);
+/// Longest the main thread sleeps before checking whether the workers finished.
+const WAKE: Duration = Duration::from_millis(5);
+/// Bytes per MiB.
+pub const MIB: f64 = (1u64 << 20) as f64;
+
+/// Where the I/Os go: LBA size and the aligned positions of the span.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Bytes per logical block.
+    pub lba_size: u32,
+    /// Logical blocks per I/O.
+    pub blocks_per_io: u64,
+    /// I/O-sized aligned positions in the span.
+    pub positions: u64,
+}
+
+impl Geometry {
+    /// Checks the block size and the LBA span against a namespace (or block device) of
+    /// `blocks` blocks of `lba_size` bytes.
+    pub fn new(config: &Config, nsid: u32, lba_size: u32, blocks: u64) -> Result<Self, PerfError> {
+        let blocks_per_io = (config.block_size / lba_size as usize) as u64;
+        // Whole blocks only (this also rejects a block size below the LBA size).
+        if blocks_per_io * u64::from(lba_size) != config.block_size as u64 {
+            return Err(PerfError::BlockSize {
+                block_size: config.block_size,
+                lba_size,
+                nsid,
+            });
+        }
+        let span = config.range_blocks.map_or(blocks, |r| r.min(blocks));
+        let positions = span / blocks_per_io;
+        if positions == 0 {
+            return Err(PerfError::RangeTooSmall {
+                span,
+                blocks: blocks_per_io,
+                nsid,
+            });
+        }
+        Ok(Self {
+            lba_size,
+            blocks_per_io,
+            positions,
+        })
+    }
+
+    /// Thread `thread`'s address stream: its own PRNG stream; a sequential stream starts at
+    /// the thread's share of the span.
+    pub fn generator(&self, config: &Config, thread: usize) -> LbaGen {
+        let start = match config.pattern {
+            Pattern::Random => 0,
+            Pattern::Sequential => {
+                (u128::from(self.positions) * thread as u128 / u128::from(config.threads)) as u64
+            }
+        };
+        LbaGen::new(
+            XorShift64::new(config.seed, thread as u64),
+            config.pattern,
+            config.mix,
+            0,
+            self.positions,
+            self.blocks_per_io,
+            start,
+        )
+    }
+}
+
+/// What the engine found out while setting up, for the report.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// The device as the report names it.
+    pub device: String,
+    /// Bytes per logical block.
+    pub lba_size: u32,
+    /// Namespace id (spdk-like).
+    pub nsid: Option<u32>,
+    /// Whether shadow doorbells are in effect (spdk-like).
+    pub shadow_doorbells: Option<bool>,
+}
+
+/// What an engine hands back.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Setup facts.
+    pub setup: Setup,
+    /// One result per thread.
+    pub results: Vec<WorkerResult>,
+}
+
+/// Runs `work(worker, ..)` on one thread per element of `workers` (pinned with `--pin`), drives
+/// the phases from this thread, prints the progress line, and collects the results.
+pub fn drive<W, F>(
+    config: &Config,
+    workers: Vec<W>,
+    work: F,
+) -> Result<Vec<WorkerResult>, PerfError>
+where
+    W: Send,
+    F: Fn(W, &Control, &Live) -> Result<WorkerResult, PerfError> + Sync,
+{
+    let cpus = if config.pin {
+        Some(allowed_cpus().map_err(|source| PerfError::Pin {
+            thread: 0,
+            cpu: 0,
+            source,
+        })?)
+    } else {
+        None
+    };
+    let first_phase = if config.warmup.is_zero() {
+        Phase::Measure
+    } else {
+        Phase::Warmup
+    };
+    let control = Control::new(first_phase);
+    let lives: Vec<Live> = workers.iter().map(|_| Live::default()).collect();
+    std::thread::scope(|scope| {
+        let mut handles = Vec::with_capacity(workers.len());
+        let mut spawn_error = None;
+        for (i, worker) in workers.into_iter().enumerate() {
+            let (control, live, work) = (&control, &lives[i], &work);
+            let cpu = cpus.as_ref().map(|c| c[i % c.len()]);
+            let spawned = std::thread::Builder::new()
+                .name(format!("nvme-perf-{i}"))
+                .spawn_scoped(scope, move || {
+                    let result = (|| {
+                        if let Some(cpu) = cpu {
+                            pin_current_thread(cpu).map_err(|source| PerfError::Pin {
+                                thread: i,
+                                cpu,
+                                source,
+                            })?;
+                        }
+                        work(worker, control, live)
+                    })();
+                    if result.is_err() {
+                        control.advance(Phase::Stop);
+                    }
+                    live.done.store(true, std::sync::atomic::Ordering::Release);
+                    result
+                });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(source) => {
+                    control.advance(Phase::Stop);
+                    spawn_error = Some(PerfError::Spawn { thread: i, source });
+                    break;
+                }
+            }
+        }
+        if spawn_error.is_none() {
+            clock(config, &control, &lives);
+        }
+        control.advance(Phase::Stop);
+        let mut results = Vec::with_capacity(handles.len());
+        let mut first_error = spawn_error;
+        for (i, handle) in handles.into_iter().enumerate() {
+            match handle.join() {
+                Ok(Ok(r)) => results.push(r),
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_error.get_or_insert(PerfError::WorkerPanic { thread: i });
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(results),
+        }
+    })
+}
+
+fn total(lives: &[Live]) -> LiveSample {
+    lives.iter().fold(LiveSample::default(), |mut acc, l| {
+        let s = l.sample();
+        acc.ios += s.ios;
+        acc.submitted += s.submitted;
+        acc.submit_calls += s.submit_calls;
+        acc.reap_calls += s.reap_calls;
+        acc
+    })
+}
+
+/// Ratio that prints 0 for an empty denominator.
+pub fn per(numerator: u64, denominator: u64) -> f64 {
+    if denominator == 0 {
+        0.0
+    } else {
+        numerator as f64 / denominator as f64
+    }
+}
+
+/// The progress line for one interval.
+pub fn progress_line(
+    elapsed: Duration,
+    delta: &LiveSample,
+    interval: Duration,
+    block_size: usize,
+    warmup: bool,
+) -> String {
+    let secs = interval.as_secs_f64().max(f64::MIN_POSITIVE);
+    let iops = delta.ios as f64 / secs;
+    format!(
+        "[{:>4}s{}] IOPS={:.0}, BW={:.1}MiB/s, IOS/call=submit {:.1}/reap {:.1}",
+        elapsed.as_secs(),
+        if warmup { " warmup" } else { "" },
+        iops,
+        iops * block_size as f64 / MIB,
+        per(delta.submitted, delta.submit_calls),
+        per(delta.ios, delta.reap_calls),
+    )
+}
+
+/// The main thread's part: advances the phases on time and prints a line a second.
+fn clock(config: &Config, control: &Control, lives: &[Live]) {
+    let start = Instant::now();
+    let warmup_end = start + config.warmup;
+    let mut measure_end = (control.phase() == Phase::Measure).then(|| start + config.time);
+    let mut last = total(lives);
+    let mut last_tick = start;
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    loop {
+        if lives
+            .iter()
+            .all(|l| l.done.load(std::sync::atomic::Ordering::Acquire))
+        {
+            return;
+        }
+        let now = Instant::now();
+        if measure_end.is_none() && now >= warmup_end {
+            control.advance(Phase::Measure);
+            measure_end = Some(now + config.time);
+        }
+        if config.ios.is_none() && measure_end.is_some_and(|end| now >= end) {
+            control.advance(Phase::Stop);
+            return;
+        }
+        if now >= last_tick + TICK {
+            let sample = total(lives);
+            let delta = LiveSample {
+                ios: sample.ios - last.ios,
+                submitted: sample.submitted - last.submitted,
+                submit_calls: sample.submit_calls - last.submit_calls,
+                reap_calls: sample.reap_calls - last.reap_calls,
+            };
+            if !config.quiet {
+                let line = progress_line(
+                    now - start,
+                    &delta,
+                    now - last_tick,
+                    config.block_size,
+                    control.phase() == Phase::Warmup,
+                );
+                // Progress goes to stderr when stdout carries JSON; a closed pipe is not an error.
+                let _ = if config.json {
+                    writeln!(stderr.lock(), "{line}")
+                } else {
+                    writeln!(stdout.lock(), "{line}")
+                };
+            }
+            last = sample;
+            last_tick = now;
+        }
+        std::thread::sleep(WAKE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::Args;
+    use clap::Parser;
+
+    fn config(line: &[&str]) -> Config {
+        Args::try_parse_from(std::iter::once("nvme-perf").chain(line.iter().copied()))
+            .unwrap()
+            .validate()
+            .unwrap()
+    }
+
+    #[test]
+    fn geometry_checks_block_size_and_span() {
+        let c = config(&["sim", "-b", "8192", "--range-blocks", "100"]);
+        let g = Geometry::new(&c, 1, 512, 1000).unwrap();
+        assert_eq!((g.blocks_per_io, g.positions), (16, 6));
+        let err = Geometry::new(&c, 1, 4096 * 4, 1000)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("multiple of 16384"), "{err}");
+        let tiny = config(&["sim", "-b", "4096", "--range-blocks", "4"]);
+        let err = Geometry::new(&tiny, 2, 512, 1000).unwrap_err().to_string();
+        assert!(err.contains("--range-blocks"), "{err}");
+        // The span is capped by the namespace.
+        let big = config(&["sim", "--range-blocks", "1000000"]);
+        assert_eq!(Geometry::new(&big, 1, 4096, 10).unwrap().positions, 10);
+    }
+
+    #[test]
+    fn sequential_threads_start_at_their_share() {
+        let c = config(&["sim", "-w", "read", "-j", "4"]);
+        let g = Geometry::new(&c, 1, 4096, 400).unwrap();
+        let starts: Vec<u64> = (0..4).map(|t| g.generator(&c, t).next_io().0).collect();
+        assert_eq!(starts, [0, 100, 200, 300]);
+    }
+
+    #[test]
+    fn progress_line_format() {
+        let delta = LiveSample {
+            ios: 2000,
+            submitted: 2000,
+            submit_calls: 100,
+            reap_calls: 400,
+        };
+        let line = progress_line(
+            Duration::from_secs(3),
+            &delta,
+            Duration::from_secs(2),
+            4096,
+            false,
+        );
+        assert_eq!(
+            line,
+            "[   3s] IOPS=1000, BW=3.9MiB/s, IOS/call=submit 20.0/reap 5.0"
+        );
+        let idle = progress_line(Duration::ZERO, &LiveSample::default(), TICK, 4096, true);
+        assert_eq!(
+            idle,
+            "[   0s warmup] IOPS=0, BW=0.0MiB/s, IOS/call=submit 0.0/reap 0.0"
+        );
+    }
+}

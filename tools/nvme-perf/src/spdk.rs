@@ -1,0 +1,402 @@
+//! The spdk-like engine: our driver, one queue pair per thread, callback completions.
+//!
+//! Hot loop per round: check the phase; `plug(n)` (reserves the batch's request slots at once,
+//! or `plug(0)` with `--no-batch-prefetch`: no reservation, doorbell still deferred); submit up
+//! to `--submit-batch` I/Os, each with a per-I/O context from the `ObjectCache` (or `Box::new`
+//! with `--no-request-cache`); `unplug()` rings the doorbell once; `poll()` reaps up to
+//! `--complete-batch` completions.
+//!
+//! INVARIANT: `free` holds exactly the context/buffer indices with no I/O in flight, and for
+//! each such index `buffers[i]` is `Some` (or the buffer was lost to a timed-out command and
+//! the index is retired for the rest of the run); `contexts[i]` is `Some` exactly while I/O
+//! `i` is in flight. Nothing on this path allocates once the cache is warm.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme_driver::{
+    Controller, ControllerOptions, DmaBuffer, Namespace, QueuePair, QueuePairOptions, Transport,
+};
+use nvme_pool::{CacheConfig, ObjectCache};
+use nvme_sim::{SimConfig, SimController, SimNamespace};
+
+use crate::args::Config;
+use crate::control::{Control, DriverCounters, Live, LiveSample, Pacer, Step, Tally, WorkerResult};
+use crate::error::PerfError;
+use crate::rng::LbaGen;
+use crate::runner::{self, Geometry, Setup};
+use crate::target::Target;
+
+/// A command not completed in this time fails (and the run reports it).
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// Blocks of the emulator's default namespace (nsid 1): 1 GiB of 4 KiB blocks. Never touched
+/// (null I/O), so it costs no memory.
+const SIM_LARGE_BLOCKS: u64 = (1 << 30) / SIM_LARGE_BLOCK as u64;
+/// LBA size of the emulator's namespace 1.
+const SIM_LARGE_BLOCK: u32 = 4096;
+/// Blocks of the emulator's namespace 2: 1 GiB of 512-byte blocks.
+const SIM_SMALL_BLOCKS: u64 = (1 << 30) / SIM_SMALL_BLOCK as u64;
+/// LBA size of the emulator's namespace 2.
+const SIM_SMALL_BLOCK: u32 = 512;
+/// Queue pairs the emulator grants.
+const SIM_QUEUE_PAIRS: u16 = 64;
+/// Idle contexts the cache tolerates above the queue depth before it prunes.
+const CACHE_SLACK: usize = 64;
+
+/// Per-I/O context: what the completion needs to account for the I/O. Recycled from the
+/// cache without zeroing, so every field is written at submission.
+#[derive(Debug)]
+struct IoContext {
+    submitted: Instant,
+    buffer: u32,
+    lba: u64,
+    is_write: bool,
+}
+
+impl IoContext {
+    fn blank() -> Self {
+        Self {
+            submitted: Instant::now(),
+            buffer: 0,
+            lba: 0,
+            is_write: false,
+        }
+    }
+}
+
+/// The emulator configuration `sim` runs: null I/O (no data copies), shadow doorbells, and two
+/// 1 GiB namespaces: nsid 1 with 4 KiB blocks, nsid 2 with 512-byte blocks.
+pub fn sim_config() -> SimConfig {
+    SimConfig {
+        namespaces: vec![
+            SimNamespace {
+                nsid: 1,
+                block_size: SIM_LARGE_BLOCK,
+                blocks: SIM_LARGE_BLOCKS,
+            },
+            SimNamespace {
+                nsid: 2,
+                block_size: SIM_SMALL_BLOCK,
+                blocks: SIM_SMALL_BLOCKS,
+            },
+        ],
+        io_queue_pairs: SIM_QUEUE_PAIRS,
+        null_io: true,
+        shadow_doorbells: true,
+        ..SimConfig::default()
+    }
+}
+
+/// Opens the controller (keeping the emulator alive alongside it when `sim`).
+fn open(config: &Config) -> Result<(Option<SimController>, Controller), PerfError> {
+    let options = ControllerOptions {
+        shadow_doorbells: config.shadow_doorbells,
+        ..ControllerOptions::default()
+    };
+    match &config.target {
+        Target::Sim => {
+            let sim = SimController::start(sim_config());
+            let ctrl = Controller::new(Transport::new(sim.mmio(), sim.dma(), "sim"), options)
+                .map_err(|e| PerfError::driver("bringing up the emulated controller", e))?;
+            Ok((Some(sim), ctrl))
+        }
+        Target::Pci(addr) => {
+            let ctrl = Controller::open_pci(&addr.to_string(), options).map_err(|e| {
+                PerfError::driver(
+                    format!(
+                        "opening {addr} (is it bound to vfio-pci, and is /dev/vfio accessible?)"
+                    ),
+                    e,
+                )
+            })?;
+            Ok((None, ctrl))
+        }
+        Target::Path(_) => unreachable!("Args::validate sends paths to the io_uring engine"),
+    }
+}
+
+/// One thread's resources, built before any thread starts so setup errors come first.
+struct Worker {
+    qp: QueuePair,
+    buffers: Vec<Option<DmaBuffer>>,
+    gen: LbaGen,
+}
+
+/// Runs the benchmark on our driver.
+pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
+    let (sim, ctrl) = open(config)?;
+    let ns = match config.nsid {
+        Some(nsid) => ctrl
+            .namespace(nsid)
+            .map_err(|e| PerfError::driver(format!("namespace {nsid} (-n)"), e))?,
+        None => ctrl.namespaces().first().cloned().ok_or_else(|| {
+            PerfError::driver(
+                format!("controller {}", ctrl.name()),
+                nvme_driver::Error::InactiveNamespace {
+                    nsid: 1,
+                    active: Vec::new(),
+                },
+            )
+        })?,
+    };
+    let geometry = Geometry::new(config, ns.nsid(), ns.block_size(), ns.blocks())?;
+    if config.threads > u32::from(ctrl.io_queue_pairs()) {
+        return Err(PerfError::Threads {
+            requested: config.threads,
+            granted: ctrl.io_queue_pairs(),
+        });
+    }
+    // A transfer above MDTS is split into several commands, each needing a slot and an entry.
+    let commands_per_io = config.block_size.div_ceil(ctrl.max_transfer_bytes()) as u64;
+    let entries = u64::from(config.queue_depth) * commands_per_io + 1;
+    let max_entries = u64::from(ctrl.max_queue_entries()).min(u64::from(nvme_pool::MAX_DEPTH));
+    if entries > max_entries {
+        return Err(PerfError::QueueDepth {
+            requested: config.queue_depth,
+            entries,
+            device: format!("controller {} (CAP.MQES)", ctrl.name()),
+            max_entries,
+            max_qd: (max_entries - 1) / commands_per_io,
+        });
+    }
+    let mut workers = Vec::with_capacity(config.threads as usize);
+    for t in 0..config.threads as usize {
+        let qp = ctrl
+            .create_queue_pair(QueuePairOptions {
+                depth: entries as u32,
+                timeout: IO_TIMEOUT,
+                max_completions_per_poll: config.complete_batch as usize,
+                // Polled, like SPDK perf: no interrupts.
+                ..QueuePairOptions::default()
+            })
+            .map_err(|e| PerfError::driver(format!("creating I/O queue pair {t}"), e))?;
+        let buffers =
+            DmaBuffer::allocate_many(ctrl.dma(), config.queue_depth as usize, config.block_size)
+                .map_err(|e| {
+                    PerfError::driver(
+                        format!(
+                            "allocating {} DMA buffers of {} bytes",
+                            config.queue_depth, config.block_size
+                        ),
+                        e.into(),
+                    )
+                })?
+                .into_iter()
+                .map(Some)
+                .collect();
+        workers.push(Worker {
+            qp,
+            buffers,
+            gen: geometry.generator(config, t),
+        });
+    }
+    let shadow = ctrl.shadow_doorbells() && config.shadow_doorbells;
+    let setup = Setup {
+        device: format!("{}", config.target),
+        lba_size: ns.block_size(),
+        nsid: Some(ns.nsid()),
+        shadow_doorbells: Some(shadow),
+    };
+    let ns = Arc::new(ns);
+    let results = runner::drive(config, workers, |worker, control, live| {
+        run_worker(config, &ns, worker, control, live, commands_per_io as u16)
+    })?;
+    drop(ctrl);
+    drop(sim);
+    Ok(runner::Outcome { setup, results })
+}
+
+fn counters(qp: &QueuePair) -> DriverCounters {
+    let s = qp.stats();
+    DriverCounters {
+        sq_mmio_writes: s.sq_doorbell_writes,
+        cq_mmio_writes: s.cq_doorbell_writes,
+        sq_updates: s.sq_doorbell_updates,
+        cq_updates: s.cq_doorbell_updates,
+        idle_polls: s.idle_polls,
+        bad_completions: s.bad_completions,
+        timeouts: s.timeouts,
+        tags: *qp.pool_stats(),
+        cache: None,
+    }
+}
+
+fn delta(end: DriverCounters, start: DriverCounters) -> DriverCounters {
+    DriverCounters {
+        sq_mmio_writes: end.sq_mmio_writes - start.sq_mmio_writes,
+        cq_mmio_writes: end.cq_mmio_writes - start.cq_mmio_writes,
+        sq_updates: end.sq_updates - start.sq_updates,
+        cq_updates: end.cq_updates - start.cq_updates,
+        idle_polls: end.idle_polls - start.idle_polls,
+        bad_completions: end.bad_completions - start.bad_completions,
+        timeouts: end.timeouts - start.timeouts,
+        ..end
+    }
+}
+
+/// One thread's loop.
+fn run_worker(
+    config: &Config,
+    ns: &Namespace,
+    worker: Worker,
+    control: &Control,
+    live: &Live,
+    commands_per_io: u16,
+) -> Result<WorkerResult, PerfError> {
+    let Worker {
+        mut qp,
+        mut buffers,
+        mut gen,
+    } = worker;
+    let qd = config.queue_depth;
+    let blocks = (config.block_size / ns.block_size() as usize) as u32;
+    let use_cache = config.request_cache;
+    let prefetch = config.batch_prefetch;
+    let mut cache: ObjectCache<IoContext> = ObjectCache::new(CacheConfig {
+        max: qd as usize,
+        slack: CACHE_SLACK,
+    });
+    let mut contexts: Vec<Option<Box<IoContext>>> = (0..qd).map(|_| None).collect();
+    let mut free: Vec<u32> = (0..qd).rev().collect();
+    let mut tally = Tally::new();
+    let mut totals = LiveSample::default();
+    let mut pacer = Pacer::new(control, live, config.ios);
+    let mut baseline = counters(&qp);
+    let mut in_flight: u32 = 0;
+    let mut retired: u32 = 0;
+
+    loop {
+        if pacer.step(&mut tally) == Step::BeginMeasure {
+            baseline = counters(&qp);
+        }
+        if pacer.finished(in_flight, &tally) {
+            break;
+        }
+        // ----- submit one batch -----
+        let room = (qd - in_flight - retired).min(config.submit_batch);
+        let want = pacer.allowance(room, &tally);
+        if want > 0 {
+            let reserve = if prefetch {
+                want as u16 * commands_per_io
+            } else {
+                0
+            };
+            if qp.plug(reserve).is_ok() {
+                let now = Instant::now();
+                let mut issued = 0;
+                for _ in 0..want {
+                    let Some(index) = free.pop() else { break };
+                    let (lba, is_write) = gen.next_io();
+                    let mut ctx = if use_cache {
+                        cache.get(IoContext::blank)
+                    } else {
+                        Box::new(IoContext::blank())
+                    };
+                    ctx.submitted = now;
+                    ctx.buffer = index;
+                    ctx.lba = lba;
+                    ctx.is_write = is_write;
+                    let Some(buf) = buffers[index as usize].take() else {
+                        // Unreachable by the invariant; keep the index out of circulation.
+                        retired += 1;
+                        continue;
+                    };
+                    let submitted = if is_write {
+                        qp.submit_write(ns, lba, blocks, buf, false, u64::from(index))
+                    } else {
+                        qp.submit_read(ns, lba, blocks, buf, u64::from(index))
+                    };
+                    match submitted {
+                        Ok(()) => {
+                            contexts[index as usize] = Some(ctx);
+                            issued += 1;
+                        }
+                        Err(failure) => {
+                            tally.fail(|| {
+                                format!(
+                                    "submitting {} of {blocks} blocks at LBA {lba}: {}",
+                                    if is_write { "write" } else { "read" },
+                                    failure.error
+                                )
+                            });
+                            buffers[index as usize] = failure.buffer;
+                            if buffers[index as usize].is_some() {
+                                free.push(index);
+                            } else {
+                                retired += 1;
+                            }
+                            if use_cache {
+                                cache.put(ctx);
+                            }
+                            break;
+                        }
+                    }
+                }
+                qp.unplug();
+                in_flight += issued;
+                tally.submitted += u64::from(issued);
+                tally.submit_calls += 1;
+                totals.submitted += u64::from(issued);
+                totals.submit_calls += 1;
+            }
+        }
+        // ----- reap -----
+        let mut now: Option<Instant> = None;
+        let reaped = qp.poll(|c| {
+            let index = c.user_data as usize;
+            let Some(ctx) = contexts.get_mut(index).and_then(Option::take) else {
+                tally.fail(|| format!("completion for unknown I/O {index}"));
+                return;
+            };
+            let t = *now.get_or_insert_with(Instant::now);
+            match c.result {
+                Ok(_) => tally.complete(ctx.submitted, t),
+                Err(e) => {
+                    tally.reaped += 1;
+                    tally.fail(|| {
+                        format!(
+                            "{} at LBA {}: {e}",
+                            if ctx.is_write { "write" } else { "read" },
+                            ctx.lba
+                        )
+                    })
+                }
+            }
+            let slot = ctx.buffer;
+            buffers[slot as usize] = c.buffer;
+            if buffers[slot as usize].is_some() {
+                free.push(slot);
+            } else {
+                retired += 1;
+            }
+            if use_cache {
+                cache.put(ctx);
+            }
+        });
+        if reaped > 0 {
+            in_flight -= reaped as u32;
+            tally.reap_calls += 1;
+            totals.ios += reaped as u64;
+            totals.reap_calls += 1;
+        } else if config.yield_idle {
+            std::thread::yield_now();
+        }
+        pacer.publish(&totals);
+        if retired == qd {
+            tally.fail(|| "every I/O buffer was lost to timed-out commands".into());
+            break;
+        }
+    }
+    let (elapsed, cpu) = pacer.measured();
+    let mut driver = delta(counters(&qp), baseline);
+    if use_cache {
+        driver.cache = Some(*cache.stats());
+    }
+    drop(qp);
+    Ok(WorkerResult {
+        tally,
+        elapsed,
+        cpu,
+        driver: Some(driver),
+    })
+}

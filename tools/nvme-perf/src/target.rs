@@ -1,0 +1,72 @@
+//! What DEVICE names: a PCI function (plain address or SPDK-style transport id), the in-process
+//! emulator (`sim`), or a block device / file path for the io_uring engine.
+
+use std::path::PathBuf;
+
+use nvme_driver::{parse_device, DeviceArgError, PciAddress};
+
+/// DEVICE word that selects the in-process emulator.
+pub const SIM_DEVICE: &str = "sim";
+
+/// A parsed DEVICE argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// An NVMe controller bound to vfio-pci.
+    Pci(PciAddress),
+    /// The in-process emulator (`nvme-sim` with `null_io`).
+    Sim,
+    /// A block device (or a file, for testing) opened by the io_uring engine.
+    Path(PathBuf),
+}
+
+impl Target {
+    /// Parses DEVICE. A word starting with `/` or `.` is a path; `sim` the emulator; anything
+    /// else must be a PCI address or transport id.
+    pub fn parse(arg: &str) -> Result<Self, DeviceArgError> {
+        let trimmed = arg.trim();
+        if trimmed.eq_ignore_ascii_case(SIM_DEVICE) {
+            return Ok(Target::Sim);
+        }
+        if trimmed.starts_with('/') || trimmed.starts_with('.') {
+            return Ok(Target::Path(PathBuf::from(trimmed)));
+        }
+        parse_device(trimmed).map(Target::Pci)
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Pci(a) => write!(f, "{a}"),
+            Target::Sim => f.write_str(SIM_DEVICE),
+            Target::Path(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_forms() {
+        assert_eq!(Target::parse("sim").unwrap(), Target::Sim);
+        assert_eq!(Target::parse(" SIM ").unwrap(), Target::Sim);
+        assert_eq!(
+            Target::parse("/dev/nvme0n1").unwrap(),
+            Target::Path("/dev/nvme0n1".into())
+        );
+        assert_eq!(
+            Target::parse("./disk.img").unwrap(),
+            Target::Path("./disk.img".into())
+        );
+        let pci = Target::parse("trtype:PCIe traddr:0000:00:04.0").unwrap();
+        assert_eq!(pci.to_string(), "0000:00:04.0");
+        assert_eq!(Target::parse("0000:00:04.0").unwrap(), pci);
+        assert!(Target::parse("nvme0n1").is_err());
+        assert!(matches!(
+            Target::parse("trtype:RDMA traddr:1.2.3.4"),
+            Err(DeviceArgError::Transport { .. })
+        ));
+    }
+}

@@ -1,0 +1,369 @@
+//! The io_uring engine: the kernel's block layer on a block device, as fio's t/io_uring drives
+//! it: O_DIRECT, registered (fixed) buffers and a registered file, optional IOPOLL and SQPOLL.
+//!
+//! Batching mirrors the spdk-like engine: up to `--submit-batch` SQEs per `io_uring_enter`
+//! (the kernel's counterpart of one doorbell write), and up to `--complete-batch` CQEs per reap
+//! pass. When a pass finds nothing and no more I/O can be submitted, the thread waits in
+//! `io_uring_enter(GETEVENTS, min_complete = 1)` (which polls the device with `--iopoll`).
+//!
+//! INVARIANT: buffer `i` is registered with the ring as fixed buffer `i`, and it is referenced
+//! by at most one in-flight SQE: indices move from `free` into an SQE and come back only with
+//! that SQE's CQE. The ring is dropped (its registrations with it) before the buffers.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+use std::ptr::NonNull;
+use std::time::Instant;
+
+use io_uring::{opcode, types, IoUring};
+
+use crate::args::Config;
+use crate::control::{Control, Live, LiveSample, Pacer, Step, Tally, WorkerResult};
+use crate::error::PerfError;
+use crate::rng::LbaGen;
+use crate::runner::{self, Geometry, Setup};
+use crate::target::Target;
+
+/// Alignment of the I/O buffers (O_DIRECT needs the logical block size; a page covers all).
+const BUFFER_ALIGN: usize = 4096;
+/// LBA size assumed for a regular file.
+const FILE_LBA_SIZE: u32 = 512;
+/// Idle time after which the SQPOLL kernel thread sleeps, in ms.
+const SQPOLL_IDLE_MS: u32 = 2000;
+/// Index of the device in the ring's registered file table.
+const FIXED_FILE: types::Fixed = types::Fixed(0);
+
+/// `count` zeroed buffers of `len` bytes, each aligned to [`BUFFER_ALIGN`].
+struct AlignedBuffers {
+    ptrs: Vec<NonNull<u8>>,
+    layout: Layout,
+}
+
+// SAFETY: the buffers are plain heap memory owned by this value; moving it to another thread
+// moves that ownership (nothing is thread-affine).
+unsafe impl Send for AlignedBuffers {}
+
+impl AlignedBuffers {
+    fn new(count: usize, len: usize) -> Result<Self, PerfError> {
+        let layout =
+            Layout::from_size_align(len, BUFFER_ALIGN).map_err(|_| PerfError::InvalidOption {
+                option: "block size (-b)",
+                value: len.to_string(),
+                reason: "too large for an aligned allocation".into(),
+            })?;
+        let mut ptrs = Vec::with_capacity(count);
+        for _ in 0..count {
+            // SAFETY: `layout` has a non-zero size (the block size is validated > 0).
+            let p = unsafe { alloc_zeroed(layout) };
+            match NonNull::new(p) {
+                Some(p) => ptrs.push(p),
+                None => std::alloc::handle_alloc_error(layout),
+            }
+        }
+        Ok(Self { ptrs, layout })
+    }
+
+    fn iovecs(&self) -> Vec<libc::iovec> {
+        self.ptrs
+            .iter()
+            .map(|p| libc::iovec {
+                iov_base: p.as_ptr().cast(),
+                iov_len: self.layout.size(),
+            })
+            .collect()
+    }
+}
+
+impl Drop for AlignedBuffers {
+    fn drop(&mut self) {
+        for p in &self.ptrs {
+            // SAFETY: allocated in `new` with `self.layout`, freed once here.
+            unsafe { dealloc(p.as_ptr(), self.layout) };
+        }
+    }
+}
+
+/// One thread's ring and buffers. Field order matters: the ring drops first.
+struct Worker {
+    ring: IoUring,
+    buffers: AlignedBuffers,
+    gen: LbaGen,
+}
+
+fn uring_error(what: &'static str, hint: &'static str) -> impl FnOnce(std::io::Error) -> PerfError {
+    move |source| PerfError::Uring { what, hint, source }
+}
+
+/// Opens the device with O_DIRECT and finds its LBA size and size in bytes.
+fn open_device(path: &Path, write: bool) -> Result<(File, u32, u64), PerfError> {
+    let io = |what| {
+        move |source| PerfError::Io {
+            what,
+            path: path.to_path_buf(),
+            source,
+        }
+    };
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .map_err(io(
+            "cannot open with O_DIRECT (check that it exists and that you may open it)",
+        ))?;
+    let meta = file.metadata().map_err(io("cannot stat"))?;
+    let lba_size = if meta.file_type().is_block_device() {
+        let mut size: libc::c_int = 0;
+        // SAFETY: BLKSSZGET writes one int to the pointer, which points at `size`.
+        let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::BLKSSZGET, &mut size) };
+        if rc != 0 || size <= 0 {
+            return Err(io("cannot read the logical block size (BLKSSZGET)")(
+                std::io::Error::last_os_error(),
+            ));
+        }
+        size as u32
+    } else if meta.file_type().is_file() {
+        FILE_LBA_SIZE
+    } else {
+        return Err(io("give a block device (or a regular file)")(
+            std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        ));
+    };
+    let bytes = file
+        .seek(SeekFrom::End(0))
+        .map_err(io("cannot find the size"))?;
+    Ok((file, lba_size, bytes))
+}
+
+/// Runs the benchmark through io_uring.
+pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
+    let Target::Path(path) = &config.target else {
+        unreachable!("Args::validate sends only paths to the io_uring engine");
+    };
+    let (file, lba_size, bytes) = open_device(path, config.mix.writes())?;
+    let geometry = Geometry::new(config, 0, lba_size, bytes / u64::from(lba_size))?;
+    let entries = config.queue_depth.next_power_of_two();
+    let mut workers = Vec::with_capacity(config.threads as usize);
+    for t in 0..config.threads as usize {
+        let mut builder = IoUring::builder();
+        if config.iopoll {
+            builder.setup_iopoll();
+        }
+        if config.sqpoll {
+            builder.setup_sqpoll(SQPOLL_IDLE_MS);
+        }
+        let ring = builder.build(entries).map_err(uring_error(
+            "setup",
+            " (SQPOLL may need CAP_SYS_NICE on older kernels; a large -q may exceed \
+             RLIMIT_MEMLOCK)",
+        ))?;
+        let buffers = AlignedBuffers::new(config.queue_depth as usize, config.block_size)?;
+        let iovecs = buffers.iovecs();
+        // SAFETY: every iovec points at a live allocation of `buffers`, which the worker keeps
+        // until after the ring (declared first in `Worker`) is dropped.
+        unsafe { ring.submitter().register_buffers(&iovecs) }.map_err(uring_error(
+            "register_buffers",
+            " (raise RLIMIT_MEMLOCK, e.g. `ulimit -l unlimited`, or lower -q/-b)",
+        ))?;
+        ring.submitter()
+            .register_files(&[file.as_raw_fd()])
+            .map_err(uring_error("register_files", ""))?;
+        workers.push(Worker {
+            ring,
+            buffers,
+            gen: geometry.generator(config, t),
+        });
+    }
+    let setup = Setup {
+        device: path.display().to_string(),
+        lba_size,
+        nsid: None,
+        shadow_doorbells: None,
+    };
+    let results = runner::drive(config, workers, |w, control, live| {
+        run_worker(config, lba_size, w, control, live)
+    })?;
+    drop(file);
+    Ok(runner::Outcome { setup, results })
+}
+
+fn run_worker(
+    config: &Config,
+    lba_size: u32,
+    worker: Worker,
+    control: &Control,
+    live: &Live,
+) -> Result<WorkerResult, PerfError> {
+    let Worker {
+        mut ring,
+        buffers,
+        mut gen,
+    } = worker;
+    let qd = config.queue_depth;
+    let len = config.block_size as u32;
+    let reap_max = config.complete_batch as usize;
+    let mut slots = Slots::new(qd);
+    let mut tally = Tally::new();
+    let mut totals = LiveSample::default();
+    let mut pacer = Pacer::new(control, live, config.ios);
+    let mut in_flight: u32 = 0;
+    loop {
+        // Measuring restarts the counters; nothing else to snapshot for this engine.
+        let _: Step = pacer.step(&mut tally);
+        if pacer.finished(in_flight, &tally) {
+            break;
+        }
+        let want = pacer.allowance((qd - in_flight).min(config.submit_batch), &tally);
+        if want > 0 {
+            let now = Instant::now();
+            let mut queued = 0;
+            {
+                let mut sq = ring.submission();
+                for _ in 0..want {
+                    let Some(index) = slots.free.pop() else { break };
+                    let i = index as usize;
+                    let (lba, is_write) = gen.next_io();
+                    slots.submitted_at[i] = now;
+                    slots.lbas[i] = lba;
+                    slots.writes[i] = is_write;
+                    let buf = buffers.ptrs[i].as_ptr();
+                    let offset = lba * u64::from(lba_size);
+                    let entry = if is_write {
+                        opcode::WriteFixed::new(FIXED_FILE, buf, len, index as u16)
+                            .offset(offset)
+                            .build()
+                    } else {
+                        opcode::ReadFixed::new(FIXED_FILE, buf, len, index as u16)
+                            .offset(offset)
+                            .build()
+                    }
+                    .user_data(u64::from(index));
+                    // SAFETY: buffer `index` stays allocated and untouched until this entry's
+                    // completion returns the index to `free` (module INVARIANT).
+                    if unsafe { sq.push(&entry) }.is_err() {
+                        slots.free.push(index);
+                        break;
+                    }
+                    queued += 1;
+                }
+            }
+            ring.submit().map_err(uring_error("submit", ""))?;
+            in_flight += queued;
+            tally.submitted += u64::from(queued);
+            tally.submit_calls += 1;
+            totals.submitted += u64::from(queued);
+            totals.submit_calls += 1;
+        }
+        let mut reaped = reap(&mut ring, reap_max, |user_data, res, now| {
+            slots.complete(&mut tally, user_data, res, now, len, config.iopoll)
+        });
+        if reaped == 0 && in_flight > 0 {
+            let can_submit = pacer.allowance((qd - in_flight).min(config.submit_batch), &tally) > 0;
+            if !can_submit || config.iopoll {
+                ring.submit_and_wait(1)
+                    .map_err(uring_error("wait for completions", ""))?;
+                reaped = reap(&mut ring, reap_max, |user_data, res, now| {
+                    slots.complete(&mut tally, user_data, res, now, len, config.iopoll)
+                });
+            }
+        }
+        if reaped > 0 {
+            in_flight -= reaped;
+            tally.reap_calls += 1;
+            totals.ios += u64::from(reaped);
+            totals.reap_calls += 1;
+        }
+        pacer.publish(&totals);
+    }
+    let (elapsed, cpu) = pacer.measured();
+    drop(ring);
+    drop(buffers);
+    Ok(WorkerResult {
+        tally,
+        elapsed,
+        cpu,
+        driver: None,
+    })
+}
+
+/// Per-I/O state of one ring, indexed by buffer index (the SQE's user data).
+struct Slots {
+    submitted_at: Vec<Instant>,
+    lbas: Vec<u64>,
+    writes: Vec<bool>,
+    /// Indices with no I/O in flight.
+    free: Vec<u32>,
+}
+
+impl Slots {
+    fn new(qd: u32) -> Self {
+        let now = Instant::now();
+        Self {
+            submitted_at: vec![now; qd as usize],
+            lbas: vec![0; qd as usize],
+            writes: vec![false; qd as usize],
+            free: (0..qd).rev().collect(),
+        }
+    }
+
+    /// Accounts for one CQE and frees its index.
+    #[inline(always)]
+    fn complete(
+        &mut self,
+        tally: &mut Tally,
+        user_data: u64,
+        res: i32,
+        now: Instant,
+        len: u32,
+        iopoll: bool,
+    ) {
+        let i = user_data as usize;
+        if i >= self.submitted_at.len() {
+            tally.fail(|| format!("completion with unknown user data {user_data}"));
+            return;
+        }
+        if res == len as i32 {
+            tally.complete(self.submitted_at[i], now);
+        } else {
+            tally.reaped += 1;
+            tally.fail(|| describe_failure(res, len, self.writes[i], self.lbas[i], iopoll));
+        }
+        self.free.push(i as u32);
+    }
+}
+
+/// Consumes up to `max` CQEs, calling `f(user_data, result)` for each; returns how many.
+#[inline(always)]
+fn reap(ring: &mut IoUring, max: usize, mut f: impl FnMut(u64, i32, Instant)) -> u32 {
+    let cq = ring.completion();
+    if cq.is_empty() {
+        return 0;
+    }
+    // One clock read per pass, as the spdk-like engine does per poll call.
+    let now = Instant::now();
+    let mut n = 0;
+    for cqe in cq.take(max) {
+        f(cqe.user_data(), cqe.result(), now);
+        n += 1;
+    }
+    n
+}
+
+#[cold]
+fn describe_failure(res: i32, len: u32, is_write: bool, lba: u64, iopoll: bool) -> String {
+    let op = if is_write { "write" } else { "read" };
+    if res >= 0 {
+        return format!("short {op} at LBA {lba}: {res} of {len} bytes");
+    }
+    let err = std::io::Error::from_raw_os_error(-res);
+    let hint = if iopoll && -res == libc::EOPNOTSUPP {
+        " (--iopoll needs polled queues: load nvme with poll_queues=N, e.g. nvme.poll_queues=4)"
+    } else {
+        ""
+    };
+    format!("{op} at LBA {lba}: {err}{hint}")
+}

@@ -1,0 +1,209 @@
+//! End-to-end runs of the `nvme-perf` binary against the in-process emulator (and io_uring on a
+//! temporary file where the kernel allows it): JSON output, no errors, sane latencies, and
+//! clear failures for bad input.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn perf(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nvme-perf"))
+        .args(args)
+        .output()
+        .expect("run nvme-perf")
+}
+
+fn json_run(args: &[&str]) -> Value {
+    let out = perf(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{args:?} failed: {stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{args:?}: stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn u(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} missing or not an integer in {v}"))
+}
+
+fn f(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
+}
+
+/// The checks every successful run must pass.
+fn check_run(v: &Value, workload: &str, qd: u64) {
+    assert_eq!(v["workload"], workload);
+    assert_eq!(u(v, "queue_depth"), qd);
+    assert!(f(v, "iops") > 0.0, "{v}");
+    assert!(f(v, "mib_s") > 0.0, "{v}");
+    assert!(u(v, "ios") > 0);
+    assert_eq!(u(v, "errors"), 0, "{v}");
+    let lat = &v["lat_ns"];
+    let (min, max, avg) = (u(lat, "min"), u(lat, "max"), f(lat, "avg"));
+    assert!(min as f64 <= avg && avg <= max as f64, "{lat}");
+    let p = lat["p"].as_object().expect("percentile object");
+    // serde_json's map sorts keys as strings: order the entries by percentile.
+    let mut entries: Vec<(f64, u64)> = p
+        .iter()
+        .map(|(k, x)| (k.parse().expect("numeric key"), x.as_u64().expect("ns")))
+        .collect();
+    entries.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let keys: Vec<f64> = entries.iter().map(|e| e.0).collect();
+    assert_eq!(
+        keys,
+        [
+            1.0, 5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 95.0, 99.0, 99.5, 99.9,
+            99.99
+        ]
+    );
+    let values: Vec<u64> = entries.iter().map(|e| e.1).collect();
+    assert!(
+        values.windows(2).all(|w| w[0] <= w[1]),
+        "not monotonic: {values:?}"
+    );
+    assert!(values[0] >= min && values[15] <= max, "{lat}");
+    assert!(u(v, "submit_calls") > 0 && u(v, "reap_calls") > 0);
+}
+
+#[test]
+fn sim_randread_and_randwrite_at_qd32() {
+    for workload in ["randread", "randwrite"] {
+        let v = json_run(&[
+            "sim", "-q", "32", "-t", "0.5", "-w", workload, "--json", "--quiet",
+        ]);
+        check_run(&v, workload, 32);
+        assert_eq!(v["engine"], "spdk-like");
+        assert_eq!(v["device"], "sim");
+        assert_eq!(u(&v, "bad_completions"), 0);
+        assert!(f(&v, "runtime_s") >= 0.45, "{v}");
+        // One doorbell per batch at most, and shadow doorbells are on by default.
+        assert!(f(&v, "mmio_writes_per_io") <= 2.0, "{v}");
+        assert_eq!(v["shadow_doorbells"], true);
+        assert!(f(&v, "thread_cpu_ns_per_io") > 0.0);
+        let pool = &v["pool"];
+        assert!(
+            u(pool, "tag_plugs") > 0 && u(pool, "tag_plug_hits") > 0,
+            "{pool}"
+        );
+        assert!(u(pool, "cache_hits") > 0, "contexts are recycled: {pool}");
+    }
+}
+
+#[test]
+fn fixed_io_count_and_ab_switches() {
+    let v = json_run(&[
+        "sim",
+        "-q",
+        "8",
+        "--ios",
+        "3000",
+        "--json",
+        "--quiet",
+        "--no-request-cache",
+        "--no-batch-prefetch",
+        "--no-shadow-doorbells",
+        "-w",
+        "randrw",
+        "-j",
+        "2",
+    ]);
+    check_run(&v, "randrw", 8);
+    assert_eq!(u(&v, "ios"), 6000, "exactly --ios per thread");
+    assert_eq!(v["request_cache"], false);
+    assert_eq!(v["batch_prefetch"], false);
+    assert_eq!(v["shadow_doorbells"], false);
+    let pool = &v["pool"];
+    assert!(pool["cache_hits"].is_null(), "{pool}");
+    assert_eq!(
+        u(pool, "tag_plug_hits"),
+        0,
+        "plug(0) reserves nothing: {pool}"
+    );
+    // Without shadow doorbells every published update is an MMIO write: one SQ write per
+    // submit call.
+    assert_eq!(u(&v, "sq_mmio_writes"), u(&v, "submit_calls"), "{v}");
+}
+
+#[test]
+fn text_output_has_progress_summary_and_driver_cost() {
+    let out = perf(&["sim", "-q", "4", "-t", "1.2", "--histogram"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("IOPS=") && text.contains("IOS/call=submit "),
+        "{text}"
+    );
+    for needle in [
+        "lat percentiles (us):",
+        "99.99th:",
+        "MMIO doorbell writes/IO:",
+        "bad completions: 0",
+        "driver ns/IO:",
+        "latency histogram",
+    ] {
+        assert!(text.contains(needle), "missing {needle}: {text}");
+    }
+}
+
+#[test]
+fn bad_input_fails_with_status_1_and_a_fix() {
+    for (args, needle) in [
+        (&["sim", "-b", "1000"][..], "multiple of 4096"),
+        (&["sim", "-q", "2000"][..], "-q 1023 or less"),
+        (&["sim", "-n", "9"][..], "not active"),
+        (&["sim", "-j", "1000"][..], "-j 64 or less"),
+        (&["/dev/nvme0n1"][..], "--engine io_uring"),
+        (&["not-a-device"][..], "bad DEVICE"),
+        (
+            &["--engine", "io_uring", "/nonexistent/disk"][..],
+            "cannot open",
+        ),
+    ] {
+        let out = perf(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn io_uring_on_a_file() {
+    let dir = std::env::temp_dir().join(format!("nvme-perf-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("disk.img");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let p = path.to_str().unwrap();
+    let out = perf(&[
+        "--engine", "io_uring", p, "-q", "16", "--ios", "2000", "-w", "randrw", "--json", "--quiet",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let _ = std::fs::remove_dir_all(&dir);
+    if !out.status.success()
+        && (stderr.contains("io_uring setup") || stderr.contains("cannot open with O_DIRECT"))
+    {
+        // io_uring disabled (seccomp, sysctl) or a temp filesystem without O_DIRECT.
+        eprintln!("skipping: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    check_run(&v, "randrw", 16);
+    assert_eq!(u(&v, "ios"), 2000);
+    assert_eq!(v["engine"], "io_uring");
+    assert!(v["sq_mmio_writes"].is_null());
+}
