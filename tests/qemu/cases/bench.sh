@@ -31,7 +31,7 @@ ours() {
 kernel() {
     label=$1
     shift
-    emit "$label" nvme-perf --engine io-uring "$BLK" -w randread -b 4096 -t "$T" --quiet --json "$@"
+    emit "$label" nvme-perf --engine io_uring "$BLK" -w randread -b 4096 -t "$T" --quiet --json "$@"
 }
 
 run_ours() {

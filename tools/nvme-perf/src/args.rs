@@ -242,6 +242,12 @@ pub struct Args {
     #[arg(long)]
     pub yield_idle: bool,
 
+    /// Hybrid completion (spdk-like engine): give each queue pair an MSI-X vector and, after
+    /// a run of empty polls, block on its eventfd instead of spinning. Measures the interrupt
+    /// path of the request cache.
+    #[arg(long)]
+    pub interrupts: bool,
+
     /// io_uring: polled completions (IORING_SETUP_IOPOLL; the nvme driver needs
     /// poll_queues > 0, e.g. `nvme.poll_queues=4` on the kernel command line).
     #[arg(long)]
@@ -303,6 +309,8 @@ pub struct Config {
     pub shadow_doorbells: bool,
     /// sched_yield after an empty poll.
     pub yield_idle: bool,
+    /// Block on the queue's interrupt after a run of empty polls.
+    pub interrupts: bool,
     /// io_uring IOPOLL.
     pub iopoll: bool,
     /// io_uring SQPOLL.
@@ -360,6 +368,7 @@ impl Args {
             (self.no_shadow_doorbells, "--no-shadow-doorbells"),
             (self.nsid.is_some(), "--nsid"),
             (self.yield_idle, "--yield-idle"),
+            (self.interrupts, "--interrupts"),
         ];
         let uring_only = [(self.iopoll, "--iopoll"), (self.sqpoll, "--sqpoll")];
         if self.engine == Engine::IoUring {
@@ -452,6 +461,7 @@ impl Args {
             batch_prefetch: !self.no_batch_prefetch,
             shadow_doorbells: !self.no_shadow_doorbells,
             yield_idle: self.yield_idle,
+            interrupts: self.interrupts,
             iopoll: self.iopoll,
             sqpoll: self.sqpoll,
         })

@@ -91,12 +91,15 @@ pub fn sim_config() -> SimConfig {
 fn open(config: &Config) -> Result<(Option<SimController>, Controller), PerfError> {
     let options = ControllerOptions {
         shadow_doorbells: config.shadow_doorbells,
+        interrupts: config.interrupts,
         ..ControllerOptions::default()
     };
     match &config.target {
         Target::Sim => {
             let sim = SimController::start(sim_config());
-            let ctrl = Controller::new(Transport::new(sim.mmio(), sim.dma(), "sim"), options)
+            let transport =
+                Transport::new(sim.mmio(), sim.dma(), "sim").with_interrupts(sim.interrupts());
+            let ctrl = Controller::new(transport, options)
                 .map_err(|e| PerfError::driver("bringing up the emulated controller", e))?;
             Ok((Some(sim), ctrl))
         }
@@ -121,6 +124,11 @@ struct Worker {
     buffers: Vec<Option<DmaBuffer>>,
     gen: LbaGen,
 }
+
+/// With `--interrupts`: empty polls before the thread blocks on its queue's eventfd.
+const IDLE_POLLS_BEFORE_WAIT: u32 = 64;
+/// With `--interrupts`: longest single wait (the loop re-checks its deadline after it).
+const INTERRUPT_WAIT: Duration = Duration::from_millis(100);
 
 /// Runs the benchmark on our driver.
 pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
@@ -166,8 +174,8 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
                 depth: entries as u32,
                 timeout: IO_TIMEOUT,
                 max_completions_per_poll: config.complete_batch as usize,
-                // Polled, like SPDK perf: no interrupts.
-                ..QueuePairOptions::default()
+                // Polled like SPDK perf, unless --interrupts asks for the hybrid mode.
+                interrupts: config.interrupts,
             })
             .map_err(|e| PerfError::driver(format!("creating I/O queue pair {t}"), e))?;
         let buffers =
@@ -263,6 +271,7 @@ fn run_worker(
     let mut pacer = Pacer::new(control, live, config.ios);
     let mut baseline = counters(&qp);
     let mut in_flight: u32 = 0;
+    let mut idle_polls: u32 = 0;
     let mut retired: u32 = 0;
 
     loop {
@@ -374,10 +383,20 @@ fn run_worker(
             }
         });
         if reaped > 0 {
+            idle_polls = 0;
             in_flight -= reaped as u32;
             tally.reap_calls += 1;
             totals.ios += reaped as u64;
             totals.reap_calls += 1;
+        } else if config.interrupts && in_flight > 0 {
+            idle_polls += 1;
+            if idle_polls >= IDLE_POLLS_BEFORE_WAIT {
+                idle_polls = 0;
+                if let Err(e) = qp.wait_for_completion(INTERRUPT_WAIT) {
+                    tally.fail(|| format!("waiting for an interrupt: {e}"));
+                    break;
+                }
+            }
         } else if config.yield_idle {
             std::thread::yield_now();
         }
