@@ -33,7 +33,7 @@ else
     RESULTS+=("SKIP  loom (no crates/pool/tests/loom.rs)")
 fi
 
-step "qemu guest" tests/qemu/run.sh bind.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh
+step "qemu guest" tests/qemu/run.sh bind.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh perf-smoke.sh
 
 echo
 echo "==== run-all summary"

@@ -5,7 +5,7 @@
 check() {
     label=$1
     shift
-    echo "+ nvme-perf $*"
+    echo "+ $*"
     "$@" --json >/tmp/perf.json 2>/tmp/perf.err || { cat /tmp/perf.err; fail "$label failed"; }
     grep -q '"errors": *0' /tmp/perf.json || { cat /tmp/perf.json; fail "$label reported errors"; }
     ios=$(sed -n 's/.*"ios": *\([0-9][0-9]*\).*/\1/p' /tmp/perf.json | head -n1)
