@@ -40,6 +40,7 @@ fn queue_pair(ctrl: &Controller, depth: u32, batch: usize) -> QueuePair {
         depth,
         timeout: Duration::from_secs(10),
         max_completions_per_poll: batch,
+        ..QueuePairOptions::default()
     })
     .expect("queue pair")
 }
