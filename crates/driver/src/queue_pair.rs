@@ -1029,9 +1029,7 @@ impl QueuePair {
         blocks: u32,
         buf: DmaBuffer,
     ) -> std::result::Result<DmaBuffer, IoFailure> {
-        let r = self.submit_rw(opcode::nvm::READ, ns, lba, blocks, buf, false, 0);
-        self.run_sync(r)
-            .map(|b| b.expect("read returns its buffer"))
+        self.rw_sync(opcode::nvm::READ, ns, lba, blocks, buf, false)
     }
 
     /// Writes `blocks` blocks at `lba` from `buf` and waits for completion.
@@ -1043,9 +1041,7 @@ impl QueuePair {
         buf: DmaBuffer,
         fua: bool,
     ) -> std::result::Result<DmaBuffer, IoFailure> {
-        let r = self.submit_rw(opcode::nvm::WRITE, ns, lba, blocks, buf, fua, 0);
-        self.run_sync(r)
-            .map(|b| b.expect("write returns its buffer"))
+        self.rw_sync(opcode::nvm::WRITE, ns, lba, blocks, buf, fua)
     }
 
     /// Compares `blocks` blocks at `lba` with `buf`; a mismatch is an error with the
@@ -1057,9 +1053,22 @@ impl QueuePair {
         blocks: u32,
         buf: DmaBuffer,
     ) -> std::result::Result<DmaBuffer, IoFailure> {
-        let r = self.submit_rw(opcode::nvm::COMPARE, ns, lba, blocks, buf, false, 0);
-        self.run_sync(r)
-            .map(|b| b.expect("compare returns its buffer"))
+        self.rw_sync(opcode::nvm::COMPARE, ns, lba, blocks, buf, false)
+    }
+
+    /// A data-moving command run to completion; its buffer always comes back on success.
+    fn rw_sync(
+        &mut self,
+        op: u8,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        fua: bool,
+    ) -> std::result::Result<DmaBuffer, IoFailure> {
+        let submitted = self.submit_rw(op, ns, lba, blocks, buf, fua, 0);
+        self.run_sync(submitted)
+            .map(|b| b.expect("a completed data command returns its buffer"))
     }
 
     /// Flushes the namespace's volatile write cache and waits.

@@ -587,12 +587,19 @@ fn interrupt_mode_blocks_until_the_vector_fires() {
     let sim = SimController::start(SimConfig::default());
     let ctrl = Controller::new(
         Transport::new(sim.mmio(), sim.dma(), "sim").with_interrupts(sim.interrupts()),
-        ControllerOptions { interrupts: true, ..ControllerOptions::default() },
+        ControllerOptions {
+            interrupts: true,
+            ..ControllerOptions::default()
+        },
     )
     .unwrap();
     let ns = ctrl.namespace(1).unwrap();
     let mut q = ctrl
-        .create_queue_pair(QueuePairOptions { depth: 16, interrupts: true, ..Default::default() })
+        .create_queue_pair(QueuePairOptions {
+            depth: 16,
+            interrupts: true,
+            ..Default::default()
+        })
         .unwrap();
     assert!(q.has_interrupts());
 
@@ -603,11 +610,18 @@ fn interrupt_mode_blocks_until_the_vector_fires() {
 
     // A delayed completion: the thread sleeps in the eventfd until the vector fires.
     sim.faults().delay_completions(Duration::from_millis(100));
-    q.submit_read(&ns, 0, 1, ctrl.alloc_buffer(512).unwrap(), 7).unwrap();
+    q.submit_read(&ns, 0, 1, ctrl.alloc_buffer(512).unwrap(), 7)
+        .unwrap();
     let t = std::time::Instant::now();
     assert!(q.wait_for_completion(Duration::from_secs(5)).unwrap());
-    assert!(t.elapsed() >= Duration::from_millis(80), "woke before the completion");
-    assert!(t.elapsed() < Duration::from_secs(4), "woke by the interrupt, not the timeout");
+    assert!(
+        t.elapsed() >= Duration::from_millis(80),
+        "woke before the completion"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "woke by the interrupt, not the timeout"
+    );
     let mut got = None;
     q.poll(|c| got = Some(c.user_data));
     assert_eq!(got, Some(7));
@@ -618,7 +632,8 @@ fn interrupt_mode_blocks_until_the_vector_fires() {
     for round in 0..10u64 {
         for (i, mut b) in free.drain(..).enumerate() {
             b.fill((round * 8 + i as u64) as u8);
-            q.submit_write(&ns, i as u64, 1, b, false, i as u64).unwrap();
+            q.submit_write(&ns, i as u64, 1, b, false, i as u64)
+                .unwrap();
         }
         while free.len() < 8 {
             q.poll_or_wait(16, Duration::from_secs(5), |c| {
@@ -634,10 +649,17 @@ fn interrupt_mode_blocks_until_the_vector_fires() {
 
     // A pair without a vector cannot wait; a controller without interrupts cannot give one.
     let mut polled = qp(&ctrl, 4);
-    assert!(matches!(polled.wait_for_completion(Duration::from_millis(1)), Err(Error::NoInterrupts { .. })));
+    assert!(matches!(
+        polled.wait_for_completion(Duration::from_millis(1)),
+        Err(Error::NoInterrupts { .. })
+    ));
     let (_sim2, plain) = default_sim();
     assert!(matches!(
-        plain.create_queue_pair(QueuePairOptions { depth: 4, interrupts: true, ..Default::default() }),
+        plain.create_queue_pair(QueuePairOptions {
+            depth: 4,
+            interrupts: true,
+            ..Default::default()
+        }),
         Err(Error::NoInterrupts { .. })
     ));
 }

@@ -20,8 +20,8 @@ use clap::Parser;
 use nvme_driver::{Controller, ControllerOptions, DmaBuffer, QueuePairOptions};
 
 use crate::copy::{CopyError, CopyOutcome, Geometry, NamespaceQueue, Output, Plan, Progress};
-use nvme_driver::{parse_device, DeviceArgError};
 use crate::operands::{parse_operands, Direction, OperandError, Stream, Transfer};
+use nvme_driver::{parse_device, DeviceArgError};
 
 /// Buffer size for writes to a stream output (stdout, pipes).
 const STREAM_BUFFER_BYTES: usize = 1 << 20;
@@ -247,39 +247,8 @@ fn run(cli: &Cli) -> Result<(), DdError> {
     }
 }
 
-/// Prints `error: <message>` and each distinct cause on stderr.
-fn report_error(error: &dyn std::error::Error) {
-    let mut message = error.to_string();
-    eprintln!("error: {message}");
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        // Transparent wrappers repeat their inner message; show each message once.
-        if !message.contains(&text) {
-            eprintln!("  caused by: {text}");
-        }
-        message = text;
-        source = cause.source();
-    }
-}
-
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) if e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::FAILURE;
-        }
-        Err(e) => e.exit(),
-    };
-    match run(&cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            report_error(&e);
-            ExitCode::FAILURE
-        }
-    }
+    nvme_tool_support::main(|cli: &Cli| run(cli))
 }
 
 #[cfg(test)]

@@ -7,7 +7,6 @@
 //! Errors go to stderr as `error: <message>` (with the chain of causes) and exit with status 1;
 //! bad input never panics.
 
-
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -151,39 +150,8 @@ fn run(cli: &Cli) -> Result<(), HelloError> {
     Ok(())
 }
 
-/// Prints `error: <message>` and each distinct cause on stderr.
-fn report_error(error: &dyn std::error::Error) {
-    let mut message = error.to_string();
-    eprintln!("error: {message}");
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        // Transparent wrappers repeat their inner message; show each message once.
-        if !message.contains(&text) {
-            eprintln!("  caused by: {text}");
-        }
-        message = text;
-        source = cause.source();
-    }
-}
-
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) if e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::FAILURE;
-        }
-        Err(e) => e.exit(),
-    };
-    match run(&cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            report_error(&e);
-            ExitCode::FAILURE
-        }
-    }
+    nvme_tool_support::main(|cli: &Cli| run(cli))
 }
 
 #[cfg(test)]

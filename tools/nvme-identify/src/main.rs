@@ -12,8 +12,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use nvme_driver::{Controller, ControllerOptions};
 
-use nvme_driver::{parse_device, DeviceArgError};
 use crate::report::{Registers, Report};
+use nvme_driver::{parse_device, DeviceArgError};
 
 /// Print an NVMe controller's Identify data (the controller must be bound to vfio-pci).
 #[derive(Debug, Parser)]
@@ -67,37 +67,6 @@ fn run(cli: &Cli) -> Result<(), IdentifyError> {
     Ok(())
 }
 
-/// Prints `error: <message>` and each distinct cause on stderr.
-fn report_error(error: &dyn std::error::Error) {
-    let mut message = error.to_string();
-    eprintln!("error: {message}");
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        // Transparent wrappers repeat their inner message; show each message once.
-        if !message.contains(&text) {
-            eprintln!("  caused by: {text}");
-        }
-        message = text;
-        source = cause.source();
-    }
-}
-
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) if e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::FAILURE;
-        }
-        Err(e) => e.exit(),
-    };
-    match run(&cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            report_error(&e);
-            ExitCode::FAILURE
-        }
-    }
+    nvme_tool_support::main(|cli: &Cli| run(cli))
 }

@@ -4,19 +4,10 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
 use nvme_perf::{Args, PerfError, Report};
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let args = Args::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("nvme-perf: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    nvme_tool_support::main(|args: &Args| run(args))
 }
 
 fn run(args: &Args) -> Result<(), PerfError> {
