@@ -532,6 +532,31 @@ impl<'a> Output<'a> {
 }
 
 /// Records the first error; later ones are only logged (they are usually consequences).
+/// After a submission: the next record on success; otherwise the buffer goes back to the free
+/// list and the error is kept (the copy stops submitting and drains).
+fn account_submission(
+    submitted: Result<(), IoFailure>,
+    plan: &Plan,
+    next: &mut u64,
+    free: &mut Vec<DmaBuffer>,
+    error: &mut Option<CopyError>,
+) {
+    match submitted {
+        Ok(()) => *next += 1,
+        Err(f) => {
+            free.extend(f.buffer);
+            set_error(
+                error,
+                CopyError::Io {
+                    record: *next,
+                    lba: plan.lba(*next),
+                    source: f.error,
+                },
+            );
+        }
+    }
+}
+
 fn set_error(slot: &mut Option<CopyError>, error: CopyError) {
     match slot {
         None => *slot = Some(error),
@@ -557,20 +582,8 @@ pub fn read_namespace<Q: IoQueue>(
     loop {
         while error.is_none() && next < records {
             let Some(buf) = free.pop() else { break };
-            match queue.submit_read(plan.lba(next), plan.read_blocks(next), buf, next) {
-                Ok(()) => next += 1,
-                Err(f) => {
-                    free.extend(f.buffer);
-                    set_error(
-                        &mut error,
-                        CopyError::Io {
-                            record: next,
-                            lba: plan.lba(next),
-                            source: f.error,
-                        },
-                    );
-                }
-            }
+            let submitted = queue.submit_read(plan.lba(next), plan.read_blocks(next), buf, next);
+            account_submission(submitted, plan, &mut next, &mut free, &mut error);
         }
         if queue.in_flight() == 0 {
             break;
@@ -677,20 +690,8 @@ pub fn write_namespace<Q: IoQueue>(
                 stats.padding = padded - len;
             }
             let blocks = (padded / block_size) as u32;
-            match queue.submit_write(plan.lba(next), blocks, buf, fua, next) {
-                Ok(()) => next += 1,
-                Err(f) => {
-                    free.extend(f.buffer);
-                    set_error(
-                        &mut error,
-                        CopyError::Io {
-                            record: next,
-                            lba: plan.lba(next),
-                            source: f.error,
-                        },
-                    );
-                }
-            }
+            let submitted = queue.submit_write(plan.lba(next), blocks, buf, fua, next);
+            account_submission(submitted, plan, &mut next, &mut free, &mut error);
         }
         if queue.in_flight() == 0 {
             break;
