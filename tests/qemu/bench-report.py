@@ -42,37 +42,67 @@ def ratio(a, b):
     return f"{a / b:.2f}x" if a and b else "n/a"
 
 
+def values(runs, label, key):
+    out = []
+    for r in runs.get(label, []):
+        v = r
+        for k in key.split("."):
+            v = v.get(k) if isinstance(v, dict) else None
+        out.append(v if isinstance(v, (int, float)) else None)
+    return out
+
+
+def paired(runs, num, den, key, invert=False):
+    """Median and range of per-repetition ratios num/den (den/num with invert): runs of one
+    repetition are minutes apart at most, so pairing them cancels much of the machine's drift."""
+    rs = []
+    for a, b in zip(values(runs, num, key), values(runs, den, key)):
+        if a and b:
+            rs.append(b / a if invert else a / b)
+    if not rs:
+        return "n/a"
+    return f"{statistics.median(rs):.2f}x (range {min(rs):.2f}-{max(rs):.2f}, {len(rs)} pairs)"
+
+
 def report(runs, command):
     out = []
     n = max((len(v) for v in runs.values()), default=0)
     out.append(f"Medians of {n} repetitions (alternating order), 4 KiB random read, one vCPU.\n")
-    out.append("| run | IOPS (median) | avg latency µs | p99 µs | MMIO doorbell writes / I/O | runs |")
-    out.append("|---|---:|---:|---:|---:|---:|")
+    out.append("| run | IOPS (median) | avg latency µs | p99 µs | MMIO doorbell writes / I/O | IOPS of each run |")
+    out.append("|---|---:|---:|---:|---:|---|")
     for label in sorted(runs):
         out.append(
             f"| {label} | {fmt(med(runs, label, 'iops'))} | {fmt(med(runs, label, 'lat_ns.avg') and med(runs, label, 'lat_ns.avg') / 1000, 1)}"
             f" | {fmt(med(runs, label, 'lat_ns.p.99') and med(runs, label, 'lat_ns.p.99') / 1000, 1)}"
-            f" | {fmt(med(runs, label, 'mmio_writes_per_io'), 3)} | {len(runs[label])} |"
+            f" | {fmt(med(runs, label, 'mmio_writes_per_io'), 3)}"
+            f" | {', '.join(fmt(v) for v in values(runs, label, 'iops'))} |"
         )
     out.append("")
-    o128, k128 = med(runs, "ours-qd128", "iops"), med(runs, "uring-polled-qd128", "iops")
-    ki128 = med(runs, "uring-irq-qd128", "iops")
-    o1, k1 = med(runs, "ours-qd1", "lat_ns.avg"), med(runs, "uring-polled-qd1", "lat_ns.avg")
-    ki1 = med(runs, "uring-irq-qd1", "lat_ns.avg")
-    out.append("| comparison | ratio |")
-    out.append("|---|---:|")
-    out.append(f"| QD128 IOPS: ours / kernel io_uring polled | {ratio(o128, k128)} |")
-    out.append(f"| QD128 IOPS: ours / kernel io_uring interrupts | {ratio(o128, ki128)} |")
-    out.append(f"| QD1 avg latency: kernel io_uring polled / ours (>1: ours is faster) | {ratio(k1, o1)} |")
-    out.append(f"| QD1 avg latency: kernel io_uring interrupts / ours | {ratio(ki1, o1)} |")
+    out.append("| comparison | ratio of medians | median of per-repetition ratios |")
+    out.append("|---|---:|---|")
+
+    def row(text, num, den, key, invert=False):
+        a, b = med(runs, num, key), med(runs, den, key)
+        whole = ratio(b, a) if invert else ratio(a, b)
+        out.append(f"| {text} | {whole} | {paired(runs, num, den, key, invert)} |")
+
+    row("QD128 IOPS: ours / kernel io_uring polled", "ours-qd128", "uring-polled-qd128", "iops")
+    row("QD128 IOPS: ours without shadow doorbells / kernel io_uring polled",
+        "ours-qd128-no-shadow-doorbells", "uring-polled-qd128", "iops")
+    row("QD128 IOPS: ours / kernel io_uring interrupts", "ours-qd128", "uring-irq-qd128", "iops")
+    row("QD1 avg latency: kernel io_uring polled / ours (>1: ours is faster)",
+        "ours-qd1", "uring-polled-qd1", "lat_ns.avg", invert=True)
+    row("QD1 avg latency: kernel io_uring interrupts / ours",
+        "ours-qd1", "uring-irq-qd1", "lat_ns.avg", invert=True)
+    row("QD1 avg latency, interrupt mode: kernel io_uring interrupts / ours hybrid",
+        "ours-qd1-interrupts", "uring-irq-qd1", "lat_ns.avg", invert=True)
     for label, what in [
         ("ours-qd128-no-request-cache", "request cache"),
         ("ours-qd128-no-batch-prefetch", "batched tag prefetch"),
         ("ours-qd128-no-shadow-doorbells", "shadow doorbells"),
-        ("ours-qd128-interrupts", "polling vs hybrid interrupts (QD128)"),
+        ("ours-qd128-interrupts", "pure polling (vs hybrid interrupts, QD128)"),
     ]:
-        off = med(runs, label, "iops")
-        out.append(f"| A/B {what}: IOPS with it / without it | {ratio(o128, off)} |")
+        row(f"A/B {what}: IOPS with it / without it", "ours-qd128", label, "iops")
     out.append("")
     if command:
         out.append(f"Reproduce: `{command}`\n")
