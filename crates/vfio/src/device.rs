@@ -347,6 +347,43 @@ impl Drop for BarMapping {
     }
 }
 
+impl InterruptController for VfioPci {
+    fn msix_vectors(&self) -> u32 {
+        match ioctl::irq_info(self.device.as_fd(), VFIO_PCI_MSIX_IRQ_INDEX) {
+            Ok(info) => info.count,
+            Err(e) => {
+                log::debug!("{}: MSI-X info unavailable: {e}", self.addr);
+                0
+            }
+        }
+    }
+
+    fn enable_msix(&self, count: u32) -> Result<Vec<Arc<InterruptEvent>>, VfioError> {
+        let available = self.msix_vectors();
+        if count == 0 || count > available {
+            return Err(VfioError::Interrupts {
+                addr: self.addr,
+                wanted: count,
+                available,
+            });
+        }
+        let events = (0..count)
+            .map(|_| InterruptEvent::new().map(Arc::new))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(ioctl_err("eventfd"))?;
+        let fds: Vec<_> = events.iter().map(|e| e.as_fd()).collect();
+        ioctl::set_irq_eventfds(self.device.as_fd(), VFIO_PCI_MSIX_IRQ_INDEX, &fds)
+            .map_err(ioctl_err("VFIO_DEVICE_SET_IRQS (MSI-X)"))?;
+        Ok(events)
+    }
+
+    fn disable_msix(&self) {
+        if let Err(e) = ioctl::set_irq_eventfds(self.device.as_fd(), VFIO_PCI_MSIX_IRQ_INDEX, &[]) {
+            log::debug!("{}: disabling MSI-X: {e}", self.addr);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -410,42 +447,5 @@ mod tests {
             msg.contains("0000:00:05.1 (bound to snd_hda_intel)") && msg.contains("vfio-pci"),
             "{msg}"
         );
-    }
-}
-
-impl InterruptController for VfioPci {
-    fn msix_vectors(&self) -> u32 {
-        match ioctl::irq_info(self.device.as_fd(), VFIO_PCI_MSIX_IRQ_INDEX) {
-            Ok(info) => info.count,
-            Err(e) => {
-                log::debug!("{}: MSI-X info unavailable: {e}", self.addr);
-                0
-            }
-        }
-    }
-
-    fn enable_msix(&self, count: u32) -> Result<Vec<Arc<InterruptEvent>>, VfioError> {
-        let available = self.msix_vectors();
-        if count == 0 || count > available {
-            return Err(VfioError::Interrupts {
-                addr: self.addr,
-                wanted: count,
-                available,
-            });
-        }
-        let events = (0..count)
-            .map(|_| InterruptEvent::new().map(Arc::new))
-            .collect::<std::io::Result<Vec<_>>>()
-            .map_err(ioctl_err("eventfd"))?;
-        let fds: Vec<_> = events.iter().map(|e| e.as_fd()).collect();
-        ioctl::set_irq_eventfds(self.device.as_fd(), VFIO_PCI_MSIX_IRQ_INDEX, &fds)
-            .map_err(ioctl_err("VFIO_DEVICE_SET_IRQS (MSI-X)"))?;
-        Ok(events)
-    }
-
-    fn disable_msix(&self) {
-        if let Err(e) = ioctl::set_irq_eventfds(self.device.as_fd(), VFIO_PCI_MSIX_IRQ_INDEX, &[]) {
-            log::debug!("{}: disabling MSI-X: {e}", self.addr);
-        }
     }
 }
