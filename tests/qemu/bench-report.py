@@ -89,6 +89,8 @@ def report(runs, command):
     row("QD128 IOPS: ours / kernel io_uring polled", "ours-qd128", "uring-polled-qd128", "iops")
     row("QD128 IOPS: ours without shadow doorbells / kernel io_uring polled",
         "ours-qd128-no-shadow-doorbells", "uring-polled-qd128", "iops")
+    row("QD128 IOPS, neither timing each I/O (--no-latency): ours / kernel io_uring polled",
+        "ours-qd128-untimed", "uring-polled-qd128-untimed", "iops")
     row("QD128 IOPS: ours / kernel io_uring interrupts", "ours-qd128", "uring-irq-qd128", "iops")
     row("QD1 avg latency: kernel io_uring polled / ours (>1: ours is faster)",
         "ours-qd1", "uring-polled-qd1", "lat_ns.avg", invert=True)

@@ -37,6 +37,7 @@ kernel() {
 run_ours() {
     bind_vfio
     ours ours-qd128 -q 128
+    ours ours-qd128-untimed -q 128 --no-latency
     ours ours-qd1 -q 1 --submit-batch 1 --complete-batch 1
     if [ "$AB" = 1 ]; then
         ours ours-qd128-no-request-cache -q 128 --no-request-cache
@@ -52,6 +53,7 @@ run_kernel() {
     BLK=$(ns_blockdev "$NSID")
     echo "kernel: $BLK, poll queues: $(cat /sys/module/nvme/parameters/poll_queues 2>/dev/null)"
     kernel uring-polled-qd128 -q 128 --iopoll
+    kernel uring-polled-qd128-untimed -q 128 --iopoll --no-latency
     kernel uring-polled-qd1 -q 1 --submit-batch 1 --complete-batch 1 --iopoll
     kernel uring-irq-qd128 -q 128
     kernel uring-irq-qd1 -q 1 --submit-batch 1 --complete-batch 1

@@ -242,6 +242,12 @@ pub struct Args {
     #[arg(long)]
     pub yield_idle: bool,
 
+    /// Do not time each I/O (like SPDK perf without -L, or t/io_uring without latency
+    /// stats): no per-I/O clock arithmetic or histogram. The average latency is then derived
+    /// from Little's law (queue depth x threads / IOPS); min, max and percentiles read 0.
+    #[arg(long)]
+    pub no_latency: bool,
+
     /// Hybrid completion (spdk-like engine): give each queue pair an MSI-X vector and, after
     /// a run of empty polls, block on its eventfd instead of spinning. Measures the interrupt
     /// path of the request cache.
@@ -309,6 +315,8 @@ pub struct Config {
     pub shadow_doorbells: bool,
     /// sched_yield after an empty poll.
     pub yield_idle: bool,
+    /// Time each I/O into the latency histogram.
+    pub latency: bool,
     /// Block on the queue's interrupt after a run of empty polls.
     pub interrupts: bool,
     /// io_uring IOPOLL.
@@ -461,6 +469,7 @@ impl Args {
             batch_prefetch: !self.no_batch_prefetch,
             shadow_doorbells: !self.no_shadow_doorbells,
             yield_idle: self.yield_idle,
+            latency: !self.no_latency,
             interrupts: self.interrupts,
             iopoll: self.iopoll,
             sqpoll: self.sqpoll,

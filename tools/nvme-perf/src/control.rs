@@ -147,6 +147,13 @@ impl Tally {
         self.reap_calls = 0;
     }
 
+    /// Counts a completed I/O without timing it (`--no-latency`).
+    #[inline(always)]
+    pub fn complete_untimed(&mut self) {
+        self.ios += 1;
+        self.reaped += 1;
+    }
+
     /// Records a completed I/O's latency.
     #[inline(always)]
     pub fn complete(&mut self, submitted: Instant, now: Instant) {

@@ -20,6 +20,8 @@ pub const PERCENTILES: [f64; 16] = [
 const PERCENTILES_PER_LINE: usize = 4;
 /// Nanoseconds per microsecond.
 const NS_PER_US: f64 = 1_000.0;
+/// Nanoseconds per second.
+const NS_PER_SEC: f64 = 1_000_000_000.0;
 
 /// `(percentile, latency ns)` pairs; serialised as a JSON object keyed `"1"`, `"99.5"`, ... in
 /// ascending order.
@@ -55,6 +57,21 @@ pub struct Latency {
 }
 
 impl Latency {
+    /// Untimed runs (`--no-latency`): the mean time in the system of a closed loop with
+    /// `queue_depth * threads` I/Os always outstanding is that number divided by the
+    /// throughput (Little's law). Min, max and percentiles stay 0.
+    pub fn from_littles_law(queue_depth: u32, threads: u32, iops: f64) -> Self {
+        let avg = if iops > 0.0 {
+            f64::from(queue_depth) * f64::from(threads) / iops * NS_PER_SEC
+        } else {
+            0.0
+        };
+        Self {
+            avg,
+            ..Self::default()
+        }
+    }
+
     /// Summarises a histogram (all zero when it is empty).
     pub fn from_histogram(h: &Histogram<u64>) -> Self {
         if h.is_empty() {
@@ -120,6 +137,8 @@ pub struct Report {
     pub mib_s: f64,
     /// Latency.
     pub lat_ns: Latency,
+    /// Whether each I/O was timed (false with `--no-latency`: `lat_ns.avg` is derived).
+    pub latency_tracked: bool,
     /// Submit calls (doorbell rounds / io_uring_enter submissions).
     pub submit_calls: u64,
     /// Poll calls that found completions.
@@ -229,7 +248,12 @@ impl Report {
             ios: tally.ios,
             iops,
             mib_s: iops * config.block_size as f64 / MIB,
-            lat_ns: Latency::from_histogram(&tally.hist),
+            lat_ns: if config.latency {
+                Latency::from_histogram(&tally.hist)
+            } else {
+                Latency::from_littles_law(config.queue_depth, config.threads, iops)
+            },
+            latency_tracked: config.latency,
             submit_calls: tally.submit_calls,
             reap_calls: tally.reap_calls,
             ios_per_submit: per(tally.submitted, tally.submit_calls),
@@ -280,15 +304,23 @@ impl Report {
             "  IOPS={:.0}, BW={:.1}MiB/s, I/Os={}, errors={}",
             self.iops, self.mib_s, self.ios, self.errors
         );
-        let _ = writeln!(
-            out,
-            "  lat (us): avg={:.3}, min={:.3}, max={:.3}",
-            us(self.lat_ns.avg),
-            us(self.lat_ns.min as f64),
-            us(self.lat_ns.max as f64)
-        );
-        let _ = writeln!(out, "  lat percentiles (us):");
-        out.push_str(&format_percentiles(&self.lat_ns.p.0));
+        if self.latency_tracked {
+            let _ = writeln!(
+                out,
+                "  lat (us): avg={:.3}, min={:.3}, max={:.3}",
+                us(self.lat_ns.avg),
+                us(self.lat_ns.min as f64),
+                us(self.lat_ns.max as f64)
+            );
+            let _ = writeln!(out, "  lat percentiles (us):");
+            out.push_str(&format_percentiles(&self.lat_ns.p.0));
+        } else {
+            let _ = writeln!(
+                out,
+                "  lat (us): avg={:.3} (from Little's law; --no-latency: I/Os not timed)",
+                us(self.lat_ns.avg)
+            );
+        }
         let _ = writeln!(
             out,
             "  IOS/call: submit {:.2} ({} calls), reap {:.2} ({} calls)",
@@ -375,6 +407,18 @@ pub fn format_histogram(h: &Histogram<u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn untimed_latency_follows_littles_law() {
+        // 128 outstanding I/Os completing at 128,000 per second spend 1 ms each in the system.
+        let l = Latency::from_littles_law(128, 1, 128_000.0);
+        assert!((l.avg - 1_000_000.0).abs() < 1e-6, "{}", l.avg);
+        assert_eq!((l.min, l.max), (0, 0));
+        assert!(l.p.0.is_empty());
+        assert_eq!(Latency::from_littles_law(4, 2, 0.0).avg, 0.0);
+        // Two threads double the outstanding I/Os.
+        assert!((Latency::from_littles_law(64, 2, 128_000.0).avg - 1_000_000.0).abs() < 1e-6);
+    }
 
     #[test]
     fn percentile_keys_are_short_decimals() {

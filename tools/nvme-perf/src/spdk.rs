@@ -350,6 +350,7 @@ fn run_worker(
             }
         }
         // ----- reap -----
+        let timed = config.latency;
         let mut now: Option<Instant> = None;
         let reaped = qp.poll(|c| {
             let index = c.user_data as usize;
@@ -357,9 +358,11 @@ fn run_worker(
                 tally.fail(|| format!("completion for unknown I/O {index}"));
                 return;
             };
-            let t = *now.get_or_insert_with(Instant::now);
             match c.result {
-                Ok(_) => tally.complete(ctx.submitted, t),
+                Ok(_) if timed => {
+                    tally.complete(ctx.submitted, *now.get_or_insert_with(Instant::now))
+                }
+                Ok(_) => tally.complete_untimed(),
                 Err(e) => {
                     tally.reaped += 1;
                     tally.fail(|| {

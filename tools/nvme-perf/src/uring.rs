@@ -259,7 +259,15 @@ fn run_worker(
             totals.submit_calls += 1;
         }
         let mut reaped = reap(&mut ring, reap_max, |user_data, res, now| {
-            slots.complete(&mut tally, user_data, res, now, len, config.iopoll)
+            slots.complete(
+                &mut tally,
+                user_data,
+                res,
+                now,
+                len,
+                config.iopoll,
+                config.latency,
+            )
         });
         if reaped == 0 && in_flight > 0 {
             let can_submit = pacer.allowance((qd - in_flight).min(config.submit_batch), &tally) > 0;
@@ -267,7 +275,15 @@ fn run_worker(
                 ring.submit_and_wait(1)
                     .map_err(uring_error("wait for completions", ""))?;
                 reaped = reap(&mut ring, reap_max, |user_data, res, now| {
-                    slots.complete(&mut tally, user_data, res, now, len, config.iopoll)
+                    slots.complete(
+                        &mut tally,
+                        user_data,
+                        res,
+                        now,
+                        len,
+                        config.iopoll,
+                        config.latency,
+                    )
                 });
             }
         }
@@ -320,13 +336,16 @@ impl Slots {
         now: Instant,
         len: u32,
         iopoll: bool,
+        timed: bool,
     ) {
         let i = user_data as usize;
         if i >= self.submitted_at.len() {
             tally.fail(|| format!("completion with unknown user data {user_data}"));
             return;
         }
-        if res == len as i32 {
+        if res == len as i32 && !timed {
+            tally.complete_untimed();
+        } else if res == len as i32 {
             tally.complete(self.submitted_at[i], now);
         } else {
             tally.reaped += 1;
