@@ -164,6 +164,11 @@ impl AdminQueue {
                         cqe.cid,
                         cqe.sq_id
                     );
+                    // A controller that floods the queue with bogus entries must not keep us
+                    // here past the command's deadline.
+                    if start.elapsed() >= timeout {
+                        return Err(Error::Timeout { command: name, cid, timeout });
+                    }
                     continue;
                 }
                 if !self.sq.update_head(cqe.sq_head) {
