@@ -137,7 +137,6 @@ pub struct QueuePair {
     tags: TagSet<Slot>,
     pages: SlotPages,
     qid: u16,
-    nsid_cache: u32,
     page_size: usize,
     max_transfer: usize,
     max_completions: usize,
@@ -163,13 +162,6 @@ const TIMEOUT_EPOCHS: u32 = 4;
 const IDLE_POLLS_PER_CLOCK_CHECK: u64 = 256;
 /// Busy polls between clock reads.
 const POLLS_PER_CLOCK_CHECK: u64 = 4096;
-
-/// Direction of a command's data.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Data {
-    None,
-    Some,
-}
 
 impl Controller {
     /// Creates an I/O queue pair (Create I/O Completion Queue, then Create I/O Submission
@@ -256,7 +248,6 @@ impl QueuePair {
             tags,
             pages,
             qid,
-            nsid_cache: 0,
             page_size: ctrl.page_size,
             max_transfer: ctrl.max_transfer,
             max_completions: options.max_completions_per_poll.clamp(1, slots as usize),
@@ -583,7 +574,6 @@ impl QueuePair {
         if let Err(e) = self.check_buffer(&buf, bytes) {
             return Err(IoFailure::new(e, Some(buf)));
         }
-        self.nsid_cache = ns.nsid();
         if bytes <= self.max_transfer {
             let sqe = rw_command(op, ns.nsid(), lba, blocks, fua);
             return self.submit_single(sqe, Some(buf), bytes, user_data);
@@ -604,13 +594,10 @@ impl QueuePair {
             Ok(t) => t,
             Err(e) => return Err(IoFailure::new(e, buf)),
         };
-        let data = if let Some(b) = &buf {
+        if let Some(b) = &buf {
+            debug_assert!(len > 0, "callers reject zero-length data transfers");
             self.set_data_pointer(&mut sqe, tag.index(), b.iova().0, len);
-            Data::Some
-        } else {
-            Data::None
-        };
-        debug_assert!(data == Data::None || len > 0);
+        }
         self.start_group(tag, sqe.opcode(), user_data, buf, 1);
         self.push_command(tag, sqe);
         self.after_submit();
