@@ -167,7 +167,11 @@ impl AdminQueue {
                     // A controller that floods the queue with bogus entries must not keep us
                     // here past the command's deadline.
                     if start.elapsed() >= timeout {
-                        return Err(Error::Timeout { command: name, cid, timeout });
+                        return Err(Error::Timeout {
+                            command: name,
+                            cid,
+                            timeout,
+                        });
                     }
                     continue;
                 }
