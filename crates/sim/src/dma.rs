@@ -21,7 +21,7 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
 
 use nvme_vfio::dma::PAGE_SIZE;
-use nvme_vfio::{DmaError, DmaMapper, Iova};
+use nvme_vfio::{DmaDomain, DmaError, DmaMapper, Iova};
 
 /// First IOVA handed out. Far above typical user-space heap addresses on purpose.
 pub const IOVA_BASE: u64 = 0x1_0000_0000;
@@ -52,6 +52,7 @@ unsafe impl Sync for Region {}
 /// The emulated IOMMU: an [`impl DmaMapper`](DmaMapper) with a private IOVA space.
 #[derive(Debug)]
 pub struct SimDma {
+    domain: DmaDomain,
     next_iova: AtomicU64,
     map: RwLock<BTreeMap<u64, Region>>,
 }
@@ -59,6 +60,7 @@ pub struct SimDma {
 impl Default for SimDma {
     fn default() -> Self {
         Self {
+            domain: DmaDomain::unique(),
             next_iova: AtomicU64::new(IOVA_BASE),
             map: RwLock::new(BTreeMap::new()),
         }
@@ -85,7 +87,15 @@ impl SimDma {
     }
 }
 
-impl DmaMapper for SimDma {
+// SAFETY: `map` records the caller's memory under a fresh IOVA range (a bump allocator with
+// guard gaps: no range is ever handed out twice); the device thread translates IOVAs only
+// through that table; `unmap` removes exactly one recorded mapping; `domain` is fixed at
+// creation from `DmaDomain::unique`.
+unsafe impl DmaMapper for SimDma {
+    fn domain(&self) -> DmaDomain {
+        self.domain
+    }
+
     unsafe fn map(&self, vaddr: NonNull<u8>, len: usize) -> Result<Iova, DmaError> {
         if len == 0 || len % PAGE_SIZE != 0 || vaddr.as_ptr() as usize % PAGE_SIZE != 0 {
             return Err(DmaError::BadRegistration {

@@ -1,9 +1,8 @@
 //! The emulated BAR0: a page-aligned block of [`BAR_SIZE`] bytes of 32-bit registers.
 //!
-//! The driver reaches it through an [`Mmio`] window with volatile 32-bit loads and stores; the
-//! device thread uses atomic loads and stores on the same words. Both are aligned 32-bit
-//! accesses, which every supported target performs as single, untorn memory operations, so the
-//! block behaves like device registers shared between two agents.
+//! The driver reaches it through an [`Mmio`] window made with [`Mmio::new_atomic`], so both the
+//! driver and the device thread use atomic 32-bit loads and stores on the same words: no
+//! access mixes volatile and atomic operations (a data race under Rust's memory model).
 //!
 //! INVARIANT: the block is never moved or freed while an [`Mmio`] made by
 //! [`RegisterBlock::mmio`] exists (each window holds an `Arc` to it).
@@ -79,7 +78,8 @@ impl RegisterBlock {
         let ptr = NonNull::from(&self.words).cast::<u8>();
         // SAFETY: `ptr` addresses `BAR_SIZE` bytes of 4096-aligned memory owned by the `Arc`
         // passed as owner, which keeps it alive (and unmoved) as long as any window exists.
-        unsafe { Mmio::new(ptr, BAR_SIZE, self.clone()) }
+        // Every access the device thread makes goes through the `AtomicU32`s of this block.
+        unsafe { Mmio::new_atomic(ptr, BAR_SIZE, self.clone()) }
     }
 }
 

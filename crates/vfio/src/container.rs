@@ -15,7 +15,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use vfio_bindings::bindings::vfio::VFIO_IOMMU_INFO_PGSIZES;
 
-use crate::dma::{DmaError, DmaMapper, Iova, PAGE_SIZE};
+use crate::dma::{DmaDomain, DmaError, DmaMapper, Iova, PAGE_SIZE};
 use crate::error::VfioError;
 use crate::ioctl;
 use crate::iova::{parse_iova_ranges, IovaAllocator, FALLBACK_RANGE};
@@ -31,6 +31,7 @@ pub struct VfioContainer {
     _group: OwnedFd,
     fd: OwnedFd,
     iova: Mutex<IovaAllocator>,
+    domain: DmaDomain,
 }
 
 impl fmt::Debug for VfioContainer {
@@ -75,6 +76,7 @@ impl VfioContainer {
             _group: group,
             fd,
             iova: Mutex::new(IovaAllocator::new(&ranges, granule)),
+            domain: DmaDomain::unique(),
         })
     }
 
@@ -85,7 +87,14 @@ impl VfioContainer {
     }
 }
 
-impl DmaMapper for VfioContainer {
+// SAFETY: `map` hands out IOVAs from this container's allocator only after VFIO_IOMMU_MAP_DMA
+// mapped them to the caller's memory; `unmap` returns a range to the allocator only after the
+// kernel confirmed the whole range unmapped; `domain` is fixed at creation from `unique`.
+unsafe impl DmaMapper for VfioContainer {
+    fn domain(&self) -> DmaDomain {
+        self.domain
+    }
+
     unsafe fn map(&self, vaddr: NonNull<u8>, len: usize) -> Result<Iova, DmaError> {
         let mut space = self.allocator();
         let iova = space.allocate(len)?;

@@ -264,6 +264,17 @@ impl VfioPci {
         Ok(())
     }
 
+    /// Clears Bus Master Enable: the function can no longer DMA (memory decoding stays on, so
+    /// its registers can still be read and written).
+    pub fn disable_bus_master(&self) -> Result<(), VfioError> {
+        let command = self.config_read16(config::COMMAND)?;
+        if command & config::COMMAND_BUS_MASTER != 0 {
+            self.config_write16(config::COMMAND, command & !config::COMMAND_BUS_MASTER)?;
+            log::debug!("{}: bus mastering disabled", self.addr);
+        }
+        Ok(())
+    }
+
     /// Maps BAR `bar` (0..=5) read-write and shared. The returned window keeps the mapping and
     /// this device alive for as long as it (or a doorbell taken from it) exists.
     pub fn map_bar(self: &Arc<Self>, bar: u32) -> Result<Mmio, VfioError> {
@@ -447,5 +458,11 @@ mod tests {
             msg.contains("0000:00:05.1 (bound to snd_hda_intel)") && msg.contains("vfio-pci"),
             "{msg}"
         );
+    }
+}
+
+impl crate::function::FunctionControl for VfioPci {
+    fn disable_bus_master(&self) -> Result<(), VfioError> {
+        VfioPci::disable_bus_master(self)
     }
 }

@@ -14,8 +14,9 @@
 //! corrupting reused memory.
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use thiserror::Error;
@@ -83,11 +84,52 @@ pub enum DmaError {
     /// Registered user memory does not meet the mapping rules.
     #[error("memory to register must be page-aligned ({PAGE_SIZE} bytes) and non-empty: {what}")]
     BadRegistration { what: String },
+    /// A requested size does not fit the address space.
+    #[error("DMA allocation of {count} x {len} bytes overflows the address space; ask for less")]
+    TooLarge { count: usize, len: usize },
+}
+
+/// One IOVA space (an IOMMU domain: a VFIO container, or the emulator's private space). Every
+/// DMA mapping records the domain it lives in, so that a buffer mapped for one controller is
+/// never handed to another whose IOVA space gives the same address a different meaning.
+///
+/// Domains are unique for the life of the process (a counter, never reused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct DmaDomain(NonZeroU64);
+
+static NEXT_DOMAIN: AtomicU64 = AtomicU64::new(1);
+
+impl DmaDomain {
+    /// A domain id no other call in this process has returned.
+    pub fn unique() -> Self {
+        let id = NEXT_DOMAIN.fetch_add(1, Ordering::Relaxed);
+        DmaDomain(NonZeroU64::new(id).expect("2^64 DMA domains"))
+    }
+
+    /// The raw id (for messages).
+    pub fn id(self) -> u64 {
+        self.0.get()
+    }
+}
+
+impl fmt::Display for DmaDomain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DMA domain {}", self.0)
+    }
 }
 
 /// Maps host memory into a device's IOVA space: VFIO type1 in production, the in-process
 /// emulator in tests.
-pub trait DmaMapper: Send + Sync {
+///
+/// # Safety
+/// Implementors promise that an IOVA returned by [`DmaMapper::map`] translates, in the domain
+/// [`DmaMapper::domain`] names, to exactly the host memory passed in, until
+/// [`DmaMapper::unmap`] succeeds for it; that no two live mappings share an IOVA; and that
+/// `domain` returns the same value for the life of the mapper and a value no other mapper
+/// returns. The driver hands these IOVAs to a device that writes through them, so a lie here
+/// is memory corruption.
+pub unsafe trait DmaMapper: Send + Sync {
     /// Maps `[vaddr, vaddr + len)` (page-aligned, `len` a multiple of [`PAGE_SIZE`]) and returns
     /// the IOVA of `vaddr`.
     ///
@@ -96,8 +138,13 @@ pub trait DmaMapper: Send + Sync {
     /// called for the returned IOVA and length.
     unsafe fn map(&self, vaddr: NonNull<u8>, len: usize) -> Result<Iova, DmaError>;
 
-    /// Removes a mapping created by [`DmaMapper::map`].
+    /// Removes a mapping created by [`DmaMapper::map`]. On error the range may still be
+    /// reachable by the device: the caller must leak the memory, and the implementor must
+    /// never hand the IOVA range out again.
     fn unmap(&self, iova: Iova, len: usize) -> Result<(), DmaError>;
+
+    /// The IOVA space this mapper maps into.
+    fn domain(&self) -> DmaDomain;
 }
 
 /// What to do when hugepages cannot be had.
@@ -143,6 +190,7 @@ struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
     iova: Iova,
+    domain: DmaDomain,
     hugepages: bool,
     mapper: Arc<dyn DmaMapper>,
     backing: Backing,
@@ -154,8 +202,21 @@ unsafe impl Send for Mapping {}
 // SAFETY: as above; `Mapping` itself exposes no interior mutability.
 unsafe impl Sync for Mapping {}
 
-fn round_up(len: usize, to: usize) -> usize {
-    len.div_ceil(to) * to
+/// `len` rounded up to a multiple of `to`, or `None` on overflow.
+fn round_up(len: usize, to: usize) -> Option<usize> {
+    len.div_ceil(to).checked_mul(to)
+}
+
+/// Excludes `[ptr, ptr + len)` from `fork()` children (`MADV_DONTFORK`): pinned DMA pages must
+/// not become copy-on-write in the parent when the process forks (a database running a backup
+/// or `system()`), or the device keeps writing the old pages while the parent reads new ones.
+fn dont_fork(ptr: NonNull<u8>, len: usize) -> std::io::Result<()> {
+    // SAFETY: advice on a range we own; MADV_DONTFORK changes no contents.
+    let rc = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_DONTFORK) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn mmap_anonymous(len: usize, huge: bool) -> std::io::Result<NonNull<u8>> {
@@ -179,16 +240,24 @@ fn mmap_anonymous(len: usize, huge: bool) -> std::io::Result<NonNull<u8>> {
     if ptr == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(NonNull::new(ptr.cast()).expect("mmap returned null without MAP_FAILED"))
+    let ptr = NonNull::new(ptr.cast()).expect("mmap returned null without MAP_FAILED");
+    if let Err(e) = dont_fork(ptr, len) {
+        // SAFETY: our own fresh mapping, not yet shared with anyone.
+        unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
+        return Err(e);
+    }
+    Ok(ptr)
 }
 
 impl Mapping {
     fn allocate(mapper: &Arc<dyn DmaMapper>, len: usize) -> Result<Arc<Self>, DmaError> {
-        let len = round_up(len.max(1), PAGE_SIZE);
+        let too_large = DmaError::TooLarge { count: 1, len };
+        let len = round_up(len.max(1), PAGE_SIZE).ok_or(too_large)?;
         let policy = hugepage_policy();
         let want_huge = policy != HugepagePolicy::Off && len >= HUGEPAGE_THRESHOLD;
         let (ptr, len, hugepages) = if want_huge {
-            let huge_len = round_up(len, HUGEPAGE_SIZE);
+            let huge_len =
+                round_up(len, HUGEPAGE_SIZE).ok_or(DmaError::TooLarge { count: 1, len })?;
             match mmap_anonymous(huge_len, true) {
                 Ok(ptr) => (ptr, huge_len, true),
                 Err(_) if policy == HugepagePolicy::Require => {
@@ -231,6 +300,7 @@ impl Mapping {
             ptr,
             len,
             iova,
+            domain: mapper.domain(),
             hugepages,
             mapper: mapper.clone(),
             backing: Backing::Anonymous { len },
@@ -250,12 +320,16 @@ impl Mapping {
                 what: format!("{len} bytes at {:p}", ptr.as_ptr()),
             });
         }
+        dont_fork(ptr, len).map_err(|e| DmaError::BadRegistration {
+            what: format!("madvise(MADV_DONTFORK) on {len} bytes failed: {e}"),
+        })?;
         // SAFETY: the mmap is moved into the mapping below and dropped only after unmap.
         let iova = unsafe { mapper.map(ptr, len) }?;
         Ok(Arc::new(Mapping {
             ptr,
             len,
             iova,
+            domain: mapper.domain(),
             hugepages: false,
             mapper: mapper.clone(),
             backing: Backing::User(mem),
@@ -340,6 +414,19 @@ impl DmaRegion {
     pub fn is_hugepage(&self) -> bool {
         self.mapping.hugepages
     }
+
+    /// The IOVA space the region is mapped in.
+    #[inline(always)]
+    pub fn domain(&self) -> DmaDomain {
+        self.mapping.domain
+    }
+
+    /// Gives up the region for good: the memory stays allocated and mapped and its IOVA range
+    /// is never handed out again. For memory a device may still write when that can no longer
+    /// be prevented (a controller that could not be disabled).
+    pub fn leak(self) {
+        std::mem::forget(self);
+    }
 }
 
 /// A CPU-owned data buffer in DMA memory.
@@ -380,8 +467,13 @@ impl DmaBuffer {
         count: usize,
         len: usize,
     ) -> Result<Vec<Self>, DmaError> {
-        let stride = round_up(len.max(1), PAGE_SIZE);
-        let mapping = Mapping::allocate(mapper, stride * count.max(1))?;
+        let too_large = || DmaError::TooLarge { count, len };
+        let stride = round_up(len.max(1), PAGE_SIZE).ok_or_else(too_large)?;
+        let total = stride.checked_mul(count.max(1)).ok_or_else(too_large)?;
+        if isize::try_from(total).is_err() {
+            return Err(too_large());
+        }
+        let mapping = Mapping::allocate(mapper, total)?;
         Ok((0..count)
             .map(|i| Self {
                 mapping: mapping.clone(),
@@ -413,6 +505,18 @@ impl DmaBuffer {
     #[inline(always)]
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// The IOVA space the buffer is mapped in: a controller accepts only buffers of its own.
+    #[inline(always)]
+    pub fn domain(&self) -> DmaDomain {
+        self.mapping.domain
+    }
+
+    /// Gives up the buffer for good (see [`DmaRegion::leak`]): for memory a device may still
+    /// write.
+    pub fn leak(self) {
+        std::mem::forget(self);
     }
 
     /// True when the buffer has no bytes.
@@ -460,10 +564,19 @@ mod tests {
     use std::sync::Mutex;
 
     /// Identity mapper that records live mappings.
-    #[derive(Default)]
-    struct Recorder(Mutex<BTreeMap<u64, usize>>);
+    struct Recorder(Mutex<BTreeMap<u64, usize>>, DmaDomain);
 
-    impl DmaMapper for Recorder {
+    impl Default for Recorder {
+        fn default() -> Self {
+            Self(Mutex::default(), DmaDomain::unique())
+        }
+    }
+
+    // SAFETY: identity mapping of memory the test keeps alive; ids come from `unique`.
+    unsafe impl DmaMapper for Recorder {
+        fn domain(&self) -> DmaDomain {
+            self.1
+        }
         unsafe fn map(&self, vaddr: NonNull<u8>, len: usize) -> Result<Iova, DmaError> {
             self.0.lock().unwrap().insert(vaddr.as_ptr() as u64, len);
             Ok(Iova(vaddr.as_ptr() as u64))
@@ -502,5 +615,91 @@ mod tests {
         assert_eq!(b.iova(), base.add(4096));
         assert!(a.iter().all(|&x| x == 1) && b.iter().all(|&x| x == 2));
         assert!(a.split_at(5000).is_err());
+    }
+    #[test]
+    fn huge_sizes_are_errors_not_wraps() {
+        let mapper: Arc<dyn DmaMapper> = Arc::new(Recorder::default());
+        for (count, len) in [
+            (usize::MAX / PAGE_SIZE + 2, PAGE_SIZE),
+            (2, usize::MAX),
+            (2, usize::MAX - PAGE_SIZE),
+            (1 << 40, 1 << 30),
+        ] {
+            assert!(
+                matches!(
+                    DmaBuffer::allocate_many(&mapper, count, len),
+                    Err(DmaError::TooLarge { .. })
+                ),
+                "{count} x {len}"
+            );
+        }
+        assert!(matches!(
+            DmaBuffer::allocate(&mapper, usize::MAX),
+            Err(DmaError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn buffers_know_their_domain() {
+        let a: Arc<dyn DmaMapper> = Arc::new(Recorder::default());
+        let b: Arc<dyn DmaMapper> = Arc::new(Recorder::default());
+        assert_ne!(a.domain(), b.domain());
+        let x = DmaBuffer::allocate(&a, 100).unwrap();
+        let (x1, x2) = x.split_at(10).unwrap();
+        assert_eq!(x1.domain(), a.domain());
+        assert_eq!(x2.domain(), a.domain());
+        assert_eq!(DmaRegion::allocate(&b, 1).unwrap().domain(), b.domain());
+    }
+
+    /// The `VmFlags` line of the /proc/self/smaps entry that contains `addr`.
+    fn vm_flags(addr: usize) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ') {
+                if let Some((lo, hi)) = range.split_once('-') {
+                    if let (Ok(lo), Ok(hi)) =
+                        (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+                    {
+                        inside = lo <= addr && addr < hi;
+                        continue;
+                    }
+                }
+            }
+            if inside && line.starts_with("VmFlags:") {
+                return line.to_string();
+            }
+        }
+        panic!("no smaps entry for {addr:#x}");
+    }
+
+    #[test]
+    fn dma_memory_is_not_inherited_by_fork() {
+        let mapper: Arc<dyn DmaMapper> = Arc::new(Recorder::default());
+        let mut buf = DmaBuffer::allocate(&mapper, 3 * PAGE_SIZE).unwrap();
+        let flags = vm_flags(buf.as_ptr() as usize);
+        assert!(
+            flags.split_whitespace().any(|f| f == "dd"),
+            "DMA memory lacks MADV_DONTFORK: {flags}"
+        );
+        // A fork must leave the parent's pages where the IOMMU maps them: write before and after
+        // and check the parent still sees the same physical memory through the same pointer.
+        buf.fill(0x5a);
+        // SAFETY: the child only calls async-signal-safe `_exit`.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: terminating the child without running Rust destructors.
+            unsafe { libc::_exit(0) };
+        }
+        assert!(pid > 0);
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        buf.fill(0xa5);
+        assert!(buf.iter().all(|&b| b == 0xa5));
+        let mem = memmap2::MmapMut::map_anon(PAGE_SIZE).unwrap();
+        let reg = DmaBuffer::register(&mapper, mem).unwrap();
+        let flags = vm_flags(reg.as_ptr() as usize);
+        assert!(flags.split_whitespace().any(|f| f == "dd"), "{flags}");
     }
 }

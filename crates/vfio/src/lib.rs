@@ -9,12 +9,16 @@
 //!   dereferenced).
 //! - [`dma`]: DMA memory ([`dma::DmaRegion`] shared with the device, [`dma::DmaBuffer`] owned by
 //!   the CPU) and the [`dma::DmaMapper`] seam that VFIO and the in-process emulator implement.
+//! - [`barrier`]: CPU/device memory barriers for every supported architecture.
+//! - [`function`]: [`FunctionControl`], stopping a function's DMA at teardown.
 //! - `ioctl` (private): every VFIO system call of the crate, in one small audited module.
 
+pub mod barrier;
 pub mod container;
 pub mod device;
 pub mod dma;
 pub mod error;
+pub mod function;
 mod ioctl;
 pub mod iova;
 pub mod irq;
@@ -23,8 +27,9 @@ pub mod pci;
 
 pub use container::VfioContainer;
 pub use device::VfioPci;
-pub use dma::{DmaBuffer, DmaError, DmaMapper, DmaRegion, Iova};
+pub use dma::{DmaBuffer, DmaDomain, DmaError, DmaMapper, DmaRegion, Iova};
 pub use error::VfioError;
+pub use function::FunctionControl;
 pub use iova::IovaAllocator;
 pub use irq::{InterruptController, InterruptEvent};
 pub use mmio::{Doorbell, MappingOwner, Mmio};

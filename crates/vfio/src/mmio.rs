@@ -11,16 +11,29 @@
 use std::any::Any;
 use std::fmt;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// Anything that keeps a register window mapped (a VFIO device with its BAR mmap, an emulator).
 pub type MappingOwner = Arc<dyn Any + Send + Sync>;
+
+/// How the window's words are accessed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    /// Device memory (a BAR): volatile loads and stores.
+    Volatile,
+    /// Ordinary memory that another thread of this process serves with atomics (the
+    /// in-process emulator): atomic loads and stores, so both sides agree under Rust's memory
+    /// model (mixing volatile and atomic accesses to one word would be a data race).
+    Atomic,
+}
 
 /// A mapped register window.
 #[derive(Clone)]
 pub struct Mmio {
     ptr: NonNull<u8>,
     len: usize,
+    access: Access,
     owner: MappingOwner,
 }
 
@@ -48,7 +61,26 @@ impl Mmio {
     /// `ptr` must be valid for volatile reads and writes of `len` bytes, aligned to 4 bytes, for
     /// as long as `owner` (or any clone of it) is alive.
     pub unsafe fn new(ptr: NonNull<u8>, len: usize, owner: MappingOwner) -> Self {
-        Self { ptr, len, owner }
+        Self {
+            ptr,
+            len,
+            access: Access::Volatile,
+            owner,
+        }
+    }
+
+    /// Wraps ordinary memory that another thread serves as registers with atomic 32-bit
+    /// accesses (an in-process emulated device); this window then uses atomics too.
+    ///
+    /// # Safety
+    /// As [`Mmio::new`]; in addition every other access to these words must be atomic.
+    pub unsafe fn new_atomic(ptr: NonNull<u8>, len: usize, owner: MappingOwner) -> Self {
+        Self {
+            ptr,
+            len,
+            access: Access::Atomic,
+            owner,
+        }
     }
 
     /// Length of the window in bytes.
@@ -76,7 +108,13 @@ impl Mmio {
     pub fn read32(&self, offset: usize) -> u32 {
         self.check(offset, 4);
         // SAFETY: in bounds and aligned (checked above); valid by the type invariant.
-        unsafe { self.ptr.as_ptr().add(offset).cast::<u32>().read_volatile() }
+        let ptr = unsafe { self.ptr.as_ptr().add(offset).cast::<u32>() };
+        match self.access {
+            // SAFETY: valid, aligned register (above).
+            Access::Volatile => unsafe { ptr.read_volatile() },
+            // SAFETY: valid and aligned; every access to these words is atomic (`new_atomic`).
+            Access::Atomic => unsafe { AtomicU32::from_ptr(ptr) }.load(Ordering::Acquire),
+        }
     }
 
     /// Volatile 32-bit write at `offset`.
@@ -84,13 +122,19 @@ impl Mmio {
     pub fn write32(&self, offset: usize, value: u32) {
         self.check(offset, 4);
         // SAFETY: in bounds and aligned (checked above); valid by the type invariant.
-        unsafe {
-            self.ptr
-                .as_ptr()
-                .add(offset)
-                .cast::<u32>()
-                .write_volatile(value)
+        let ptr = unsafe { self.ptr.as_ptr().add(offset).cast::<u32>() };
+        match self.access {
+            // SAFETY: valid, aligned register (above).
+            Access::Volatile => unsafe { ptr.write_volatile(value) },
+            // SAFETY: valid and aligned; every access to these words is atomic (`new_atomic`).
+            Access::Atomic => unsafe { AtomicU32::from_ptr(ptr) }.store(value, Ordering::Release),
         }
+    }
+
+    /// Whether `offset..offset + 4` is a dword inside the window (for offsets computed from
+    /// device-reported values, which must be checked before [`Mmio::doorbell`]).
+    pub fn contains_dword(&self, offset: usize) -> bool {
+        offset % 4 == 0 && offset.checked_add(4).is_some_and(|end| end <= self.len)
     }
 
     /// 64-bit register read as two 32-bit reads, low dword first (NVMe PCIe transport allows
@@ -117,6 +161,7 @@ impl Mmio {
         let ptr = unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(offset).cast::<u32>()) };
         Doorbell {
             ptr,
+            access: self.access,
             _owner: self.owner.clone(),
         }
     }
@@ -127,6 +172,7 @@ impl Mmio {
 /// INVARIANT: `ptr` is a valid, aligned 32-bit register inside a window kept alive by `_owner`.
 pub struct Doorbell {
     ptr: NonNull<u32>,
+    access: Access,
     _owner: MappingOwner,
 }
 
@@ -140,10 +186,18 @@ impl fmt::Debug for Doorbell {
 }
 
 impl Doorbell {
-    /// Writes `value` to the doorbell (one volatile store).
+    /// Writes `value` to the doorbell (one store: volatile to a device, atomic to an
+    /// in-process emulator). The caller orders its ring writes before it with
+    /// [`crate::barrier::dma_wmb`].
     #[inline(always)]
     pub fn ring(&self, value: u32) {
-        // SAFETY: valid and aligned by the type invariant.
-        unsafe { self.ptr.as_ptr().write_volatile(value) }
+        match self.access {
+            // SAFETY: valid and aligned by the type invariant.
+            Access::Volatile => unsafe { self.ptr.as_ptr().write_volatile(value) },
+            // SAFETY: valid and aligned; all accesses to the word are atomic (`new_atomic`).
+            Access::Atomic => {
+                unsafe { AtomicU32::from_ptr(self.ptr.as_ptr()) }.store(value, Ordering::Release)
+            }
+        }
     }
 }

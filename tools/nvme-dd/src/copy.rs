@@ -740,7 +740,13 @@ mod tests {
     /// Maps memory at its virtual address: enough for CPU-only tests.
     struct IdentityMapper;
 
-    impl DmaMapper for IdentityMapper {
+    static IDENTITY_DOMAIN: std::sync::OnceLock<nvme_vfio::DmaDomain> = std::sync::OnceLock::new();
+
+    // SAFETY: identity mapping of memory the tests keep alive; one process-unique domain.
+    unsafe impl DmaMapper for IdentityMapper {
+        fn domain(&self) -> nvme_vfio::DmaDomain {
+            *IDENTITY_DOMAIN.get_or_init(nvme_vfio::DmaDomain::unique)
+        }
         unsafe fn map(&self, vaddr: NonNull<u8>, _len: usize) -> Result<Iova, DmaError> {
             Ok(Iova(vaddr.as_ptr() as u64))
         }

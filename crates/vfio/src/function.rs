@@ -1,0 +1,11 @@
+//! Control over a device's ability to reach host memory, for teardown after a failure.
+
+use crate::error::VfioError;
+
+/// What teardown needs from the platform once the controller may still be running commands:
+/// a way to stop the function from issuing DMA before its memory is released.
+pub trait FunctionControl: Send + Sync {
+    /// Clears Bus Master Enable in the PCI Command register (PCIe Base 6.0 §7.5.1.1.3): the
+    /// function can no longer issue memory requests. Returns once the write is done.
+    fn disable_bus_master(&self) -> Result<(), VfioError>;
+}
