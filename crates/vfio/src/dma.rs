@@ -679,9 +679,10 @@ mod tests {
         let mut buf = DmaBuffer::allocate(&mapper, 3 * PAGE_SIZE).unwrap();
         let flags = vm_flags(buf.as_ptr() as usize);
         assert!(
-            flags.split_whitespace().any(|f| f == "dd"),
+            flags.split_whitespace().any(|f| f == "dc"),
             "DMA memory lacks MADV_DONTFORK: {flags}"
         );
+        // "dc" is VM_DONTCOPY, the flag MADV_DONTFORK sets.
         // A fork must leave the parent's pages where the IOMMU maps them: write before and after
         // and check the parent still sees the same physical memory through the same pointer.
         buf.fill(0x5a);
@@ -700,6 +701,6 @@ mod tests {
         let mem = memmap2::MmapMut::map_anon(PAGE_SIZE).unwrap();
         let reg = DmaBuffer::register(&mapper, mem).unwrap();
         let flags = vm_flags(reg.as_ptr() as usize);
-        assert!(flags.split_whitespace().any(|f| f == "dd"), "{flags}");
+        assert!(flags.split_whitespace().any(|f| f == "dc"), "{flags}");
     }
 }
