@@ -21,10 +21,12 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
+use crate::operands::MAX_BYTE_OFFSET;
 use nvme_driver::{Completion, DmaBuffer, IoFailure, Namespace, QueuePair, MAX_BLOCKS_PER_COMMAND};
 
 /// Upper bound on the DMA memory the record buffers may take (the queue depth is lowered to
-/// fit), so a large `bs` cannot exhaust hugepages.
+/// fit), so a large `bs` cannot exhaust hugepages. One record is one buffer, so `bs` itself may
+/// not exceed it: the operands refuse a larger `bs`, and so does [`queue_shape`].
 pub const DMA_BUDGET_BYTES: usize = 256 << 20;
 /// Interval between progress lines.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
@@ -55,6 +57,18 @@ pub enum CopyError {
         per_command: usize,
         slots: u32,
     },
+    /// A record is larger than the DMA memory all records together may take.
+    #[error(
+        "bs={bs} needs a DMA buffer of {bs} bytes per record, more than nvme-dd's limit of \
+         {limit} bytes: use a bs of at most {limit} bytes"
+    )]
+    RecordOverBudget { bs: usize, limit: usize },
+    /// A record of a write of unknown length lies past the last 64-bit LBA.
+    #[error(
+        "record {record} of the input lies past the largest 64-bit LBA, beyond any namespace: \
+         limit the input with count="
+    )]
+    PastLastLba { record: u64 },
     /// `skip`/`seek`/`count` in blocks does not fit in 64 bits.
     #[error("{operand}={value} with bs={bs} is beyond any namespace's last block")]
     Overflow {
@@ -242,9 +256,18 @@ impl Plan {
         })
     }
 
-    /// LBA of record `index`.
-    fn lba(&self, index: u64) -> u64 {
-        self.start_lba + index * u64::from(self.blocks_per_record)
+    /// LBA of record `index`; `None` past the last 64-bit LBA (only a write of unknown length
+    /// can get there: a read's records are range-checked by [`Plan::read`]).
+    fn lba(&self, index: u64) -> Option<u64> {
+        index
+            .checked_mul(u64::from(self.blocks_per_record))
+            .and_then(|offset| self.start_lba.checked_add(offset))
+    }
+
+    /// [`Plan::lba`] for error reports, where the LBA of a request that was submitted is
+    /// wanted (it exists); `u64::MAX` stands for "past the last LBA".
+    fn reported_lba(&self, index: u64) -> u64 {
+        self.lba(index).unwrap_or(u64::MAX)
     }
 
     /// Blocks of record `index` of a read.
@@ -277,6 +300,12 @@ pub fn queue_shape(
     max_queue_entries: u32,
     qd: usize,
 ) -> Result<QueueShape, CopyError> {
+    if bs > DMA_BUDGET_BYTES {
+        return Err(CopyError::RecordOverBudget {
+            bs,
+            limit: DMA_BUDGET_BYTES,
+        });
+    }
     let block_size = block_size as usize;
     let per_command = (max_transfer / block_size * block_size)
         .clamp(block_size, MAX_BLOCKS_PER_COMMAND as usize * block_size);
@@ -497,8 +526,20 @@ impl<'a> Output<'a> {
     ) -> io::Result<()> {
         match self {
             Output::Positional { file, seek } => {
-                let offset = (*seek + index) * bs as u64;
-                let result = file.write_all_at(&buf[..len], offset);
+                let offset = seek
+                    .checked_add(index)
+                    .and_then(|record| record.checked_mul(bs as u64))
+                    .filter(|&offset| offset <= MAX_BYTE_OFFSET);
+                let result = match offset {
+                    Some(offset) => file.write_all_at(&buf[..len], offset),
+                    None => Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "record {index} after seek={seek} with bs={bs} lies past the largest \
+                             64-bit byte offset: use a smaller seek= or bs="
+                        ),
+                    )),
+                };
                 free.push(buf);
                 result?;
                 stats.records_out.count(len, bs);
@@ -549,7 +590,7 @@ fn account_submission(
                 error,
                 CopyError::Io {
                     record: *next,
-                    lba: plan.lba(*next),
+                    lba: plan.reported_lba(*next),
                     source: f.error,
                 },
             );
@@ -582,7 +623,12 @@ pub fn read_namespace<Q: IoQueue>(
     loop {
         while error.is_none() && next < records {
             let Some(buf) = free.pop() else { break };
-            let submitted = queue.submit_read(plan.lba(next), plan.read_blocks(next), buf, next);
+            let Some(lba) = plan.lba(next) else {
+                free.push(buf);
+                set_error(&mut error, CopyError::PastLastLba { record: next });
+                break;
+            };
+            let submitted = queue.submit_read(lba, plan.read_blocks(next), buf, next);
             account_submission(submitted, plan, &mut next, &mut free, &mut error);
         }
         if queue.in_flight() == 0 {
@@ -613,7 +659,7 @@ pub fn read_namespace<Q: IoQueue>(
                         &mut error,
                         CopyError::Io {
                             record,
-                            lba: plan.lba(record),
+                            lba: plan.reported_lba(record),
                             source: e,
                         },
                     );
@@ -690,7 +736,12 @@ pub fn write_namespace<Q: IoQueue>(
                 stats.padding = padded - len;
             }
             let blocks = (padded / block_size) as u32;
-            let submitted = queue.submit_write(plan.lba(next), blocks, buf, fua, next);
+            let Some(lba) = plan.lba(next) else {
+                free.push(buf);
+                set_error(&mut error, CopyError::PastLastLba { record: next });
+                break;
+            };
+            let submitted = queue.submit_write(lba, blocks, buf, fua, next);
             account_submission(submitted, plan, &mut next, &mut free, &mut error);
         }
         if queue.in_flight() == 0 {
@@ -716,7 +767,7 @@ pub fn write_namespace<Q: IoQueue>(
                     &mut error,
                     CopyError::Io {
                         record,
-                        lba: plan.lba(record),
+                        lba: plan.reported_lba(record),
                         source: e,
                     },
                 ),
@@ -1175,6 +1226,67 @@ mod tests {
             queue_shape(512, 512, 512 << 10, 2048, 1).unwrap(),
             QueueShape { qd: 1, depth: 2 }
         );
+    }
+
+    #[test]
+    fn record_offsets_never_wrap() {
+        let mut q = MemQueue::new(64, BLOCK, 4);
+        let plan = Plan::read(&q.geometry(), BS, Some(4), 0).unwrap();
+        let path = std::env::temp_dir().join(format!("nvme-dd-test-{}-wrap", std::process::id()));
+        std::fs::write(&path, b"precious").unwrap();
+        let file = File::options().write(true).open(&path).unwrap();
+        // (seek + index) * bs wraps past 2^64: it used to land at a small offset.
+        let mut out = Output::Positional {
+            file,
+            seek: u64::MAX / BS as u64,
+        };
+        let outcome = read_namespace(
+            &mut q,
+            &plan,
+            buffers(4, BS),
+            &mut out,
+            &mut Progress::new(false),
+        );
+        drop(out);
+        let content = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        match &outcome.error {
+            Some(CopyError::Output(e)) => {
+                assert!(e.to_string().contains("largest 64-bit byte offset"), "{e}")
+            }
+            other => panic!("expected an output error, got {other:?}"),
+        }
+        assert_eq!(content, b"precious", "nothing written at a wrapped offset");
+        assert_eq!(q.in_flight(), 0);
+
+        let plan = Plan {
+            bs: BLOCK,
+            block_size: BLOCK as u32,
+            start_lba: u64::MAX - 1,
+            blocks_per_record: 1,
+            records: None,
+            last_record_blocks: 1,
+        };
+        assert_eq!(plan.lba(1), Some(u64::MAX));
+        assert_eq!(plan.lba(2), None);
+        assert_eq!(plan.lba(u64::MAX), None);
+        assert_eq!(plan.reported_lba(2), u64::MAX);
+    }
+
+    #[test]
+    fn records_larger_than_the_dma_budget_are_refused() {
+        // bs=4G used to get qd 1 and a 4 GiB buffer, whatever the budget.
+        let err = queue_shape(4 << 30, 4096, 512 << 10, 65536, 16).unwrap_err();
+        assert!(
+            matches!(err, CopyError::RecordOverBudget { bs, limit: DMA_BUDGET_BYTES } if bs == 4 << 30),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("limit of 268435456 bytes"),
+            "{err}"
+        );
+        let s = queue_shape(DMA_BUDGET_BYTES, 4096, 512 << 10, 65536, 16).unwrap();
+        assert_eq!(s.qd, 1);
     }
 
     #[test]

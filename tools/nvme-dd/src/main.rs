@@ -3,8 +3,10 @@
 //! file, or standard input/output (`-` or left out). `skip`/`seek` count records of `bs` bytes,
 //! as in dd, and `bs` must be a whole number of the namespace's blocks.
 //!
-//! Files are opened and the transfer is checked against the namespace before any I/O; the copy
-//! itself (see [`copy`]) keeps `--qd` requests in flight. Errors go to stderr as
+//! Order of work, so that a failure leaves nothing behind: operands (including every byte
+//! offset), then the controller, the namespace and the plan against it, then the queue pair and
+//! DMA buffers, and only then is the output opened (and a regular file truncated). The input is
+//! only read. The copy itself (see [`copy`]) keeps `--qd` requests in flight. Errors go to stderr as
 //! `error: <message>` (with the chain of causes) and exit with status 1; bad input never panics.
 
 mod copy;
@@ -20,11 +22,28 @@ use clap::Parser;
 use nvme_driver::{Controller, ControllerOptions, DmaBuffer, QueuePairOptions};
 
 use crate::copy::{CopyError, CopyOutcome, Geometry, NamespaceQueue, Output, Plan, Progress};
-use crate::operands::{parse_operands, Direction, OperandError, Stream, Transfer};
+use crate::operands::{byte_offset, parse_operands, Direction, OperandError, Stream, Transfer};
 use nvme_driver::{parse_device, DeviceArgError};
 
 /// Buffer size for writes to a stream output (stdout, pipes).
 const STREAM_BUFFER_BYTES: usize = 1 << 20;
+/// Most requests `--qd` may ask for: the deepest queue the driver's tag sets track (a controller
+/// with shallower queues, or the DMA budget, lowers it further).
+const MAX_QD: u16 = 4096;
+
+/// `--qd`: 1..=[`MAX_QD`], refused with a message saying what to use instead.
+fn parse_qd(value: &str) -> Result<u16, String> {
+    let hint = format!("use a queue depth from 1 to {MAX_QD}, e.g. --qd 16");
+    match value.parse::<u64>() {
+        Ok(0) => Err(format!("--qd 0 keeps no request in flight: {hint}")),
+        Ok(n) if n > u64::from(MAX_QD) => Err(format!(
+            "--qd {n} is more than the {MAX_QD} requests nvme-dd can keep in flight: \
+             use --qd {MAX_QD} or less"
+        )),
+        Ok(n) => Ok(n as u16),
+        Err(_) => Err(format!("--qd {value} is not a number: {hint}")),
+    }
+}
 
 /// Copy between a file (or stdin/stdout) and an NVMe namespace, dd style.
 #[derive(Debug, Parser)]
@@ -37,8 +56,8 @@ struct Cli {
     /// PCI address (0000:00:04.0) or transport id ("trtype:PCIe traddr:0000:00:04.0").
     #[arg(long)]
     device: String,
-    /// Requests kept in flight.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    /// Requests kept in flight (1 to 4096).
+    #[arg(long, default_value_t = 16, value_parser = parse_qd)]
     qd: u16,
     /// Force Unit Access on writes (data reaches non-volatile media before completion).
     #[arg(long)]
@@ -120,7 +139,45 @@ fn open_input(from: &Stream, skip_bytes: u64) -> Result<Input, DdError> {
     Ok(Input { reader, len })
 }
 
-fn open_output(to: &Stream, seek: u64, bs: usize) -> Result<Output<'static>, DdError> {
+/// Refuses `seek=` on an output that cannot seek, without opening (or creating) anything.
+fn check_output(to: &Stream, seek: u64) -> Result<(), DdError> {
+    if seek == 0 {
+        return Ok(());
+    }
+    let path = match to {
+        Stream::Stdio => {
+            return Err(DdError::SeekOnStream {
+                seek,
+                what: "standard output".to_owned(),
+            })
+        }
+        Stream::Path(path) => path,
+    };
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() && !meta.file_type().is_block_device() => {
+            Err(DdError::SeekOnStream {
+                seek,
+                what: path.display().to_string(),
+            })
+        }
+        // Absent (it will be created as a regular file), a file or a block device; anything
+        // else is reported when it is opened.
+        _ => Ok(()),
+    }
+}
+
+/// Opens the output for `records` records of `bs` bytes after `seek` records; a regular file
+/// is truncated to the seek offset. Call it last: it is the first step that changes anything.
+fn open_output(
+    to: &Stream,
+    seek: u64,
+    bs: usize,
+    records: u64,
+) -> Result<Output<'static>, DdError> {
+    let seek_bytes = byte_offset(&format!("seek={seek}"), seek, bs)?;
+    // Saturating: u64::MAX records lie past MAX_BYTE_OFFSET whatever bs is.
+    let end = seek.saturating_add(records);
+    byte_offset(&format!("seek={seek} plus {records} records"), end, bs)?;
     let stream = |writer: Box<dyn Write>, what: &str| {
         if seek > 0 {
             return Err(DdError::SeekOnStream {
@@ -150,7 +207,7 @@ fn open_output(to: &Stream, seek: u64, bs: usize) -> Result<Output<'static>, DdE
     let kind = file.metadata().map_err(open_err)?.file_type();
     if kind.is_file() {
         // As dd does without conv=notrunc: keep what lies before the seek offset, drop the rest.
-        file.set_len(seek * bs as u64).map_err(open_err)?;
+        file.set_len(seek_bytes).map_err(open_err)?;
         Ok(Output::Positional { file, seek })
     } else if kind.is_block_device() {
         Ok(Output::Positional { file, seek })
@@ -160,6 +217,8 @@ fn open_output(to: &Stream, seek: u64, bs: usize) -> Result<Output<'static>, DdE
 }
 
 fn run(cli: &Cli) -> Result<(), DdError> {
+    // Operands first (every byte offset included), so a typo fails before the controller is
+    // touched; nothing is opened for writing until the device and the plan are known to work.
     let transfer: Transfer = parse_operands(&cli.operands)?;
     let address = parse_device(&cli.device)?;
     let Transfer {
@@ -169,28 +228,26 @@ fn run(cli: &Cli) -> Result<(), DdError> {
         seek,
         ..
     } = transfer;
-    let skip_bytes = |what| {
-        skip.checked_mul(bs as u64).ok_or(CopyError::Overflow {
-            operand: what,
-            value: skip,
-            bs,
-        })
-    };
-
-    // Files first, so a typo fails before the controller is touched.
-    let (nsid, mut input, mut output) = match &transfer.direction {
-        Direction::FromNvme { nsid, to } => (*nsid, None, Some(open_output(to, seek, bs)?)),
-        Direction::ToNvme { from, nsid } => {
-            (*nsid, Some(open_input(from, skip_bytes("skip")?)?), None)
+    let skip_bytes = byte_offset(&format!("skip={skip}"), skip, bs)?;
+    let nsid = match &transfer.direction {
+        Direction::FromNvme { nsid, to } => {
+            check_output(to, seek)?;
+            *nsid
         }
+        Direction::ToNvme { nsid, .. } => *nsid,
     };
 
     let ctrl = Controller::open_pci(&address.to_string(), ControllerOptions::default())?;
     let ns = ctrl.namespace(nsid)?;
     let geo = Geometry::of(&ns);
-    let plan = match &input {
-        None => Plan::read(&geo, bs, count, skip)?,
-        Some(input) => Plan::write(&geo, bs, count, seek, input.len)?,
+    // The input is only read: opening it (and skipping) changes nothing on disk.
+    let (mut input, plan) = match &transfer.direction {
+        Direction::FromNvme { .. } => (None, Plan::read(&geo, bs, count, skip)?),
+        Direction::ToNvme { from, .. } => {
+            let input = open_input(from, skip_bytes)?;
+            let plan = Plan::write(&geo, bs, count, seek, input.len)?;
+            (Some(input), plan)
+        }
     };
     let shape = copy::queue_shape(
         bs,
@@ -212,6 +269,13 @@ fn run(cli: &Cli) -> Result<(), DdError> {
     })?;
     let buffers =
         DmaBuffer::allocate_many(ctrl.dma(), shape.qd, bs).map_err(nvme_driver::Error::from)?;
+    // Last: everything that can be checked has been; now the output may be created/truncated.
+    let mut output = match &transfer.direction {
+        Direction::FromNvme { to, .. } => {
+            Some(open_output(to, seek, bs, plan.records.unwrap_or(0))?)
+        }
+        Direction::ToNvme { .. } => None,
+    };
     let mut queue = NamespaceQueue { qp, ns };
     let mut progress = Progress::new(!cli.no_progress);
     log::debug!("{}: namespace {nsid}, {plan:?}, {shape:?}", ctrl.name());
@@ -289,9 +353,72 @@ mod tests {
     }
 
     #[test]
+    fn queue_depth_is_bounded() {
+        let parse = |qd: &str| Cli::try_parse_from(["nvme-dd", "--device", "x", "--qd", qd]);
+        assert_eq!(parse("4096").unwrap().qd, 4096);
+        let msg = parse("5000").unwrap_err().to_string();
+        assert!(
+            msg.contains(
+                "--qd 5000 is more than the 4096 requests nvme-dd can keep in flight: \
+                 use --qd 4096 or less"
+            ),
+            "{msg}"
+        );
+        for bad in ["0", "65536", "99999999999999999999999", "x"] {
+            let msg = parse(bad).unwrap_err().to_string();
+            assert!(msg.contains("4096"), "{bad}: {msg}");
+        }
+        let msg = Cli::try_parse_from(["nvme-dd", "--device", "x", "--qd=-1"])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("--qd -1 is not a number"), "{msg}");
+    }
+
+    #[test]
+    fn an_overflowing_seek_is_refused_before_the_output_is_touched() {
+        let path = std::env::temp_dir().join(format!("nvme-dd-main-wrap-{}", std::process::id()));
+        std::fs::write(&path, b"precious").unwrap();
+        // 2^52 records of 4 KiB wrap to byte offset 0: the file used to be truncated to 0.
+        let seek = 1u64 << 52;
+        let result = open_output(&Stream::Path(path.clone()), seek, 4096, 1);
+        let content = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        match result {
+            Err(DdError::Operand(e @ OperandError::OffsetOverflow { .. })) => {
+                assert!(
+                    e.to_string().contains("seek=4503599627370496 with bs=4096"),
+                    "{e}"
+                )
+            }
+            Err(e) => panic!("expected an offset overflow, got {e}"),
+            Ok(_) => panic!("expected an offset overflow, got an output"),
+        }
+        assert_eq!(content, b"precious");
+        // The end of the transfer counts too.
+        assert!(matches!(
+            open_output(&Stream::Stdio, 0, 1 << 20, 1 << 43),
+            Err(DdError::Operand(OperandError::OffsetOverflow { .. }))
+        ));
+    }
+
+    #[test]
+    fn a_seek_on_standard_output_is_refused_before_the_device_is_opened() {
+        assert!(matches!(
+            check_output(&Stream::Stdio, 1),
+            Err(DdError::SeekOnStream { seek: 1, .. })
+        ));
+        assert!(check_output(&Stream::Stdio, 0).is_ok());
+        assert!(check_output(&Stream::Path("/nonexistent/dir/x".into()), 5).is_ok());
+        assert!(matches!(
+            check_output(&Stream::Path("/dev/null".into()), 5),
+            Err(DdError::SeekOnStream { seek: 5, .. })
+        ));
+    }
+
+    #[test]
     fn seek_on_a_stream_output_is_refused() {
         assert!(matches!(
-            open_output(&Stream::Stdio, 3, 512),
+            open_output(&Stream::Stdio, 3, 512, 1),
             Err(DdError::SeekOnStream { seek: 3, .. })
         ));
     }
@@ -300,7 +427,7 @@ mod tests {
     fn output_file_is_truncated_to_the_seek_offset() {
         let path = std::env::temp_dir().join(format!("nvme-dd-main-test-{}", std::process::id()));
         std::fs::write(&path, vec![7u8; 10_000]).unwrap();
-        let out = open_output(&Stream::Path(path.clone()), 2, 1024).unwrap();
+        let out = open_output(&Stream::Path(path.clone()), 2, 1024, 1).unwrap();
         assert!(matches!(out, Output::Positional { seek: 2, .. }));
         drop(out);
         let len = std::fs::metadata(&path).unwrap().len();

@@ -4,10 +4,15 @@
 
 use std::path::PathBuf;
 
+use crate::copy::DMA_BUDGET_BYTES;
+
 /// Block size when `bs=` is not given, as in dd.
 pub const DEFAULT_BLOCK_SIZE: usize = 512;
 /// Prefix of an operand value naming a namespace of the controller.
 const NVME_PREFIX: &str = "nvme:";
+/// The largest byte offset a transfer may reach: files are addressed with a signed 64-bit
+/// `off_t`, and no namespace is anywhere near this size.
+pub const MAX_BYTE_OFFSET: u64 = i64::MAX as u64;
 /// Operand value naming standard input or output.
 const STDIO: &str = "-";
 /// Multipliers of the size suffixes (binary units, as in dd's `K`/`M`/`G`).
@@ -72,9 +77,24 @@ pub enum OperandError {
     /// `bs=0`.
     #[error("bs=0 is not a valid block size: give a positive size such as bs=4k")]
     ZeroBlockSize,
-    /// `bs=` too large for this machine's address space.
-    #[error("bs={value} is too large for this machine")]
-    BlockSizeTooLarge { value: u64 },
+    /// `bs=` larger than the DMA memory one record may take.
+    #[error(
+        "bs={value} needs a DMA buffer of {value} bytes per record, more than nvme-dd's limit of \
+         {limit} bytes ({limit_mib} MiB): use bs={limit_mib}M or less, and scale count=, skip= \
+         and seek= (which count records of bs bytes) to match"
+    )]
+    BlockSizeOverBudget {
+        value: u64,
+        limit: usize,
+        limit_mib: usize,
+    },
+    /// `skip`/`seek` (or where `count` records after them end) in bytes does not fit in a
+    /// 64-bit file offset.
+    #[error(
+        "{what} with bs={bs} overflows a 64-bit byte offset (the largest is {max}): \
+         use smaller values or a smaller bs="
+    )]
+    OffsetOverflow { what: String, bs: usize, max: u64 },
     /// `nvme:` followed by something other than a namespace id >= 1.
     #[error("`{value}` does not name a namespace: write nvme:NSID with NSID >= 1, e.g. nvme:1")]
     BadNamespace { value: String },
@@ -180,15 +200,53 @@ where
     let bs = match bs {
         None => DEFAULT_BLOCK_SIZE,
         Some(0) => return Err(OperandError::ZeroBlockSize),
-        Some(n) => usize::try_from(n).map_err(|_| OperandError::BlockSizeTooLarge { value: n })?,
+        Some(n) if n > DMA_BUDGET_BYTES as u64 => {
+            return Err(OperandError::BlockSizeOverBudget {
+                value: n,
+                limit: DMA_BUDGET_BYTES,
+                limit_mib: DMA_BUDGET_BYTES >> 20,
+            })
+        }
+        // At most DMA_BUDGET_BYTES, so it fits in usize.
+        Some(n) => n as usize,
     };
+    let (skip, seek) = (skip.unwrap_or(0), seek.unwrap_or(0));
+    // Both ends of both sides must be representable byte offsets.
+    for (key, records) in [("skip", skip), ("seek", seek)] {
+        byte_offset(&format!("{key}={records}"), records, bs)?;
+        if let Some(count) = count {
+            let end = records.checked_add(count);
+            let what = || format!("{key}={records} plus count={count}");
+            match end {
+                Some(end) => byte_offset(&what(), end, bs)?,
+                None => return Err(offset_overflow(what(), bs)),
+            };
+        }
+    }
     Ok(Transfer {
         direction,
         bs,
         count,
-        skip: skip.unwrap_or(0),
-        seek: seek.unwrap_or(0),
+        skip,
+        seek,
     })
+}
+
+fn offset_overflow(what: String, bs: usize) -> OperandError {
+    OperandError::OffsetOverflow {
+        what,
+        bs,
+        max: MAX_BYTE_OFFSET,
+    }
+}
+
+/// `records * bs` as a byte offset, at most [`MAX_BYTE_OFFSET`]; `what` (e.g. `seek=5`) names
+/// the records in the error.
+pub fn byte_offset(what: &str, records: u64, bs: usize) -> Result<u64, OperandError> {
+    records
+        .checked_mul(bs as u64)
+        .filter(|&bytes| bytes <= MAX_BYTE_OFFSET)
+        .ok_or_else(|| offset_overflow(what.to_owned(), bs))
 }
 
 #[cfg(test)]
@@ -299,6 +357,72 @@ mod tests {
             OperandError::BadNumber { .. }
         ));
         assert_eq!(err(&["if=nvme:1", "bs=0"]), OperandError::ZeroBlockSize);
+    }
+
+    #[test]
+    fn offsets_that_overflow_64_bits_are_refused() {
+        // 2^62 records of 4 KiB: the byte offset wraps (to 0 in release builds).
+        let err = parse_operands(["if=nvme:1", "of=out", "bs=4k", "seek=4611686018427387904"])
+            .unwrap_err();
+        assert!(
+            matches!(&err, OperandError::OffsetOverflow { what, bs: 4096, .. } if what == "seek=4611686018427387904"),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("seek=4611686018427387904 with bs=4096 overflows a 64-bit byte offset"),
+            "{msg}"
+        );
+        assert!(matches!(
+            parse_operands(["of=nvme:1", "skip=18446744073709551615"]),
+            Err(OperandError::OffsetOverflow { .. })
+        ));
+        // Past off_t (2^63 - 1) without wrapping u64.
+        assert!(matches!(
+            parse_operands(["if=nvme:1", "bs=1k", "seek=9007199254740992"]),
+            Err(OperandError::OffsetOverflow { .. })
+        ));
+        // Where count records after seek/skip end.
+        let err =
+            parse_operands(["if=nvme:1", "bs=4k", "seek=1", "count=2251799813685247"]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("seek=1 plus count=2251799813685247"),
+            "{err}"
+        );
+        assert!(matches!(
+            parse_operands(["if=nvme:1", "skip=1", "count=18446744073709551615"]),
+            Err(OperandError::OffsetOverflow { .. })
+        ));
+        // The largest offsets that fit are accepted.
+        assert!(parse_operands(["if=nvme:1", "bs=1k", "seek=9007199254740991"]).is_ok());
+        assert!(parse_operands(["if=nvme:1", "bs=1k", "count=9007199254740991"]).is_ok());
+    }
+
+    #[test]
+    fn block_sizes_beyond_the_dma_budget_are_refused() {
+        let err = parse_operands(["if=nvme:1", "of=out", "bs=4G"]).unwrap_err();
+        assert_eq!(
+            err,
+            OperandError::BlockSizeOverBudget {
+                value: 4 << 30,
+                limit: DMA_BUDGET_BYTES,
+                limit_mib: 256
+            }
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("limit of 268435456 bytes") && msg.contains("bs=256M"),
+            "{msg}"
+        );
+        assert!(matches!(
+            parse_operands(["if=nvme:1", "bs=18446744073709551615"]),
+            Err(OperandError::BlockSizeOverBudget { .. })
+        ));
+        assert_eq!(
+            parse_operands(["if=nvme:1", "bs=256M"]).unwrap().bs,
+            256 << 20
+        );
     }
 
     #[test]

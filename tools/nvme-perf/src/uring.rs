@@ -8,11 +8,14 @@
 //!
 //! INVARIANT: buffer `i` is registered with the ring as fixed buffer `i`, and it is referenced
 //! by at most one in-flight SQE: indices move from `free` into an SQE and come back only with
-//! that SQE's CQE. The ring is dropped (its registrations with it) before the buffers.
+//! that SQE's CQE. The ring and its buffers live in one [`FixedIo`], whose `Drop` waits for
+//! every SQE in flight, drops the ring, and only then frees the buffers (or leaks them, when
+//! the wait fails): no exit path, error or not, can free memory the kernel may still write.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
+use std::mem::ManuallyDrop;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
@@ -87,10 +90,78 @@ impl Drop for AlignedBuffers {
     }
 }
 
-/// One thread's ring and buffers. Field order matters: the ring drops first.
+/// What tearing down a ring needs from it.
+trait Quiesce {
+    /// Waits until `in_flight` more completions have arrived (submitting whatever still sits in
+    /// the submission queue); false when waiting failed, so requests may still be in flight.
+    fn quiesce(&mut self, in_flight: u32) -> bool;
+}
+
+impl Quiesce for IoUring {
+    fn quiesce(&mut self, mut in_flight: u32) -> bool {
+        while in_flight > 0 {
+            match self.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log::error!("io_uring: waiting for {in_flight} requests in flight failed: {e}");
+                    return false;
+                }
+            }
+            let reaped = self.completion().count();
+            in_flight = in_flight.saturating_sub(u32::try_from(reaped).unwrap_or(u32::MAX));
+        }
+        true
+    }
+}
+
+/// A ring and the buffers registered with it, owned together so that the buffers can never be
+/// freed while the kernel may still write them.
+///
+/// `Drop` (below) is the only way the two are released: because this type implements `Drop`,
+/// its fields cannot be moved out (E0509), so no caller can split them and drop the buffers
+/// first, as destructuring a plain struct into locals did (locals drop in reverse order). On
+/// drop it waits for the `in_flight` requests, drops the ring, then frees the buffers; if the
+/// wait fails it leaks the buffers rather than free memory under in-flight DMA.
+struct FixedIo<R: Quiesce = IoUring, B = AlignedBuffers> {
+    ring: ManuallyDrop<R>,
+    buffers: ManuallyDrop<B>,
+    /// SQEs pushed to the ring whose CQE has not been reaped yet (submitted or not).
+    in_flight: u32,
+}
+
+impl<R: Quiesce, B> FixedIo<R, B> {
+    fn new(ring: R, buffers: B) -> Self {
+        Self {
+            ring: ManuallyDrop::new(ring),
+            buffers: ManuallyDrop::new(buffers),
+            in_flight: 0,
+        }
+    }
+}
+
+impl<R: Quiesce, B> Drop for FixedIo<R, B> {
+    fn drop(&mut self) {
+        let quiet = self.in_flight == 0 || self.ring.quiesce(self.in_flight);
+        // SAFETY: each field is dropped at most once, here, and never used afterwards (this
+        // is the end of `self`).
+        unsafe { ManuallyDrop::drop(&mut self.ring) };
+        if quiet {
+            // SAFETY: as above; nothing in flight references the buffers any more.
+            unsafe { ManuallyDrop::drop(&mut self.buffers) };
+        } else {
+            log::error!(
+                "io_uring: {} requests may still be in flight; leaking their buffers instead of \
+                 freeing memory the kernel may write",
+                self.in_flight
+            );
+        }
+    }
+}
+
+/// One thread's ring with its buffers, and its I/O generator.
 struct Worker {
-    ring: IoUring,
-    buffers: AlignedBuffers,
+    io: FixedIo,
     gen: LbaGen,
 }
 
@@ -162,19 +233,21 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
              RLIMIT_MEMLOCK)",
         ))?;
         let buffers = AlignedBuffers::new(config.queue_depth as usize, config.block_size)?;
-        let iovecs = buffers.iovecs();
-        // SAFETY: every iovec points at a live allocation of `buffers`, which the worker keeps
-        // until after the ring (declared first in `Worker`) is dropped.
-        unsafe { ring.submitter().register_buffers(&iovecs) }.map_err(uring_error(
+        // Owned together from here on, so every exit below drops the ring first.
+        let io = FixedIo::new(ring, buffers);
+        let iovecs = io.buffers.iovecs();
+        // SAFETY: every iovec points at a live allocation of `io.buffers`, which `FixedIo`
+        // frees only after the ring is dropped.
+        unsafe { io.ring.submitter().register_buffers(&iovecs) }.map_err(uring_error(
             "register_buffers",
             " (raise RLIMIT_MEMLOCK, e.g. `ulimit -l unlimited`, or lower -q/-b)",
         ))?;
-        ring.submitter()
+        io.ring
+            .submitter()
             .register_files(&[file.as_raw_fd()])
             .map_err(uring_error("register_files", ""))?;
         workers.push(Worker {
-            ring,
-            buffers,
+            io,
             gen: geometry.generator(config, t),
         });
     }
@@ -198,20 +271,23 @@ fn run_worker(
     control: &Control,
     live: &Live,
 ) -> Result<WorkerResult, PerfError> {
-    let Worker {
-        mut ring,
-        buffers,
-        mut gen,
-    } = worker;
+    // `io` cannot be split (see FixedIo): its ring and buffers are only borrowed below, and
+    // whatever way this function returns, dropping `io` waits for `io.in_flight` requests.
+    let Worker { mut io, mut gen } = worker;
     let qd = config.queue_depth;
     let len = config.block_size as u32;
     let reap_max = config.complete_batch as usize;
+    let expect = Expect {
+        len,
+        iopoll: config.iopoll,
+        timed: config.latency,
+    };
     let mut slots = Slots::new(qd);
     let mut tally = Tally::new();
     let mut totals = LiveSample::default();
     let mut pacer = Pacer::new(control, live, config.ios);
-    let mut in_flight: u32 = 0;
     loop {
+        let in_flight = io.in_flight;
         // Measuring restarts the counters; nothing else to snapshot for this engine.
         let _: Step = pacer.step(&mut tally);
         if pacer.finished(in_flight, &tally) {
@@ -222,7 +298,7 @@ fn run_worker(
             let now = Instant::now();
             let mut queued = 0;
             {
-                let mut sq = ring.submission();
+                let mut sq = io.ring.submission();
                 for _ in 0..want {
                     let Some(index) = slots.free.pop() else { break };
                     let i = index as usize;
@@ -230,7 +306,7 @@ fn run_worker(
                     slots.submitted_at[i] = now;
                     slots.lbas[i] = lba;
                     slots.writes[i] = is_write;
-                    let buf = buffers.ptrs[i].as_ptr();
+                    let buf = io.buffers.ptrs[i].as_ptr();
                     let offset = lba * u64::from(lba_size);
                     let entry = if is_write {
                         opcode::WriteFixed::new(FIXED_FILE, buf, len, index as u16)
@@ -251,44 +327,32 @@ fn run_worker(
                     queued += 1;
                 }
             }
-            ring.submit().map_err(uring_error("submit", ""))?;
-            in_flight += queued;
+            // Counted before submitting: pushed SQEs belong to the kernel even if the submit
+            // fails (SQPOLL may pick them up), so the drop of `io` waits for them too.
+            io.in_flight += queued;
+            io.ring.submit().map_err(uring_error("submit", ""))?;
             tally.submitted += u64::from(queued);
             tally.submit_calls += 1;
             totals.submitted += u64::from(queued);
             totals.submit_calls += 1;
         }
-        let mut reaped = reap(&mut ring, reap_max, |user_data, res, now| {
-            slots.complete(
-                &mut tally,
-                user_data,
-                res,
-                now,
-                len,
-                config.iopoll,
-                config.latency,
-            )
+        let mut reaped = reap(&mut io.ring, reap_max, |user_data, res, now| {
+            slots.complete(&mut tally, user_data, res, now, expect)
         });
-        if reaped == 0 && in_flight > 0 {
-            let can_submit = pacer.allowance((qd - in_flight).min(config.submit_batch), &tally) > 0;
+        if reaped == 0 && io.in_flight > 0 {
+            let can_submit =
+                pacer.allowance((qd - io.in_flight).min(config.submit_batch), &tally) > 0;
             if !can_submit || config.iopoll {
-                ring.submit_and_wait(1)
+                io.ring
+                    .submit_and_wait(1)
                     .map_err(uring_error("wait for completions", ""))?;
-                reaped = reap(&mut ring, reap_max, |user_data, res, now| {
-                    slots.complete(
-                        &mut tally,
-                        user_data,
-                        res,
-                        now,
-                        len,
-                        config.iopoll,
-                        config.latency,
-                    )
+                reaped = reap(&mut io.ring, reap_max, |user_data, res, now| {
+                    slots.complete(&mut tally, user_data, res, now, expect)
                 });
             }
         }
         if reaped > 0 {
-            in_flight -= reaped;
+            io.in_flight = io.in_flight.saturating_sub(reaped);
             tally.reap_calls += 1;
             totals.ios += u64::from(reaped);
             totals.reap_calls += 1;
@@ -296,14 +360,24 @@ fn run_worker(
         pacer.publish(&totals);
     }
     let (elapsed, cpu) = pacer.measured();
-    drop(ring);
-    drop(buffers);
+    drop(io);
     Ok(WorkerResult {
         tally,
         elapsed,
         cpu,
         driver: None,
     })
+}
+
+/// What every completion of a run is checked and timed against.
+#[derive(Clone, Copy)]
+struct Expect {
+    /// Bytes each I/O transfers.
+    len: u32,
+    /// `--iopoll` (explains EOPNOTSUPP).
+    iopoll: bool,
+    /// Latency is measured per I/O.
+    timed: bool,
 }
 
 /// Per-I/O state of one ring, indexed by buffer index (the SQE's user data).
@@ -334,10 +408,9 @@ impl Slots {
         user_data: u64,
         res: i32,
         now: Instant,
-        len: u32,
-        iopoll: bool,
-        timed: bool,
+        expect: Expect,
     ) {
+        let Expect { len, iopoll, timed } = expect;
         let i = user_data as usize;
         if i >= self.submitted_at.len() {
             tally.fail(|| format!("completion with unknown user data {user_data}"));
@@ -385,4 +458,123 @@ fn describe_failure(res: i32, len: u32, is_write: bool, lba: u64, iopoll: bool) 
         ""
     };
     format!("{op} at LBA {lba}: {err}{hint}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    type Log = Rc<RefCell<Vec<String>>>;
+
+    /// A ring that records its quiesce call and its drop.
+    struct ProbeRing {
+        log: Log,
+        quiesces: bool,
+    }
+
+    impl Quiesce for ProbeRing {
+        fn quiesce(&mut self, in_flight: u32) -> bool {
+            self.log.borrow_mut().push(format!("quiesce {in_flight}"));
+            self.quiesces
+        }
+    }
+
+    impl Drop for ProbeRing {
+        fn drop(&mut self) {
+            self.log.borrow_mut().push("ring".into());
+        }
+    }
+
+    /// Buffers that record their drop.
+    struct ProbeBuffers(Log);
+
+    impl Drop for ProbeBuffers {
+        fn drop(&mut self) {
+            self.0.borrow_mut().push("buffers".into());
+        }
+    }
+
+    fn fixed_io(in_flight: u32, quiesces: bool) -> (FixedIo<ProbeRing, ProbeBuffers>, Log) {
+        let log = Log::default();
+        let ring = ProbeRing {
+            log: log.clone(),
+            quiesces,
+        };
+        let mut io = FixedIo::new(ring, ProbeBuffers(log.clone()));
+        io.in_flight = in_flight;
+        (io, log)
+    }
+
+    #[test]
+    fn the_ring_drops_before_its_buffers() {
+        let (io, log) = fixed_io(0, true);
+        drop(io);
+        assert_eq!(*log.borrow(), ["ring", "buffers"]);
+    }
+
+    #[test]
+    fn requests_in_flight_are_waited_for_before_anything_is_dropped() {
+        let (io, log) = fixed_io(3, true);
+        drop(io);
+        assert_eq!(*log.borrow(), ["quiesce 3", "ring", "buffers"]);
+    }
+
+    #[test]
+    fn buffers_are_leaked_when_requests_may_still_be_in_flight() {
+        let (io, log) = fixed_io(2, false);
+        drop(io);
+        assert_eq!(
+            *log.borrow(),
+            ["quiesce 2", "ring"],
+            "buffers must not be freed"
+        );
+    }
+
+    #[test]
+    fn an_early_error_exit_drops_the_ring_first() {
+        // The shape of run_worker: the pair is taken from a Worker and an error returns early.
+        fn work(worker: (FixedIo<ProbeRing, ProbeBuffers>, u32)) -> Result<(), ()> {
+            let (mut io, _gen) = worker;
+            io.in_flight += 4;
+            Err(())
+        }
+        let (io, log) = fixed_io(0, true);
+        assert!(work((io, 0)).is_err());
+        assert_eq!(*log.borrow(), ["quiesce 4", "ring", "buffers"]);
+    }
+
+    /// A real ring, when this kernel lets us make one: `quiesce` submits reads still sitting in
+    /// the submission queue and returns only once all of them have completed.
+    #[test]
+    fn a_real_ring_quiesces_reads_in_flight() {
+        let Ok(ring) = IoUring::new(8) else {
+            eprintln!("io_uring unavailable here; skipping");
+            return;
+        };
+        let expected = std::fs::read("/proc/self/exe").unwrap();
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        let mut io = FixedIo::new(ring, AlignedBuffers::new(4, 4096).unwrap());
+        {
+            let mut sq = io.ring.submission();
+            for (i, p) in io.buffers.ptrs.iter().enumerate() {
+                let entry = opcode::Read::new(types::Fd(file.as_raw_fd()), p.as_ptr(), 4096)
+                    .offset(i as u64 * 4096)
+                    .build()
+                    .user_data(i as u64);
+                // SAFETY: the buffer lives in `io`, which waits for this read before freeing it.
+                unsafe { sq.push(&entry) }.unwrap();
+            }
+        }
+        io.in_flight = 4;
+        assert!(io.ring.quiesce(io.in_flight));
+        io.in_flight = 0;
+        assert!(io.ring.completion().is_empty());
+        for (i, p) in io.buffers.ptrs.iter().enumerate() {
+            // SAFETY: the read into buffer `i` has completed; it is 4096 initialised bytes.
+            let got = unsafe { std::slice::from_raw_parts(p.as_ptr(), 4096) };
+            assert_eq!(got, &expected[i * 4096..(i + 1) * 4096], "buffer {i}");
+        }
+    }
 }
