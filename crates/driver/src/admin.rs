@@ -13,7 +13,7 @@ use nvme_spec::regs::{self, Csts};
 use nvme_spec::{opcode, Status};
 use nvme_vfio::{DmaBuffer, DmaMapper, Mmio};
 
-use crate::error::{Error, Result};
+use crate::error::{log_occurrence, Error, Result};
 use crate::prp;
 use crate::ring::{CqRing, ShadowSlot, SlotPages, SqRing};
 
@@ -159,11 +159,15 @@ impl AdminQueue {
                 let _ = self.cq.publish();
                 if cqe.cid != cid || cqe.sq_id != 0 {
                     self.bad_completions += 1;
-                    log::warn!(
-                        "admin queue: ignoring completion with command id {:#x} / SQ id {} (expected {cid:#x} / 0)",
-                        cqe.cid,
-                        cqe.sq_id
-                    );
+                    if log_occurrence(self.bad_completions) {
+                        log::warn!(
+                            "admin queue: ignoring completion with command id {:#x} / SQ id {} \
+                             (expected {cid:#x} / 0; {} ignored so far, logged sparsely)",
+                            cqe.cid,
+                            cqe.sq_id,
+                            self.bad_completions
+                        );
+                    }
                     // A controller that floods the queue with bogus entries must not keep us
                     // here past the command's deadline.
                     if start.elapsed() >= timeout {

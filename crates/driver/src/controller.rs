@@ -18,13 +18,14 @@ use nvme_spec::identify::IDENTIFY_DATA_SIZE;
 use nvme_spec::queue::{CompletionEntry, SubmissionEntry, CQES_LOG2, SQES_LOG2};
 use nvme_spec::regs::{self, Aqa, Cap, Cc, Csts, ShutdownNotification, ShutdownStatus, Version};
 use nvme_spec::{command, IdentifyController, IdentifyNamespace, NamespaceList, Oacs};
-use nvme_vfio::{DmaBuffer, DmaMapper, InterruptController, InterruptEvent, Mmio};
+use nvme_vfio::{DmaBuffer, DmaMapper, FunctionControl, InterruptController, InterruptEvent, Mmio};
 
 use crate::admin::AdminQueue;
 use crate::error::{Error, IoFailure, Result};
 use crate::namespace::Namespace;
 use crate::prp;
 use crate::ring::ShadowBuffers;
+use crate::teardown::{DmaState, GuardedMapper};
 
 /// The host memory page size the driver uses (CC.MPS = 0).
 pub const HOST_PAGE_SIZE: usize = 4096;
@@ -34,6 +35,8 @@ const HOST_PAGE_MPS: u8 = 0;
 const REGISTER_POLL: Duration = Duration::from_micros(100);
 /// Shutdown wait when the controller does not report RTD3E.
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Fewest entries an NVMe queue can have (one is always kept empty).
+const MIN_QUEUE_ENTRIES: u32 = 2;
 /// Number of I/O queue pairs asked for by default (the controller may grant fewer).
 pub const DEFAULT_IO_QUEUES: u16 = 64;
 
@@ -81,6 +84,9 @@ pub struct Transport {
     pub keepalive: Option<Arc<dyn std::any::Any + Send + Sync>>,
     /// Routes MSI-X vectors to eventfds, if the platform can (for interrupt-driven queues).
     pub interrupts: Option<Arc<dyn InterruptController>>,
+    /// Clears the function's bus mastering at teardown, if the platform can. Without it a
+    /// controller counts as stopped once CSTS.RDY reads 0 after CC.EN is cleared.
+    pub function: Option<Arc<dyn FunctionControl>>,
 }
 
 impl Transport {
@@ -92,7 +98,14 @@ impl Transport {
             name: name.into(),
             keepalive: None,
             interrupts: None,
+            function: None,
         }
+    }
+
+    /// Adds control over the function's bus mastering (used at teardown).
+    pub fn with_function_control(mut self, function: Arc<dyn FunctionControl>) -> Self {
+        self.function = Some(function);
+        self
     }
 
     /// Adds MSI-X interrupt routing.
@@ -105,7 +118,13 @@ impl Transport {
 pub(crate) struct Inner {
     pub(crate) name: String,
     pub(crate) mmio: Mmio,
+    /// The guarded mapper (`guard`) as a trait object: every DMA allocation of this
+    /// controller goes through it.
     pub(crate) dma: Arc<dyn DmaMapper>,
+    guard: Arc<GuardedMapper>,
+    /// Whether DMA has been stopped (one attempt, under this lock).
+    dma_state: Mutex<DmaState>,
+    function: Option<Arc<dyn FunctionControl>>,
     pub(crate) cap: Cap,
     pub(crate) page_size: usize,
     pub(crate) max_transfer: usize,
@@ -115,6 +134,8 @@ pub(crate) struct Inner {
     failed: AtomicBool,
     identify: Box<IdentifyController>,
     namespaces: Vec<Namespace>,
+    /// Active namespaces that cannot be used, and why.
+    unsupported: Vec<(u32, String)>,
     io_queues: u16,
     /// `qid_in_use[q]` for q in 1..=io_queues.
     qid_in_use: Mutex<Vec<bool>>,
@@ -180,8 +201,11 @@ impl Controller {
         let mmio = device.map_bar(0)?;
         let dma = device.dma_mapper();
         let interrupts: Arc<dyn InterruptController> = device.clone();
+        let function: Arc<dyn FunctionControl> = device.clone();
         let keepalive: Arc<dyn std::any::Any + Send + Sync> = device;
-        let transport = Transport::new(mmio, dma, addr.to_string()).with_interrupts(interrupts);
+        let transport = Transport::new(mmio, dma, addr.to_string())
+            .with_interrupts(interrupts)
+            .with_function_control(function);
         Self::new(
             Transport {
                 keepalive: Some(keepalive),
@@ -199,6 +223,7 @@ impl Controller {
             name,
             keepalive,
             interrupts,
+            function,
         } = transport;
         let cap = Cap(mmio.read64(regs::CAP));
         let version = Version(mmio.read32(regs::VS));
@@ -212,6 +237,14 @@ impl Controller {
                 "it does not support the NVM command set (CAP.CSS bit 0)".into(),
             ));
         }
+        if cap.max_queue_entries() < MIN_QUEUE_ENTRIES {
+            return Err(unsupported(format!(
+                "CAP.MQES={} allows queues of {} entry; NVMe queues need at least \
+                 {MIN_QUEUE_ENTRIES}",
+                cap.mqes(),
+                cap.max_queue_entries()
+            )));
+        }
         if cap.min_page_size() > HOST_PAGE_SIZE || cap.max_page_size() < HOST_PAGE_SIZE {
             return Err(unsupported(format!(
                 "its memory page sizes {}..={} exclude the host's {HOST_PAGE_SIZE}",
@@ -219,7 +252,7 @@ impl Controller {
                 cap.max_page_size()
             )));
         }
-        if mmio.len() < regs::DOORBELL_BASE + 2 * cap.doorbell_stride() {
+        if !mmio.contains_dword(regs::cq_head_doorbell(0, cap.doorbell_stride())) {
             return Err(unsupported(format!(
                 "BAR0 is only {} bytes, too small for the doorbells",
                 mmio.len()
@@ -238,28 +271,21 @@ impl Controller {
             2,
             regs::ADMIN_QUEUE_MAX_ENTRIES.min(cap.max_queue_entries()),
         );
+        let guard = Arc::new(GuardedMapper::new(dma, name.clone()));
+        let dma: Arc<dyn DmaMapper> = guard.clone();
         let admin = AdminQueue::new(&mmio, &dma, admin_entries, stride, HOST_PAGE_SIZE)?;
         mmio.write32(regs::AQA, Aqa::new(admin_entries, admin_entries).0);
         mmio.write64(regs::ASQ, admin.sq_iova());
         mmio.write64(regs::ACQ, admin.cq_iova());
-        let cc = Cc(0)
-            .with_css(regs::CC_CSS_NVM)
-            .with_mps(HOST_PAGE_MPS)
-            .with_ams(0)
-            .with_shn(ShutdownNotification::None)
-            .with_iosqes(SQES_LOG2)
-            .with_iocqes(CQES_LOG2)
-            .with_en(true);
-        mmio.write32(regs::CC, cc.0);
-        wait_ready(&mmio, &name, cap, true)?;
-        log::info!(
-            "{name}: controller enabled (NVMe {version}, {admin_entries}-entry admin queue)"
-        );
-
+        // From here on the controller may DMA into the admin rings: every failure path goes
+        // through `Inner`'s drop, which stops the controller before the rings are freed.
         let mut partial = Inner {
             name,
             mmio,
             dma,
+            guard,
+            dma_state: Mutex::new(DmaState::Running),
+            function,
             cap,
             page_size: HOST_PAGE_SIZE,
             max_transfer: prp::max_bytes_with_one_list(HOST_PAGE_SIZE),
@@ -269,6 +295,7 @@ impl Controller {
             failed: AtomicBool::new(false),
             identify: Box::new(IdentifyController::default()),
             namespaces: Vec::new(),
+            unsupported: Vec::new(),
             io_queues: 0,
             qid_in_use: Mutex::new(Vec::new()),
             shutdown_on_drop: options.shutdown_on_drop,
@@ -277,6 +304,23 @@ impl Controller {
             interrupts,
             _keepalive: keepalive,
         };
+        let (mmio, name) = (&partial.mmio, &partial.name);
+        let cc = Cc(0)
+            .with_css(regs::CC_CSS_NVM)
+            .with_mps(HOST_PAGE_MPS)
+            .with_ams(0)
+            .with_shn(ShutdownNotification::None)
+            .with_iosqes(SQES_LOG2)
+            .with_iocqes(CQES_LOG2)
+            .with_en(true);
+        mmio.write32(regs::CC, cc.0);
+        if let Err(e) = wait_ready(mmio, name, cap, true) {
+            partial.failed.store(true, Ordering::Release);
+            return Err(e);
+        }
+        log::info!(
+            "{name}: controller enabled (NVMe {version}, {admin_entries}-entry admin queue)"
+        );
         partial.identify_all(options.io_queues)?;
         if options.shadow_doorbells {
             partial.enable_shadow_doorbells()?;
@@ -314,8 +358,15 @@ impl Controller {
         &self.inner.namespaces
     }
 
-    /// The active namespace `nsid`, or [`Error::InactiveNamespace`].
+    /// The active namespace `nsid`, or [`Error::InactiveNamespace`], or
+    /// [`Error::UnsupportedNamespace`] when it is active but unusable (e.g. a metadata format).
     pub fn namespace(&self, nsid: u32) -> Result<Namespace> {
+        if let Some((_, reason)) = self.inner.unsupported.iter().find(|(n, _)| *n == nsid) {
+            return Err(Error::UnsupportedNamespace {
+                nsid,
+                reason: reason.clone(),
+            });
+        }
         self.inner
             .namespaces
             .iter()
@@ -325,6 +376,13 @@ impl Controller {
                 nsid,
                 active: self.inner.namespaces.iter().map(|n| n.nsid()).collect(),
             })
+    }
+
+    /// Active namespaces this driver cannot do I/O on (not in [`Controller::namespaces`]),
+    /// with the reason: formats with metadata or protection information, blocks larger than
+    /// the largest transfer, bogus sizes.
+    pub fn unsupported_namespaces(&self) -> &[(u32, String)] {
+        &self.inner.unsupported
     }
 
     /// I/O queue pairs the controller granted.
@@ -342,7 +400,10 @@ impl Controller {
         self.inner.cap.max_queue_entries()
     }
 
-    /// The DMA mapper of this controller, to allocate or register I/O buffers.
+    /// The DMA mapper of this controller, to allocate or register I/O buffers. Buffers from
+    /// it are accepted by this controller only (and by controllers sharing its DMA domain),
+    /// and leak rather than return to the system if the controller fails and cannot be
+    /// stopped.
     pub fn dma(&self) -> &Arc<dyn DmaMapper> {
         &self.inner.dma
     }
@@ -357,16 +418,30 @@ impl Controller {
         self.inner.has_shadow()
     }
 
+    /// Whether the controller failed (admin timeout, fatal status, a queue it would not
+    /// delete) and was stopped: it must be re-opened.
+    pub fn is_failed(&self) -> bool {
+        self.inner.is_failed()
+    }
+
     /// Reads CSTS and reports whether the controller signals a fatal error.
     pub fn is_fatal(&self) -> bool {
         Csts(self.inner.mmio.read32(regs::CSTS)).cfs()
     }
 
     /// Runs a raw admin command. `data` is the command's data buffer (`len` bytes of it are
-    /// transferred, in whichever direction the opcode implies); the driver fills the command
-    /// id and the PRPs. The buffer comes back with the completion, or in the error unless the
-    /// command timed out (then the controller is marked failed and keeps it).
-    pub fn admin_raw(
+    /// described by the PRPs); the driver fills the command id and the data pointer (zero
+    /// when there is no buffer). The buffer comes back with the completion, or in the error
+    /// unless the command timed out (then the controller is marked failed and keeps it).
+    ///
+    /// # Safety
+    /// The driver cannot tell how many bytes an arbitrary command transfers. The caller
+    /// guarantees that the command, as the controller will interpret it, transfers at most
+    /// `len` bytes (to or from the buffer) and no data at all when `data` is `None`; and that
+    /// it does not make the controller write host memory through any other pointer in it
+    /// (e.g. a command that sets up controller-owned host memory). Otherwise the controller
+    /// writes memory the program owns.
+    pub unsafe fn admin_raw(
         &self,
         sqe: SubmissionEntry,
         data: Option<(DmaBuffer, usize)>,
@@ -399,16 +474,22 @@ impl Inner {
                 controller: self.name.clone(),
             });
         }
+        if let Some((buf, _)) = data {
+            self.check_domain(buf)?;
+        }
         let mut admin: MutexGuard<'_, AdminQueue> =
             self.admin.lock().unwrap_or_else(|p| p.into_inner());
         let result = admin.execute(&self.mmio, self.page_size, sqe, data, self.admin_timeout);
         match result {
             Err(Error::Timeout { .. }) | Err(Error::ControllerFatal { .. }) => {
-                self.failed.store(true, Ordering::Release);
+                drop(admin);
                 log::error!(
                     "{}: admin command failed fatally; controller marked failed",
                     self.name
                 );
+                // The command may still run and write its data buffer or the admin rings:
+                // stop the controller before any of that memory can be freed.
+                self.fail_and_stop();
                 result.map_err(|e| match e {
                     Error::ControllerFatal { .. } => Error::ControllerFatal {
                         controller: self.name.clone(),
@@ -418,6 +499,70 @@ impl Inner {
             }
             r => r,
         }
+    }
+
+    /// Refuses a buffer mapped in another DMA domain.
+    #[inline(always)]
+    pub(crate) fn check_domain(&self, buf: &DmaBuffer) -> Result<()> {
+        let own = self.dma.domain();
+        if buf.domain() != own {
+            return Err(Error::ForeignBuffer {
+                buffer: buf.domain(),
+                controller: self.name.clone(),
+                controller_domain: own,
+            });
+        }
+        Ok(())
+    }
+
+    /// Marks the controller failed and stops its DMA (see [`Inner::stop_dma`]).
+    pub(crate) fn fail_and_stop(&self) -> bool {
+        self.failed.store(true, Ordering::Release);
+        self.stop_dma()
+    }
+
+    /// Stops the controller from reaching host memory: clears CC.EN and waits for CSTS.RDY=0
+    /// (bounded by CAP.TO), then clears bus mastering where the transport can. Returns true
+    /// when that is confirmed; otherwise retires the mapper so that every DMA allocation of
+    /// this controller leaks instead of being freed. Done once; later calls return the
+    /// outcome. The controller is unusable afterwards.
+    pub(crate) fn stop_dma(&self) -> bool {
+        let mut state = self.dma_state.lock().unwrap_or_else(|p| p.into_inner());
+        match *state {
+            DmaState::Stopped => return true,
+            DmaState::Unstoppable => return false,
+            DmaState::Running => {}
+        }
+        self.failed.store(true, Ordering::Release);
+        let cc = Cc(self.mmio.read32(regs::CC));
+        if cc.en() {
+            self.mmio.write32(regs::CC, cc.with_en(false).0);
+        }
+        let disabled = match wait_ready(&self.mmio, &self.name, self.cap, false) {
+            Ok(()) => true,
+            Err(e) => {
+                log::error!("{}: disabling the controller failed: {e}", self.name);
+                false
+            }
+        };
+        let bus_master_off = match &self.function {
+            Some(f) => match f.disable_bus_master() {
+                Ok(()) => true,
+                Err(e) => {
+                    log::error!("{}: clearing bus mastering failed: {e}", self.name);
+                    false
+                }
+            },
+            None => true,
+        };
+        *state = if disabled && bus_master_off {
+            log::debug!("{}: controller disabled, DMA stopped", self.name);
+            DmaState::Stopped
+        } else {
+            self.guard.retire();
+            DmaState::Unstoppable
+        };
+        *state == DmaState::Stopped
     }
 
     fn identify_all(&mut self, io_queues: u16) -> Result<()> {
@@ -463,7 +608,23 @@ impl Inner {
         let asked = io_queues.max(1);
         let cqe = self.admin(command::set_number_of_queues(asked, asked), None)?;
         let (sq, cq) = command::number_of_queues_allocated(cqe.dw0);
-        self.io_queues = sq.min(cq).min(asked);
+        let granted = sq.min(cq).min(asked);
+        // Only queues whose doorbells lie inside BAR0 can be used (a large CAP.DSTRD or a
+        // small BAR leaves the higher ones unreachable).
+        let stride = self.cap.doorbell_stride();
+        let reachable = (0..=granted)
+            .take_while(|&q| self.mmio.contains_dword(regs::cq_head_doorbell(q, stride)))
+            .count() as u16;
+        self.io_queues = granted.min(reachable.saturating_sub(1));
+        if self.io_queues < granted {
+            log::warn!(
+                "{}: only {} of {granted} granted I/O queue pairs have doorbells inside the \
+                 {}-byte BAR0 (doorbell stride {stride}); using those",
+                self.name,
+                self.io_queues,
+                self.mmio.len()
+            );
+        }
         self.qid_in_use = Mutex::new(vec![false; self.io_queues as usize + 1]);
         log::debug!(
             "{}: {} I/O queue pairs granted ({sq} SQ / {cq} CQ)",
@@ -485,12 +646,12 @@ impl Inner {
                 nsid,
                 &mut page,
             )?);
-            match Namespace::from_identify(nsid, data) {
-                Some(ns) => namespaces.push(ns),
-                None => log::warn!(
-                    "{}: namespace {nsid} has no usable LBA format or zero size; skipped",
-                    self.name
-                ),
+            match Namespace::from_identify(nsid, data, self.max_transfer) {
+                Ok(ns) => namespaces.push(ns),
+                Err(reason) => {
+                    log::warn!("{}: namespace {nsid} skipped: {reason}", self.name);
+                    self.unsupported.push((nsid, reason));
+                }
             }
         }
         self.namespaces = namespaces;
@@ -659,5 +820,9 @@ impl Drop for Inner {
         if self.shutdown_on_drop && !self.is_failed() {
             self.shutdown();
         }
+        // Before the admin rings, shadow doorbell pages and identify data are freed (when the
+        // fields drop after this), the controller must be unable to reach them: disabled and
+        // bus mastering off, or the memory leaks (`stop_dma` retires the mapper).
+        self.stop_dma();
     }
 }

@@ -106,9 +106,27 @@ pub enum Error {
         free: u32,
         capacity: u32,
     },
-    /// Asked for a queue deeper than CAP.MQES allows, or too shallow.
-    #[error("queue depth {requested} is not supported: choose 2..={max} (CAP.MQES+1)")]
+    /// Asked for a queue deeper than CAP.MQES (or the driver's slot limit) allows, or too
+    /// shallow.
+    #[error(
+        "queue depth {requested} is not supported: choose 2..={max} (the lower of the \
+         controller's CAP.MQES+1 and the driver's limit of 4096 entries)"
+    )]
     QueueDepth { requested: u32, max: u32 },
+    /// The buffer was mapped for another controller's DMA domain (another IOMMU address space):
+    /// this controller would write to whatever its own domain has at that address.
+    #[error(
+        "buffer belongs to {buffer} but controller {controller} uses {controller_domain}: allocate \
+         it from this controller (Controller::alloc_buffer / Controller::dma)"
+    )]
+    ForeignBuffer {
+        buffer: nvme_vfio::DmaDomain,
+        controller: String,
+        controller_domain: nvme_vfio::DmaDomain,
+    },
+    /// The namespace exists but its format is one this driver cannot do I/O on.
+    #[error("namespace {nsid} cannot be used: {reason}")]
+    UnsupportedNamespace { nsid: u32, reason: String },
     /// All I/O queues the controller granted are in use.
     #[error("all {granted} I/O queue pairs granted by the controller are in use; drop one first")]
     NoQueuesLeft { granted: u16 },
@@ -127,6 +145,13 @@ pub enum Error {
     /// A command that does not fit the request API (e.g. a raw command without a namespace).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+}
+
+/// Whether the `count`-th occurrence of a repeated problem is logged: the first few, then
+/// only at powers of two, so a device that floods the driver with garbage cannot flood the log
+/// (the counters keep the exact number).
+pub(crate) fn log_occurrence(count: u64) -> bool {
+    count <= 8 || count.is_power_of_two()
 }
 
 impl Error {
@@ -160,3 +185,15 @@ impl IoFailure {
 
 /// Result type of the driver.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::log_occurrence;
+
+    #[test]
+    fn repeated_problems_are_logged_sparsely() {
+        let logged = (1..=1_000_000u64).filter(|&n| log_occurrence(n)).count();
+        // 1..=8, then 16, 32, ..., 2^19.
+        assert_eq!(logged, 8 + 16);
+    }
+}

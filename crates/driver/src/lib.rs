@@ -21,6 +21,7 @@ mod namespace;
 mod prp;
 mod queue_pair;
 mod ring;
+mod teardown;
 
 pub use controller::{Controller, ControllerOptions, Transport, DEFAULT_IO_QUEUES, HOST_PAGE_SIZE};
 pub use error::{Error, IoFailure, Result};

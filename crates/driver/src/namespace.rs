@@ -22,15 +22,55 @@ pub struct Namespace {
 const MIN_BLOCK_SHIFT: u32 = 9;
 
 impl Namespace {
-    /// Builds a handle from Identify Namespace data; `None` when the data describes an
-    /// unusable namespace (zero size or a bogus LBA data size).
-    pub(crate) fn from_identify(nsid: u32, data: IdentifyNamespace) -> Option<Self> {
+    /// Builds a handle from Identify Namespace data, or says why the namespace cannot be
+    /// used: zero size, a bogus LBA data size, blocks larger than the largest transfer
+    /// (`max_transfer` bytes), or a format with metadata or protection information, which this
+    /// driver does not transfer (a device would move more bytes than the data buffer holds).
+    pub(crate) fn from_identify(
+        nsid: u32,
+        data: IdentifyNamespace,
+        max_transfer: usize,
+    ) -> std::result::Result<Self, String> {
         let format = data.current_lba_format();
         let shift = format.lbads as u32;
-        if !(MIN_BLOCK_SHIFT..32).contains(&shift) || data.nsze == 0 {
-            return None;
+        if data.nsze == 0 {
+            return Err("it reports zero size (NSZE = 0)".into());
         }
-        Some(Self {
+        if !(MIN_BLOCK_SHIFT..32).contains(&shift) {
+            return Err(format!(
+                "its LBA data size 2^{shift} is not a valid block size (LBADS must be 9..=31)"
+            ));
+        }
+        let metadata = format.metadata_size();
+        let pi_type = data.protection_type();
+        if metadata != 0 || pi_type != 0 {
+            let layout = if data.metadata_extended() {
+                "extended LBA: metadata interleaved with each block"
+            } else {
+                "metadata in a separate buffer"
+            };
+            let pi = if pi_type != 0 {
+                format!(", protection information type {pi_type}")
+            } else {
+                String::new()
+            };
+            return Err(format!(
+                "its format (LBA format {}) is {} B blocks + {metadata} B metadata ({layout}{pi}); \
+                 this driver supports only formats without metadata: reformat the namespace \
+                 with a metadata-free LBA format (e.g. `nvme format /dev/nvmeX -n {nsid} --lbaf=N`) \
+                 or use another namespace",
+                data.lba_format_index(),
+                1u64 << shift
+            ));
+        }
+        if (1usize << shift) > max_transfer {
+            return Err(format!(
+                "its {} B blocks are larger than the controller's largest transfer \
+                 ({max_transfer} B, MDTS)",
+                1u64 << shift
+            ));
+        }
+        Ok(Self {
             nsid,
             block_size: 1 << shift,
             block_shift: shift,
@@ -111,20 +151,19 @@ mod tests {
     use super::*;
     use nvme_spec::LbaFormat;
 
-    fn ns(lbads: u8, nsze: u64) -> Option<Namespace> {
+    fn identify(lbads: u8, ms: u16, nsze: u64) -> IdentifyNamespace {
         let mut lbaf = [LbaFormat::default(); 64];
-        lbaf[0] = LbaFormat {
-            ms: 0,
-            lbads,
-            rp: 0,
-        };
-        let data = IdentifyNamespace {
+        lbaf[0] = LbaFormat { ms, lbads, rp: 0 };
+        IdentifyNamespace {
             nsze,
             ncap: nsze,
             lbaf,
             ..IdentifyNamespace::default()
-        };
-        Namespace::from_identify(1, data)
+        }
+    }
+
+    fn ns(lbads: u8, nsze: u64) -> Option<Namespace> {
+        Namespace::from_identify(1, identify(lbads, 0, nsze), 1 << 20).ok()
     }
 
     #[test]
@@ -154,5 +193,36 @@ mod tests {
         assert!(ns(8, 100).is_none());
         assert!(ns(40, 100).is_none());
         assert!(ns(9, 0).is_none());
+    }
+
+    #[test]
+    fn refuses_metadata_and_protection_formats() {
+        // 512 + 8, extended LBA (FLBAS bit 4).
+        let mut d = identify(9, 8, 100);
+        d.flbas = 1 << 4;
+        let why = Namespace::from_identify(3, d, 1 << 20).unwrap_err();
+        assert!(
+            why.contains("8 B metadata") && why.contains("extended"),
+            "{why}"
+        );
+        // 4096 + 16, separate buffer.
+        let why = Namespace::from_identify(3, identify(12, 16, 100), 1 << 20).unwrap_err();
+        assert!(
+            why.contains("16 B metadata") && why.contains("separate"),
+            "{why}"
+        );
+        // Protection information without metadata size is still refused.
+        let mut d = identify(9, 0, 100);
+        d.dps = 1;
+        let why = Namespace::from_identify(3, d, 1 << 20).unwrap_err();
+        assert!(why.contains("protection information type 1"), "{why}");
+    }
+
+    #[test]
+    fn refuses_blocks_larger_than_the_largest_transfer() {
+        // 64 KiB blocks with a 32 KiB MDTS: splitting would divide by zero blocks per command.
+        let why = Namespace::from_identify(1, identify(16, 0, 100), 32 << 10).unwrap_err();
+        assert!(why.contains("largest transfer"), "{why}");
+        assert!(Namespace::from_identify(1, identify(15, 0, 100), 32 << 10).is_ok());
     }
 }

@@ -16,8 +16,13 @@
 //! slots are all reserved before anything is submitted; the caller sees one completion.
 //!
 //! INVARIANT: a buffer moved into a slot is given back only after every command that
-//! references it has completed, or when the pair is dropped (its queues deleted first). A
-//! buffer of a command that timed out is kept in `quarantine` until then.
+//! references it has completed. A request whose command timed out (or whose controller
+//! reported a fatal status) is reported to the caller at once, without its buffer, but its
+//! slots stay *retired*: the tag (so its command id), the slot's PRP-list/DSM page and the
+//! buffer are not reused until the late completion of every command of the request arrives
+//! (an Abort that succeeds makes the controller post it), or until the queue is deleted or
+//! the controller stopped when the pair drops. A controller that cannot be stopped leaks
+//! them (see `teardown`).
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -25,15 +30,16 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nvme_pool::MAX_DEPTH;
 use nvme_pool::{Tag, TagSet};
 use nvme_spec::queue::SubmissionEntry;
 use nvme_spec::queue::DSM_MAX_RANGES;
 use nvme_spec::regs::Csts;
 use nvme_spec::{command, opcode, regs, Status};
-use nvme_vfio::{DmaBuffer, InterruptEvent};
+use nvme_vfio::{DmaBuffer, DmaDomain, InterruptEvent};
 
 use crate::controller::{Controller, Inner};
-use crate::error::{Error, IoFailure, Result};
+use crate::error::{log_occurrence, Error, IoFailure, Result};
 use crate::namespace::Namespace;
 use crate::prp::{self, PrpLayout};
 use crate::ring::{CqRing, SlotPages, SqRing};
@@ -99,10 +105,13 @@ pub struct QueuePairStats {
     pub idle_polls: u64,
     /// Completion entries rejected (bad queue id, command id not in flight, stale generation).
     pub bad_completions: u64,
-    /// Completion entries whose SQ head pointer was out of range.
+    /// Completion entries whose SQ head pointer lay outside the entries submitted and not yet
+    /// consumed (ignored: trusting it would overwrite entries the device has not fetched).
     pub bad_sq_heads: u64,
     /// Commands that timed out.
     pub timeouts: u64,
+    /// Completions of commands that had timed out (their retired slots were released).
+    pub late_completions: u64,
 }
 
 /// Per-slot request state. Recycled, never zeroed as a whole: each submission sets the fields
@@ -110,8 +119,10 @@ pub struct QueuePairStats {
 struct Slot {
     /// Tag of the group head (own tag for a single command or the head itself).
     head: Tag,
-    /// A command is outstanding in this slot (cleared by its completion or a timeout).
+    /// A command is outstanding in this slot (cleared only by its completion).
     awaiting: bool,
+    /// The outstanding command timed out (or the controller failed): it is not expired again.
+    expired: bool,
     /// Epoch (see `QueuePair::epoch`) when the command was submitted.
     epoch: u32,
     // Fields below are meaningful on a group head only.
@@ -121,6 +132,9 @@ struct Slot {
     opcode: u8,
     /// A synchronous caller waits for this request.
     sync: bool,
+    /// The caller already got this request's completion (an error, after a timeout); the
+    /// slots stay retired until the device returns every command of the group.
+    reported: bool,
     /// First error of the group.
     error: Option<Error>,
     /// Completion dword 0 of the (last) command.
@@ -149,7 +163,10 @@ pub struct QueuePair {
     epoch_started: Instant,
     epoch_length: Duration,
     timeout: Duration,
-    quarantine: Vec<DmaBuffer>,
+    /// Requests reported to the caller whose slots are still retired.
+    retired: u16,
+    /// DMA domain of the controller: buffers from any other are refused.
+    domain: DmaDomain,
     irq: Option<Arc<InterruptEvent>>,
     ctrl: Arc<Inner>,
     _not_sync: PhantomData<Cell<()>>,
@@ -168,7 +185,8 @@ impl Controller {
     /// Queue, physically contiguous rings in DMA memory, polled: no interrupts).
     pub fn create_queue_pair(&self, options: QueuePairOptions) -> Result<QueuePair> {
         let inner = &self.inner;
-        let max = inner.cap.max_queue_entries();
+        // The ring needs `depth` entries (CAP.MQES) and the pair `depth - 1` request slots.
+        let max = inner.cap.max_queue_entries().min(u32::from(MAX_DEPTH));
         if options.depth < 2 || options.depth > max {
             return Err(Error::QueueDepth {
                 requested: options.depth,
@@ -220,14 +238,25 @@ impl QueuePair {
             None
         };
         let vector = irq.as_ref().map(|_| qid);
+        // A timeout of either command stops the controller (`Inner::admin`), so the rings are
+        // freed on these error paths only once the device cannot reach them.
         ctrl.admin(command::create_io_cq(qid, depth, cq.iova().0, vector), None)?;
         if let Err(e) = ctrl.admin(command::create_io_sq(qid, depth, sq.iova().0, qid), None) {
-            let _ = ctrl.admin(command::delete_io_cq(qid), None);
+            if let Err(d) = ctrl.admin(command::delete_io_cq(qid), None) {
+                log::error!(
+                    "{}: deleting I/O completion queue {qid} after a failed creation: {d}",
+                    ctrl.name
+                );
+                // The controller may keep the CQ (and write to its ring): stop it first.
+                ctrl.fail_and_stop();
+            }
             return Err(e);
         }
         let tags = TagSet::new(slots, |_| Slot {
             head: Tag::default(),
             awaiting: false,
+            expired: false,
+            reported: false,
             epoch: 0,
             remaining: 0,
             opcode: 0,
@@ -259,7 +288,8 @@ impl QueuePair {
             epoch_started: Instant::now(),
             epoch_length: timeout / (TIMEOUT_EPOCHS - 1),
             timeout,
-            quarantine: Vec::with_capacity(slots as usize),
+            retired: 0,
+            domain: ctrl.dma.domain(),
             irq,
             ctrl,
             _not_sync: PhantomData,
@@ -471,9 +501,17 @@ impl QueuePair {
     }
 
     /// Queues any I/O command (the raw path): the driver fills the command id and the data
-    /// pointer (`len` bytes of `data`); the caller is responsible for the other fields. The
-    /// transfer must fit in one command ([`QueuePair::max_transfer_bytes`]).
-    pub fn submit_raw(
+    /// pointer (`len` bytes of `data`, or zero without data); the caller is responsible for
+    /// the other fields. The transfer must fit in one command
+    /// ([`QueuePair::max_transfer_bytes`]).
+    ///
+    /// # Safety
+    /// The driver cannot tell how many bytes an arbitrary command transfers. The caller
+    /// guarantees that the command, as the controller interprets it (opcode, NLB/NUMD and
+    /// the other dwords), transfers at most `len` bytes, and no data when `data` is `None`,
+    /// and names no other host memory (e.g. a metadata pointer). Otherwise the controller
+    /// writes or reads memory the program owns.
+    pub unsafe fn submit_raw(
         &mut self,
         sqe: SubmissionEntry,
         data: Option<(DmaBuffer, usize)>,
@@ -492,6 +530,11 @@ impl QueuePair {
             Some((b, len)) => (Some(b), len),
             None => (None, 0),
         };
+        // The data pointer is always the driver's: none without a buffer.
+        let mut sqe = sqe;
+        sqe.prp1 = 0;
+        sqe.prp2 = 0;
+        sqe.mptr = 0;
         if let Some(b) = &buf {
             if let Err(e) = self.check_buffer(b, len) {
                 return Err(IoFailure::new(e, buf));
@@ -514,6 +557,9 @@ impl QueuePair {
 
     #[inline(always)]
     fn check_buffer(&self, buf: &DmaBuffer, needed: usize) -> Result<()> {
+        if buf.domain() != self.domain {
+            return Err(self.foreign(buf));
+        }
         if needed == 0 {
             return Err(Error::ZeroLength);
         }
@@ -530,6 +576,15 @@ impl QueuePair {
             });
         }
         Ok(())
+    }
+
+    #[cold]
+    fn foreign(&self, buf: &DmaBuffer) -> Error {
+        Error::ForeignBuffer {
+            buffer: buf.domain(),
+            controller: self.ctrl.name.clone(),
+            controller_domain: self.domain,
+        }
     }
 
     #[inline(always)]
@@ -676,6 +731,7 @@ impl QueuePair {
             if i > 0 {
                 let slot = self.tags.get_mut(tag);
                 slot.awaiting = true;
+                slot.expired = false;
                 slot.epoch = self.epoch;
             }
             self.push_command(tag, sqes[i]);
@@ -720,10 +776,12 @@ impl QueuePair {
         let slot = self.tags.get_mut(tag);
         slot.head = tag;
         slot.awaiting = true;
+        slot.expired = false;
         slot.epoch = epoch;
         slot.remaining = commands;
         slot.opcode = op;
         slot.sync = false;
+        slot.reported = false;
         slot.error = None;
         slot.dw0 = 0;
         slot.user_data = user_data;
@@ -786,7 +844,7 @@ impl QueuePair {
                 continue;
             }
             if !self.sq.update_head(cqe.sq_head) {
-                self.stats.bad_sq_heads += 1;
+                self.bad_sq_head(&cqe);
             }
             let status = cqe.status();
             let outcome = if status.is_success() {
@@ -811,14 +869,34 @@ impl QueuePair {
     #[cold]
     fn reject(&mut self, cqe: &nvme_spec::CompletionEntry, why: &str) {
         self.stats.bad_completions += 1;
-        log::warn!(
-            "{} queue {}: rejected completion (cid {:#x}, sq id {}, status {}): {why}",
-            self.ctrl.name,
-            self.qid,
-            cqe.cid,
-            cqe.sq_id,
-            cqe.status()
-        );
+        if log_occurrence(self.stats.bad_completions) {
+            log::warn!(
+                "{} queue {}: rejected completion (cid {:#x}, sq id {}, status {}): {why} \
+                 ({} rejected so far; further ones are logged sparsely)",
+                self.ctrl.name,
+                self.qid,
+                cqe.cid,
+                cqe.sq_id,
+                cqe.status(),
+                self.stats.bad_completions
+            );
+        }
+    }
+
+    #[cold]
+    fn bad_sq_head(&mut self, cqe: &nvme_spec::CompletionEntry) {
+        self.stats.bad_sq_heads += 1;
+        if log_occurrence(self.stats.bad_sq_heads) {
+            log::warn!(
+                "{} queue {}: ignored SQ head {} in a completion (cid {:#x}): outside the \
+                 entries submitted and not yet consumed ({} so far)",
+                self.ctrl.name,
+                self.qid,
+                cqe.sq_head,
+                cqe.cid,
+                self.stats.bad_sq_heads
+            );
+        }
     }
 
     /// Records one command's outcome; completes its request when it was the group's last.
@@ -834,9 +912,14 @@ impl QueuePair {
         slot.awaiting = false;
         let head_tag = slot.head;
         if head_tag != tag {
+            // The device is done with this command and its PRP-list page.
             self.tags.free(tag);
         }
         let head = self.tags.get_mut(head_tag);
+        if head.reported {
+            self.late_completion(head_tag);
+            return false;
+        }
         match outcome {
             Outcome::Done(dw0) => head.dw0 = dw0,
             Outcome::Status(status) => {
@@ -847,8 +930,6 @@ impl QueuePair {
                     });
                 }
             }
-            // Lost commands decide the outcome: they govern whether the buffer may be returned.
-            Outcome::Lost(e) => head.error = Some(e),
         }
         head.remaining -= 1;
         if head.remaining > 0 {
@@ -868,34 +949,62 @@ impl QueuePair {
         let sync = head.sync;
         self.tags.free(head_tag);
         self.stats.requests_completed += 1;
-        let completion = match error {
-            None => Completion {
-                user_data,
-                result: Ok(dw0),
-                buffer,
+        let completion = Completion {
+            user_data,
+            result: match error {
+                None => Ok(dw0),
+                Some(e) => Err(e),
             },
-            Some(e @ (Error::Timeout { .. } | Error::ControllerFatal { .. })) => {
-                // The controller may still write the buffer: keep it until the queues are gone.
-                if let Some(b) = buffer {
-                    self.quarantine.push(b);
-                }
-                Completion {
-                    user_data,
-                    result: Err(e),
-                    buffer: None,
-                }
-            }
-            Some(e) => Completion {
-                user_data,
-                result: Err(e),
-                buffer,
-            },
+            buffer,
         };
+        self.deliver(sync, completion, f);
+    }
+
+    #[inline(always)]
+    fn deliver<F: FnMut(Completion)>(&mut self, sync: bool, completion: Completion, f: &mut F) {
         if sync {
             self.sync_done = Some(completion);
         } else {
             f(completion);
         }
+    }
+
+    /// A command of a request already reported as failed (timeout, fatal status) completed:
+    /// once the last one is back, the request's buffer and head slot are released.
+    #[cold]
+    fn late_completion(&mut self, head_tag: Tag) {
+        self.stats.late_completions += 1;
+        let head = self.tags.get_mut(head_tag);
+        head.remaining -= 1;
+        if head.remaining > 0 {
+            return;
+        }
+        // Every command of the group is back: nothing references the buffer any more.
+        drop(head.buffer.take());
+        self.tags.free(head_tag);
+        self.retired -= 1;
+    }
+
+    /// Reports the request of a command that will not complete in time with `error`, at
+    /// once and without its buffer; its slots stay retired until the device returns its
+    /// commands (see the module INVARIANT).
+    #[cold]
+    fn report_lost<F: FnMut(Completion)>(&mut self, head_tag: Tag, error: Error, f: &mut F) {
+        let head = self.tags.get_mut(head_tag);
+        if head.reported {
+            return;
+        }
+        head.reported = true;
+        let sync = head.sync;
+        let user_data = head.user_data;
+        self.retired += 1;
+        self.stats.requests_completed += 1;
+        let completion = Completion {
+            user_data,
+            result: Err(error),
+            buffer: None,
+        };
+        self.deliver(sync, completion, f);
     }
 
     /// Advances the timeout clock; fails commands older than the timeout and, on a fatal
@@ -912,12 +1021,21 @@ impl QueuePair {
         self.epoch = self.epoch.wrapping_add(1);
         self.epoch_started = Instant::now();
         let fatal = Csts(self.ctrl.mmio.read32(regs::CSTS)).cfs();
+        if fatal && !self.ctrl.is_failed() {
+            log::error!(
+                "{}: Controller Fatal Status (CSTS.CFS=1); stopping the controller",
+                self.ctrl.name
+            );
+            self.ctrl.fail_and_stop();
+        }
         let mut expired = [None::<Tag>; EXPIRE_BATCH];
         loop {
             let mut n = 0;
             for tag in self.tags.iter_in_use() {
                 let slot = self.tags.get(tag);
-                if slot.awaiting && (fatal || self.epoch.wrapping_sub(slot.epoch) >= TIMEOUT_EPOCHS)
+                if slot.awaiting
+                    && !slot.expired
+                    && (fatal || self.epoch.wrapping_sub(slot.epoch) >= TIMEOUT_EPOCHS)
                 {
                     expired[n] = Some(tag);
                     n += 1;
@@ -939,6 +1057,8 @@ impl QueuePair {
     fn expire<F: FnMut(Completion)>(&mut self, tag: Tag, fatal: bool, f: &mut F) {
         let cid = tag.cid();
         self.stats.timeouts += 1;
+        // The slot stays allocated and awaiting: its late completion releases it.
+        self.tags.get_mut(tag).expired = true;
         let head_tag = self.tags.get(tag).head;
         let command = command_name(self.tags.get(head_tag).opcode);
         let error = if fatal {
@@ -952,8 +1072,8 @@ impl QueuePair {
                 self.qid,
                 self.timeout
             );
-            // Best effort: the command's slot is retired either way (a late completion fails
-            // the generation/awaiting checks).
+            // Best effort: if the abort succeeds the controller completes the command with
+            // Command Abort Requested, which releases its retired slot.
             let _ = self.ctrl.admin(command::abort(self.qid, cid), None);
             Error::Timeout {
                 command,
@@ -961,7 +1081,7 @@ impl QueuePair {
                 timeout: self.timeout,
             }
         };
-        self.finish_command(tag, Outcome::Lost(error), f);
+        self.report_lost(head_tag, error, f);
     }
 
     // ----- synchronous API ------------------------------------------------------------------
@@ -1083,7 +1203,10 @@ impl QueuePair {
     }
 
     /// Runs a raw I/O command to completion; returns completion dword 0 and the buffer.
-    pub fn execute_raw(
+    ///
+    /// # Safety
+    /// As [`QueuePair::submit_raw`].
+    pub unsafe fn execute_raw(
         &mut self,
         sqe: SubmissionEntry,
         data: Option<(DmaBuffer, usize)>,
@@ -1145,9 +1268,10 @@ impl QueuePair {
         self.irq.is_some()
     }
 
-    /// Buffers held back because their commands timed out (freed when the pair drops).
-    pub fn quarantined(&self) -> usize {
-        self.quarantine.len()
+    /// Requests reported as failed (timeout, fatal status) whose slots, PRP pages and
+    /// buffers are still retired because the device has not returned their commands.
+    pub fn retired(&self) -> usize {
+        self.retired as usize
     }
 }
 
@@ -1157,8 +1281,6 @@ enum Outcome {
     Done(u32),
     /// The controller reported an error status.
     Status(Status),
-    /// No completion will be trusted any more (timeout, fatal controller status).
-    Lost(Error),
 }
 
 /// Most commands one split request may use (its transfer is at most this many times
@@ -1184,24 +1306,38 @@ fn command_name(op: u8) -> &'static str {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
-        // Delete the SQ first (the controller aborts what is outstanding), then the CQ. Only
-        // then may in-flight and quarantined buffers be freed: their memory is unmapped from
-        // the IOMMU before it is released, so even a misbehaving controller cannot reach it.
-        if !self.ctrl.is_failed() {
-            if let Err(e) = self.ctrl.admin(command::delete_io_sq(self.qid), None) {
-                log::warn!(
-                    "{}: deleting I/O submission queue {}: {e}",
-                    self.ctrl.name,
-                    self.qid
-                );
-            } else if let Err(e) = self.ctrl.admin(command::delete_io_cq(self.qid), None) {
-                log::warn!(
-                    "{}: deleting I/O completion queue {}: {e}",
-                    self.ctrl.name,
-                    self.qid
-                );
-            }
+        // The rings, slot pages and the buffers of requests still in flight or retired are
+        // freed when the fields drop after this. Before that the device must be unable to
+        // reach them: either both queues are deleted (Delete I/O SQ completes only once every
+        // command of the queue is completed or aborted, NVMe Base 2.0 §5.6), or the
+        // controller is stopped (disabled, bus mastering off), or, when neither can be
+        // confirmed, the controller's mapper is retired and all that memory leaks.
+        let deleted = !self.ctrl.is_failed()
+            && match self.ctrl.admin(command::delete_io_sq(self.qid), None) {
+                Err(e) => {
+                    log::error!(
+                        "{}: deleting I/O submission queue {}: {e}",
+                        self.ctrl.name,
+                        self.qid
+                    );
+                    false
+                }
+                Ok(_) => match self.ctrl.admin(command::delete_io_cq(self.qid), None) {
+                    Err(e) => {
+                        log::error!(
+                            "{}: deleting I/O completion queue {}: {e}",
+                            self.ctrl.name,
+                            self.qid
+                        );
+                        false
+                    }
+                    Ok(_) => true,
+                },
+            };
+        if deleted {
+            self.ctrl.release_qid(self.qid);
+        } else {
+            self.ctrl.fail_and_stop();
         }
-        self.ctrl.release_qid(self.qid);
     }
 }

@@ -7,10 +7,10 @@
 //! guaranteed by the callers' wrap-around arithmetic).
 
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use nvme_spec::queue::{CompletionEntry, SubmissionEntry, CQE_SIZE, SQE_SIZE};
+use nvme_vfio::barrier;
 use nvme_vfio::{DmaError, DmaMapper, DmaRegion, Doorbell, Iova};
 
 /// The Shadow Doorbell and EventIdx buffers of a controller (Doorbell Buffer Config, NVMe
@@ -110,7 +110,7 @@ impl ShadowSlot {
         // The shadow store must be globally visible before EventIdx is loaded (a store-load
         // ordering only a full fence gives); otherwise the controller could miss the new
         // value while we miss its request for an MMIO write.
-        fence(Ordering::SeqCst);
+        barrier::mb();
         // SAFETY: as above; the controller writes this entry concurrently.
         let event_idx = unsafe { self.event_idx.as_ptr().read_volatile() };
         need_event(event_idx, new, old)
@@ -140,7 +140,8 @@ impl DoorbellWriter {
     }
 
     /// Publishes `new` (previous value `old`); returns whether an MMIO write happened. The
-    /// caller has already issued the release fence that orders the ring accesses before it.
+    /// caller has already issued [`barrier::before_doorbell`], which orders the ring accesses
+    /// before it.
     #[inline(always)]
     fn publish(&self, old: u32, new: u32) -> bool {
         match &self.shadow {
@@ -265,21 +266,37 @@ impl SqRing {
         }
         // Orders the SQE stores before the doorbell (or shadow) store: the controller may
         // fetch the entries as soon as it sees the new tail.
-        fence(Ordering::Release);
+        barrier::before_doorbell();
         let mmio = self.doorbell.publish(self.published_tail, self.tail);
         self.published_tail = self.tail;
         Some(mmio)
     }
 
-    /// Records the controller's SQ head from a completion. Values out of range are untrusted
-    /// garbage and ignored (the caller counts them). Returns false for such values.
+    /// Records the controller's SQ head from a completion. The head may only move forward
+    /// through entries the host has published: a value outside `[head, published tail]` (in
+    /// ring order) is untrusted garbage and ignored (the caller counts it), since accepting it
+    /// would let the host overwrite entries the controller has not fetched. Returns false for
+    /// such values.
     #[inline(always)]
     pub(crate) fn update_head(&mut self, head: u16) -> bool {
-        if (head as u32) < self.entries {
-            self.head = head as u32;
+        let head = head as u32;
+        let moved = self.distance(self.head, head);
+        if head < self.entries && moved <= self.distance(self.head, self.published_tail) {
+            self.head = head;
             true
         } else {
             false
+        }
+    }
+
+    /// Entries from `from` forward to `to` in ring order (`to` may be out of range: then the
+    /// result is at least `entries`, which no valid window contains).
+    #[inline(always)]
+    fn distance(&self, from: u32, to: u32) -> u32 {
+        if to >= from {
+            to - from
+        } else {
+            to + self.entries - from
         }
     }
 }
@@ -366,7 +383,7 @@ impl CqRing {
             }
             // Orders the phase-tag load before the loads of the rest of the entry, so we never
             // combine a new phase with stale contents.
-            fence(Ordering::Acquire);
+            barrier::dma_rmb();
             slot.read_volatile()
         };
         self.head += 1;
@@ -386,7 +403,7 @@ impl CqRing {
         }
         // The entries were fully read before the controller may reuse the slots: order those
         // loads before the doorbell (or shadow) store.
-        fence(Ordering::Release);
+        barrier::before_doorbell();
         let mmio = self.doorbell.publish(self.published_head, self.head);
         self.published_head = self.head;
         Some(mmio)
@@ -447,7 +464,60 @@ impl SlotPages {
 
 #[cfg(test)]
 mod tests {
-    use super::need_event;
+    use super::*;
+
+    /// Identity mapper over leaked test memory.
+    struct TestMapper(nvme_vfio::DmaDomain);
+
+    // SAFETY: identity mapping; memory stays alive for the test.
+    unsafe impl DmaMapper for TestMapper {
+        unsafe fn map(&self, vaddr: NonNull<u8>, _len: usize) -> Result<Iova, DmaError> {
+            Ok(Iova(vaddr.as_ptr() as u64))
+        }
+        fn unmap(&self, _iova: Iova, _len: usize) -> Result<(), DmaError> {
+            Ok(())
+        }
+        fn domain(&self) -> nvme_vfio::DmaDomain {
+            self.0
+        }
+    }
+
+    fn sq(entries: u32) -> SqRing {
+        let regs = Box::leak(Box::new([0u32; 4]));
+        let ptr = NonNull::from(&mut regs[0]).cast::<u8>();
+        // SAFETY: 16 bytes of leaked memory, 4-byte aligned, never freed.
+        let mmio = unsafe { nvme_vfio::Mmio::new(ptr, 16, Arc::new(())) };
+        let dma: Arc<dyn DmaMapper> = Arc::new(TestMapper(nvme_vfio::DmaDomain::unique()));
+        SqRing::new(&dma, entries, mmio.doorbell(0)).unwrap()
+    }
+
+    #[test]
+    fn sq_head_only_moves_through_published_entries() {
+        let mut q = sq(8);
+        let e = SubmissionEntry::default();
+        for _ in 0..3 {
+            q.push(&e);
+        }
+        // Pushed but not published: the controller cannot have consumed any of them.
+        assert!(!q.update_head(1));
+        assert!(q.update_head(0), "no movement is always valid");
+        q.publish();
+        assert!(!q.update_head(4), "beyond the published tail");
+        assert!(!q.update_head(7), "behind the current head");
+        assert!(!q.update_head(200), "out of range");
+        assert!(q.update_head(2));
+        assert!(!q.update_head(1), "the head never moves back");
+        assert!(q.update_head(3));
+        assert_eq!(q.free_entries(), 7);
+        // Across the wrap.
+        for _ in 0..6 {
+            q.push(&e);
+        }
+        q.publish();
+        assert!(q.update_head(0));
+        assert!(!q.update_head(2), "past the tail at 1");
+        assert!(q.update_head(1));
+    }
 
     #[test]
     fn event_index_rule() {

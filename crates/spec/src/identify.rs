@@ -538,6 +538,7 @@ impl Default for IdentifyNamespace {
 impl IdentifyNamespace {
     const FLBAS_INDEX_LO_MASK: u8 = 0x0F;
     const FLBAS_EXTENDED_BIT: u8 = 1 << 4;
+    const DPS_PI_TYPE_MASK: u8 = 0b111;
     const FLBAS_INDEX_HI_SHIFT: u8 = 5;
     const FLBAS_INDEX_HI_MASK: u8 = 0b11;
     /// NLBAF (0-based) at or above which FLBAS bits 6:5 extend the format index.
@@ -575,6 +576,12 @@ impl IdentifyNamespace {
     /// false when it goes to a separate buffer (or there is none).
     pub fn metadata_extended(&self) -> bool {
         self.flbas & Self::FLBAS_EXTENDED_BIT != 0
+    }
+
+    /// Protection information type the namespace is formatted with (DPS bits 2:0): 0 for
+    /// none, 1..=3 for PI types 1-3 (NVM Command Set §4.1.5.1).
+    pub fn protection_type(&self) -> u8 {
+        self.dps & Self::DPS_PI_TYPE_MASK
     }
 }
 

@@ -395,6 +395,12 @@ impl InterruptController for VfioPci {
     }
 }
 
+impl crate::function::FunctionControl for VfioPci {
+    fn disable_bus_master(&self) -> Result<(), VfioError> {
+        VfioPci::disable_bus_master(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,11 +464,5 @@ mod tests {
             msg.contains("0000:00:05.1 (bound to snd_hda_intel)") && msg.contains("vfio-pci"),
             "{msg}"
         );
-    }
-}
-
-impl crate::function::FunctionControl for VfioPci {
-    fn disable_bus_master(&self) -> Result<(), VfioError> {
-        VfioPci::disable_bus_master(self)
     }
 }

@@ -188,14 +188,14 @@ impl fmt::Debug for Doorbell {
 impl Doorbell {
     /// Writes `value` to the doorbell (one store: volatile to a device, atomic to an
     /// in-process emulator). The caller orders its ring writes before it with
-    /// [`crate::barrier::dma_wmb`].
+    /// [`crate::barrier::before_doorbell`].
     #[inline(always)]
     pub fn ring(&self, value: u32) {
         match self.access {
             // SAFETY: valid and aligned by the type invariant.
             Access::Volatile => unsafe { self.ptr.as_ptr().write_volatile(value) },
-            // SAFETY: valid and aligned; all accesses to the word are atomic (`new_atomic`).
             Access::Atomic => {
+                // SAFETY: valid and aligned; all accesses to the word are atomic (`new_atomic`).
                 unsafe { AtomicU32::from_ptr(self.ptr.as_ptr()) }.store(value, Ordering::Release)
             }
         }
