@@ -145,6 +145,7 @@ busybox_is_static() {
 # Newest /boot/vmlinuz-VER that has /lib/modules/VER.
 find_kernel() {
     local k v
+    # shellcheck disable=SC2012 # kernel image names are plain; sort -V orders the versions
     for k in $(ls -1v /boot/vmlinuz-* 2>/dev/null | sort -rV); do
         v=${k#/boot/vmlinuz-}
         if [ -d "/lib/modules/$v" ]; then
@@ -344,7 +345,10 @@ pick_accel() {
     fi
     case "$accel" in
     kvm) ACCEL_ARGS=(-accel kvm -cpu host) ;;
-    tcg) ACCEL_ARGS=(-accel tcg,thread=multi -cpu max) ;;
+    tcg)
+        # shellcheck disable=SC2054 # the commas belong to QEMU option values
+        ACCEL_ARGS=(-accel tcg,thread=multi -cpu max)
+        ;;
     *) die "QEMU_ACCEL must be kvm or tcg, not '$accel'" ;;
     esac
     ACCEL=$accel
@@ -354,7 +358,7 @@ pick_accel() {
 START=$(date +%s)
 ensure_packages
 KERNEL=${KERNEL:-$(find_kernel)}
-[ -n "$KERNEL" ] && [ -r "$KERNEL" ] || die "no readable kernel image (set KERNEL=/boot/vmlinuz-VER)"
+{ [ -n "$KERNEL" ] && [ -r "$KERNEL" ]; } || die "no readable kernel image (set KERNEL=/boot/vmlinuz-VER)"
 KVER=${KVER:-${KERNEL#*/vmlinuz-}}
 MODDIR=/lib/modules/$KVER
 [ -f "$MODDIR/modules.dep" ] || die "no $MODDIR/modules.dep for kernel $KERNEL (set KVER)"
@@ -362,6 +366,7 @@ MODDIR=/lib/modules/$KVER
 rm -rf "$WORK"
 mkdir -p "$WORK"
 INITRD_ROOT=$WORK/initramfs
+# shellcheck disable=SC2317 # called through the EXIT trap
 cleanup() { [ "$KEEP" = 1 ] || rm -rf "$WORK"; }
 trap cleanup EXIT
 
@@ -371,6 +376,7 @@ build_initramfs
 pick_accel
 
 SERIAL_LOG=$WORK/serial.log
+# shellcheck disable=SC2054 # the commas belong to QEMU option values
 QEMU_CMD=(
     "${QEMU:-qemu-system-x86_64}" "${ACCEL_ARGS[@]}" -machine q35
     -device intel-iommu,intremap=on,caching-mode=on
