@@ -158,7 +158,7 @@ namespaces_of() {
 }
 
 # Runs the exclusive-open probe (see exclusive_prober) on /dev/$1. Prints a reason when the device
-# is held exclusively; returns 2 (and prints why) when it cannot be checked.
+# is held exclusively, and also when it cannot be checked (an unknown state counts as in use).
 exclusive_busy() {
     case "$EXCL_PROBER" in
     blkexcl:*)
