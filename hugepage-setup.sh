@@ -2,7 +2,7 @@
 # hugepage-setup.sh: prepare a Linux host (or the QEMU test guest) for the userspace NVMe driver.
 #
 #   config  reserve hugepages, load vfio-pci and bind NVMe controllers to it
-#   reset   give the controllers back to the kernel's nvme driver
+#   reset   give the controllers this script bound back to the kernel's nvme driver
 #   status  list NVMe functions, their drivers, IOMMU groups, namespaces and hugepages
 #   help    usage
 #
@@ -26,27 +26,38 @@ TARGET_USER=${TARGET_USER:-}
 HUGETLBFS_MOUNT=${HUGETLBFS_MOUNT:-/dev/hugepages}
 # How long to wait for /dev/vfio/<group> or driver (re)binding to show up, in tenths of a second.
 SETTLE_TENTHS=50
+# Controllers that 'config' bound to vfio-pci, one BDF a line; 'reset' gives back only these.
+STATE_DIR=${NVME_USERSPACE_STATE_DIR:-/run/nvme-userspace}
+STATE_FILE=$STATE_DIR/bound
+# Largest HUGEMEM accepted, in MiB (16 TiB): keeps the page arithmetic far from overflow.
+HUGEMEM_MAX=16777216
 
 usage() {
     cat <<EOF
 Usage: $PROG [config|reset|status|help]
 
-  config   Reserve HUGEMEM MiB of hugepages, load vfio-pci and bind NVMe controllers to it.
-  reset    Unbind NVMe controllers from vfio-pci and give them back to the kernel nvme driver.
+  config   Reserve HUGEMEM MiB of hugepages (never lowers an existing reservation), load
+           vfio-pci and bind NVMe controllers to it.
+  reset    Give the controllers that 'config' bound (recorded in $STATE_FILE) back to the
+           kernel nvme driver; with PCI_ALLOWED, exactly the controllers it names.
   status   Show NVMe PCI functions (BDF, vendor:device, driver, IOMMU group, namespaces)
            and hugepage totals.
   help     Show this text.
 
 Environment:
-  HUGEMEM=MiB          hugepage memory to reserve (default 256)
+  HUGEMEM=MiB          hugepage memory to reserve, a positive whole number (default 256)
   PCI_ALLOWED="BDF..." only touch these controllers (space-separated, e.g. "0000:01:00.0");
-                       default: every NVMe controller (class $NVME_CLASS)
-  TARGET_USER=name     make /dev/vfio/<group> and the hugetlbfs mount usable by this user
-                       (that user also needs a memlock limit, see 'ulimit -l')
+                       default: config binds every free NVMe controller (class $NVME_CLASS),
+                       reset gives back the ones config bound
+  TARGET_USER=name     make /dev/vfio/<group> and the hugetlbfs mount this script creates
+                       usable by this user (who also needs a memlock limit, see 'ulimit -l')
   HUGETLBFS_MOUNT=dir  where to mount hugetlbfs if none is mounted (default /dev/hugepages)
 
-A controller that has a mounted filesystem, active swap or a holder (dm, md, ...) on any of its
-namespaces is never bound: it is reported and skipped.
+A controller is never bound while any namespace or partition on it is in use: mounted, active
+swap, held by dm/md/LVM/bcache (sysfs holders/), opened exclusively (ZFS vdev, btrfs member,
+...), open in a process (a VM disk, dd, ...), backing a loop device or exported by nvmet.
+Without PCI_ALLOWED, a controller holding the root filesystem, /boot or swap is never bound.
+The exclusive-open check uses the blkexcl helper (target/release/blkexcl), perl or python3.
 config and reset need root. VFIO needs an IOMMU: enable VT-d (Intel) or AMD-Vi (AMD) in the
 firmware and boot with intel_iommu=on or amd_iommu=on.
 EOF
@@ -146,8 +157,68 @@ namespaces_of() {
     done | sort -u
 }
 
+# Runs the exclusive-open probe (see exclusive_prober) on /dev/$1. Prints a reason when the device
+# is held exclusively, and also when it cannot be checked (an unknown state counts as in use).
+exclusive_busy() {
+    case "$EXCL_PROBER" in
+    blkexcl:*)
+        "${EXCL_PROBER#blkexcl:}" "/dev/$1" >/dev/null 2>&1
+        rc=$?
+        ;;
+    perl)
+        perl -MFcntl -e 'sysopen(my $f, $ARGV[0], O_RDONLY | O_EXCL) and exit 0; exit($!{EBUSY} ? 1 : 2)' "/dev/$1"
+        rc=$?
+        ;;
+    python3)
+        python3 -c 'import errno, os, sys
+try:
+    os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_EXCL))
+except OSError as e:
+    sys.exit(1 if e.errno == errno.EBUSY else 2)' "/dev/$1"
+        rc=$?
+        ;;
+    *) rc=2 ;;
+    esac
+    case "$rc" in
+    0) ;;
+    1) echo "/dev/$1 is opened exclusively by someone (a filesystem, swap, ZFS, btrfs, dm/md, or a process)" ;;
+    *) echo "/dev/$1 could not be checked with an exclusive open (${EXCL_PROBER:-no prober}); treating it as in use" ;;
+    esac
+}
+
+# Chooses how to open a block device with O_EXCL (busybox sh cannot): our blkexcl helper (in PATH,
+# next to this script or in its target/release/), else perl, else python3. Sets EXCL_PROBER.
+exclusive_prober() {
+    EXCL_PROBER=
+    here=$(dirname "$0")
+    for b in "$(command -v blkexcl 2>/dev/null)" "$here/blkexcl" "$here/target/release/blkexcl"; do
+        if [ -n "$b" ] && [ -x "$b" ]; then
+            EXCL_PROBER=blkexcl:$b
+            return 0
+        fi
+    done
+    if command -v perl >/dev/null 2>&1 && perl -MFcntl -e 1 2>/dev/null; then
+        EXCL_PROBER=perl
+    elif command -v python3 >/dev/null 2>&1; then
+        EXCL_PROBER=python3
+    else
+        die "cannot check whether a drive is in use: no way to open a block device exclusively.
+Build the helper (cargo build --release -p blkexcl, next to this script in target/release/) or
+install perl or python3"
+    fi
+}
+
+# Prints "PATH PID" for every file under /dev/ that a process has open (like fuser), from one
+# 'ls -l' of all /proc/<pid>/fd/ directories (a header line "/proc/<pid>/fd:" per process).
+opened_by_processes() {
+    # shellcheck disable=SC2012 # busybox find has no -lname/-printf; /dev names are plain
+    ls -l /proc/[0-9]*/fd/ 2>/dev/null | awk '
+        /^\/proc\/[0-9]+\/fd\/?:$/ { split($0, a, "/"); pid = a[3]; next }
+        / -> \/dev\// { sub(/.* -> /, ""); print $0, pid }'
+}
+
 # Prints why block device $1 (a disk or a partition, under /sys/class/block) is in use;
-# prints nothing when it is free.
+# prints nothing when it is free. OPEN_FDS must hold the output of opened_by_processes.
 block_dev_users() {
     dev=$1
     sysdir=/sys/class/block/$dev
@@ -158,16 +229,31 @@ block_dev_users() {
         awk -v mm="$majmin" '$3 == mm { found = 1 } END { exit !found }' /proc/self/mountinfo; then
         echo "/dev/$dev ($majmin) is mounted"
     fi
-    if grep -q "^/dev/$dev[[:space:]]" /proc/swaps 2>/dev/null; then
+    if grep -q "^/dev/${dev}[[:space:]]" /proc/swaps 2>/dev/null; then
         echo "/dev/$dev is active swap"
     fi
     for h in "$sysdir"/holders/*; do
-        [ -e "$h" ] && echo "/dev/$dev is held by ${h##*/} (device-mapper, md, ...)"
+        [ -e "$h" ] && echo "/dev/$dev is held by ${h##*/} (device-mapper, md, LVM, bcache, ...)"
     done
+    for l in /sys/block/loop*/loop/backing_file; do
+        [ -r "$l" ] && [ "$(cat "$l" 2>/dev/null)" = "/dev/$dev" ] &&
+            echo "/dev/$dev backs loop device /dev/$(basename "$(dirname "$(dirname "$l")")") (losetup -d it)"
+    done
+    for p in /sys/kernel/config/nvmet/subsystems/*/namespaces/*; do
+        [ -r "$p/device_path" ] && [ "$(cat "$p/enable" 2>/dev/null)" = 1 ] &&
+            [ "$(cat "$p/device_path")" = "/dev/$dev" ] &&
+            echo "/dev/$dev is exported by the NVMe target (nvmet) as $p"
+    done
+    echo "$OPEN_FDS" | awk -v d="/dev/$dev" '$1 == d { print $2 }' | sort -u |
+        while read -r pid; do
+            echo "/dev/$dev is open in process $pid ($(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-60))"
+        done
+    exclusive_busy "$dev"
 }
 
 # Prints every reason the controller at BDF is in use (all its namespaces and their partitions).
 controller_users() {
+    OPEN_FDS=$(opened_by_processes)
     for ns in $(namespaces_of "$1"); do
         block_dev_users "$ns"
         for p in /sys/class/block/"$ns"/"$ns"p*; do
@@ -176,15 +262,97 @@ controller_users() {
     done
 }
 
-# Waits up to SETTLE_TENTHS/10 s for a condition (a shell command string) to hold.
-wait_for() {
+# Prints the whole disks (e.g. nvme0n1) under the block device with major:minor $1: a partition
+# resolves to its disk, a dm/md device to the disks under its slaves/, recursively.
+disks_under() {
+    d=$(cd "/sys/dev/block/$1" 2>/dev/null && pwd -P) || return 0
+    [ -e "$d/partition" ] && d=${d%/*}
+    found_slave=0
+    for sl in "$d"/slaves/*; do
+        [ -e "$sl/dev" ] || continue
+        found_slave=1
+        # A subshell: POSIX sh has no local variables, and the recursion reuses d and found_slave.
+        (disks_under "$(cat "$sl/dev")")
+    done
+    [ "$found_slave" = 1 ] || echo "${d##*/}"
+}
+
+# Prints "disk what" lines for the disks that hold the root filesystem, /boot, /boot/efi or swap.
+system_disks() {
+    # mountinfo: field 3 is major:minor (0:N for btrfs and other virtual ids), field 5 the mount
+    # point, and the source follows the " - fstype" separator.
+    awk '$5 == "/" || $5 == "/boot" || $5 == "/boot/efi" {
+        for (i = 7; i <= NF; i++) if ($i == "-") break
+        print $5, $3, $(i + 2)
+    }' /proc/self/mountinfo 2>/dev/null | while read -r mp mm src; do
+        case "$mm" in
+        0:*) ;;
+        *) for k in $(disks_under "$mm"); do echo "$k $mp"; done ;;
+        esac
+        case "$src" in
+        /dev/*)
+            b=$(basename "$(readlink -f "$src" 2>/dev/null || echo "$src")")
+            smm=$(cat "/sys/class/block/$b/dev" 2>/dev/null) &&
+                for k in $(disks_under "$smm"); do echo "$k $mp"; done
+            ;;
+        esac
+    done
+    awk 'NR > 1 { print $1 }' /proc/swaps 2>/dev/null | while read -r sw; do
+        case "$sw" in
+        /dev/*)
+            b=$(basename "$(readlink -f "$sw" 2>/dev/null || echo "$sw")")
+            smm=$(cat "/sys/class/block/$b/dev" 2>/dev/null) || continue
+            ;;
+        *)
+            # A swap file: the device of the filesystem it lives on.
+            smm=$(stat -c '%d' "$sw" 2>/dev/null) || continue
+            smm="$((smm >> 8 & 0xfff)):$(((smm & 0xff) | (smm >> 12 & 0xfff00)))"
+            ;;
+        esac
+        for k in $(disks_under "$smm"); do echo "$k swap ($sw)"; done
+    done
+}
+
+# Prints why the controller at BDF runs the system (root filesystem, /boot, swap); empty if not.
+controller_system_use() {
+    sys=$(system_disks | sort -u)
+    for ns in $(namespaces_of "$1"); do
+        echo "$sys" | awk -v d="$ns" '$1 == d { $1 = ""; print "/dev/" d " holds" $0 }'
+    done
+}
+
+# Waits up to SETTLE_TENTHS/10 s for the function at BDF $1 to be bound to driver $2.
+wait_driver() {
     i=0
     while [ "$i" -lt "$SETTLE_TENTHS" ]; do
-        if eval "$1"; then return 0; fi
+        [ "$(driver_of "$1")" = "$2" ] && return 0
         sleep 0.1 2>/dev/null || sleep 1
         i=$((i + 1))
     done
-    eval "$1"
+    [ "$(driver_of "$1")" = "$2" ]
+}
+
+# Waits up to SETTLE_TENTHS/10 s for path $1 to exist.
+wait_path() {
+    i=0
+    while [ "$i" -lt "$SETTLE_TENTHS" ]; do
+        [ -e "$1" ] && return 0
+        sleep 0.1 2>/dev/null || sleep 1
+        i=$((i + 1))
+    done
+    [ -e "$1" ]
+}
+
+# HUGEMEM must be a positive whole number of MiB (no sign, unit, fraction or leading zero).
+validate_hugemem() {
+    case "$HUGEMEM" in
+    "" | *[!0-9]* | 0*)
+        die "HUGEMEM='$HUGEMEM' is not a positive whole number of MiB; write e.g. HUGEMEM=256 (for 256 MiB)"
+        ;;
+    esac
+    if [ "${#HUGEMEM}" -gt 8 ] || [ "$HUGEMEM" -gt "$HUGEMEM_MAX" ]; then
+        die "HUGEMEM=$HUGEMEM MiB is more than the $HUGEMEM_MAX MiB this script accepts; ask for less"
+    fi
 }
 
 reserve_hugepages() {
@@ -199,25 +367,31 @@ reserve_hugepages() {
     else
         target=/proc/sys/vm/nr_hugepages
     fi
-    echo "$pages" >"$target" || die "cannot write $pages to $target"
+    before=$(cat "$target")
+    if [ "$before" -ge "$pages" ]; then
+        info "$before hugepages of ${hp_kb} kB already reserved (HUGEMEM=$HUGEMEM MiB needs $pages); leaving it"
+    else
+        echo "$pages" >"$target" || die "cannot write $pages to $target"
+    fi
     got=$(cat "$target")
     if [ "$got" -lt "$pages" ]; then
         warn "asked for $pages hugepages of ${hp_kb} kB (HUGEMEM=$HUGEMEM MiB) but the kernel gave $got;
 memory is fragmented or short: free some, lower HUGEMEM, or reserve at boot with hugepages=$pages"
-    else
+    elif [ "$got" != "$before" ]; then
         info "reserved $got hugepages of ${hp_kb} kB ($((got * hp_kb / 1024)) MiB)"
     fi
     if ! awk '$3 == "hugetlbfs" { found = 1 } END { exit !found }' /proc/mounts; then
         if mkdir -p "$HUGETLBFS_MOUNT" && mount -t hugetlbfs nodev "$HUGETLBFS_MOUNT"; then
             info "mounted hugetlbfs on $HUGETLBFS_MOUNT"
+            # Only a mount this script created changes owner; existing ones belong to someone else.
+            if [ -n "$TARGET_USER" ]; then
+                chown "$TARGET_USER" "$HUGETLBFS_MOUNT" || warn "cannot chown $HUGETLBFS_MOUNT to $TARGET_USER"
+            fi
         else
             warn "could not mount hugetlbfs on $HUGETLBFS_MOUNT (anonymous MAP_HUGETLB still works)"
         fi
-    fi
-    if [ -n "$TARGET_USER" ]; then
-        awk '$3 == "hugetlbfs" { print $2 }' /proc/mounts | while read -r m; do
-            chown "$TARGET_USER" "$m" || warn "cannot chown $m to $TARGET_USER"
-        done
+    elif [ -n "$TARGET_USER" ]; then
+        info "hugetlbfs is already mounted; its owner is left as it is (the tools use anonymous MAP_HUGETLB)"
     fi
 }
 
@@ -232,6 +406,24 @@ load_vfio() {
     fi
 }
 
+# Records (or with $2 = remove, forgets) that this script bound BDF $1 to vfio-pci.
+state_record() {
+    mkdir -p "$STATE_DIR" || die "cannot create $STATE_DIR"
+    others=$(grep -vxF "$1" "$STATE_FILE" 2>/dev/null)
+    {
+        [ -z "$others" ] || echo "$others"
+        [ "${2:-}" = remove ] || echo "$1"
+    } >"$STATE_FILE.new" || die "cannot write $STATE_FILE.new"
+    mv "$STATE_FILE.new" "$STATE_FILE" || die "cannot write $STATE_FILE"
+}
+
+# Clears driver_override of BDF $1 and lets the PCI core probe it again, so a failed bind does
+# not leave the device pinned to a driver nobody asked for (or to none at all).
+undo_override() {
+    echo >"$SYSFS_PCI/devices/$1/driver_override" 2>/dev/null
+    [ -n "$(driver_of "$1")" ] || echo "$1" >"$SYSFS_PCI/drivers_probe" 2>/dev/null
+}
+
 # Binds one function to vfio-pci. Returns 0 on success, 2 when skipped because it is in use.
 bind_one() {
     bdf=$1
@@ -241,6 +433,15 @@ bind_one() {
     if [ "$drv" = "$VFIO_DRIVER" ]; then
         info "$bdf ($ids) already bound to $VFIO_DRIVER"
     else
+        if [ -z "$PCI_ALLOWED" ]; then
+            sysuse=$(controller_system_use "$bdf")
+            if [ -n "$sysuse" ]; then
+                echo "$PROG: $bdf ($ids) is in use: it holds the running system, not binding it:" >&2
+                echo "$sysuse" | sed 's/^/    /' >&2
+                echo "    without PCI_ALLOWED a system disk is never bound; name the controller in PCI_ALLOWED only if you really mean it" >&2
+                return 2
+            fi
+        fi
         users=$(controller_users "$bdf")
         if [ -n "$users" ]; then
             echo "$PROG: $bdf ($ids) is in use, not binding it:" >&2
@@ -249,18 +450,21 @@ bind_one() {
             return 2
         fi
         echo "$VFIO_DRIVER" >"$dev/driver_override" || die "cannot write $dev/driver_override"
-        if [ -n "$drv" ]; then
-            echo "$bdf" >"$dev/driver/unbind" || die "cannot unbind $bdf from $drv"
+        if [ -n "$drv" ] && ! echo "$bdf" >"$dev/driver/unbind"; then
+            undo_override "$bdf"
+            die "cannot unbind $bdf from $drv (driver_override cleared again); see dmesg"
         fi
         echo "$bdf" >"$SYSFS_PCI/drivers_probe" 2>/dev/null
-        if ! wait_for "[ \"\$(driver_of $bdf)\" = $VFIO_DRIVER ]"; then
-            die "$bdf did not bind to $VFIO_DRIVER (now: '$(driver_of "$bdf")'); see dmesg"
+        if ! wait_driver "$bdf" "$VFIO_DRIVER"; then
+            undo_override "$bdf"
+            die "$bdf did not bind to $VFIO_DRIVER (driver_override cleared again, now: '$(driver_of "$bdf")'); see dmesg"
         fi
+        state_record "$bdf"
         info "$bdf ($ids) ${drv:-no driver} -> $VFIO_DRIVER"
     fi
     group=$(iommu_group_of "$bdf")
     [ -n "$group" ] || die "$bdf has no IOMMU group; is the IOMMU enabled (intel_iommu=on / amd_iommu=on)?"
-    if ! wait_for "[ -e /dev/vfio/$group ]"; then
+    if ! wait_path "/dev/vfio/$group"; then
         die "/dev/vfio/$group did not appear for $bdf"
     fi
     if [ -n "$TARGET_USER" ]; then
@@ -283,6 +487,7 @@ bind_one() {
 
 cmd_config() {
     require_root config
+    validate_hugemem
     require_iommu
     reserve_hugepages
     load_vfio
@@ -290,6 +495,7 @@ cmd_config() {
     if [ -z "$list" ]; then
         die "no NVMe controllers (PCI class $NVME_CLASS) found"
     fi
+    exclusive_prober
     bound=0
     busy=0
     for bdf in $list; do
@@ -310,15 +516,30 @@ cmd_config() {
 
 cmd_reset() {
     require_root reset
-    list=$(selected_functions) || exit 1
+    if [ -n "$PCI_ALLOWED" ]; then
+        list=$(selected_functions) || exit 1
+    else
+        list=$(cat "$STATE_FILE" 2>/dev/null)
+        if [ -z "$list" ]; then
+            info "no controllers to give back: 'config' bound none ($STATE_FILE is empty or absent);"
+            info "to give back one bound by other means, name it: PCI_ALLOWED=BDF $0 reset"
+            return 0
+        fi
+    fi
     modprobe "$KERNEL_DRIVER" 2>/dev/null
     [ -d "$SYSFS_PCI/drivers/$KERNEL_DRIVER" ] || die "the kernel nvme driver is not available (modprobe $KERNEL_DRIVER failed)"
     for bdf in $list; do
         dev=$SYSFS_PCI/devices/$bdf
+        if [ ! -e "$dev" ]; then
+            info "$bdf is gone (hot-unplugged?); forgetting it"
+            state_record "$bdf" remove
+            continue
+        fi
         drv=$(driver_of "$bdf")
         override=$(cat "$dev/driver_override" 2>/dev/null)
         if [ "$drv" = "$KERNEL_DRIVER" ] && [ "$override" = "(null)" ]; then
             info "$bdf already bound to $KERNEL_DRIVER"
+            state_record "$bdf" remove
             continue
         fi
         if [ "$drv" != "" ] && [ "$drv" != "$VFIO_DRIVER" ] && [ "$drv" != "$KERNEL_DRIVER" ]; then
@@ -327,13 +548,15 @@ cmd_reset() {
         fi
         # An empty write (a lone newline) clears the override.
         echo >"$dev/driver_override" || die "cannot clear $dev/driver_override"
-        if [ "$drv" = "$VFIO_DRIVER" ]; then
-            echo "$bdf" >"$dev/driver/unbind" || die "cannot unbind $bdf from $VFIO_DRIVER (is a process still using it?)"
+        if [ "$drv" = "$VFIO_DRIVER" ] && ! echo "$bdf" >"$dev/driver/unbind"; then
+            echo "$VFIO_DRIVER" >"$dev/driver_override" 2>/dev/null
+            die "cannot unbind $bdf from $VFIO_DRIVER (is a process still using it?)"
         fi
         echo "$bdf" >"$SYSFS_PCI/drivers_probe" 2>/dev/null
-        if ! wait_for "[ \"\$(driver_of $bdf)\" = $KERNEL_DRIVER ]"; then
+        if ! wait_driver "$bdf" "$KERNEL_DRIVER"; then
             die "$bdf did not bind to $KERNEL_DRIVER (now: '$(driver_of "$bdf")'); see dmesg"
         fi
+        state_record "$bdf" remove
         info "$bdf ${drv:-no driver} -> $KERNEL_DRIVER"
     done
 }
@@ -357,6 +580,9 @@ cmd_status() {
         printf '%-14s %-11s %-10s %-6s %s\n' "$bdf" "$ids" "${drv:--}" "${grp:--}" "${ns:--}"
     done
     [ "$found" = 1 ] || echo "(no NVMe controllers, PCI class $NVME_CLASS)"
+    if [ -s "$STATE_FILE" ]; then
+        echo "bound by '$PROG config' (what 'reset' gives back): $(tr '\n' ' ' <"$STATE_FILE")"
+    fi
     echo
     awk '/^HugePages_Total:|^HugePages_Free:|^Hugepagesize:/ { print }' /proc/meminfo
 }

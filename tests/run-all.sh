@@ -4,7 +4,7 @@
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
+cd "$ROOT" || exit 2
 RESULTS=()
 FAILED=0
 
@@ -34,6 +34,10 @@ else
 fi
 
 step "qemu guest" tests/qemu/run.sh bind.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh perf-smoke.sh
+# Its own boot: namespaces with metadata formats (2: 8 bytes inline, extended LBA; 3: 16 bytes in a
+# separate buffer) next to a plain one. The first qemu step built the guest binaries.
+step "qemu guest (metadata namespaces)" tests/qemu/run.sh --no-build \
+    --ns 512:16M --ns 512:16M:ms=8,mset=1 --ns 4096:16M:ms=16,mset=0 metadata.sh
 
 echo
 echo "==== run-all summary"

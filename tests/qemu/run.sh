@@ -17,11 +17,12 @@ WORK=$HERE/work
 CASES_DIR=$HERE/cases
 
 # Our binaries copied into the guest when built.
-GUEST_BINS="nvme-identify nvme-hello nvme-dd nvme-perf guest-check"
+GUEST_BINS="nvme-identify nvme-hello nvme-dd nvme-perf guest-check blkexcl"
 # Kernel modules the guest loads at boot (dependencies are added from modules.dep).
 GUEST_MODULES="nvme vfio vfio_iommu_type1 vfio-pci"
-# Modules copied but only loaded by cases that need them (in-use.sh mounts ext2 through ext4, which needs crc32c).
-GUEST_EXTRA_MODULES="ext4 crc32c_generic"
+# Modules copied but only loaded by cases that need them (in-use.sh mounts ext2 through ext4, which
+# needs crc32c, and puts a loop device over a namespace).
+GUEST_EXTRA_MODULES="ext4 crc32c_generic loop"
 # Hugepages (2 MiB) reserved in the guest before the cases run.
 GUEST_HUGEPAGES=64
 # QEMU's emulated NVMe controller (PCI vendor:device), how the guest finds it.
@@ -50,8 +51,13 @@ Usage: tests/qemu/run.sh [options] CASE...
 CASE is a script in tests/qemu/cases/ (name, with or without .sh) or a path to one.
 
 Options:
-  --ns LBASIZE:SIZE[:null]  add a namespace (repeatable; SIZE like 64M; ':null' = null-co backend
+  --ns LBASIZE:SIZE[:null][:META]
+                            add a namespace (repeatable; SIZE like 64M; ':null' = null-co backend
                             that reads zeroes and drops writes). Default: 512:64M and 4096:64M.
+                            META: metadata options of QEMU's nvme-ns, comma-separated:
+                            ms=BYTES (metadata per block), mset=1 (extended LBA, metadata inline
+                            after each block) or mset=0 (separate buffer), pi=0..3, pil=0|1;
+                            e.g. --ns 512:16M:ms=8,mset=1
   --mdts N                  controller MDTS (default $MDTS: 2^N * 4 KiB)
   --qpairs N                controller max_ioqpairs (default $QPAIRS)
   --mem SIZE                guest memory (default $MEM)
@@ -77,7 +83,7 @@ note() { echo "run.sh: $*" >&2; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
-    --ns) NS_SPECS+=("${2:?--ns needs LBASIZE:SIZE[:null]}"); shift 2 ;;
+    --ns) NS_SPECS+=("${2:?--ns needs LBASIZE:SIZE[:null][:ms=N,mset=0|1]}"); shift 2 ;;
     --mdts) MDTS=${2:?}; shift 2 ;;
     --qpairs) QPAIRS=${2:?}; shift 2 ;;
     --mem) MEM=${2:?}; shift 2 ;;
@@ -139,6 +145,7 @@ busybox_is_static() {
 # Newest /boot/vmlinuz-VER that has /lib/modules/VER.
 find_kernel() {
     local k v
+    # shellcheck disable=SC2012 # kernel image names are plain; sort -V orders the versions
     for k in $(ls -1v /boot/vmlinuz-* 2>/dev/null | sort -rV); do
         v=${k#/boot/vmlinuz-}
         if [ -d "/lib/modules/$v" ]; then
@@ -281,10 +288,29 @@ size_bytes() {
 build_namespaces() {
     QEMU_NS_ARGS=()
     NS_LAYOUT=""
-    local k=0 spec lba size kind bytes
+    local k=0 spec lba size kind bytes extra meta opt
     for spec in "${NS_SPECS[@]}"; do
         k=$((k + 1))
-        IFS=: read -r lba size kind <<<"$spec"
+        IFS=: read -r lba size kind extra <<<"$spec"
+        # The metadata options may come third (no backend named) or fourth (after 'null').
+        meta=""
+        case "$kind" in
+        *=*) meta=$kind; kind="" ;;
+        esac
+        if [ -n "${extra:-}" ]; then
+            [ -z "$meta" ] || die "--ns $spec: give the metadata options once"
+            meta=$extra
+        fi
+        if [ -n "$meta" ]; then
+            local opts=()
+            IFS=, read -r -a opts <<<"$meta"
+            meta=""
+            for opt in "${opts[@]}"; do
+                [[ "$opt" =~ ^(ms|mset|pi|pil)=[0-9]+$ ]] ||
+                    die "--ns $spec: '$opt' is not a metadata option (ms=BYTES, mset=0|1, pi=0..3, pil=0|1)"
+                meta="$meta,$opt"
+            done
+        fi
         [[ "$lba" =~ ^(512|4096)$ ]] || die "--ns $spec: LBASIZE must be 512 or 4096"
         bytes=$(size_bytes "${size:?--ns $spec: missing SIZE}")
         [ $((bytes % lba)) -eq 0 ] || die "--ns $spec: SIZE must be a multiple of LBASIZE"
@@ -298,9 +324,9 @@ build_namespaces() {
             truncate -s "$bytes" "$img"
             QEMU_NS_ARGS+=(-drive "file=$img,if=none,id=ns$k,format=raw")
             ;;
-        *) die "--ns $spec: third field must be 'null' or absent" ;;
+        *) die "--ns $spec: third field must be 'null', metadata options (ms=8,mset=1) or absent" ;;
         esac
-        QEMU_NS_ARGS+=(-device "nvme-ns,drive=ns$k,bus=nvme0,nsid=$k,logical_block_size=$lba,physical_block_size=$lba")
+        QEMU_NS_ARGS+=(-device "nvme-ns,drive=ns$k,bus=nvme0,nsid=$k,logical_block_size=$lba,physical_block_size=$lba$meta")
         NS_LAYOUT="$NS_LAYOUT $k:$lba:$bytes"
     done
     NS_LAYOUT=${NS_LAYOUT# }
@@ -319,7 +345,10 @@ pick_accel() {
     fi
     case "$accel" in
     kvm) ACCEL_ARGS=(-accel kvm -cpu host) ;;
-    tcg) ACCEL_ARGS=(-accel tcg,thread=multi -cpu max) ;;
+    tcg)
+        # shellcheck disable=SC2054 # the commas belong to QEMU option values
+        ACCEL_ARGS=(-accel tcg,thread=multi -cpu max)
+        ;;
     *) die "QEMU_ACCEL must be kvm or tcg, not '$accel'" ;;
     esac
     ACCEL=$accel
@@ -329,7 +358,7 @@ pick_accel() {
 START=$(date +%s)
 ensure_packages
 KERNEL=${KERNEL:-$(find_kernel)}
-[ -n "$KERNEL" ] && [ -r "$KERNEL" ] || die "no readable kernel image (set KERNEL=/boot/vmlinuz-VER)"
+{ [ -n "$KERNEL" ] && [ -r "$KERNEL" ]; } || die "no readable kernel image (set KERNEL=/boot/vmlinuz-VER)"
 KVER=${KVER:-${KERNEL#*/vmlinuz-}}
 MODDIR=/lib/modules/$KVER
 [ -f "$MODDIR/modules.dep" ] || die "no $MODDIR/modules.dep for kernel $KERNEL (set KVER)"
@@ -337,6 +366,7 @@ MODDIR=/lib/modules/$KVER
 rm -rf "$WORK"
 mkdir -p "$WORK"
 INITRD_ROOT=$WORK/initramfs
+# shellcheck disable=SC2317 # called through the EXIT trap
 cleanup() { [ "$KEEP" = 1 ] || rm -rf "$WORK"; }
 trap cleanup EXIT
 
@@ -346,6 +376,7 @@ build_initramfs
 pick_accel
 
 SERIAL_LOG=$WORK/serial.log
+# shellcheck disable=SC2054 # the commas belong to QEMU option values
 QEMU_CMD=(
     "${QEMU:-qemu-system-x86_64}" "${ACCEL_ARGS[@]}" -machine q35
     -device intel-iommu,intremap=on,caching-mode=on

@@ -1,8 +1,11 @@
-//! `nvme-hello DEVICE [--nsid N] [--lba L]`: the smallest end-to-end check of the data path.
-//! Creates an I/O queue pair, writes "Hello world!\n" (zero-padded to one block) to one block,
-//! reads the block back into a fresh buffer, prints what came back, and fails if it differs.
+//! `nvme-hello DEVICE [--nsid N] [--lba L | --write-lba L]`: the smallest end-to-end check of
+//! the data path. Creates an I/O queue pair and then:
 //!
-//! WARNING: this overwrites the block at LBA L of the chosen namespace.
+//! * by default, reads one block (LBA 0, or `--lba L`) and prints it as a hex dump; nothing is
+//!   written, so it is safe on a drive that holds data;
+//! * with `--write-lba L`, writes "Hello world!\n" (zero-padded to one block) to LBA L, reads the
+//!   block back into a fresh buffer, prints what came back, and fails if it differs.
+//!   This overwrites the block at LBA L: choose one that holds nothing of value.
 //!
 //! Errors go to stderr as `error: <message>` (with the chain of causes) and exit with status 1;
 //! bad input never panics.
@@ -18,7 +21,8 @@ use nvme_driver::{parse_device, DeviceArgError};
 /// The message written to the device.
 const GREETING: &[u8] = b"Hello world!\n";
 
-/// Write "Hello world!" to one block of an NVMe namespace and read it back (overwrites that block).
+/// Read one block of an NVMe namespace and print it (read-only); with --write-lba, write
+/// "Hello world!" to that block and read it back (overwrites that block).
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Cli {
@@ -28,9 +32,13 @@ struct Cli {
     /// Namespace to use (default: the first active one).
     #[arg(long)]
     nsid: Option<u32>,
-    /// Block to overwrite.
-    #[arg(long, default_value_t = 0)]
+    /// Block to read and print in the default, read-only mode.
+    #[arg(long, default_value_t = 0, conflicts_with = "write_lba")]
     lba: u64,
+    /// Write "Hello world!" to this block (DESTROYS its contents), read it back and compare.
+    /// Without it nothing is written.
+    #[arg(long, value_name = "LBA")]
+    write_lba: Option<u64>,
 }
 
 /// Why `nvme-hello` failed.
@@ -73,6 +81,48 @@ fn io_error(what: &'static str, ns: &Namespace, lba: u64) -> impl FnOnce(IoFailu
     }
 }
 
+/// A hex dump of `data` in the style of `hexdump -C`: 16 bytes a line with their offset and
+/// printable characters; a run of lines equal to the one before is shown as a single `*`.
+fn hex_dump(data: &[u8]) -> String {
+    let mut out = String::new();
+    let mut previous: Option<&[u8]> = None;
+    let mut squeezing = false;
+    for (i, line) in data.chunks(16).enumerate() {
+        if previous == Some(line) {
+            if !squeezing {
+                out.push_str("*\n");
+                squeezing = true;
+            }
+            continue;
+        }
+        squeezing = false;
+        previous = Some(line);
+        out.push_str(&format!("{:08x} ", i * 16));
+        for (j, b) in line.iter().enumerate() {
+            if j == 8 {
+                out.push(' ');
+            }
+            out.push_str(&format!(" {b:02x}"));
+        }
+        for j in line.len()..16 {
+            out.push_str(if j == 8 { "    " } else { "   " });
+        }
+        let text: String = line
+            .iter()
+            .map(|&b| {
+                if b.is_ascii_graphic() || b == b' ' {
+                    b as char
+                } else {
+                    '.'
+                }
+            })
+            .collect();
+        out.push_str(&format!("  |{text}|\n"));
+    }
+    out.push_str(&format!("{:08x}\n", data.len()));
+    out
+}
+
 /// The text of a block: bytes up to the first NUL, non-printable bytes escaped.
 fn block_text(block: &[u8]) -> String {
     let end = block.iter().position(|&b| b == 0).unwrap_or(block.len());
@@ -110,13 +160,18 @@ fn run(cli: &Cli) -> Result<(), HelloError> {
             len: GREETING.len(),
         });
     }
-    ns.check_range(cli.lba, 1)?;
+    let lba = cli.write_lba.unwrap_or(cli.lba);
+    ns.check_range(lba, 1)?;
+    let mode = if cli.write_lba.is_some() {
+        "writing the greeting to"
+    } else {
+        "read-only, printing"
+    };
     writeln!(
         out,
-        "  Namespace {}: {} blocks of {block_size} bytes; using LBA {}",
+        "  Namespace {}: {} blocks of {block_size} bytes; {mode} LBA {lba}",
         ns.nsid(),
         ns.blocks(),
-        cli.lba
     )?;
 
     let options = QueuePairOptions {
@@ -127,23 +182,38 @@ fn run(cli: &Cli) -> Result<(), HelloError> {
     };
     let mut qp = ctrl.create_queue_pair(options)?;
 
+    let Some(write_lba) = cli.write_lba else {
+        let buf = ctrl.alloc_buffer(block_size as usize)?;
+        let read = qp
+            .read(&ns, lba, 1, buf)
+            .map_err(io_error("read", &ns, lba))?;
+        write!(out, "{}", hex_dump(&read))?;
+        writeln!(
+            out,
+            "Nothing was written. To write \"Hello world!\" to a block and read it back, \
+             pass --write-lba L (this overwrites block L)."
+        )?;
+        out.flush()?;
+        return Ok(());
+    };
+
     let mut buf = ctrl.alloc_buffer(block_size as usize)?;
     buf.fill(0);
     buf[..GREETING.len()].copy_from_slice(GREETING);
     let written = qp
-        .write(&ns, cli.lba, 1, buf, false)
-        .map_err(io_error("write", &ns, cli.lba))?;
+        .write(&ns, write_lba, 1, buf, false)
+        .map_err(io_error("write", &ns, write_lba))?;
 
     let fresh = ctrl.alloc_buffer(block_size as usize)?;
     let read = qp
-        .read(&ns, cli.lba, 1, fresh)
-        .map_err(io_error("read", &ns, cli.lba))?;
+        .read(&ns, write_lba, 1, fresh)
+        .map_err(io_error("read", &ns, write_lba))?;
     let text = block_text(&read);
     write!(out, "{text}")?;
     out.flush()?;
     if read[..] != written[..] {
         return Err(HelloError::Mismatch {
-            lba: cli.lba,
+            lba: write_lba,
             got: text,
         });
     }
@@ -168,9 +238,44 @@ mod tests {
     }
 
     #[test]
+    fn hex_dump_squeezes_repeated_lines() {
+        let mut block = [0u8; 512];
+        block[..GREETING.len()].copy_from_slice(GREETING);
+        let dump = hex_dump(&block);
+        let lines: Vec<&str> = dump.lines().collect();
+        assert_eq!(
+            lines[0],
+            "00000000  48 65 6c 6c 6f 20 77 6f  72 6c 64 21 0a 00 00 00  |Hello world!....|"
+        );
+        assert_eq!(
+            lines[1],
+            "00000010  00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00  |................|"
+        );
+        assert_eq!(lines[2], "*");
+        assert_eq!(lines[3], "00000200");
+        assert_eq!(lines.len(), 4);
+        assert_eq!(
+            hex_dump(b"abc"),
+            "00000000  61 62 63                                          |abc|\n00000003\n"
+        );
+    }
+
+    #[test]
     fn cli_defaults_and_bad_values() {
         let cli = Cli::try_parse_from(["nvme-hello", "0000:00:04.0"]).unwrap();
-        assert_eq!((cli.nsid, cli.lba), (None, 0));
+        assert_eq!((cli.nsid, cli.lba, cli.write_lba), (None, 0, None));
+        let cli = Cli::try_parse_from(["nvme-hello", "--write-lba", "9", "0000:00:04.0"]).unwrap();
+        assert_eq!(cli.write_lba, Some(9));
+        assert!(Cli::try_parse_from([
+            "nvme-hello",
+            "--lba",
+            "1",
+            "--write-lba",
+            "9",
+            "0000:00:04.0"
+        ])
+        .is_err());
+        assert!(Cli::try_parse_from(["nvme-hello", "--write-lba", "0000:00:04.0"]).is_err());
         let cli = Cli::try_parse_from(["nvme-hello", "--nsid", "2", "--lba", "77", "0000:00:04.0"])
             .unwrap();
         assert_eq!((cli.nsid, cli.lba), (Some(2), 77));
