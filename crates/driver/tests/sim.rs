@@ -467,6 +467,7 @@ fn queue_pairs_on_several_threads() {
             nsid: 1,
             block_size: 4096,
             blocks: 4096,
+            ..SimNamespace::default()
         }],
         ..SimConfig::default()
     });

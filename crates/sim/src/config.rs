@@ -1,6 +1,22 @@
 //! Configuration of an emulated controller.
 
 /// One namespace of the emulated controller, backed by zero-filled memory.
+///
+/// Metadata (`metadata_size > 0`) is reported by Identify Namespace (LBAF0.MS, FLBAS bit 4,
+/// MC, DPC/DPS) and moved by Read/Write:
+/// - `extended`: each logical block is `block_size + metadata_size` bytes in the data buffer
+///   (metadata interleaved after each block's data), so Read/Write transfer
+///   `blocks * (block_size + metadata_size)` bytes through PRP1/PRP2 (a driver that sizes its
+///   buffer as `blocks * block_size` under-sizes it). The medium holds the extended blocks
+///   back to back ([`crate::SimController::read_disk`] offsets are in that layout);
+/// - separate (`!extended`): data moves through the PRPs as usual and `nlb * metadata_size`
+///   metadata bytes through the contiguous buffer at MPTR (CDW4-5); an unmapped MPTR (e.g.
+///   0 from a driver that ignores metadata) fails the command with Data Transfer Error. The
+///   medium holds all data blocks first, then all metadata (`blocks * block_size` onwards).
+///
+/// Protection information is reported only: it is neither generated nor checked (PRACT and
+/// PRCHK are ignored). Compare, Write Zeroes and Dataset Management act on data bytes (for
+/// extended namespaces, on whole extended blocks).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimNamespace {
     /// Namespace ID (1-based, unique).
@@ -9,6 +25,28 @@ pub struct SimNamespace {
     pub block_size: u32,
     /// Capacity in logical blocks.
     pub blocks: u64,
+    /// Metadata bytes per logical block (LBAF0.MS); 0 = no metadata.
+    pub metadata_size: u16,
+    /// Metadata interleaved with data as an extended LBA (FLBAS bit 4); needs
+    /// `metadata_size > 0`.
+    pub extended: bool,
+    /// End-to-end protection type (DPS bits 2:0): 0 = none, 1..=3 = PI type 1..3; needs
+    /// `metadata_size >= 8`.
+    pub protection: u8,
+}
+
+impl Default for SimNamespace {
+    /// Namespace 1: 16 MiB of 512-byte blocks, no metadata.
+    fn default() -> Self {
+        Self {
+            nsid: 1,
+            block_size: SMALL_BLOCK,
+            blocks: DEFAULT_NAMESPACE_BYTES / u64::from(SMALL_BLOCK),
+            metadata_size: 0,
+            extended: false,
+            protection: 0,
+        }
+    }
 }
 
 /// What the emulated controller reports and how it behaves.
@@ -18,11 +56,16 @@ pub struct SimConfig {
     pub namespaces: Vec<SimNamespace>,
     /// Identify Controller MDTS: max transfer = 2^mdts minimum-size pages (0 = no limit).
     pub mdts: u8,
-    /// CAP.MQES: maximum queue entries, 0-based (1023 means 1024 entries).
+    /// CAP.MQES: maximum queue entries, 0-based (1023 means 1024 entries). 0 is accepted
+    /// although the specification calls it invalid: the controller then refuses to enable
+    /// (AQA cannot ask for the 2 entries a queue needs) and rejects every queue creation.
     pub mqes: u16,
     /// I/O submission/completion queue pairs granted by Set Features Number of Queues.
     pub io_queue_pairs: u16,
-    /// CAP.DSTRD: doorbell stride is `4 << dstrd` bytes.
+    /// CAP.DSTRD: doorbell stride is `4 << dstrd` bytes (0..=15). Doorbells that fall beyond
+    /// the [`crate::BAR_SIZE`]-byte BAR are unreachable: the controller refuses to enable when
+    /// an admin doorbell is beyond it and rejects creating an I/O queue whose doorbell is
+    /// (Invalid Queue Identifier).
     pub dstrd: u8,
     /// CAP.TO in 500 ms units: the worst-case time the driver waits for CSTS.RDY.
     pub timeout_500ms: u8,
@@ -53,20 +96,23 @@ const DEFAULT_MSIX_VECTORS: u32 = 17;
 const DEFAULT_NAMESPACE_BYTES: u64 = 16 << 20;
 const SMALL_BLOCK: u32 = 512;
 const LARGE_BLOCK: u32 = 4096;
+/// CAP.DSTRD is a 4-bit field.
+const MAX_DSTRD: u8 = 15;
+/// Highest protection information type (DPS bits 2:0).
+pub(crate) const MAX_PI_TYPE: u8 = 3;
+/// Bytes of protection information in each block's metadata.
+const PI_BYTES: u16 = 8;
 
 impl Default for SimConfig {
     fn default() -> Self {
         Self {
             namespaces: vec![
-                SimNamespace {
-                    nsid: 1,
-                    block_size: SMALL_BLOCK,
-                    blocks: DEFAULT_NAMESPACE_BYTES / u64::from(SMALL_BLOCK),
-                },
+                SimNamespace::default(),
                 SimNamespace {
                     nsid: 2,
                     block_size: LARGE_BLOCK,
                     blocks: DEFAULT_NAMESPACE_BYTES / u64::from(LARGE_BLOCK),
+                    ..SimNamespace::default()
                 },
             ],
             mdts: 5,
@@ -89,30 +135,18 @@ impl SimConfig {
     /// written by test code, so a mistake there is a bug in the test).
     pub(crate) fn validate(&self) {
         assert!(
-            self.mqes >= 1,
-            "SimConfig::mqes must be >= 1 (queues need 2 entries)"
-        );
-        assert!(
             self.io_queue_pairs >= 1,
             "SimConfig::io_queue_pairs must be >= 1"
         );
         assert!(
-            self.dstrd <= 4,
-            "SimConfig::dstrd too large for the 16 KiB BAR (use 0..=4)"
+            self.dstrd <= MAX_DSTRD,
+            "SimConfig::dstrd must be 0..={MAX_DSTRD} (a 4-bit field), not {}",
+            self.dstrd
         );
         assert!(
             (1..=MAX_MSIX_VECTORS).contains(&self.msix_vectors),
             "SimConfig::msix_vectors must be 1..={MAX_MSIX_VECTORS}, not {}",
             self.msix_vectors
-        );
-        let doorbells_end = crate::regs::BAR_SIZE;
-        let needed = nvme_spec::regs::cq_head_doorbell(self.io_queue_pairs, 4 << self.dstrd) + 4;
-        assert!(
-            needed <= doorbells_end,
-            "SimConfig: {} queue pairs with DSTRD {} need doorbells up to {needed:#x}, beyond \
-             the {doorbells_end:#x}-byte BAR; lower io_queue_pairs or dstrd",
-            self.io_queue_pairs,
-            self.dstrd
         );
         for ns in &self.namespaces {
             assert!(
@@ -120,6 +154,22 @@ impl SimConfig {
                 "namespace {}: block_size must be 512 or 4096, not {}",
                 ns.nsid,
                 ns.block_size
+            );
+            assert!(
+                !ns.extended || ns.metadata_size > 0,
+                "namespace {}: extended LBAs need metadata_size > 0",
+                ns.nsid
+            );
+            assert!(
+                ns.protection <= MAX_PI_TYPE,
+                "namespace {}: protection must be 0..={MAX_PI_TYPE}, not {}",
+                ns.nsid,
+                ns.protection
+            );
+            assert!(
+                ns.protection == 0 || ns.metadata_size >= PI_BYTES,
+                "namespace {}: protection information needs metadata_size >= {PI_BYTES}",
+                ns.nsid
             );
             assert!(
                 ns.nsid != 0 && ns.nsid != u32::MAX,

@@ -12,6 +12,12 @@ pub(crate) struct Disk {
     pub nsid: u32,
     pub block_size: u32,
     pub blocks: u64,
+    /// Metadata bytes per block (0 = none).
+    pub metadata_size: u16,
+    /// Metadata interleaved after each block's data (extended LBA).
+    pub extended: bool,
+    /// End-to-end protection type (DPS bits 2:0), reported only.
+    pub protection: u8,
     data: Mutex<Vec<u8>>,
 }
 
@@ -21,9 +27,34 @@ impl Disk {
         self.data.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Size in bytes.
+    /// Size in bytes (data and metadata).
     pub fn bytes(&self) -> u64 {
-        self.blocks * u64::from(self.block_size)
+        self.blocks * (u64::from(self.block_size) + u64::from(self.metadata_size))
+    }
+
+    /// Bytes one logical block occupies in a data buffer (and in the medium's block area):
+    /// data plus interleaved metadata for extended LBAs, data only otherwise.
+    pub fn lba_stride(&self) -> u64 {
+        u64::from(self.block_size)
+            + if self.extended {
+                u64::from(self.metadata_size)
+            } else {
+                0
+            }
+    }
+
+    /// Metadata bytes kept apart from the data (separate-buffer metadata via MPTR).
+    pub fn separate_metadata(&self) -> u16 {
+        if self.extended {
+            0
+        } else {
+            self.metadata_size
+        }
+    }
+
+    /// Medium offset of the separate metadata area (it follows the data blocks).
+    pub fn metadata_base(&self) -> u64 {
+        self.blocks * self.lba_stride()
     }
 }
 
@@ -36,12 +67,19 @@ impl Disks {
             namespaces
                 .iter()
                 .map(|ns| {
-                    let bytes = usize::try_from(ns.blocks * u64::from(ns.block_size))
+                    let per_block = u64::from(ns.block_size) + u64::from(ns.metadata_size);
+                    let bytes = ns
+                        .blocks
+                        .checked_mul(per_block)
+                        .and_then(|b| usize::try_from(b).ok())
                         .expect("namespace larger than the address space");
                     Disk {
                         nsid: ns.nsid,
                         block_size: ns.block_size,
                         blocks: ns.blocks,
+                        metadata_size: ns.metadata_size,
+                        extended: ns.extended,
+                        protection: ns.protection,
                         // `vec![0; n]` gets lazily zeroed pages from the allocator, so large
                         // namespaces cost nothing until written.
                         data: Mutex::new(vec![0u8; bytes]),

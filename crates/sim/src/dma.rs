@@ -78,6 +78,12 @@ impl SimDma {
         self.map.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// Waits until no [`GuestView`] is alive (the device thread finished its current poll
+    /// pass): every device access started before the call has ended when it returns.
+    pub(crate) fn quiesce(&self) {
+        drop(self.map.write().unwrap_or_else(|e| e.into_inner()));
+    }
+
     /// Locks the mapping table for reading; device accesses go through the returned view.
     /// Hold it only briefly (one poll pass): `unmap` waits for it.
     pub fn view(&self) -> GuestView<'_> {

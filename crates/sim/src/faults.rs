@@ -3,7 +3,7 @@
 //! events and then disarm themselves.
 
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nvme_spec::regs::{Csts, ShutdownStatus, CSTS};
@@ -17,6 +17,57 @@ pub const CORRUPT_CID_MASK: u16 = 0x8000;
 /// XOR mask applied to the SQ identifier of a completion with a wrong SQ ID (no such queue).
 pub const WRONG_SQID_MASK: u16 = 0xffff;
 
+/// How [`Faults::delay_execution_with`] defers I/O commands.
+///
+/// A deferred command is fetched like any other (the SQ head moves past it and later commands
+/// of the same queue go on executing), but it touches nothing (no PRP list, DSM range list,
+/// data buffer, metadata buffer or medium access) until `delay` after the fetch; then it
+/// executes against whatever memory the PRPs in its SQE address *at that time*.
+///
+/// A Delete I/O Submission Queue of its queue or a controller reset (CC.EN 1 -> 0) cancels
+/// it: it never executes. Delete I/O SQ posts its completion with Command Aborted due to SQ
+/// Deletion (when `complete` is set); a reset posts nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExecutionDelay {
+    /// Time from fetch to execution.
+    pub delay: Duration,
+    /// Post the completion after the late execution. When false the command still executes
+    /// late but its completion is never posted (the driver's command timeout must fire).
+    pub complete: bool,
+    /// Abort (admin opcode 08h) naming the command while it waits cancels it: it never
+    /// executes, its completion is posted with Command Abort Requested (SCT 0, SC 07h, even
+    /// when `complete` is false) and Abort's Dword 0 bit 0 is 0. When false, Abort reports
+    /// "not aborted" (bit 0 = 1) and the command still executes late.
+    pub abortable: bool,
+}
+
+impl ExecutionDelay {
+    /// Executes `delay` after the fetch, posts the completion, can be aborted.
+    pub const fn new(delay: Duration) -> Self {
+        Self {
+            delay,
+            complete: true,
+            abortable: true,
+        }
+    }
+
+    /// The same, but the completion is never posted.
+    pub const fn without_completion(self) -> Self {
+        Self {
+            complete: false,
+            ..self
+        }
+    }
+
+    /// The same, but Abort does not cancel the command.
+    pub const fn not_abortable(self) -> Self {
+        Self {
+            abortable: false,
+            ..self
+        }
+    }
+}
+
 /// Fault injection switches of one emulated controller (see [`crate::SimController::faults`]).
 pub struct Faults {
     regs: Arc<RegisterBlock>,
@@ -29,6 +80,10 @@ pub struct Faults {
     fail_io: AtomicU32,
     fail_io_status: AtomicU16,
     delay_ns: AtomicU64,
+    delay_execution: AtomicU32,
+    execution_delay: Mutex<ExecutionDelay>,
+    stuck_on_disable: AtomicBool,
+    bogus_sq_head: AtomicU32,
 }
 
 /// Decrements `counter` if it is positive; true when a fault was consumed.
@@ -53,6 +108,10 @@ impl Faults {
             fail_io: AtomicU32::new(0),
             fail_io_status: AtomicU16::new(0),
             delay_ns: AtomicU64::new(0),
+            delay_execution: AtomicU32::new(0),
+            execution_delay: Mutex::new(ExecutionDelay::new(Duration::ZERO)),
+            stuck_on_disable: AtomicBool::new(false),
+            bogus_sq_head: AtomicU32::new(0),
         }
     }
 
@@ -106,6 +165,61 @@ impl Faults {
             u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX),
             Ordering::Release,
         );
+    }
+
+    /// The next `n` I/O (non-admin) commands fetched execute `delay` after their fetch, out of
+    /// order with later commands, and then post their completion; see [`ExecutionDelay`].
+    pub fn delay_execution(&self, n: u32, delay: Duration) {
+        self.delay_execution_with(n, ExecutionDelay::new(delay));
+    }
+
+    /// The next `n` I/O (non-admin) commands fetched are deferred as `how` says (replacing
+    /// any earlier arming; `n = 0` disarms).
+    pub fn delay_execution_with(&self, n: u32, how: ExecutionDelay) {
+        *self
+            .execution_delay
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = how;
+        self.delay_execution.store(n, Ordering::Release);
+    }
+
+    /// From now on a controller disable (CC.EN 1 -> 0) never finishes: CSTS.RDY stays 1, the
+    /// queues stay and the controller keeps fetching and executing commands and posting
+    /// completions, ignoring CC, until [`Faults::unstick`]. Applies to disables seen after
+    /// the call.
+    pub fn stuck_on_disable(&self) {
+        self.stuck_on_disable.store(true, Ordering::Release);
+    }
+
+    /// Clears [`Faults::stuck_on_disable`]; a pending disable then completes (reset, RDY = 0).
+    pub fn unstick(&self) {
+        self.stuck_on_disable.store(false, Ordering::Release);
+    }
+
+    /// The next `n` completions (any queue) report an SQ Head Pointer that is in range
+    /// (`< queue size`) but outside the entries the host submitted: the submitting SQ's
+    /// `(tail + 1) % size`, one past the last entry the host made available. (With the SQ
+    /// full from the host's point of view every value is plausible; the fault still uses
+    /// `tail + 1`.)
+    pub fn bogus_sq_head(&self, n: u32) {
+        self.bogus_sq_head.store(n, Ordering::Release);
+    }
+
+    pub(crate) fn take_execution_delay(&self) -> Option<ExecutionDelay> {
+        take(&self.delay_execution).then(|| {
+            *self
+                .execution_delay
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+        })
+    }
+
+    pub(crate) fn is_stuck_on_disable(&self) -> bool {
+        self.stuck_on_disable.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn take_bogus_sq_head(&self) -> bool {
+        take(&self.bogus_sq_head)
     }
 
     pub(crate) fn is_never_ready(&self) -> bool {

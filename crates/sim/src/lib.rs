@@ -9,7 +9,13 @@
 //! ([`SimController::read_disk`] / [`SimController::write_disk`]).
 //!
 //! Limits (by design): 4 KiB to 64 KiB memory pages, PRPs only (no SGLs), physically
-//! contiguous queues, no metadata, Asynchronous Event Requests never complete.
+//! contiguous queues, metadata moved but protection information neither generated nor checked
+//! (see [`SimNamespace`]), Asynchronous Event Requests never complete.
+//!
+//! Teardown hazards: [`Faults::delay_execution`] runs commands late and out of order (reading
+//! their PRP lists only then), [`Faults::stuck_on_disable`] keeps the controller running after
+//! CC.EN is cleared, and [`SimController::function_control`] clears Bus Master Enable, after
+//! which the device makes no DMA at all.
 //!
 //! Interrupts: MSI-X only ([`SimController::interrupts`] routes vectors to eventfds, like
 //! VFIO). A completion queue created with IEN signals its vector once per batch of entries
@@ -35,12 +41,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use nvme_spec::regs::{CAP, VS};
-use nvme_vfio::{DmaMapper, InterruptController, Mmio};
+use nvme_spec::regs::{Cc, Csts, CAP, CC, CSTS, VS};
+use nvme_vfio::{DmaMapper, FunctionControl, InterruptController, Mmio, VfioError};
 
 pub use config::{SimConfig, SimNamespace, MAX_MSIX_VECTORS};
 pub use dma::{SimDma, IOVA_BASE};
-pub use faults::{Faults, CORRUPT_CID_MASK, WRONG_SQID_MASK};
+pub use faults::{ExecutionDelay, Faults, CORRUPT_CID_MASK, WRONG_SQID_MASK};
 pub use regs::BAR_SIZE;
 pub use stats::SimStats;
 
@@ -83,6 +89,7 @@ impl SimController {
             msix: Arc::new(MsixTable::new(config.msix_vectors)),
             config,
             stop: AtomicBool::new(false),
+            bus_master: AtomicBool::new(true),
         });
         let device = Device::new(shared.clone());
         let thread = std::thread::Builder::new()
@@ -117,6 +124,39 @@ impl SimController {
         self.shared.msix.clone()
     }
 
+    /// The function's PCI control, as VFIO offers it for a real device: clearing Bus Master
+    /// Enable stops all device DMA (SQE fetches, PRP list/data/metadata accesses, CQE posting,
+    /// shadow doorbell reads and EventIdx writes). `disable_bus_master` returns once the
+    /// device thread has finished any access it had started; counted in
+    /// [`SimStats::dma_blocked`] while work is waiting. Register (MMIO) accesses, including a
+    /// controller reset through CC, keep working. Bus mastering starts enabled.
+    pub fn function_control(&self) -> Arc<dyn FunctionControl> {
+        Arc::new(SimFunction {
+            shared: self.shared.clone(),
+        })
+    }
+
+    /// Whether Bus Master Enable is set (the device may make DMA).
+    pub fn bus_master_enabled(&self) -> bool {
+        self.shared.bus_master.load(Ordering::SeqCst)
+    }
+
+    /// Sets Bus Master Enable again (tests only: a driver never re-enables it). Work that
+    /// waited (doorbells rung, deferred commands due) resumes.
+    pub fn enable_bus_master(&self) {
+        self.shared.bus_master.store(true, Ordering::SeqCst);
+    }
+
+    /// CC.EN as the host last wrote it (the register the device reads).
+    pub fn cc_enabled(&self) -> bool {
+        Cc(self.shared.regs.load(CC)).en()
+    }
+
+    /// CSTS.RDY as the device reports it.
+    pub fn csts_ready(&self) -> bool {
+        Csts(self.shared.regs.load(CSTS)).rdy()
+    }
+
     /// Fault injection switches.
     pub fn faults(&self) -> &Faults {
         &self.shared.faults
@@ -148,6 +188,22 @@ impl SimController {
         let disk = self.shared.disks.expect(nsid);
         let (start, end) = disk_range(disk.bytes(), nsid, byte_offset, data.len());
         disk.lock()[start..end].copy_from_slice(data);
+    }
+}
+
+/// [`FunctionControl`] of the emulated function (see [`SimController::function_control`]).
+struct SimFunction {
+    shared: Arc<Shared>,
+}
+
+impl FunctionControl for SimFunction {
+    fn disable_bus_master(&self) -> Result<(), VfioError> {
+        self.shared.bus_master.store(false, Ordering::SeqCst);
+        // The device checks the flag while holding a guest view: once no view is alive, no
+        // access can start any more.
+        self.shared.dma.quiesce();
+        log::debug!("sim: bus master disabled");
+        Ok(())
     }
 }
 

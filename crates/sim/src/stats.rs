@@ -34,6 +34,15 @@ pub struct SimStats {
     /// Interrupts due on a CQ created with interrupts enabled whose vector had no event routed
     /// (MSI-X disabled or enabled with fewer vectors), or whose eventfd write failed.
     pub interrupts_lost: u64,
+    /// Poll passes in which the device had DMA to do (a command to fetch or execute, a
+    /// completion to post) but Bus Master Enable was clear, so it did nothing.
+    pub dma_blocked: u64,
+    /// I/O commands fetched and deferred by [`crate::Faults::delay_execution`].
+    pub commands_deferred: u64,
+    /// Deferred commands that have executed (late).
+    pub deferred_executed: u64,
+    /// Deferred commands cancelled before executing (Abort, Delete I/O SQ, reset).
+    pub deferred_cancelled: u64,
 }
 
 impl SimStats {
@@ -65,6 +74,10 @@ pub(crate) struct Counters {
     pub completions_posted: AtomicU64,
     pub interrupts_signalled: AtomicU64,
     pub interrupts_lost: AtomicU64,
+    pub dma_blocked: AtomicU64,
+    pub commands_deferred: AtomicU64,
+    pub deferred_executed: AtomicU64,
+    pub deferred_cancelled: AtomicU64,
 }
 
 /// Adds one to a counter. The device thread is the only writer, so a load and a store suffice
@@ -92,6 +105,10 @@ impl Counters {
             completions_posted: get(&self.completions_posted),
             interrupts_signalled: get(&self.interrupts_signalled),
             interrupts_lost: get(&self.interrupts_lost),
+            dma_blocked: get(&self.dma_blocked),
+            commands_deferred: get(&self.commands_deferred),
+            deferred_executed: get(&self.deferred_executed),
+            deferred_cancelled: get(&self.deferred_cancelled),
         }
     }
 }

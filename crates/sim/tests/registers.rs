@@ -531,6 +531,7 @@ fn null_io_skips_copies_but_checks_prps() {
             nsid: 1,
             block_size: 512,
             blocks: 64,
+            ..SimNamespace::default()
         }],
         ..SimConfig::default()
     };

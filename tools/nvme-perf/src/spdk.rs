@@ -73,11 +73,13 @@ pub fn sim_config() -> SimConfig {
                 nsid: 1,
                 block_size: SIM_LARGE_BLOCK,
                 blocks: SIM_LARGE_BLOCKS,
+                ..SimNamespace::default()
             },
             SimNamespace {
                 nsid: 2,
                 block_size: SIM_SMALL_BLOCK,
                 blocks: SIM_SMALL_BLOCKS,
+                ..SimNamespace::default()
             },
         ],
         io_queue_pairs: SIM_QUEUE_PAIRS,

@@ -2,7 +2,7 @@
 //!
 //! Supported: Identify (controller, namespace, active namespace list, namespace identification
 //! descriptors), Set/Get Features, Create/Delete I/O Submission/Completion Queue, Doorbell
-//! Buffer Config, Abort (never aborts), Get Log Page (error, SMART, firmware slot: zeros),
+//! Buffer Config, Abort (only commands deferred by the delay_execution fault), Get Log Page (error, SMART, firmware slot: zeros),
 //! Asynchronous Event Request (kept outstanding), Keep Alive. Anything else completes with
 //! Invalid Command Opcode.
 
@@ -37,9 +37,19 @@ const ABORT_LIMIT: u8 = 4;
 const VWC_PRESENT: u8 = 1;
 /// Abort completion Dword 0 bit 0: the command was not aborted (§5.1).
 const ABORT_NOT_ABORTED: u32 = 1;
+/// Abort completion Dword 0 bit 0 clear: the command was aborted.
+const ABORT_ABORTED: u32 = 0;
 /// Identify Namespace DLFEAT: deallocated blocks read as zeros (bits 2:0 = 001b) and Write
 /// Zeroes supports deallocation (bit 3).
 const DLFEAT_READS_ZEROES_WZ_DEALLOC: u8 = 0b1001;
+/// Identify Namespace FLBAS bit 4: metadata transferred at the end of the data LBA.
+const FLBAS_EXTENDED: u8 = 1 << 4;
+/// Identify Namespace MC bit 0: metadata as part of an extended data LBA supported.
+const MC_EXTENDED: u8 = 1 << 0;
+/// Identify Namespace MC bit 1: metadata in a separate buffer supported.
+const MC_SEPARATE: u8 = 1 << 1;
+/// Identify Namespace DPC bit 4: protection information in the last 8 metadata bytes.
+const DPC_PI_LAST: u8 = 1 << 4;
 /// Identify SQES/CQES: required and maximum entry sizes (log2) in the low and high nibbles.
 const SQES_BOTH: u8 = SQES_LOG2 << 4 | SQES_LOG2;
 const CQES_BOTH: u8 = CQES_LOG2 << 4 | CQES_LOG2;
@@ -154,10 +164,10 @@ impl Device {
             admin::GET_FEATURES => Ok(self.get_features(sqe)),
             admin::CREATE_IO_CQ => self.create_io_cq(view, sqe),
             admin::CREATE_IO_SQ => self.create_io_sq(view, sqe),
-            admin::DELETE_IO_SQ => self.delete_io_sq(sqe),
+            admin::DELETE_IO_SQ => self.delete_io_sq(view, sqe),
             admin::DELETE_IO_CQ => self.delete_io_cq(sqe),
             admin::DOORBELL_BUFFER_CONFIG => self.doorbell_buffer_config(view, sqe),
-            admin::ABORT => Ok(self.abort()),
+            admin::ABORT => Ok(self.abort(view, sqe)),
             admin::GET_LOG_PAGE => self.get_log_page(view, sqe),
             admin::ASYNC_EVENT_REQUEST => Ok(self.async_event_request()),
             admin::KEEP_ALIVE => Ok(Outcome::SUCCESS),
@@ -207,9 +217,23 @@ impl Device {
             ns.ncap = disk.blocks;
             ns.nuse = disk.blocks;
             ns.nlbaf = 0;
-            ns.flbas = 0;
             ns.dlfeat = DLFEAT_READS_ZEROES_WZ_DEALLOC;
-            ns.lbaf[0] = LbaFormat::new(disk.block_size.trailing_zeros() as u8, 0);
+            ns.lbaf[0] = LbaFormat::new(disk.block_size.trailing_zeros() as u8, disk.metadata_size);
+            // FLBAS: format 0, bit 4 = metadata interleaved (extended LBA).
+            ns.flbas = if disk.extended { FLBAS_EXTENDED } else { 0 };
+            if disk.metadata_size != 0 {
+                ns.mc = if disk.extended {
+                    MC_EXTENDED
+                } else {
+                    MC_SEPARATE
+                };
+            }
+            if disk.protection != 0 {
+                // DPC: this PI type, PI in the last 8 metadata bytes; DPS: the type enabled,
+                // bit 3 clear (last 8 bytes).
+                ns.dpc = 1 << (disk.protection - 1) | DPC_PI_LAST;
+                ns.dps = disk.protection;
+            }
             ns.to_bytes()
         } else if cns == Cns::ActiveNamespaceList as u8 {
             if sqe.nsid >= NSID_BROADCAST - 1 {
@@ -300,6 +324,12 @@ impl Device {
                 command_specific::INVALID_QUEUE_IDENTIFIER,
             )));
         }
+        if !self.doorbells_reachable(qid) {
+            log::debug!("sim: queue {qid}: its doorbells lie beyond the BAR (CAP.DSTRD too large)");
+            return Err(fail(command_specific_status(
+                command_specific::INVALID_QUEUE_IDENTIFIER,
+            )));
+        }
         let max = u32::from(self.shared.config.mqes) + 1;
         if size < 2 || size > max {
             return Err(fail(command_specific_status(
@@ -372,8 +402,17 @@ impl Device {
         Ok(Outcome::SUCCESS)
     }
 
-    fn delete_io_sq(&mut self, sqe: &SubmissionEntry) -> Result<Outcome, Fail> {
-        let qid = usize::from((sqe.cdw10 & LOW16) as u16);
+    fn delete_io_sq(
+        &mut self,
+        view: &GuestView<'_>,
+        sqe: &SubmissionEntry,
+    ) -> Result<Outcome, Fail> {
+        let qid16 = (sqe.cdw10 & LOW16) as u16;
+        let qid = usize::from(qid16);
+        if qid != 0 && self.sqs.get(qid).is_some_and(Option::is_some) {
+            // Commands still waiting to execute never will (§5.7).
+            self.cancel_deferred_of(view, qid16);
+        }
         match self.sqs.get_mut(qid) {
             Some(slot @ Some(_)) if qid != 0 => {
                 *slot = None;
@@ -435,11 +474,21 @@ impl Device {
         Ok(Outcome::SUCCESS)
     }
 
-    fn abort(&mut self) -> Outcome {
-        // Commands execute as soon as they are fetched, so there is never one to abort.
+    /// Abort (§5.1): CDW10 bits 15:0 SQID, 31:16 CID. Only a command deferred by
+    /// [`crate::Faults::delay_execution`] can still be aborted (every other command executes
+    /// when fetched); it then completes with Command Abort Requested before Abort completes
+    /// with Dword 0 bit 0 clear.
+    fn abort(&mut self, view: &GuestView<'_>, sqe: &SubmissionEntry) -> Outcome {
+        let sq_id = (sqe.cdw10 & LOW16) as u16;
+        let cid = (sqe.cdw10 >> HIGH16_SHIFT) as u16;
+        let dw0 = if self.abort_deferred(view, sq_id, cid) {
+            ABORT_ABORTED
+        } else {
+            ABORT_NOT_ABORTED
+        };
         Outcome::Complete {
             status: Status::SUCCESS,
-            dw0: ABORT_NOT_ABORTED,
+            dw0,
         }
     }
 

@@ -23,21 +23,34 @@ const DSM_RANGE_SIZE: usize = DsmRange::SIZE;
 const DSM_LIST_MAX: usize = nvme_spec::queue::DSM_MAX_RANGES * DSM_RANGE_SIZE;
 /// Compare reads guest data through a stack buffer of this many bytes.
 const COMPARE_CHUNK: usize = 4096;
+/// MPTR must be dword aligned (NVMe Base 2.0 §4.1: the two low bits are reserved).
+const MPTR_ALIGN: u64 = 4;
 
 fn status(sc: u8) -> Fail {
     Fail::Status(generic_status(sc))
 }
 
-/// Byte range `[start, end)` of `nlb` blocks from `slba` in `disk`, or LBA Out of Range.
+/// Byte range `[start, end)` of `nlb` blocks from `slba` in `disk` (extended blocks include
+/// their metadata), or LBA Out of Range.
 fn block_range(disk: &Disk, slba: u64, nlb: u64) -> Result<(usize, usize), Fail> {
     match slba.checked_add(nlb) {
         Some(end) if end <= disk.blocks => {
-            let bs = u64::from(disk.block_size);
-            // Fits in usize: the namespace was allocated with `blocks * block_size` bytes.
+            let bs = disk.lba_stride();
+            // Fits in usize: the namespace was allocated with at least `blocks * stride` bytes.
             Ok(((slba * bs) as usize, (end * bs) as usize))
         }
         _ => Err(status(generic::LBA_OUT_OF_RANGE)),
     }
+}
+
+/// Byte range of the separate metadata of `nlb` blocks from `slba` (already range checked).
+fn metadata_range(disk: &Disk, slba: u64, nlb: u64) -> (usize, usize) {
+    let ms = u64::from(disk.separate_metadata());
+    let base = disk.metadata_base();
+    (
+        (base + slba * ms) as usize,
+        (base + (slba + nlb) * ms) as usize,
+    )
 }
 
 impl Device {
@@ -95,10 +108,14 @@ impl Device {
         opcode: u8,
     ) -> Result<(), Fail> {
         let disk = self.namespace(sqe.nsid)?;
-        let (start, end) = block_range(disk, slba(sqe), u64::from(nlb(sqe)))?;
+        let (first, count) = (slba(sqe), u64::from(nlb(sqe)));
+        let (start, end) = block_range(disk, first, count)?;
         let len = end - start;
         if len > self.max_transfer() {
             return Err(status(generic::INVALID_FIELD));
+        }
+        if disk.separate_metadata() != 0 && opcode != nvm::COMPARE {
+            self.transfer_metadata(view, sqe, disk, first, count, opcode)?;
         }
         let (prp1, prp2, page) = (sqe.prp1, sqe.prp2, self.page_size);
         if self.shared.config.null_io && opcode != nvm::COMPARE {
@@ -136,6 +153,32 @@ impl Device {
                     Ok(())
                 })
             }
+        }
+    }
+
+    /// Moves the separate metadata of a Read or Write through the contiguous buffer at MPTR.
+    fn transfer_metadata(
+        &self,
+        view: &GuestView<'_>,
+        sqe: &SubmissionEntry,
+        disk: &Disk,
+        slba: u64,
+        nlb: u64,
+        opcode: u8,
+    ) -> Result<(), Fail> {
+        let (start, end) = metadata_range(disk, slba, nlb);
+        if sqe.mptr % MPTR_ALIGN != 0 {
+            return Err(status(generic::INVALID_FIELD));
+        }
+        if self.shared.config.null_io {
+            return view.probe(sqe.mptr, end - start).map_err(Fail::from);
+        }
+        let mut data = disk.lock();
+        let bytes = &mut data[start..end];
+        if opcode == nvm::READ {
+            view.write(sqe.mptr, bytes).map_err(Fail::from)
+        } else {
+            view.read(sqe.mptr, bytes).map_err(Fail::from)
         }
     }
 

@@ -28,15 +28,15 @@ use nvme_spec::regs::{
     cq_head_doorbell, sq_tail_doorbell, Aqa, Cc, Csts, ShutdownNotification, ShutdownStatus, ACQ,
     ADMIN_QUEUE_MAX_ENTRIES, AQA, ASQ, CC, CC_CSS_NVM, CSTS, DOORBELL_BASE, PAGE_SIZE_SHIFT_BASE,
 };
-use nvme_spec::status::{generic, Status};
+use nvme_spec::status::{generic, Status, StatusCodeType};
 
 use crate::config::SimConfig;
 use crate::disk::Disks;
 use crate::dma::{GuestView, SimDma};
-use crate::faults::{Faults, CORRUPT_CID_MASK, WRONG_SQID_MASK};
+use crate::faults::{ExecutionDelay, Faults, CORRUPT_CID_MASK, WRONG_SQID_MASK};
 use crate::irq::{MsixTable, RouteCache};
 use crate::prp::{generic_status, Fail};
-use crate::regs::RegisterBlock;
+use crate::regs::{RegisterBlock, BAR_SIZE};
 use crate::stats::{bump, Counters};
 
 /// State shared between the handle and the device thread.
@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     pub msix: Arc<MsixTable>,
     pub config: SimConfig,
     pub stop: AtomicBool,
+    /// PCI Command register Bus Master Enable: while clear the device makes no DMA.
+    pub bus_master: AtomicBool,
 }
 
 /// Commands fetched from one submission queue per poll pass (round-robin fairness).
@@ -164,6 +166,15 @@ struct Delayed {
     completion: Completion,
 }
 
+/// An I/O command fetched but not yet executed ([`Faults::delay_execution`]).
+pub(crate) struct Deferred {
+    due: Instant,
+    sq_id: u16,
+    cqid: u16,
+    sqe: SubmissionEntry,
+    how: ExecutionDelay,
+}
+
 /// Controller state owned by the device thread.
 pub(crate) struct Device {
     shared: Arc<Shared>,
@@ -178,6 +189,10 @@ pub(crate) struct Device {
     cqs: Vec<Option<Cq>>,
     shadow: Option<ShadowBuffers>,
     delayed: VecDeque<Delayed>,
+    /// Commands fetched whose execution is deferred (in fetch order).
+    deferred: Vec<Deferred>,
+    /// A disable (CC.EN 1 -> 0) is being ignored because of [`Faults::stuck_on_disable`].
+    stuck: bool,
     /// Admin-queue state (features, granted queues, identify data).
     admin: admin::AdminState,
     /// The MSI-X routing as last seen.
@@ -201,6 +216,8 @@ impl Device {
             cqs: (0..queues).map(|_| None).collect(),
             shadow: None,
             delayed: VecDeque::new(),
+            deferred: Vec::new(),
+            stuck: false,
             admin,
             routes: RouteCache::new(shared.msix.clone()),
             shared,
@@ -238,7 +255,14 @@ impl Device {
         }
         let dma = self.shared.dma.clone();
         let view = dma.view();
+        // Checked under the view's lock: `disable_bus_master` clears the flag and then waits
+        // for the lock, so no access starts after it returns.
+        if !self.shared.bus_master.load(Ordering::SeqCst) {
+            self.refuse_dma();
+            return busy;
+        }
         busy |= self.release_delayed(&view);
+        busy |= self.run_deferred(&view);
         for qid in 0..self.cqs.len() {
             busy |= self.poll_cq_head(&view, qid);
         }
@@ -248,7 +272,22 @@ impl Device {
         if busy {
             self.raise_interrupts();
         }
-        busy || !self.delayed.is_empty()
+        busy || !self.delayed.is_empty() || !self.deferred.is_empty()
+    }
+
+    /// Bus mastering is off: counts a blocked attempt when there is DMA work waiting.
+    fn refuse_dma(&self) {
+        let regs = self.regs();
+        let now = Instant::now();
+        let pending =
+            self.sqs.iter().flatten().any(|sq| {
+                sq.head != sq.tail || regs.load(sq.doorbell.offset) != sq.doorbell.mmio_seen
+            }) || self.cqs.iter().flatten().any(|cq| !cq.held.is_empty())
+                || self.delayed.front().is_some_and(|d| d.due <= now)
+                || self.deferred.iter().any(|d| d.due <= now);
+        if pending {
+            bump(&self.shared.counters.dma_blocked);
+        }
     }
 
     fn regs(&self) -> &RegisterBlock {
@@ -267,6 +306,16 @@ impl Device {
         if cc == self.cc {
             return false;
         }
+        if self.cc.en() && !cc.en() && self.shared.faults.is_stuck_on_disable() {
+            // CC is not taken (`self.cc` keeps EN = 1), so the disable is acted on once the
+            // fault is cleared; meanwhile everything keeps running with CSTS.RDY = 1.
+            if !self.stuck {
+                self.stuck = true;
+                log::debug!("sim: CC.EN cleared, but the stuck_on_disable fault keeps running");
+            }
+            return false;
+        }
+        self.stuck = false;
         let old = std::mem::replace(&mut self.cc, cc);
         if old.en() && !cc.en() {
             self.reset();
@@ -321,6 +370,11 @@ impl Device {
             Some(format!(
                 "ASQ {asq:#x} / ACQ {acq:#x} must be non-zero and page aligned"
             ))
+        } else if !self.doorbells_reachable(0) {
+            Some(format!(
+                "the admin doorbells (stride {}) lie beyond the {BAR_SIZE:#x}-byte BAR",
+                self.stride
+            ))
         } else {
             None
         };
@@ -350,6 +404,13 @@ impl Device {
         self.sqs.iter_mut().for_each(|q| *q = None);
         self.cqs.iter_mut().for_each(|q| *q = None);
         self.delayed.clear();
+        let cancelled = self.deferred.len() as u64;
+        self.deferred.clear();
+        let counter = &self.shared.counters.deferred_cancelled;
+        counter.store(
+            counter.load(Ordering::Relaxed) + cancelled,
+            Ordering::Relaxed,
+        );
         self.shadow = None;
         self.admin.reset(&self.shared.config);
         self.ready = false;
@@ -361,6 +422,14 @@ impl Device {
     }
 
     // ----- queues -----
+
+    /// Whether both doorbells of queue pair `qid` lie inside the BAR (with a large CAP.DSTRD
+    /// the later ones do not: such queues cannot be created).
+    pub(crate) fn doorbells_reachable(&self, qid: u16) -> bool {
+        cq_head_doorbell(qid, self.stride)
+            .checked_add(4)
+            .is_some_and(|end| end <= BAR_SIZE)
+    }
 
     /// A doorbell source for a new queue, remembering the current register and shadow values
     /// so that only later changes count as writes.
@@ -377,12 +446,21 @@ impl Device {
         source
     }
 
+    /// The shadow buffers and the entry offset of `source` in them, when shadow doorbells are
+    /// on and the entry lies inside the one-page buffers (with a large CAP.DSTRD it may not:
+    /// such a queue keeps using its MMIO doorbell only).
+    fn shadow_entry(&self, source: &DoorbellSource) -> Option<(ShadowBuffers, u64)> {
+        let shadow = self.shadow?;
+        let offset = source.offset - DOORBELL_BASE;
+        (offset + 4 <= self.page_size).then_some((shadow, offset as u64))
+    }
+
     /// Snapshots the shadow entry of `source` (when shadow doorbells are on) and forgets the
     /// last EventIdx written, so the next poll publishes it.
     fn resync_shadow(&self, view: &GuestView<'_>, source: &mut DoorbellSource) {
         source.event_written = None;
-        if let Some(shadow) = self.shadow {
-            let entry = shadow.doorbells + (source.offset - DOORBELL_BASE) as u64;
+        if let Some((shadow, offset)) = self.shadow_entry(source) {
+            let entry = shadow.doorbells + offset;
             match view.read_u32(entry) {
                 Ok(value) => source.shadow_seen = value,
                 Err(fault) => self.dma_error(fault, "shadow doorbell read"),
@@ -469,10 +547,10 @@ impl Device {
                 &counters.cq_doorbell_writes
             });
         }
-        let Some(shadow) = self.shadow else {
+        let Some((shadow, offset)) = self.shadow_entry(source) else {
             return mmio_changed.then_some(mmio);
         };
-        let entry = shadow.doorbells + (source.offset - DOORBELL_BASE) as u64;
+        let entry = shadow.doorbells + offset;
         match view.read_u32(entry) {
             Ok(value) if value != source.shadow_seen => {
                 source.shadow_seen = value;
@@ -489,11 +567,13 @@ impl Device {
 
     /// Publishes `value` as the EventIdx of a queue (when shadow doorbells are on and it moved).
     fn write_event_idx(&self, view: &GuestView<'_>, source: &mut DoorbellSource, value: u32) {
-        let Some(shadow) = self.shadow else { return };
+        let Some((shadow, offset)) = self.shadow_entry(source) else {
+            return;
+        };
         if source.event_written == Some(value) {
             return;
         }
-        let entry = shadow.event_idx + (source.offset - DOORBELL_BASE) as u64;
+        let entry = shadow.event_idx + offset;
         match view.write_u32(entry, value) {
             Ok(()) => source.event_written = Some(value),
             Err(fault) => self.dma_error(fault, "EventIdx write"),
@@ -576,6 +656,24 @@ impl Device {
                 None => break,
             };
             fetched += 1;
+            if qid != 0 {
+                if let Some(how) = self.shared.faults.take_execution_delay() {
+                    bump(&self.shared.counters.commands_deferred);
+                    log::debug!(
+                        "sim: deferring cid {} of SQ {qid} by {:?} ({how:?})",
+                        sqe.cid(),
+                        how.delay
+                    );
+                    self.deferred.push(Deferred {
+                        due: Instant::now() + how.delay,
+                        sq_id,
+                        cqid,
+                        sqe,
+                        how,
+                    });
+                    continue;
+                }
+            }
             let outcome = if qid == 0 {
                 bump(&self.shared.counters.admin_commands);
                 self.admin_command(view, &sqe)
@@ -622,6 +720,15 @@ impl Device {
             );
             return;
         }
+        if faults.take_bogus_sq_head() {
+            if let Some(sq) = self
+                .sqs
+                .get(usize::from(completion.sq_id))
+                .and_then(Option::as_ref)
+            {
+                completion.sq_head = ((sq.tail + 1) % sq.size) as u16;
+            }
+        }
         if faults.take_corrupt_cid() {
             completion.cid ^= CORRUPT_CID_MASK;
         }
@@ -640,6 +747,92 @@ impl Device {
                     cqid,
                     completion,
                 }),
+            }
+        }
+    }
+
+    /// Executes the deferred commands that are due (in fetch order) and completes them.
+    fn run_deferred(&mut self, view: &GuestView<'_>) -> bool {
+        if self.deferred.is_empty() {
+            return false;
+        }
+        let now = Instant::now();
+        let mut ran = false;
+        let mut index = 0;
+        while index < self.deferred.len() {
+            if self.deferred[index].due > now {
+                index += 1;
+                continue;
+            }
+            let d = self.deferred.remove(index);
+            bump(&self.shared.counters.deferred_executed);
+            let outcome = self.io_command(view, &d.sqe);
+            ran = true;
+            if let (true, Outcome::Complete { status, dw0 }) = (d.how.complete, outcome) {
+                self.complete_deferred(view, &d, status, dw0);
+            } else {
+                log::debug!(
+                    "sim: deferred cid {} executed, completion withheld",
+                    d.sqe.cid()
+                );
+            }
+        }
+        ran
+    }
+
+    /// Posts the completion of a deferred command (SQ head as it is now).
+    fn complete_deferred(&mut self, view: &GuestView<'_>, d: &Deferred, status: Status, dw0: u32) {
+        let sq_head = self.sqs[usize::from(d.sq_id)]
+            .as_ref()
+            .map_or(0, |sq| sq.head as u16);
+        let completion = Completion {
+            dw0,
+            sq_head,
+            sq_id: d.sq_id,
+            cid: d.sqe.cid(),
+            status,
+        };
+        self.complete(view, d.cqid, completion);
+    }
+
+    /// Cancels the deferred command `cid` of SQ `sq_id` if it is waiting and abortable,
+    /// completing it with Command Abort Requested. True when it was cancelled.
+    pub(crate) fn abort_deferred(&mut self, view: &GuestView<'_>, sq_id: u16, cid: u16) -> bool {
+        let Some(index) = self
+            .deferred
+            .iter()
+            .position(|d| d.sq_id == sq_id && d.sqe.cid() == cid && d.how.abortable)
+        else {
+            return false;
+        };
+        let d = self.deferred.remove(index);
+        bump(&self.shared.counters.deferred_cancelled);
+        log::debug!("sim: Abort cancelled deferred cid {cid} of SQ {sq_id}");
+        let aborted = Status::new(
+            StatusCodeType::Generic.raw(),
+            generic::ABORT_REQUESTED,
+            false,
+        );
+        self.complete_deferred(view, &d, aborted, 0);
+        true
+    }
+
+    /// Cancels every deferred command of SQ `sq_id` (Delete I/O SQ): completions with Command
+    /// Aborted due to SQ Deletion, for those whose completion is posted at all.
+    pub(crate) fn cancel_deferred_of(&mut self, view: &GuestView<'_>, sq_id: u16) {
+        let (cancelled, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .partition(|d| d.sq_id == sq_id);
+        self.deferred = kept;
+        let status = Status::new(
+            StatusCodeType::Generic.raw(),
+            generic::ABORTED_SQ_DELETION,
+            false,
+        );
+        for d in cancelled {
+            bump(&self.shared.counters.deferred_cancelled);
+            if d.how.complete {
+                self.complete_deferred(view, &d, status, 0);
             }
         }
     }
