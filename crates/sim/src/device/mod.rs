@@ -765,8 +765,10 @@ impl Device {
                 continue;
             }
             let d = self.deferred.remove(index);
-            bump(&self.shared.counters.deferred_executed);
             let outcome = self.io_command(view, &d.sqe);
+            // Counted once its effects are visible, so a test that waits for the count sees
+            // the medium and host memory as the command left them.
+            bump(&self.shared.counters.deferred_executed);
             ran = true;
             if let (true, Outcome::Complete { status, dw0 }) = (d.how.complete, outcome) {
                 self.complete_deferred(view, &d, status, dw0);
