@@ -91,6 +91,9 @@ mod tests {
     fn mmio_and_atomics_see_the_same_words() {
         let regs = RegisterBlock::new();
         let mmio = regs.mmio();
+        // The device thread uses atomics on these words, so the driver's window must too
+        // (issue 8, item 13: mixing volatile and atomic accesses is a data race).
+        assert!(mmio.is_atomic());
         mmio.write32(0x14, 0xdead_beef);
         assert_eq!(regs.load(0x14), 0xdead_beef);
         regs.store64(0x28, 0x1234_5678_9abc_def0);

@@ -131,6 +131,12 @@ impl Mmio {
         }
     }
 
+    /// Whether this window uses atomic accesses (memory another thread of this process serves
+    /// as registers, see [`Mmio::new_atomic`]) rather than volatile ones (a device BAR).
+    pub fn is_atomic(&self) -> bool {
+        self.access == Access::Atomic
+    }
+
     /// Whether `offset..offset + 4` is a dword inside the window (for offsets computed from
     /// device-reported values, which must be checked before [`Mmio::doorbell`]).
     pub fn contains_dword(&self, offset: usize) -> bool {
