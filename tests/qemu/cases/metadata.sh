@@ -39,3 +39,11 @@ for ns in 2 3; do
     refused "$ns" if=/tmp/w of="nvme:$ns" bs=4096 count=1
 done
 roundtrip 5 "after the refusals"
+
+# nvme-identify lists the refused namespaces with the reason.
+nvme-identify "$NVME_BDF" >/tmp/id.out || fail "nvme-identify failed"
+for ns in 2 3; do
+    grep -A1 "^Namespace $ns (not usable by this driver)" /tmp/id.out | grep -q "metadata" ||
+        fail "nvme-identify does not show namespace $ns as unusable because of its metadata"
+done
+echo "ok: nvme-identify lists namespaces 2 and 3 as unusable (metadata)"

@@ -55,7 +55,8 @@ fn run(cli: &Cli) -> Result<(), IdentifyError> {
         ctrl.namespaces()
             .iter()
             .map(|ns| (ns.nsid(), ns.identify())),
-    );
+    )
+    .with_unsupported(ctrl.unsupported_namespaces());
     let text = if cli.json {
         report.to_json()? + "\n"
     } else {

@@ -19,6 +19,18 @@ pub struct Report {
     pub controller: ControllerReport,
     /// One entry per active namespace, in NSID order.
     pub namespaces: Vec<NamespaceReport>,
+    /// Active namespaces the driver cannot do I/O on, with the reason (e.g. a format with
+    /// metadata). Not counted in `namespaces`.
+    pub unsupported_namespaces: Vec<UnsupportedNamespace>,
+}
+
+/// An active namespace the driver refuses, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct UnsupportedNamespace {
+    /// Namespace ID.
+    pub nsid: u32,
+    /// Why the driver cannot use it, and how to fix that.
+    pub reason: String,
 }
 
 /// Controller fields.
@@ -145,7 +157,20 @@ impl Report {
             pci_address: pci_address.to_owned(),
             controller,
             namespaces,
+            unsupported_namespaces: Vec::new(),
         }
+    }
+
+    /// Adds the active namespaces the driver refused.
+    pub fn with_unsupported(mut self, unsupported: &[(u32, String)]) -> Self {
+        self.unsupported_namespaces = unsupported
+            .iter()
+            .map(|(nsid, reason)| UnsupportedNamespace {
+                nsid: *nsid,
+                reason: reason.clone(),
+            })
+            .collect();
+        self
     }
 
     /// The JSON form (pretty-printed, no trailing newline).
@@ -241,6 +266,10 @@ impl Report {
                     if f.in_use { " (in use)" } else { "" }
                 );
             }
+        }
+        for ns in &self.unsupported_namespaces {
+            let _ = writeln!(s, "Namespace {} (not usable by this driver)", ns.nsid);
+            let _ = writeln!(s, "  Reason:                 {}", ns.reason);
         }
         s
     }
