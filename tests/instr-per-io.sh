@@ -1,37 +1,118 @@
 #!/usr/bin/env bash
-# Per-I/O instruction count of nvme-perf against the in-process emulator (callgrind), the way
-# docs/performance.md measures it: worker thread only, (Ir(2N) - Ir(N)) / N with the remaining
-# idle polls priced at IDLE_IR each.
+# Instructions per I/O of the driver's hot path, counted by callgrind (deterministic: the
+# same binary and arguments give the same count whatever else the machine does).
 #
-#   tests/instr-per-io.sh [QD...]        (default: 1 128)
+#   tests/instr-per-io.sh            print the counts for QD 1 and QD 128
+#   tests/instr-per-io.sh --check    also compare with tests/instr-budget.txt and fail when a
+#                                    count exceeds its budget by more than 5 %
+#   tests/instr-per-io.sh --update   rewrite tests/instr-budget.txt from this run
+#
+# How: `nvme-perf sim --inline-device` runs the in-process emulator's poll passes on the
+# worker thread (no second thread, no idle spinning to correct for). Two runs of N and 2N
+# 4 KiB random reads; per I/O = (Ir(2N) - Ir(N)) / N of the worker thread, which cancels setup.
+# The emulator's own work (inclusive cost of `SimController::step`) is subtracted, so the
+# "loop" figure is everything nvme-perf's worker does per I/O (driver, pool, PRNG, latency
+# histogram, clock reads), and "driver+pool" is the part whose source lines lie in
+# crates/driver and crates/pool (code inlined into the loop included).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-IDLE_IR=${IDLE_IR:-109.4}
+MODE=${1:-print}
 N=${N:-10000}
-QDS=("$@")
-[ ${#QDS[@]} -gt 0 ] || QDS=(1 128)
-command -v valgrind >/dev/null || { echo "instr-per-io.sh: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+# Repetitions; the medians are reported (clock-driven paths vary a little between runs).
+REPS=${REPS:-3}
+BUDGET=tests/instr-budget.txt
+TOLERANCE=1.05
+command -v valgrind >/dev/null || {
+    echo "instr-per-io.sh: needs valgrind (apt-get install valgrind)" >&2
+    exit 2
+}
 cargo build --release -q -p nvme-perf
 OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
-run() { # qd ios -> "Ir idle_polls"
-    local qd=$1 ios=$2
-    valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$OUT/q$qd-n$ios.%p" \
-        target/release/nvme-perf sim -q "$qd" --ios "$ios" --quiet --json --yield-idle \
-        >"$OUT/q$qd-n$ios.json" 2>/dev/null
-    local ir idle
-    ir=$(grep -h '^totals:' "$OUT"/q"$qd"-n"$ios".*-03 | awk '{print $2}')
-    idle=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("idle_polls", d.get("stats",{}).get("idle_polls",0)))' "$OUT/q$qd-n$ios.json")
-    echo "$ir $idle"
+[ -z "${KEEP:-}" ] || echo "instr-per-io.sh: keeping $OUT" >&2
+trap '[ -n "${KEEP:-}" ] || rm -rf "$OUT"' EXIT
+
+measure() { # QD IOS REP -> files under $OUT
+    local run="$OUT/q$1-n$2-r$3"
+    valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$run.%p" \
+        target/release/nvme-perf sim -q "$1" --ios "$2" --quiet --json --inline-device \
+        >"$run.json" 2>"$run.err" || {
+        cat "$run.err" >&2
+        exit 1
+    }
+    # The worker is the third thread (main, emulator, worker).
+    callgrind_annotate --auto=no --threshold=100 "$run".*-03 >"$run.self" 2>/dev/null
+    callgrind_annotate --auto=no --threshold=100 --inclusive=yes "$run".*-03 \
+        >"$run.incl" 2>/dev/null
 }
-for qd in "${QDS[@]}"; do
-    read -r ir1 idle1 < <(run "$qd" "$N")
-    read -r ir2 idle2 < <(run "$qd" $((2 * N)))
-    python3 - "$qd" "$N" "$ir1" "$idle1" "$ir2" "$idle2" "$IDLE_IR" <<'PY'
-import sys
-qd, n, ir1, idle1, ir2, idle2, idle_ir = sys.argv[1:]
-n = int(n); ir1, ir2 = int(ir1), int(ir2); idle1, idle2 = int(idle1), int(idle2)
-per = ((ir2 - ir1) - (idle2 - idle1) * float(idle_ir)) / n
-print(f"QD {qd}: {per:.0f} instructions per I/O (Ir {ir1} -> {ir2}, idle polls {idle1} -> {idle2})")
-PY
+
+for rep in $(seq "$REPS"); do
+    for qd in 1 128; do
+        measure "$qd" "$N" "$rep"
+        measure "$qd" $((2 * N)) "$rep"
+    done
 done
+
+python3 - "$OUT" "$N" "$MODE" "$BUDGET" "$TOLERANCE" "$REPS" <<'PY'
+import re, statistics, sys
+out, n, mode, budget_path, tolerance, reps = sys.argv[1:]
+n = int(n); tolerance = float(tolerance); reps = int(reps)
+
+def number(s):
+    return int(s.replace(",", ""))
+
+def parse(path):
+    """(total, {file:function -> Ir}) of one callgrind_annotate listing."""
+    total, rows = None, {}
+    for line in open(path):
+        m = re.match(r"\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+PROGRAM TOTALS", line)
+        if m:
+            total = number(m.group(1))
+            continue
+        m = re.match(r"\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(\S.*?)(?: \[.*\])?$", line)
+        if m and ":" in m.group(2):
+            rows[m.group(2)] = rows.get(m.group(2), 0) + number(m.group(1))
+    return total, rows
+
+def figures(qd, ios, rep):
+    total, self_rows = parse(f"{out}/q{qd}-n{ios}-r{rep}.self")
+    _, incl_rows = parse(f"{out}/q{qd}-n{ios}-r{rep}.incl")
+    device = max(v for k, v in incl_rows.items()
+                 if k.endswith("crates/sim/src/lib.rs:nvme_sim::SimController::step"))
+    ours = sum(v for k, v in self_rows.items()
+               if re.search(r"(^|/)crates/(driver|pool)/src/", k.split(":")[0]))
+    return total - device, ours
+
+samples = {}
+for qd in (1, 128):
+    for rep in range(1, reps + 1):
+        loop1, ours1 = figures(qd, n, rep)
+        loop2, ours2 = figures(qd, 2 * n, rep)
+        samples.setdefault(f"qd{qd}_loop", []).append((loop2 - loop1) / n)
+        samples.setdefault(f"qd{qd}_driver_pool", []).append((ours2 - ours1) / n)
+result = {k: statistics.median(v) for k, v in samples.items()}
+for k, v in result.items():
+    spread = ", ".join(f"{x:.0f}" for x in samples[k])
+    print(f"{k:20s} {v:8.1f} instructions per I/O (median of {spread})")
+
+if mode == "--update":
+    with open(budget_path, "w") as f:
+        f.write("# Instructions per 4 KiB random read (tests/instr-per-io.sh); CI fails above +5 %.\n")
+        for k, v in result.items():
+            f.write(f"{k} {round(v)}\n")
+    print(f"wrote {budget_path}")
+elif mode == "--check":
+    budget = {}
+    for line in open(budget_path):
+        line = line.split("#")[0].split()
+        if len(line) == 2:
+            budget[line[0]] = float(line[1])
+    failed = False
+    for k, limit in budget.items():
+        got = result.get(k)
+        if got is None:
+            continue
+        verdict = "ok" if got <= limit * tolerance else "OVER BUDGET"
+        failed |= verdict != "ok"
+        print(f"{k:20s} {got:8.1f} vs budget {limit:6.0f} (+5 % = {limit * tolerance:6.0f}): {verdict}")
+    sys.exit(1 if failed else 0)
+PY

@@ -24,6 +24,9 @@ step() {
 
 step "unit tests" cargo test --workspace
 
+# Per-I/O instruction counts (callgrind) against tests/instr-budget.txt: fails on +5 %.
+step "instruction budget" tests/instr-per-io.sh --check
+
 if [ -f crates/pool/tests/loom.rs ]; then
     step "loom" env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$ROOT/target/loom" \
         cargo test -p nvme-pool --test loom --release

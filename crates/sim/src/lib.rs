@@ -59,6 +59,7 @@ use regs::RegisterBlock;
 /// windows and DMA mappings handed out stay valid (nothing answers them any more).
 pub struct SimController {
     shared: Arc<Shared>,
+    device: Arc<std::sync::Mutex<Device>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -90,16 +91,36 @@ impl SimController {
             config,
             stop: AtomicBool::new(false),
             bus_master: AtomicBool::new(true),
+            inline: AtomicBool::new(false),
         });
-        let device = Device::new(shared.clone());
-        let thread = std::thread::Builder::new()
-            .name("nvme-sim".into())
-            .spawn(move || device.run())
-            .expect("cannot spawn the nvme-sim device thread");
+        let device = Arc::new(std::sync::Mutex::new(Device::new(shared.clone())));
+        let thread = {
+            let (device, shared) = (device.clone(), shared.clone());
+            std::thread::Builder::new()
+                .name("nvme-sim".into())
+                .spawn(move || Device::run(device, shared))
+                .expect("cannot spawn the nvme-sim device thread")
+        };
         SimController {
             shared,
+            device,
             thread: Some(thread),
         }
+    }
+
+    /// Stops (`true`) or resumes (`false`) the device thread's polling. While stopped, the
+    /// device only acts when the host calls [`SimController::step`]: a single-threaded,
+    /// deterministic device for instruction counts. Timers (delayed completions) still use
+    /// the wall clock.
+    pub fn set_inline(&self, inline: bool) {
+        self.shared.inline.store(inline, Ordering::Release);
+    }
+
+    /// Runs one device poll pass on the calling thread (fetch, execute, post completions);
+    /// returns whether anything happened. Meant for [`SimController::set_inline`] mode, but
+    /// safe at any time (the pass is serialised with the device thread's).
+    pub fn step(&self) -> bool {
+        self.device.lock().unwrap_or_else(|p| p.into_inner()).poll()
     }
 
     /// The register window (BAR0) for the driver.

@@ -242,6 +242,12 @@ pub struct Args {
     #[arg(long)]
     pub yield_idle: bool,
 
+    /// Run the emulator's poll passes on the worker thread, after each empty poll, instead of
+    /// on the emulator's own thread: a single-threaded, deterministic run for instruction
+    /// counts (tests/instr-per-io.sh). `sim` with one thread only.
+    #[arg(long)]
+    pub inline_device: bool,
+
     /// Do not time each I/O (like SPDK perf without -L, or t/io_uring without latency
     /// stats): no per-I/O clock arithmetic or histogram. The average latency is then derived
     /// from Little's law (queue depth x threads / IOPS); min, max and percentiles read 0.
@@ -315,6 +321,8 @@ pub struct Config {
     pub shadow_doorbells: bool,
     /// sched_yield after an empty poll.
     pub yield_idle: bool,
+    /// Step the emulator on the worker thread (sim, one thread).
+    pub inline_device: bool,
     /// Time each I/O into the latency histogram.
     pub latency: bool,
     /// Block on the queue's interrupt after a run of empty polls.
@@ -419,6 +427,13 @@ impl Args {
                 format!("give 1..={MAX_THREADS}"),
             ));
         }
+        if self.inline_device && (target != Target::Sim || self.threads != 1) {
+            return Err(invalid(
+                "--inline-device",
+                "set",
+                "it needs the `sim` device and one thread (-j 1)",
+            ));
+        }
         if self.ios == Some(0) {
             return Err(invalid("--ios", 0, "give at least 1 I/O"));
         }
@@ -469,6 +484,7 @@ impl Args {
             batch_prefetch: !self.no_batch_prefetch,
             shadow_doorbells: !self.no_shadow_doorbells,
             yield_idle: self.yield_idle,
+            inline_device: self.inline_device,
             latency: !self.no_latency,
             interrupts: self.interrupts,
             iopoll: self.iopoll,

@@ -125,6 +125,8 @@ struct Worker {
     qp: QueuePair,
     buffers: Vec<Option<DmaBuffer>>,
     gen: LbaGen,
+    /// With `--inline-device`: the emulator this thread steps after an empty poll.
+    inline: Option<Arc<SimController>>,
 }
 
 /// With `--interrupts`: empty polls before the thread blocks on its queue's eventfd.
@@ -135,6 +137,8 @@ const INTERRUPT_WAIT: Duration = Duration::from_millis(100);
 /// Runs the benchmark on our driver.
 pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
     let (sim, ctrl) = open(config)?;
+    let sim = sim.map(Arc::new);
+    let inline = sim.as_ref().filter(|_| config.inline_device).cloned();
     let ns = match config.nsid {
         Some(nsid) => ctrl
             .namespace(nsid)
@@ -198,6 +202,7 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
             qp,
             buffers,
             gen: geometry.generator(config, t),
+            inline: inline.clone(),
         });
     }
     let shadow = ctrl.shadow_doorbells() && config.shadow_doorbells;
@@ -208,6 +213,9 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
         shadow_doorbells: Some(shadow),
     };
     let ns = Arc::new(ns);
+    if let Some(sim) = &inline {
+        sim.set_inline(true);
+    }
     let results = runner::drive(config, workers, |worker, control, live| {
         run_worker(config, &ns, worker, control, live, commands_per_io as u16)
     })?;
@@ -257,6 +265,7 @@ fn run_worker(
         mut qp,
         mut buffers,
         mut gen,
+        inline,
     } = worker;
     let qd = config.queue_depth;
     let blocks = (config.block_size / ns.block_size() as usize) as u32;
@@ -402,6 +411,8 @@ fn run_worker(
                     break;
                 }
             }
+        } else if let Some(sim) = &inline {
+            sim.step();
         } else if config.yield_idle {
             std::thread::yield_now();
         }
@@ -415,6 +426,10 @@ fn run_worker(
     let mut driver = delta(counters(&qp), baseline);
     if use_cache {
         driver.cache = Some(*cache.stats());
+    }
+    // Deleting the queues needs a device that answers on its own again.
+    if let Some(sim) = &inline {
+        sim.set_inline(false);
     }
     drop(qp);
     Ok(WorkerResult {

@@ -51,6 +51,9 @@ pub(crate) struct Shared {
     pub stop: AtomicBool,
     /// PCI Command register Bus Master Enable: while clear the device makes no DMA.
     pub bus_master: AtomicBool,
+    /// The device thread stands still; the host runs poll passes itself
+    /// (`SimController::step`), e.g. to count instructions deterministically.
+    pub inline: AtomicBool,
 }
 
 /// Commands fetched from one submission queue per poll pass (round-robin fairness).
@@ -224,12 +227,18 @@ impl Device {
         }
     }
 
-    /// Runs until the handle asks the thread to stop.
-    pub(crate) fn run(mut self) {
+    /// Runs the device thread until the handle asks it to stop. While the host drives the
+    /// device inline, the thread only waits.
+    pub(crate) fn run(device: Arc<std::sync::Mutex<Device>>, shared: Arc<Shared>) {
         let mut idle: u32 = 0;
         let mut sleep = MIN_IDLE_SLEEP;
-        while !self.shared.stop.load(Ordering::Acquire) {
-            if self.poll() {
+        while !shared.stop.load(Ordering::Acquire) {
+            if shared.inline.load(Ordering::Acquire) {
+                std::thread::sleep(MAX_IDLE_SLEEP);
+                continue;
+            }
+            let busy = device.lock().unwrap_or_else(|p| p.into_inner()).poll();
+            if busy {
                 idle = 0;
                 sleep = MIN_IDLE_SLEEP;
                 continue;
@@ -248,7 +257,7 @@ impl Device {
     }
 
     /// One poll pass; true when anything happened.
-    fn poll(&mut self) -> bool {
+    pub(crate) fn poll(&mut self) -> bool {
         let mut busy = self.poll_cc();
         if !self.ready || self.shut_down || self.shared.faults.is_fatal() {
             return busy;
