@@ -135,8 +135,9 @@ struct Slot {
     /// The caller already got this request's completion (an error, after a timeout); the
     /// slots stay retired until the device returns every command of the group.
     reported: bool,
-    /// First error of the group.
-    error: Option<Error>,
+    /// First error status of the group (`Status::SUCCESS` while none): two bytes and no drop
+    /// glue on the hot path; the `Error` is built only when the request fails.
+    status: Status,
     /// Completion dword 0 of the (last) command.
     dw0: u32,
     user_data: u64,
@@ -261,7 +262,7 @@ impl QueuePair {
             remaining: 0,
             opcode: 0,
             sync: false,
-            error: None,
+            status: Status::SUCCESS,
             dw0: 0,
             user_data: 0,
             buffer: None,
@@ -782,7 +783,7 @@ impl QueuePair {
         slot.opcode = op;
         slot.sync = false;
         slot.reported = false;
-        slot.error = None;
+        slot.status = Status::SUCCESS;
         slot.dw0 = 0;
         slot.user_data = user_data;
         slot.buffer = buffer;
@@ -828,6 +829,9 @@ impl QueuePair {
     fn reap<F: FnMut(Completion)>(&mut self, f: &mut F) -> usize {
         let mut finished = 0;
         let mut consumed = 0;
+        // The SQ head of the batch's last valid entry: only the newest one matters, so it is
+        // checked once per batch.
+        let mut sq_head = None;
         while consumed < self.max_completions {
             let Some(cqe) = self.cq.pop() else { break };
             consumed += 1;
@@ -839,21 +843,27 @@ impl QueuePair {
                 self.reject(&cqe, "command id not in flight");
                 continue;
             };
-            if !self.tags.get(tag).awaiting {
+            let slot = self.tags.get_mut(tag);
+            if !slot.awaiting {
                 self.reject(&cqe, "command already completed");
                 continue;
             }
-            if !self.sq.update_head(cqe.sq_head) {
-                self.bad_sq_head(&cqe);
-            }
+            slot.awaiting = false;
+            let head_tag = slot.head;
+            sq_head = Some((cqe.sq_head, cqe.cid));
             let status = cqe.status();
             let outcome = if status.is_success() {
                 Outcome::Done(cqe.dw0)
             } else {
                 Outcome::Status(status)
             };
-            if self.finish_command(tag, outcome, f) {
+            if self.finish_command(tag, head_tag, outcome, f) {
                 finished += 1;
+            }
+        }
+        if let Some((head, cid)) = sq_head {
+            if !self.sq.update_head(head) {
+                self.bad_sq_head(head, cid);
             }
         }
         if consumed > 0 {
@@ -884,33 +894,30 @@ impl QueuePair {
     }
 
     #[cold]
-    fn bad_sq_head(&mut self, cqe: &nvme_spec::CompletionEntry) {
+    fn bad_sq_head(&mut self, head: u16, cid: u16) {
         self.stats.bad_sq_heads += 1;
         if log_occurrence(self.stats.bad_sq_heads) {
             log::warn!(
-                "{} queue {}: ignored SQ head {} in a completion (cid {:#x}): outside the \
-                 entries submitted and not yet consumed ({} so far)",
+                "{} queue {}: ignored SQ head {head} in a completion (cid {cid:#x}): outside \
+                 the entries submitted and not yet consumed ({} so far)",
                 self.ctrl.name,
                 self.qid,
-                cqe.sq_head,
-                cqe.cid,
                 self.stats.bad_sq_heads
             );
         }
     }
 
-    /// Records one command's outcome; completes its request when it was the group's last.
-    /// Returns whether a request finished.
+    /// Records the outcome of command `tag` (already marked not awaiting) of the group headed
+    /// by `head_tag`; completes its request when it was the group's last. Returns whether a
+    /// request finished.
     #[inline(always)]
     fn finish_command<F: FnMut(Completion)>(
         &mut self,
         tag: Tag,
+        head_tag: Tag,
         outcome: Outcome,
         f: &mut F,
     ) -> bool {
-        let slot = self.tags.get_mut(tag);
-        slot.awaiting = false;
-        let head_tag = slot.head;
         if head_tag != tag {
             // The device is done with this command and its PRP-list page.
             self.tags.free(tag);
@@ -923,11 +930,8 @@ impl QueuePair {
         match outcome {
             Outcome::Done(dw0) => head.dw0 = dw0,
             Outcome::Status(status) => {
-                if head.error.is_none() {
-                    head.error = Some(Error::Command {
-                        command: command_name(head.opcode),
-                        status,
-                    });
+                if head.status.is_success() {
+                    head.status = status;
                 }
             }
         }
@@ -942,18 +946,20 @@ impl QueuePair {
     #[inline(always)]
     fn complete_group<F: FnMut(Completion)>(&mut self, head_tag: Tag, f: &mut F) {
         let head = self.tags.get_mut(head_tag);
-        let error = head.error.take();
+        let status = head.status;
         let buffer = head.buffer.take();
         let user_data = head.user_data;
         let dw0 = head.dw0;
         let sync = head.sync;
+        let opcode = head.opcode;
         self.tags.free(head_tag);
         self.stats.requests_completed += 1;
         let completion = Completion {
             user_data,
-            result: match error {
-                None => Ok(dw0),
-                Some(e) => Err(e),
+            result: if status.is_success() {
+                Ok(dw0)
+            } else {
+                Err(command_error(opcode, status))
             },
             buffer,
         };
@@ -1302,6 +1308,14 @@ fn rw_command(op: u8, nsid: u32, lba: u64, blocks: u32, fua: bool) -> Submission
 
 fn command_name(op: u8) -> &'static str {
     opcode::nvm::name(op)
+}
+
+#[cold]
+fn command_error(op: u8, status: Status) -> Error {
+    Error::Command {
+        command: command_name(op),
+        status,
+    }
 }
 
 impl Drop for QueuePair {

@@ -35,22 +35,25 @@ const RESERVED_CID: u16 = 0xFFFF;
 
 /// A live request slot: index plus generation. `Copy` so it can ride in a completion path, but
 /// it is only meaningful to the [`TagSet`] that issued it.
+///
+/// The index is kept next to the cid so that reaching the slot costs no shift or mask.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Tag {
     cid: u16,
+    index: u16,
     index_bits: u8,
 }
 
 impl Tag {
     /// The slot index, `0..capacity`.
-    #[inline]
+    #[inline(always)]
     pub fn index(self) -> usize {
-        usize::from(self.cid & index_mask(self.index_bits))
+        usize::from(self.index)
     }
 
     /// The NVMe command identifier: `index | generation << index_bits`, where `index_bits` is
     /// the number of bits needed for `depth - 1` (at least 1).
-    #[inline]
+    #[inline(always)]
     pub fn cid(self) -> u16 {
         self.cid
     }
@@ -93,7 +96,8 @@ impl std::error::Error for Exhausted {}
 /// Owner-side state of one slot.
 #[derive(Clone, Copy, Debug, Default)]
 struct SlotMeta {
-    generation: u16,
+    /// The cid the slot's current (or next) tag carries: `index | generation << index_bits`.
+    cid: u16,
     live: bool,
 }
 
@@ -119,6 +123,8 @@ pub struct TagSet<T> {
     reserved: u16,
     in_use: u16,
     index_bits: u8,
+    /// `(1 << index_bits) - 1`.
+    index_mask: u16,
     stats: TagStats,
     // Touched per command by the caller through get/get_mut.
     slots: Box<[T]>,
@@ -142,10 +148,16 @@ impl<T> TagSet<T> {
         Self {
             // Popped from the end, so slot 0 goes out first.
             free: (0..depth).rev().collect(),
-            meta: vec![SlotMeta::default(); usize::from(depth)].into_boxed_slice(),
+            meta: (0..depth)
+                .map(|index| SlotMeta {
+                    cid: index,
+                    live: false,
+                })
+                .collect(),
             reserved: 0,
             in_use: 0,
             index_bits,
+            index_mask: index_mask(index_bits),
             stats: TagStats::default(),
             slots: (0..depth).map(&mut init).collect(),
             remote: Arc::new(IndexStack::new(usize::from(depth))),
@@ -241,11 +253,11 @@ impl<T> TagSet<T> {
     #[inline]
     pub fn free(&mut self, tag: Tag) {
         let index = tag.index();
-        let live = tag.index_bits == self.index_bits
-            && self
-                .meta
-                .get(index)
-                .is_some_and(|meta| meta.live && meta.generation == tag.generation());
+        let live = self
+            .meta
+            .get(index)
+            .is_some_and(|meta| meta.live && meta.cid == tag.cid)
+            && tag.index_bits == self.index_bits;
         debug_assert!(
             live,
             "free of tag {tag:?} that is not live (double or stale free)"
@@ -282,16 +294,17 @@ impl<T> TagSet<T> {
     /// panics; `None` means the completion must not be matched to any request.
     #[inline]
     pub fn lookup(&self, cid: u16) -> Option<Tag> {
-        let index = usize::from(cid & index_mask(self.index_bits));
-        let meta = self.meta.get(index)?;
-        if !meta.live || meta.generation != cid >> self.index_bits {
+        let index = cid & self.index_mask;
+        let meta = self.meta.get(usize::from(index))?;
+        if !meta.live || meta.cid != cid {
             return None;
         }
-        if self.remote.is_queued_as(index, cid) {
+        if self.remote.is_queued_as(usize::from(index), cid) {
             return None;
         }
         Some(Tag {
             cid,
+            index,
             index_bits: self.index_bits,
         })
     }
@@ -342,7 +355,7 @@ impl<T> TagSet<T> {
             .iter()
             .enumerate()
             .filter(|(_, meta)| meta.live)
-            .map(move |(index, meta)| self.make_tag(index as u16, meta.generation))
+            .map(move |(index, meta)| self.make_tag(index as u16, meta.cid))
             .filter(move |tag| !self.remote.is_queued_as(tag.index(), tag.cid()))
     }
 
@@ -354,7 +367,7 @@ impl<T> TagSet<T> {
         let remote = Arc::clone(&self.remote);
         let mut taken = 0;
         remote.drain(|index, cid| {
-            let tag = self.make_tag(index, cid >> self.index_bits);
+            let tag = self.make_tag(index, cid);
             if self.is_live(tag) {
                 self.release(index);
                 taken += 1;
@@ -380,7 +393,7 @@ impl<T> TagSet<T> {
             && self
                 .meta
                 .get(tag.index())
-                .is_some_and(|meta| meta.live && meta.generation == tag.generation())
+                .is_some_and(|meta| meta.live && meta.cid == tag.cid)
     }
 
     #[inline]
@@ -388,29 +401,32 @@ impl<T> TagSet<T> {
         let meta = &mut self.meta[usize::from(index)];
         debug_assert!(!meta.live, "slot {index} on the free stack while live");
         meta.live = true;
-        let generation = meta.generation;
+        let cid = meta.cid;
         self.in_use += 1;
-        self.make_tag(index, generation)
+        self.make_tag(index, cid)
     }
 
     #[inline]
     fn release(&mut self, index: u16) {
-        let generation_mask = u16::MAX >> self.index_bits;
         let meta = &mut self.meta[usize::from(index)];
-        let mut generation = (meta.generation + 1) & generation_mask;
-        if index | generation << self.index_bits == RESERVED_CID {
-            generation = (generation + 1) & generation_mask;
+        // Next generation: adding 1 << index_bits to the cid leaves the index bits alone and
+        // wraps the generation bits (u16 arithmetic).
+        let step = 1u16 << self.index_bits;
+        let mut cid = meta.cid.wrapping_add(step);
+        if cid == RESERVED_CID {
+            cid = cid.wrapping_add(step);
         }
-        meta.generation = generation;
+        meta.cid = cid;
         meta.live = false;
         self.in_use -= 1;
         self.free.push(index);
     }
 
     #[inline]
-    fn make_tag(&self, index: u16, generation: u16) -> Tag {
+    fn make_tag(&self, index: u16, cid: u16) -> Tag {
         Tag {
-            cid: index | generation << self.index_bits,
+            cid,
+            index,
             index_bits: self.index_bits,
         }
     }

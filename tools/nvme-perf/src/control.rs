@@ -98,11 +98,75 @@ impl Live {
     }
 }
 
+/// Linear sub-buckets per power of two of [`LatencyBuckets`] (2^7: below 128 ns every value
+/// has its own bucket; above, a bucket spans 1/64 of its power of two, about 1.6 %).
+const SUB_BITS: u32 = 7;
+/// Buckets needed for values up to 2^36 ns (68 s > [`MAX_LATENCY_NS`]).
+const BUCKETS: usize = (36 - SUB_BITS as usize + 2) << (SUB_BITS - 1);
+
+/// The hot-path latency record: a log-linear bucket array whose `record` is a handful of
+/// instructions (leading-zero count, shift, add, increment), unlike a full HDR histogram
+/// record. [`Tally::finish`] folds it into the `Histogram` the reports read.
+#[derive(Clone, Debug)]
+pub struct LatencyBuckets {
+    counts: Box<[u64]>,
+}
+
+impl LatencyBuckets {
+    fn new() -> Self {
+        Self {
+            counts: vec![0; BUCKETS].into_boxed_slice(),
+        }
+    }
+
+    /// Bucket of `ns`: values below 2^SUB_BITS map to themselves; above, `shift` low bits are
+    /// dropped so the kept mantissa lies in [2^(SUB_BITS-1), 2^SUB_BITS), and the bucket is
+    /// `shift * 2^(SUB_BITS-1) + mantissa` (contiguous, increasing with `ns`).
+    #[inline(always)]
+    fn index(ns: u64) -> usize {
+        let ns = ns.min(MAX_LATENCY_NS);
+        let bits = u64::BITS - ns.leading_zeros();
+        if bits <= SUB_BITS {
+            ns as usize
+        } else {
+            let shift = bits - SUB_BITS;
+            ((shift as usize) << (SUB_BITS - 1)) + (ns >> shift) as usize
+        }
+    }
+
+    /// Lowest and highest value of bucket `index`.
+    fn bounds(index: usize) -> (u64, u64) {
+        let half = 1usize << (SUB_BITS - 1);
+        if index < 2 * half {
+            (index as u64, index as u64)
+        } else {
+            let shift = index / half - 1;
+            let mantissa = (index - shift * half) as u64;
+            (mantissa << shift, ((mantissa + 1) << shift) - 1)
+        }
+    }
+
+    #[inline(always)]
+    fn record(&mut self, ns: u64) {
+        let i = Self::index(ns);
+        // `index` never exceeds BUCKETS - 1 (the clamp above); the check keeps it safe anyway.
+        if let Some(c) = self.counts.get_mut(i) {
+            *c += 1;
+        }
+    }
+
+    fn reset(&mut self) {
+        self.counts.fill(0);
+    }
+}
+
 /// Counters and latency histogram of one worker's measured phase.
 #[derive(Clone, Debug)]
 pub struct Tally {
-    /// Latency of each completed I/O, in ns.
+    /// Latency of each completed I/O, in ns (filled from `buckets` by [`Tally::finish`]).
     pub hist: Histogram<u64>,
+    /// Where the hot path records latencies.
+    buckets: LatencyBuckets,
     /// I/Os completed successfully.
     pub ios: u64,
     /// I/Os that failed (submission refused or error completion).
@@ -125,6 +189,7 @@ impl Tally {
         Self {
             hist: Histogram::new_with_bounds(1, MAX_LATENCY_NS, HISTOGRAM_SIGFIG)
                 .expect("the histogram bounds are constants that hdrhistogram accepts"),
+            buckets: LatencyBuckets::new(),
             ios: 0,
             errors: 0,
             first_error: None,
@@ -138,6 +203,7 @@ impl Tally {
     /// Forgets everything recorded so far (end of warmup). No allocation.
     pub fn reset(&mut self) {
         self.hist.reset();
+        self.buckets.reset();
         self.ios = 0;
         self.errors = 0;
         self.first_error = None;
@@ -158,10 +224,28 @@ impl Tally {
     #[inline(always)]
     pub fn complete(&mut self, submitted: Instant, now: Instant) {
         let ns = now.saturating_duration_since(submitted).as_nanos();
-        self.hist
-            .saturating_record(u64::try_from(ns).unwrap_or(MAX_LATENCY_NS));
+        self.complete_ns(u64::try_from(ns).unwrap_or(MAX_LATENCY_NS));
+    }
+
+    /// Records a completed I/O whose latency is `ns` nanoseconds.
+    #[inline(always)]
+    pub fn complete_ns(&mut self, ns: u64) {
+        self.buckets.record(ns);
         self.ios += 1;
         self.reaped += 1;
+    }
+
+    /// Folds the hot-path buckets into `hist` (each bucket at its midpoint, so percentiles
+    /// keep the buckets' ~1.6 % resolution; min and max are bucket bounds). Call once when the
+    /// worker is done.
+    pub fn finish(&mut self) {
+        for (index, &count) in self.buckets.counts.iter().enumerate() {
+            if count > 0 {
+                let (low, high) = LatencyBuckets::bounds(index);
+                self.hist.saturating_record_n(low + (high - low) / 2, count);
+            }
+        }
+        self.buckets.reset();
     }
 
     /// Records a failed I/O.
@@ -384,6 +468,42 @@ impl<'a> Pacer<'a> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn latency_buckets_are_contiguous_and_precise() {
+        let mut last = 0;
+        for ns in (0..5000u64).chain((1..60).map(|k| k * 1_000_000_007 % MAX_LATENCY_NS)) {
+            let i = LatencyBuckets::index(ns);
+            let (low, high) = LatencyBuckets::bounds(i);
+            assert!(
+                low <= ns && ns <= high,
+                "{ns} not in bucket {i} = {low}..={high}"
+            );
+            assert!(
+                (high - low) as f64 <= ns as f64 / 60.0 + 1.0,
+                "{ns}: {low}..={high}"
+            );
+            if ns < 5000 {
+                assert!(i >= last, "bucket index decreased at {ns}");
+                assert!(i <= last + 1, "bucket index skipped at {ns}");
+                last = i;
+            }
+        }
+        assert!(LatencyBuckets::index(u64::MAX) < BUCKETS);
+    }
+
+    #[test]
+    fn finish_moves_buckets_into_the_histogram() {
+        let mut t = Tally::new();
+        for ns in [100, 10_000, 10_050, 1_000_000] {
+            t.complete_ns(ns);
+        }
+        t.finish();
+        assert_eq!(t.hist.len(), 4);
+        let p50 = t.hist.value_at_quantile(0.5) as f64;
+        assert!((p50 - 10_000.0).abs() / 10_000.0 < 0.02, "{p50}");
+        assert!((t.hist.max() as f64 - 1_000_000.0).abs() / 1_000_000.0 < 0.02);
+    }
+
     use super::*;
 
     #[test]

@@ -361,6 +361,7 @@ fn run_worker(
     }
     let (elapsed, cpu) = pacer.measured();
     drop(io);
+    tally.finish();
     Ok(WorkerResult {
         tally,
         elapsed,
