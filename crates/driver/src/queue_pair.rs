@@ -52,7 +52,9 @@ pub struct QueuePairOptions {
     pub depth: u32,
     /// A command not completed within this time fails with [`Error::Timeout`].
     pub timeout: Duration,
-    /// Most completions handled by one [`QueuePair::poll`] call (the completion batch cap).
+    /// Most completions handled by one [`QueuePair::poll`] call (the completion batch cap;
+    /// one CQ head doorbell per call). Default: no cap below the ring, i.e. everything the
+    /// controller has posted is reaped, which keeps head doorbell writes to one per poll.
     pub max_completions_per_poll: usize,
     /// Give the completion queue an MSI-X vector (needs `ControllerOptions::interrupts`), so
     /// an idle owner can block in [`QueuePair::wait_for_completion`].
@@ -64,7 +66,7 @@ impl Default for QueuePairOptions {
         Self {
             depth: 256,
             timeout: Duration::from_secs(30),
-            max_completions_per_poll: 64,
+            max_completions_per_poll: usize::MAX,
             interrupts: false,
         }
     }

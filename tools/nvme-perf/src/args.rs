@@ -153,14 +153,16 @@ pub struct Args {
     pub queue_depth: u32,
 
     /// Most I/Os submitted per round, with one doorbell write (inside plug/unplug) or one
-    /// io_uring_enter; capped at the queue depth.
-    #[arg(long, default_value_t = 32, value_name = "N")]
-    pub submit_batch: u32,
+    /// io_uring_enter; capped at the queue depth. Default: the queue depth, i.e. every I/O
+    /// reaped in a round is resubmitted with one doorbell write.
+    #[arg(long, value_name = "N")]
+    pub submit_batch: Option<u32>,
 
     /// Most completions reaped per poll call (QueuePairOptions::max_completions_per_poll;
-    /// CQEs consumed per pass for io_uring).
-    #[arg(long, default_value_t = 32, value_name = "N")]
-    pub complete_batch: u32,
+    /// CQEs consumed per pass for io_uring). Default: the queue depth, i.e. everything that is
+    /// there, with one CQ head doorbell write.
+    #[arg(long, value_name = "N")]
+    pub complete_batch: Option<u32>,
 
     /// Worker threads, each with its own queue pair (io_uring instance).
     #[arg(short = 'j', long, default_value_t = 1, value_name = "N")]
@@ -414,10 +416,10 @@ impl Args {
                 format!("give 1..={MAX_QUEUE_DEPTH}"),
             ));
         }
-        if self.submit_batch == 0 {
+        if self.submit_batch == Some(0) {
             return Err(invalid("--submit-batch", 0, "give at least 1"));
         }
-        if self.complete_batch == 0 {
+        if self.complete_batch == Some(0) {
             return Err(invalid("--complete-batch", 0, "give at least 1"));
         }
         if self.threads == 0 || self.threads > MAX_THREADS {
@@ -464,8 +466,11 @@ impl Args {
             engine: self.engine,
             block_size: self.block_size,
             queue_depth: self.queue_depth,
-            submit_batch: self.submit_batch.min(self.queue_depth),
-            complete_batch: self.complete_batch,
+            submit_batch: self
+                .submit_batch
+                .unwrap_or(self.queue_depth)
+                .min(self.queue_depth),
+            complete_batch: self.complete_batch.unwrap_or(self.queue_depth),
             threads: self.threads,
             pin: self.pin,
             time: seconds("run time (-t)", self.time, false)?,
@@ -515,7 +520,7 @@ mod tests {
                 c.submit_batch,
                 c.complete_batch
             ),
-            (4096, 128, 32, 32)
+            (4096, 128, 128, 128)
         );
         assert_eq!(
             (c.threads, c.time, c.warmup),
