@@ -72,6 +72,13 @@ impl AdminQueue {
         (self.sq.tail(), self.cq.head())
     }
 
+    /// Empties both rings for a controller that was disabled (reset): the next command goes
+    /// to entry 0, MMIO doorbells only until shadow doorbells are configured again.
+    pub(crate) fn reset(&mut self) {
+        self.sq.reset();
+        self.cq.reset();
+    }
+
     /// Routes the admin doorbells through shadow doorbells.
     pub(crate) fn set_shadow(&mut self, sq: ShadowSlot, cq: ShadowSlot) {
         self.sq.set_shadow(Some(sq));

@@ -9,7 +9,7 @@
 //! window and the admin queue are there to delete the pair's queues when it drops; the
 //! controller is shut down (CC.SHN) when the last reference goes.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,13 @@ const HOST_PAGE_MPS: u8 = 0;
 const REGISTER_POLL: Duration = Duration::from_micros(100);
 /// Shutdown wait when the controller does not report RTD3E.
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+/// `Inner::state` bit: the controller failed; unusable until a reset succeeds.
+pub(crate) const STATE_FAILED: u64 = 1;
+/// `Inner::state` bit: a reset is running; submissions are refused (retryable).
+pub(crate) const STATE_RESETTING: u64 = 2;
+/// `Inner::state` increment of one reset generation (the bits above the flags).
+pub(crate) const STATE_GENERATION: u64 = 4;
+
 /// Fewest entries an NVMe queue can have (one is always kept empty).
 const MIN_QUEUE_ENTRIES: u32 = 2;
 /// Number of I/O queue pairs asked for by default (the controller may grant fewer).
@@ -131,7 +138,12 @@ pub(crate) struct Inner {
     version: Version,
     admin: Mutex<AdminQueue>,
     admin_timeout: Duration,
-    failed: AtomicBool,
+    /// `STATE_*` bits and the reset generation (see [`ControllerState`]).
+    state: AtomicU64,
+    /// Serialises resets.
+    reset_lock: Mutex<()>,
+    /// The device is gone (registers read all ones); implies failed.
+    removed: AtomicBool,
     identify: Box<IdentifyController>,
     namespaces: Vec<Namespace>,
     /// Active namespaces that cannot be used, and why.
@@ -162,13 +174,35 @@ impl std::fmt::Debug for Controller {
     }
 }
 
+/// CC for an enabled controller: NVM command set, our page size, 64/16-byte entries.
+fn enabled_cc() -> Cc {
+    Cc(0)
+        .with_css(regs::CC_CSS_NVM)
+        .with_mps(HOST_PAGE_MPS)
+        .with_ams(0)
+        .with_shn(ShutdownNotification::None)
+        .with_iosqes(SQES_LOG2)
+        .with_iocqes(CQES_LOG2)
+        .with_en(true)
+}
+
+/// Registers read all ones when the device is gone (surprise removal, link down).
+pub(crate) const ALL_ONES: u32 = u32::MAX;
+
 /// Waits until CSTS.RDY equals `ready`, bounded by CAP.TO; fails early on CSTS.CFS when
-/// waiting for ready.
+/// waiting for ready, and at once when CSTS reads all ones (no device answers).
 fn wait_ready(mmio: &Mmio, name: &str, cap: Cap, ready: bool) -> Result<()> {
     let timeout = cap.timeout().max(REGISTER_POLL * 10);
     let start = Instant::now();
     loop {
-        let csts = Csts(mmio.read32(regs::CSTS));
+        let raw = mmio.read32(regs::CSTS);
+        if raw == ALL_ONES {
+            return Err(Error::Removed {
+                controller: name.to_string(),
+                why: "its registers read all ones",
+            });
+        }
+        let csts = Csts(raw);
         if csts.rdy() == ready {
             return Ok(());
         }
@@ -292,7 +326,9 @@ impl Controller {
             version,
             admin: Mutex::new(admin),
             admin_timeout: options.admin_timeout,
-            failed: AtomicBool::new(false),
+            state: AtomicU64::new(0),
+            reset_lock: Mutex::new(()),
+            removed: AtomicBool::new(false),
             identify: Box::new(IdentifyController::default()),
             namespaces: Vec::new(),
             unsupported: Vec::new(),
@@ -305,17 +341,9 @@ impl Controller {
             _keepalive: keepalive,
         };
         let (mmio, name) = (&partial.mmio, &partial.name);
-        let cc = Cc(0)
-            .with_css(regs::CC_CSS_NVM)
-            .with_mps(HOST_PAGE_MPS)
-            .with_ams(0)
-            .with_shn(ShutdownNotification::None)
-            .with_iosqes(SQES_LOG2)
-            .with_iocqes(CQES_LOG2)
-            .with_en(true);
-        mmio.write32(regs::CC, cc.0);
+        mmio.write32(regs::CC, enabled_cc().0);
         if let Err(e) = wait_ready(mmio, name, cap, true) {
-            partial.failed.store(true, Ordering::Release);
+            partial.state.fetch_or(STATE_FAILED, Ordering::AcqRel);
             return Err(e);
         }
         log::info!(
@@ -418,8 +446,35 @@ impl Controller {
         self.inner.has_shadow()
     }
 
+    /// Resets the controller (NVMe Base 2.0 §3.7.2, controller level reset through CC.EN):
+    /// disables it, rebuilds the admin queue, restores what bring-up configured (queue count,
+    /// shadow doorbells; MSI-X routing survives), and lets every live [`QueuePair`] re-create
+    /// its queues in place.
+    ///
+    /// Queue pairs learn of the reset through a generation word they compare on every
+    /// submission and poll (one atomic load, no lock). When a pair sees a new generation it
+    /// completes every request that was in flight with the retryable [`Error::Reset`] (buffers
+    /// returned: the controller was disabled first, so nothing can still write them), then
+    /// re-creates its submission and completion queues. While the reset runs, submissions
+    /// fail at once with the retryable [`Error::Resetting`] (they are not queued).
+    ///
+    /// Also the way back from a failed controller (fatal status, admin timeout), unless it
+    /// could not even be disabled (then its memory was leaked and this returns
+    /// [`Error::Failed`]).
+    ///
+    /// [`QueuePair`]: crate::QueuePair
+    pub fn reset(&self) -> Result<()> {
+        self.inner.reset().map(drop)
+    }
+
+    /// Whether the device is gone (its registers read all ones): it cannot be reset, only
+    /// closed.
+    pub fn is_removed(&self) -> bool {
+        self.inner.is_removed()
+    }
+
     /// Whether the controller failed (admin timeout, fatal status, a queue it would not
-    /// delete) and was stopped: it must be re-opened.
+    /// delete) and was stopped: it must be reset or re-opened.
     pub fn is_failed(&self) -> bool {
         self.inner.is_failed()
     }
@@ -469,7 +524,7 @@ impl Inner {
         sqe: SubmissionEntry,
         data: Option<(&DmaBuffer, usize)>,
     ) -> Result<CompletionEntry> {
-        if self.failed.load(Ordering::Acquire) {
+        if self.is_failed() {
             return Err(Error::Failed {
                 controller: self.name.clone(),
             });
@@ -517,7 +572,7 @@ impl Inner {
 
     /// Marks the controller failed and stops its DMA (see [`Inner::stop_dma`]).
     pub(crate) fn fail_and_stop(&self) -> bool {
-        self.failed.store(true, Ordering::Release);
+        self.state.fetch_or(STATE_FAILED, Ordering::AcqRel);
         self.stop_dma()
     }
 
@@ -533,7 +588,7 @@ impl Inner {
             DmaState::Unstoppable => return false,
             DmaState::Running => {}
         }
-        self.failed.store(true, Ordering::Release);
+        self.state.fetch_or(STATE_FAILED, Ordering::AcqRel);
         let cc = Cc(self.mmio.read32(regs::CC));
         if cc.en() {
             self.mmio.write32(regs::CC, cc.with_en(false).0);
@@ -684,6 +739,19 @@ impl Inner {
             return Ok(());
         };
         let buffers = Arc::new(buffers);
+        if self.configure_shadow(&buffers)? {
+            log::info!("{}: shadow doorbells enabled", self.name);
+            self.shadow = Some(buffers);
+        }
+        Ok(())
+    }
+
+    /// Doorbell Buffer Config with `buffers` (all entries zeroed first); routes the admin
+    /// doorbells through them. Returns false when the controller refuses the command.
+    fn configure_shadow(&self, buffers: &Arc<ShadowBuffers>) -> Result<bool> {
+        for index in 0..buffers.entries() {
+            drop(buffers.slot(index, 0));
+        }
         let entries = {
             let admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
             admin.entries()
@@ -707,17 +775,117 @@ impl Inner {
                     "{}: Doorbell Buffer Config refused ({status}); using MMIO doorbells",
                     self.name
                 );
-                return Ok(());
+                return Ok(false);
             }
             Err(e) => return Err(e),
         }
         let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
         let (sq_tail, cq_head) = admin.positions();
         admin.set_shadow(buffers.slot(0, sq_tail), buffers.slot(1, cq_head));
+        Ok(true)
+    }
+
+    /// Marks the device removed (and failed) and stops what can be stopped.
+    pub(crate) fn mark_removed(&self) {
+        self.removed.store(true, Ordering::Release);
+        self.fail_and_stop();
+    }
+
+    pub(crate) fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+
+    /// Holds off resets while the guard lives (a queue pair deciding how to tear down).
+    pub(crate) fn hold_resets(&self) -> MutexGuard<'_, ()> {
+        self.reset_lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Controller reset (see [`Controller::reset`]). Returns the new state word.
+    fn reset(&self) -> Result<u64> {
+        let _one_at_a_time = self.reset_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.is_removed() {
+            return Err(Error::Removed {
+                controller: self.name.clone(),
+                why: "its registers read all ones",
+            });
+        }
+        if *self.dma_state.lock().unwrap_or_else(|p| p.into_inner()) == DmaState::Unstoppable {
+            return Err(Error::Failed {
+                controller: self.name.clone(),
+            });
+        }
+        self.state.fetch_or(STATE_RESETTING, Ordering::AcqRel);
+        log::warn!("{}: resetting the controller", self.name);
+        let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
+        // 1. Disable. Every command in flight on every queue dies here; the queue pairs fail
+        //    them when they see the new generation. If the controller will not disable, it is
+        //    stopped for good (memory leaks, see `stop_dma`).
+        let cc = Cc(self.mmio.read32(regs::CC));
+        if cc.en() {
+            self.mmio.write32(regs::CC, cc.with_en(false).0);
+        }
+        if let Err(e) = wait_ready(&self.mmio, &self.name, self.cap, false) {
+            drop(admin);
+            self.fail_and_stop();
+            return Err(e);
+        }
+        // Disabled: the device reaches no memory now, so it is safe to reuse all of it.
+        {
+            let mut dma = self.dma_state.lock().unwrap_or_else(|p| p.into_inner());
+            if *dma == DmaState::Stopped {
+                if let Some(f) = &self.function {
+                    f.enable_bus_master()?;
+                }
+                *dma = DmaState::Running;
+            }
+        }
+        // 2. Admin queue from scratch, then enable as at bring-up.
+        admin.reset();
+        let entries = admin.entries();
+        self.mmio.write32(regs::AQA, Aqa::new(entries, entries).0);
+        self.mmio.write64(regs::ASQ, admin.sq_iova());
+        self.mmio.write64(regs::ACQ, admin.cq_iova());
+        self.mmio.write32(regs::CC, enabled_cc().0);
         drop(admin);
-        log::info!("{}: shadow doorbells enabled", self.name);
-        self.shadow = Some(buffers);
-        Ok(())
+        if let Err(e) = wait_ready(&self.mmio, &self.name, self.cap, true) {
+            self.fail_and_stop();
+            return Err(e);
+        }
+        // The generation moves on now (failed and resetting cleared) so the admin commands
+        // below run; queue pairs recreate their queues when they see it.
+        let generation = (self.state() & !(STATE_GENERATION - 1)) + STATE_GENERATION;
+        self.state
+            .store(generation | STATE_RESETTING, Ordering::Release);
+        // 3. What bring-up configured: queue count, shadow doorbells (MSI-X routing lives in
+        //    VFIO and survives).
+        let cqe = self.admin(
+            command::set_number_of_queues(self.io_queues.max(1), self.io_queues.max(1)),
+            None,
+        )?;
+        let (sq, cq) = command::number_of_queues_allocated(cqe.dw0);
+        if sq.min(cq) < self.io_queues {
+            self.fail_and_stop();
+            return Err(Error::Unsupported {
+                controller: self.name.clone(),
+                what: format!(
+                    "after the reset it grants {} I/O queue pairs, fewer than the {} in use",
+                    sq.min(cq),
+                    self.io_queues
+                ),
+            });
+        }
+        if let Some(buffers) = &self.shadow {
+            if !self.configure_shadow(buffers)? {
+                self.fail_and_stop();
+                return Err(Error::Unsupported {
+                    controller: self.name.clone(),
+                    what: "it refused Doorbell Buffer Config after the reset".into(),
+                });
+            }
+        }
+        self.state.store(generation, Ordering::Release);
+        log::info!("{}: controller reset done", self.name);
+        Ok(generation)
     }
 
     /// Routes one MSI-X vector per queue (admin + granted I/O queues, as far as the function
@@ -775,7 +943,14 @@ impl Inner {
     }
 
     pub(crate) fn is_failed(&self) -> bool {
-        self.failed.load(Ordering::Acquire)
+        self.state() & STATE_FAILED != 0
+    }
+
+    /// The state word: `STATE_FAILED`, `STATE_RESETTING` and the reset generation above them.
+    /// Queue pairs compare it with their snapshot on every submission and poll (one load).
+    #[inline(always)]
+    pub(crate) fn state(&self) -> u64 {
+        self.state.load(Ordering::Acquire)
     }
 
     fn shutdown(&self) {

@@ -54,8 +54,28 @@ pub enum Error {
         timeout: Duration,
     },
     /// An earlier admin timeout or fatal status left the controller unusable.
-    #[error("controller {controller} failed earlier and must be re-opened (reset) before use")]
+    #[error(
+        "controller {controller} failed earlier: reset it (Controller::reset) or re-open it \
+         before use"
+    )]
     Failed { controller: String },
+    /// The request was in flight when the controller was reset; it may or may not have been
+    /// executed. Retryable: submit it again.
+    #[error(
+        "the request was in flight when controller {controller} was reset; it may or may not \
+         have run: submit it again"
+    )]
+    Reset { controller: String },
+    /// A reset of the controller is running; the submission was refused. Retryable.
+    #[error("controller {controller} is being reset: submit again once the reset is done")]
+    Resetting { controller: String },
+    /// The device is gone: registers read all ones (surprise removal, link down) or the
+    /// kernel asked for it back (unbind, hot-unplug request). Not retryable on this controller.
+    #[error("controller {controller} was removed ({why}); close it: its I/O cannot complete")]
+    Removed {
+        controller: String,
+        why: &'static str,
+    },
     /// The namespace id is not an active namespace of the controller.
     #[error("namespace {nsid} is not active on this controller (active namespaces: {active:?})")]
     InactiveNamespace { nsid: u32, active: Vec<u32> },
@@ -155,6 +175,16 @@ pub(crate) fn log_occurrence(count: u64) -> bool {
 }
 
 impl Error {
+    /// Whether submitting the same request again may succeed: a reset interrupted it or was
+    /// running, or the device reported a status without Do Not Retry.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Reset { .. } | Error::Resetting { .. } | Error::QueueFull { .. } => true,
+            Error::Command { status, .. } => !status.dnr(),
+            _ => false,
+        }
+    }
+
     /// The NVMe status, if this error is a command completing with an error status.
     pub fn status(&self) -> Option<Status> {
         match self {

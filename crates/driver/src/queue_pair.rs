@@ -38,7 +38,7 @@ use nvme_spec::regs::Csts;
 use nvme_spec::{command, opcode, regs, Status};
 use nvme_vfio::{DmaBuffer, DmaDomain, InterruptEvent};
 
-use crate::controller::{Controller, Inner};
+use crate::controller::{Controller, Inner, ALL_ONES, STATE_FAILED, STATE_RESETTING};
 use crate::error::{log_occurrence, Error, IoFailure, Result};
 use crate::namespace::Namespace;
 use crate::prp::{self, PrpLayout};
@@ -165,11 +165,19 @@ pub struct QueuePair {
     // Cold fields.
     epoch_started: Instant,
     epoch_length: Duration,
+    /// Last CSTS read by the health check.
+    health_checked: Instant,
     timeout: Duration,
     /// Requests reported to the caller whose slots are still retired.
     retired: u16,
     /// DMA domain of the controller: buffers from any other are refused.
     domain: DmaDomain,
+    /// The controller's state word when this pair's queues were (re)created; any difference
+    /// (failed, resetting, a new reset generation) sends submissions and polls to the slow
+    /// path.
+    ctrl_state: u64,
+    /// Interrupt vector of the completion queue (to re-create it after a reset).
+    vector: Option<u16>,
     irq: Option<Arc<InterruptEvent>>,
     ctrl: Arc<Inner>,
     _not_sync: PhantomData<Cell<()>>,
@@ -241,6 +249,7 @@ impl QueuePair {
             None
         };
         let vector = irq.as_ref().map(|_| qid);
+        let ctrl_state = ctrl.state();
         // A timeout of either command stops the controller (`Inner::admin`), so the rings are
         // freed on these error paths only once the device cannot reach them.
         ctrl.admin(command::create_io_cq(qid, depth, cq.iova().0, vector), None)?;
@@ -290,9 +299,12 @@ impl QueuePair {
             sync_done: None,
             epoch_started: Instant::now(),
             epoch_length: timeout / (TIMEOUT_EPOCHS - 1),
+            health_checked: Instant::now(),
             timeout,
             retired: 0,
             domain: ctrl.dma.domain(),
+            ctrl_state,
+            vector,
             irq,
             ctrl,
             _not_sync: PhantomData,
@@ -592,6 +604,9 @@ impl QueuePair {
 
     #[inline(always)]
     fn alloc_one(&mut self) -> Result<Tag> {
+        if self.ctrl.state() != self.ctrl_state {
+            self.sync_state()?;
+        }
         if self.sq.is_full() {
             return Err(Error::QueueFull {
                 qid: self.qid,
@@ -617,14 +632,6 @@ impl QueuePair {
         fua: bool,
         user_data: u64,
     ) -> std::result::Result<Tag, IoFailure> {
-        if self.ctrl_failed() {
-            return Err(IoFailure::new(
-                Error::Failed {
-                    controller: self.ctrl.name.clone(),
-                },
-                Some(buf),
-            ));
-        }
         if let Err(e) = ns.check_range(lba, blocks as u64) {
             return Err(IoFailure::new(e, Some(buf)));
         }
@@ -798,8 +805,104 @@ impl QueuePair {
         self.stats.commands_submitted += 1;
     }
 
-    fn ctrl_failed(&self) -> bool {
-        self.ctrl.is_failed()
+    /// The controller's state word differs from this pair's snapshot: says why submissions
+    /// must fail, or re-creates the queues after a reset and carries on.
+    #[cold]
+    fn sync_state(&mut self) -> Result<()> {
+        let state = self.ctrl.state();
+        if state == self.ctrl_state {
+            return Ok(());
+        }
+        if state & STATE_FAILED != 0 {
+            if self.ctrl.is_removed() {
+                return Err(Error::Removed {
+                    controller: self.ctrl.name.clone(),
+                    why: "its registers read all ones",
+                });
+            }
+            return Err(Error::Failed {
+                controller: self.ctrl.name.clone(),
+            });
+        }
+        if state & STATE_RESETTING != 0 {
+            return Err(Error::Resetting {
+                controller: self.ctrl.name.clone(),
+            });
+        }
+        self.recover(state)
+    }
+
+    /// After a controller reset (new generation in `state`): fails every request that was in
+    /// flight with [`Error::Reset`] (into `deferred`, or `sync_done` for a synchronous
+    /// caller), releases retired slots, empties the rings and re-creates both queues.
+    ///
+    /// The reset disabled the controller before it could get here (CSTS.RDY read 0), so no
+    /// command of the old generation can still touch the rings, slot pages or buffers.
+    #[cold]
+    fn recover(&mut self, state: u64) -> Result<()> {
+        let live: Vec<Tag> = self.tags.iter_in_use().collect();
+        let mut heads = Vec::with_capacity(live.len());
+        for &tag in &live {
+            if self.tags.get(tag).head == tag {
+                heads.push(tag);
+            } else {
+                self.tags.free(tag);
+            }
+        }
+        let mut failed = 0;
+        for head in heads {
+            let slot = self.tags.get_mut(head);
+            let buffer = slot.buffer.take();
+            let (reported, sync, user_data) = (slot.reported, slot.sync, slot.user_data);
+            self.tags.free(head);
+            if reported {
+                // Already reported (timed out): only the buffer was still held.
+                drop(buffer);
+                continue;
+            }
+            failed += 1;
+            let completion = Completion {
+                user_data,
+                result: Err(Error::Reset {
+                    controller: self.ctrl.name.clone(),
+                }),
+                buffer,
+            };
+            if sync {
+                self.sync_done = Some(completion);
+            } else {
+                self.deferred.push_back(completion);
+            }
+        }
+        self.stats.requests_completed += failed;
+        self.retired = 0;
+        self.sq.reset();
+        self.cq.reset();
+        if let Some(shadow) = &self.ctrl.shadow {
+            self.sq
+                .set_shadow(Some(shadow.slot(2 * self.qid as usize, 0)));
+            self.cq
+                .set_shadow(Some(shadow.slot(2 * self.qid as usize + 1, 0)));
+        }
+        let depth = self.sq.entries();
+        let ctrl = self.ctrl.clone();
+        ctrl.admin(
+            command::create_io_cq(self.qid, depth, self.cq.iova().0, self.vector),
+            None,
+        )?;
+        ctrl.admin(
+            command::create_io_sq(self.qid, depth, self.sq.iova().0, self.qid),
+            None,
+        )?;
+        self.ctrl_state = state;
+        self.epoch_started = Instant::now();
+        log::info!(
+            "{} queue {}: re-created after a reset; {failed} requests failed with a \
+             retryable error",
+            self.ctrl.name,
+            self.qid
+        );
+        Ok(())
     }
 
     // ----- completion -----------------------------------------------------------------------
@@ -810,6 +913,9 @@ impl QueuePair {
     #[inline]
     pub fn poll<F: FnMut(Completion)>(&mut self, mut f: F) -> usize {
         self.stats.polls += 1;
+        if self.ctrl.state() != self.ctrl_state {
+            self.poll_state_changed();
+        }
         let mut done = 0;
         while let Some(c) = self.deferred.pop_front() {
             f(c);
@@ -825,6 +931,24 @@ impl QueuePair {
             self.check_clock(&mut f);
         }
         done
+    }
+
+    /// A poll saw the controller's state change: after a reset, recover now (the failed
+    /// requests are delivered by this poll); a failed or resetting controller is left to the
+    /// timeout clock.
+    #[cold]
+    fn poll_state_changed(&mut self) {
+        let state = self.ctrl.state();
+        if state & (STATE_FAILED | STATE_RESETTING) != 0 {
+            return;
+        }
+        if let Err(e) = self.recover(state) {
+            log::error!(
+                "{} queue {}: re-creating the queues after a reset failed: {e}",
+                self.ctrl.name,
+                self.qid
+            );
+        }
     }
 
     #[inline(always)]
@@ -1019,22 +1143,24 @@ impl QueuePair {
     /// controller status, every command in flight.
     #[cold]
     fn check_clock<F: FnMut(Completion)>(&mut self, f: &mut F) {
+        let now = Instant::now();
+        // Health: at most every HEALTH_INTERVAL, one CSTS read (never on the per-I/O path).
+        let mut dead = None;
+        if now.duration_since(self.health_checked) >= HEALTH_INTERVAL {
+            self.health_checked = now;
+            dead = self.check_health();
+        }
         if self.tags.in_use() == 0 {
-            self.epoch_started = Instant::now();
+            self.epoch_started = now;
             return;
         }
-        if self.epoch_started.elapsed() < self.epoch_length {
+        let fatal = dead.is_some();
+        if !fatal && now.duration_since(self.epoch_started) < self.epoch_length {
             return;
         }
-        self.epoch = self.epoch.wrapping_add(1);
-        self.epoch_started = Instant::now();
-        let fatal = Csts(self.ctrl.mmio.read32(regs::CSTS)).cfs();
-        if fatal && !self.ctrl.is_failed() {
-            log::error!(
-                "{}: Controller Fatal Status (CSTS.CFS=1); stopping the controller",
-                self.ctrl.name
-            );
-            self.ctrl.fail_and_stop();
+        if now.duration_since(self.epoch_started) >= self.epoch_length {
+            self.epoch = self.epoch.wrapping_add(1);
+            self.epoch_started = now;
         }
         let mut expired = [None::<Tag>; EXPIRE_BATCH];
         loop {
@@ -1056,22 +1182,61 @@ impl QueuePair {
                 break;
             }
             for tag in expired[..n].iter().flatten().copied() {
-                self.expire(tag, fatal, f);
+                self.expire(tag, dead, f);
             }
         }
     }
 
+    /// Reads CSTS once: all ones (the device is gone) or CFS (fatal) mark the controller
+    /// failed and stop it (a removed device cannot be confirmed stopped: its memory leaks).
+    /// Returns which, if either.
     #[cold]
-    fn expire<F: FnMut(Completion)>(&mut self, tag: Tag, fatal: bool, f: &mut F) {
+    fn check_health(&mut self) -> Option<Dead> {
+        let raw = self.ctrl.mmio.read32(regs::CSTS);
+        let dead = if raw == ALL_ONES {
+            Dead::Removed
+        } else if Csts(raw).cfs() {
+            Dead::Fatal
+        } else {
+            return None;
+        };
+        if dead == Dead::Removed && !self.ctrl.is_removed() {
+            log::error!(
+                "{}: registers read all ones: the device is gone; failing all I/O",
+                self.ctrl.name
+            );
+            self.ctrl.mark_removed();
+        } else if !self.ctrl.is_failed() {
+            log::error!(
+                "{}: {}; failing all I/O and stopping the controller",
+                self.ctrl.name,
+                match dead {
+                    Dead::Removed => "registers read all ones: the device is gone",
+                    Dead::Fatal => "Controller Fatal Status (CSTS.CFS=1)",
+                }
+            );
+            self.ctrl.fail_and_stop();
+        }
+        Some(dead)
+    }
+
+    #[cold]
+    fn expire<F: FnMut(Completion)>(&mut self, tag: Tag, dead: Option<Dead>, f: &mut F) {
         let cid = tag.cid();
         self.stats.timeouts += 1;
         // The slot stays allocated and awaiting: its late completion releases it.
         self.tags.get_mut(tag).expired = true;
         let head_tag = self.tags.get(tag).head;
         let command = command_name(self.tags.get(head_tag).opcode);
-        let error = if fatal {
-            Error::ControllerFatal {
-                controller: self.ctrl.name.clone(),
+        let error = if let Some(dead) = dead {
+            match dead {
+                Dead::Fatal => Error::ControllerFatal {
+                    controller: self.ctrl.name.clone(),
+                },
+                Dead::Removed => Error::Removed {
+                    controller: self.ctrl.name.clone(),
+                    why: "its registers read all ones",
+                },
             }
         } else {
             log::error!(
@@ -1101,6 +1266,15 @@ impl QueuePair {
         let completion = loop {
             if let Some(c) = self.sync_done.take() {
                 break c;
+            }
+            if self.ctrl.state() != self.ctrl_state {
+                // Recovery puts the waited-for request into `sync_done` and others into
+                // `self.deferred`, which is swapped out here: move them over.
+                self.poll_state_changed();
+                deferred.extend(self.deferred.drain(..));
+                if self.sync_done.is_some() {
+                    continue;
+                }
             }
             let mut sink = |c: Completion| deferred.push_back(c);
             let n = self.reap(&mut sink);
@@ -1283,6 +1457,18 @@ impl QueuePair {
     }
 }
 
+/// Why every command in flight is lost at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dead {
+    /// CSTS.CFS: Controller Fatal Status.
+    Fatal,
+    /// Registers read all ones: surprise removal or link down.
+    Removed,
+}
+
+/// Most time between two CSTS reads of a polled queue pair (fail-fast on a dead device).
+const HEALTH_INTERVAL: Duration = Duration::from_millis(50);
+
 /// How one command ended.
 enum Outcome {
     /// Success, with completion dword 0.
@@ -1308,6 +1494,11 @@ fn rw_command(op: u8, nsid: u32, lba: u64, blocks: u32, fua: bool) -> Submission
     }
 }
 
+/// The reset generation of a controller state word (flags masked off).
+fn generation(state: u64) -> u64 {
+    state & !(STATE_FAILED | STATE_RESETTING)
+}
+
 fn command_name(op: u8) -> &'static str {
     opcode::nvm::name(op)
 }
@@ -1328,6 +1519,16 @@ impl Drop for QueuePair {
         // command of the queue is completed or aborted, NVMe Base 2.0 §5.6), or the
         // controller is stopped (disabled, bus mastering off), or, when neither can be
         // confirmed, the controller's mapper is retired and all that memory leaks.
+        // No reset may run while this decides (a reset disables the controller, and the
+        // decision depends on whether that happened).
+        let _no_reset = self.ctrl.hold_resets();
+        let state = self.ctrl.state();
+        if state & STATE_FAILED == 0 && generation(state) != generation(self.ctrl_state) {
+            // A reset disabled the controller after these queues were created: they no longer
+            // exist there, and nothing of the old generation can reach this pair's memory.
+            self.ctrl.release_qid(self.qid);
+            return;
+        }
         let deleted = !self.ctrl.is_failed()
             && match self.ctrl.admin(command::delete_io_sq(self.qid), None) {
                 Err(e) => {

@@ -47,6 +47,11 @@ impl ShadowBuffers {
         }))
     }
 
+    /// Number of doorbell entries (SQ tail and CQ head of every queue, admin included).
+    pub(crate) fn entries(&self) -> usize {
+        self.entries
+    }
+
     pub(crate) fn shadow_iova(&self) -> Iova {
         self.shadow.iova()
     }
@@ -177,7 +182,28 @@ pub(crate) struct SqRing {
     doorbell: DoorbellWriter,
 }
 
+/// Zeroes a ring's memory.
+///
+/// The caller guarantees the controller does not access the region: it is disabled (CSTS.RDY
+/// read 0 after CC.EN was cleared) or the queue was deleted.
+fn zero(region: &DmaRegion) {
+    // SAFETY: the region is `len` bytes of mapped memory owned by the ring; by the caller's
+    // guarantee no device access is concurrent, and the host accesses it only through this
+    // ring, which `&mut self` (at the callers) makes exclusive.
+    unsafe { std::ptr::write_bytes(region.as_ptr().as_ptr(), 0, region.len()) };
+}
+
 impl SqRing {
+    /// Back to the state of a new queue (indices 0, ring zeroed, MMIO doorbell only), for
+    /// re-creating it after a controller reset. The controller must not be using the ring.
+    pub(crate) fn reset(&mut self) {
+        zero(&self.region);
+        self.tail = 0;
+        self.published_tail = 0;
+        self.head = 0;
+        self.doorbell.set_shadow(None);
+    }
+
     pub(crate) fn new(
         dma: &Arc<dyn DmaMapper>,
         entries: u32,
@@ -314,6 +340,16 @@ pub(crate) struct CqRing {
 }
 
 impl CqRing {
+    /// Back to the state of a new queue (head 0, phase 1, ring zeroed so no stale entry looks
+    /// new, MMIO doorbell only). The controller must not be using the ring.
+    pub(crate) fn reset(&mut self) {
+        zero(&self.region);
+        self.head = 0;
+        self.phase = true;
+        self.published_head = 0;
+        self.doorbell.set_shadow(None);
+    }
+
     pub(crate) fn new(
         dma: &Arc<dyn DmaMapper>,
         entries: u32,

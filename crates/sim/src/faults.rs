@@ -73,6 +73,7 @@ pub struct Faults {
     regs: Arc<RegisterBlock>,
     never_ready: AtomicBool,
     fatal: AtomicBool,
+    removed: AtomicBool,
     corrupt_cid: AtomicU32,
     duplicate: AtomicU32,
     wrong_sqid: AtomicU32,
@@ -101,6 +102,7 @@ impl Faults {
             regs,
             never_ready: AtomicBool::new(false),
             fatal: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
             corrupt_cid: AtomicU32::new(0),
             duplicate: AtomicU32::new(0),
             wrong_sqid: AtomicU32::new(0),
@@ -224,6 +226,22 @@ impl Faults {
 
     pub(crate) fn is_never_ready(&self) -> bool {
         self.never_ready.load(Ordering::Acquire)
+    }
+
+    /// Surprise removal: from now on every register reads all ones and the device does
+    /// nothing (no fetch, no DMA, no completion), as when a device is unplugged or its link
+    /// goes down.
+    pub fn remove_device(&self) {
+        self.removed.store(true, Ordering::Release);
+        self.regs.fill_ones();
+    }
+
+    pub(crate) fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn fill_ones(&self) {
+        self.regs.fill_ones();
     }
 
     pub(crate) fn is_fatal(&self) -> bool {

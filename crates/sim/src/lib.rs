@@ -226,6 +226,12 @@ impl FunctionControl for SimFunction {
         log::debug!("sim: bus master disabled");
         Ok(())
     }
+
+    fn enable_bus_master(&self) -> Result<(), VfioError> {
+        self.shared.bus_master.store(true, Ordering::SeqCst);
+        log::debug!("sim: bus master enabled");
+        Ok(())
+    }
 }
 
 fn disk_range(size: u64, nsid: u32, offset: u64, len: usize) -> (usize, usize) {

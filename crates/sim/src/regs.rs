@@ -71,6 +71,13 @@ impl RegisterBlock {
         }
     }
 
+    /// Sets every register to all ones: what a host reads from a device that is gone.
+    pub fn fill_ones(&self) {
+        for word in &self.words {
+            word.store(u32::MAX, Ordering::Release);
+        }
+    }
+
     /// The driver's view of this block.
     pub fn mmio(self: &Arc<Self>) -> Mmio {
         // `AtomicU32` is an `UnsafeCell`, so writing through a pointer derived from `&self` is

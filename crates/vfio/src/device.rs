@@ -399,6 +399,10 @@ impl crate::function::FunctionControl for VfioPci {
     fn disable_bus_master(&self) -> Result<(), VfioError> {
         VfioPci::disable_bus_master(self)
     }
+
+    fn enable_bus_master(&self) -> Result<(), VfioError> {
+        VfioPci::enable_bus_master(self)
+    }
 }
 
 #[cfg(test)]

@@ -8,4 +8,8 @@ pub trait FunctionControl: Send + Sync {
     /// Clears Bus Master Enable in the PCI Command register (PCIe Base 6.0 §7.5.1.1.3): the
     /// function can no longer issue memory requests. Returns once the write is done.
     fn disable_bus_master(&self) -> Result<(), VfioError>;
+
+    /// Sets Bus Master Enable again (after a controller reset that found the controller
+    /// disabled and safe).
+    fn enable_bus_master(&self) -> Result<(), VfioError>;
 }

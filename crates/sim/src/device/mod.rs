@@ -258,6 +258,11 @@ impl Device {
 
     /// One poll pass; true when anything happened.
     pub(crate) fn poll(&mut self) -> bool {
+        if self.shared.faults.is_removed() {
+            // Gone: registers keep reading all ones whatever the host writes; nothing runs.
+            self.shared.faults.fill_ones();
+            return false;
+        }
         let mut busy = self.poll_cc();
         if !self.ready || self.shut_down || self.shared.faults.is_fatal() {
             return busy;

@@ -1,0 +1,283 @@
+//! Controller reset (issue 10): in-flight requests fail with a retryable error and get their
+//! buffers back, queue pairs re-create their queues in place, and I/O goes on.
+
+use std::time::{Duration, Instant};
+
+use nvme_driver::{Controller, ControllerOptions, Error, QueuePair, QueuePairOptions, Transport};
+use nvme_sim::{SimConfig, SimController};
+
+const NS: u32 = 1;
+const BLOCK: usize = 512;
+
+fn start(config: SimConfig) -> (SimController, Controller) {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let sim = SimController::start(config);
+    let transport =
+        Transport::new(sim.mmio(), sim.dma(), "sim").with_function_control(sim.function_control());
+    let ctrl = Controller::new(
+        transport,
+        ControllerOptions {
+            admin_timeout: Duration::from_millis(500),
+            ..ControllerOptions::default()
+        },
+    )
+    .expect("bring-up");
+    (sim, ctrl)
+}
+
+fn qp(ctrl: &Controller, depth: u32) -> QueuePair {
+    ctrl.create_queue_pair(QueuePairOptions {
+        depth,
+        timeout: Duration::from_millis(600),
+        ..Default::default()
+    })
+    .expect("queue pair")
+}
+
+/// Writes `byte` to `lba` and reads it back.
+fn round_trip(q: &mut QueuePair, ctrl: &Controller, lba: u64, byte: u8) {
+    let ns = ctrl.namespace(NS).unwrap();
+    let mut b = ctrl.alloc_buffer(BLOCK).unwrap();
+    b.fill(byte);
+    let b = q.write(&ns, lba, 1, b, false).unwrap();
+    let mut back = q.read(&ns, lba, 1, b).unwrap();
+    assert!(back.iter().all(|&x| x == byte));
+    back.fill(0);
+}
+
+#[test]
+fn reset_under_load_fails_in_flight_requests_retryably_and_io_goes_on() {
+    let (sim, ctrl) = start(SimConfig::default());
+    let ns = ctrl.namespace(NS).unwrap();
+    let mut q = qp(&ctrl, 128);
+    let mut other = qp(&ctrl, 8);
+    round_trip(&mut q, &ctrl, 1, 0x11);
+    // Keep 100 reads in flight: the device holds their completions back.
+    sim.faults().delay_completions(Duration::from_secs(3600));
+    for i in 0..100u64 {
+        q.submit_read(&ns, i, 1, ctrl.alloc_buffer(BLOCK).unwrap(), i)
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    sim.faults().delay_completions(Duration::ZERO);
+    ctrl.reset().expect("reset");
+    assert!(!ctrl.is_failed());
+
+    let mut failed = 0;
+    let start = Instant::now();
+    while failed < 100 && start.elapsed() < Duration::from_secs(5) {
+        q.poll(|c| {
+            let e = c
+                .result
+                .expect_err("an in-flight request cannot succeed across a reset");
+            assert!(matches!(e, Error::Reset { .. }), "{e}");
+            assert!(e.is_retryable());
+            assert!(
+                c.buffer.is_some(),
+                "the buffer comes back: the controller was disabled"
+            );
+            failed += 1;
+        });
+    }
+    assert_eq!(failed, 100);
+    assert_eq!(q.in_flight(), 0);
+    // Both pairs work again, with their old queue ids.
+    round_trip(&mut q, &ctrl, 2, 0x22);
+    round_trip(&mut other, &ctrl, 3, 0x33);
+    assert_eq!((q.qid(), other.qid()), (1, 2));
+    // The data written before the reset is still there.
+    let mut b = q
+        .read(&ns, 1, 1, ctrl.alloc_buffer(BLOCK).unwrap())
+        .unwrap();
+    assert!(b.iter().all(|&x| x == 0x11));
+    b.fill(0);
+    drop((q, other));
+    assert!(
+        !ctrl.is_failed(),
+        "dropping re-created pairs deletes their queues cleanly"
+    );
+}
+
+#[test]
+fn reset_brings_a_failed_controller_back() {
+    let (sim, ctrl) = start(SimConfig::default());
+    let ns = ctrl.namespace(NS).unwrap();
+    let mut q = qp(&ctrl, 8);
+    sim.faults().delay_completions(Duration::from_secs(3600));
+    q.submit_read(&ns, 0, 1, ctrl.alloc_buffer(BLOCK).unwrap(), 7)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    sim.faults().set_fatal();
+    sim.faults().delay_completions(Duration::ZERO);
+    let mut err = None;
+    let start = Instant::now();
+    while err.is_none() && start.elapsed() < Duration::from_secs(5) {
+        q.poll(|c| err = c.result.err());
+    }
+    assert!(
+        matches!(err, Some(Error::ControllerFatal { .. })),
+        "{err:?}"
+    );
+    assert!(ctrl.is_failed());
+    assert!(matches!(
+        q.read(&ns, 0, 1, ctrl.alloc_buffer(BLOCK).unwrap())
+            .unwrap_err()
+            .error,
+        Error::Failed { .. }
+    ));
+    ctrl.reset().expect("the fatal status clears on reset");
+    assert!(!ctrl.is_failed());
+    assert!(sim.bus_master_enabled(), "bus mastering back on");
+    round_trip(&mut q, &ctrl, 5, 0x55);
+}
+
+#[test]
+fn a_pair_dropped_after_a_reset_without_polling_leaves_the_controller_healthy() {
+    let (_sim, ctrl) = start(SimConfig::default());
+    let q = qp(&ctrl, 8);
+    ctrl.reset().unwrap();
+    drop(q);
+    assert!(!ctrl.is_failed());
+    let mut q = qp(&ctrl, 8);
+    assert_eq!(q.qid(), 1, "the queue id was given back");
+    round_trip(&mut q, &ctrl, 9, 0x99);
+}
+
+#[test]
+fn repeated_resets_during_a_write_loop_lose_no_acknowledged_write() {
+    let (sim, ctrl) = start(SimConfig::default());
+    let ns = ctrl.namespace(NS).unwrap();
+    let mut q = qp(&ctrl, 16);
+    let mut acknowledged = Vec::new();
+    for round in 0..5u8 {
+        for i in 0..8u64 {
+            let lba = u64::from(round) * 8 + i;
+            let mut b = ctrl.alloc_buffer(BLOCK).unwrap();
+            b.fill(round.wrapping_mul(8).wrapping_add(i as u8) | 1);
+            q.submit_write(&ns, lba, 1, b, false, lba).unwrap();
+        }
+        if round % 2 == 1 {
+            ctrl.reset().unwrap();
+        }
+        let mut done = 0;
+        let start = Instant::now();
+        while done < 8 && start.elapsed() < Duration::from_secs(5) {
+            done += q.poll(|c| {
+                match &c.result {
+                    Ok(_) => acknowledged.push(c.user_data),
+                    Err(e) => assert!(e.is_retryable(), "{e}"),
+                }
+            });
+        }
+        assert_eq!(done, 8);
+    }
+    assert!(!acknowledged.is_empty());
+    for lba in acknowledged {
+        let expect = ((lba / 8) as u8)
+            .wrapping_mul(8)
+            .wrapping_add((lba % 8) as u8)
+            | 1;
+        let got = sim.read_disk(NS, lba * BLOCK as u64, BLOCK);
+        assert!(
+            got.iter().all(|&x| x == expect),
+            "acknowledged write to LBA {lba} lost"
+        );
+    }
+}
+
+#[test]
+fn a_controller_that_cannot_be_disabled_is_not_reset() {
+    let (sim, ctrl) = start(SimConfig {
+        timeout_500ms: 1,
+        ..SimConfig::default()
+    });
+    let mut q = qp(&ctrl, 8);
+    round_trip(&mut q, &ctrl, 0, 1);
+    sim.faults().stuck_on_disable();
+    let e = ctrl.reset().expect_err("it never reports RDY=0");
+    assert!(matches!(e, Error::NotReady { .. }), "{e}");
+    assert!(ctrl.is_failed());
+    assert!(matches!(ctrl.reset(), Err(Error::Failed { .. })));
+}
+
+// ----- fail fast on a dead or removed device ----------------------------------------------
+
+/// Polls until `cond` or `limit`; returns how long it took.
+fn poll_until(
+    q: &mut QueuePair,
+    limit: Duration,
+    mut cond: impl FnMut(&mut QueuePair) -> bool,
+) -> Duration {
+    let start = Instant::now();
+    while !cond(q) {
+        assert!(start.elapsed() < limit, "not within {limit:?}");
+    }
+    start.elapsed()
+}
+
+#[test]
+fn surprise_removal_with_io_in_flight_fails_it_within_100ms() {
+    let (sim, ctrl) = start(SimConfig::default());
+    let ns = ctrl.namespace(NS).unwrap();
+    // A long timeout: only the health check can notice.
+    let mut q = ctrl
+        .create_queue_pair(QueuePairOptions {
+            depth: 32,
+            timeout: Duration::from_secs(30),
+            ..Default::default()
+        })
+        .unwrap();
+    sim.faults().delay_completions(Duration::from_secs(3600));
+    for i in 0..16u64 {
+        q.submit_read(&ns, i, 1, ctrl.alloc_buffer(BLOCK).unwrap(), i)
+            .unwrap();
+    }
+    let spare = ctrl.alloc_buffer(BLOCK).unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    sim.faults().remove_device();
+    let mut removed = 0;
+    let took = poll_until(&mut q, Duration::from_secs(2), |q| {
+        q.poll(|c| {
+            assert!(
+                matches!(c.result, Err(Error::Removed { .. })),
+                "{:?}",
+                c.result
+            );
+            assert!(
+                c.buffer.is_none(),
+                "a removed device's memory is not handed back"
+            );
+            removed += 1;
+        });
+        removed == 16
+    });
+    assert!(took <= Duration::from_millis(150), "noticed after {took:?}");
+    assert!(ctrl.is_removed() && ctrl.is_failed());
+    let f = q.submit_read(&ns, 0, 1, spare, 99).unwrap_err();
+    // A removed controller cannot be confirmed stopped, so its mapper refuses new memory too.
+    assert!(ctrl.alloc_buffer(BLOCK).is_err());
+    assert!(matches!(f.error, Error::Removed { .. }), "{}", f.error);
+    assert!(f.buffer.is_some());
+    assert!(matches!(ctrl.reset(), Err(Error::Removed { .. })));
+    // Teardown does not hang on a device that answers nothing.
+    let start = Instant::now();
+    drop(q);
+    drop(ctrl);
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn an_idle_pair_notices_a_fatal_controller_within_100ms() {
+    let (sim, ctrl) = start(SimConfig::default());
+    let mut q = qp(&ctrl, 8);
+    sim.faults().set_fatal();
+    let took = poll_until(&mut q, Duration::from_secs(2), |q| {
+        q.poll(|_| {});
+        ctrl.is_failed()
+    });
+    assert!(took <= Duration::from_millis(150), "noticed after {took:?}");
+}
