@@ -30,9 +30,19 @@ pub(crate) struct AdminQueue {
     cq: CqRing,
     prp_page: SlotPages,
     next_cid: u16,
+    /// Commands submitted without waiting (Abort), by command id; their completions are
+    /// picked up by whoever uses the queue next ([`AdminQueue::reap_async`] or a waiting
+    /// `execute`).
+    in_flight_async: Vec<u16>,
+    /// Completions of those commands, not yet taken by [`AdminQueue::take_async`].
+    finished_async: Vec<CompletionEntry>,
     /// Completions rejected because their command id or queue id did not match.
     pub(crate) bad_completions: u64,
 }
+
+/// Most commands in flight without a waiter (Aborts; the controller's Abort Command Limit is
+/// at least 1 and commonly 4).
+pub(crate) const MAX_ASYNC_COMMANDS: usize = 4;
 
 impl AdminQueue {
     pub(crate) fn new(
@@ -58,6 +68,8 @@ impl AdminQueue {
             cq,
             prp_page,
             next_cid: 0,
+            in_flight_async: Vec::with_capacity(MAX_ASYNC_COMMANDS),
+            finished_async: Vec::with_capacity(MAX_ASYNC_COMMANDS),
             bad_completions: 0,
         })
     }
@@ -73,10 +85,75 @@ impl AdminQueue {
     }
 
     /// Empties both rings for a controller that was disabled (reset): the next command goes
-    /// to entry 0, MMIO doorbells only until shadow doorbells are configured again.
+    /// to entry 0, MMIO doorbells only until shadow doorbells are configured again. Commands
+    /// submitted without a waiter are forgotten (the disable ended them).
     pub(crate) fn reset(&mut self) {
         self.sq.reset();
         self.cq.reset();
+        self.in_flight_async.clear();
+        self.finished_async.clear();
+    }
+
+    /// Submits a command without waiting for it (no data transfer); returns its command id,
+    /// or `None` when [`MAX_ASYNC_COMMANDS`] are already out or the ring is full.
+    pub(crate) fn submit_async(&mut self, mut sqe: SubmissionEntry) -> Option<u16> {
+        if self.in_flight_async.len() >= MAX_ASYNC_COMMANDS || self.sq.is_full() {
+            return None;
+        }
+        let cid = self.next_cid;
+        self.next_cid = self.next_cid.wrapping_add(1);
+        sqe.set_cid(cid);
+        sqe.prp1 = 0;
+        sqe.prp2 = 0;
+        self.sq.push(&sqe);
+        let _ = self.sq.publish();
+        self.in_flight_async.push(cid);
+        Some(cid)
+    }
+
+    /// Consumes every completion posted so far (no command is being waited for).
+    pub(crate) fn reap_async(&mut self) {
+        while let Some(cqe) = self.cq.pop() {
+            let _ = self.cq.publish();
+            if !self.take_if_async(&cqe) {
+                self.bad_completions += 1;
+                if log_occurrence(self.bad_completions) {
+                    log::warn!(
+                        "admin queue: ignoring completion with command id {:#x} / SQ id {} \
+                         (nothing outstanding has that id; {} ignored so far)",
+                        cqe.cid,
+                        cqe.sq_id,
+                        self.bad_completions
+                    );
+                }
+            }
+        }
+    }
+
+    /// Completions of commands submitted with [`AdminQueue::submit_async`] since the last call.
+    pub(crate) fn take_async(&mut self) -> impl Iterator<Item = CompletionEntry> + '_ {
+        self.finished_async.drain(..)
+    }
+
+    /// Whether any command submitted without a waiter is still out.
+    pub(crate) fn has_async(&self) -> bool {
+        !self.in_flight_async.is_empty()
+    }
+
+    /// Records `cqe` if it completes a command submitted without a waiter.
+    fn take_if_async(&mut self, cqe: &CompletionEntry) -> bool {
+        if cqe.sq_id != 0 {
+            return false;
+        }
+        let Some(i) = self.in_flight_async.iter().position(|&c| c == cqe.cid) else {
+            return false;
+        };
+        self.in_flight_async.swap_remove(i);
+        if !self.sq.update_head(cqe.sq_head) {
+            self.bad_completions += 1;
+        }
+        self.finished_async.push(*cqe);
+        true
     }
 
     /// Routes the admin doorbells through shadow doorbells.
@@ -164,6 +241,9 @@ impl AdminQueue {
         loop {
             while let Some(cqe) = self.cq.pop() {
                 let _ = self.cq.publish();
+                if (cqe.cid != cid || cqe.sq_id != 0) && self.take_if_async(&cqe) {
+                    continue;
+                }
                 if cqe.cid != cid || cqe.sq_id != 0 {
                     self.bad_completions += 1;
                     if log_occurrence(self.bad_completions) {

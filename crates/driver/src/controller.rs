@@ -63,6 +63,40 @@ pub struct ControllerOptions {
     /// Route MSI-X vectors to eventfds so queue pairs created with
     /// `QueuePairOptions::interrupts` can block while idle (vector = queue id).
     pub interrupts: bool,
+    /// What a queue pair does about a command that timed out (see [`TimeoutAction`]).
+    pub timeout_action: TimeoutAction,
+}
+
+/// What happens to a command that times out. In every case the request is reported to the
+/// caller with [`Error::Timeout`] at once, and its slot and buffer stay retired until the
+/// device returns the command (see `docs/reliability.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeoutAction {
+    /// Nothing more: wait for the late completion.
+    None,
+    /// Send an Abort for it, without blocking the I/O thread (the admin queue is only tried,
+    /// never waited for; a busy one is retried at the next clock tick).
+    Abort,
+    /// Abort, and if the command is still outstanding one more timeout later (the abort was
+    /// declined, failed or itself got no answer), reset the controller
+    /// ([`Controller::reset`]): every queue pair then fails its in-flight requests with the
+    /// retryable [`Error::Reset`] and goes on. The default, like SPDK's abort-then-reset.
+    AbortThenReset,
+}
+
+/// Abort outcomes of a controller (counters since bring-up).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AbortStats {
+    /// Aborts submitted.
+    pub sent: u64,
+    /// The controller aborted the command (it completes with Command Abort Requested).
+    pub aborted: u64,
+    /// The controller did not abort it (it had completed, or declined).
+    pub not_aborted: u64,
+    /// The Abort itself completed with an error status.
+    pub failed: u64,
+    /// Controller resets started because an aborted command stayed outstanding.
+    pub resets: u64,
 }
 
 impl Default for ControllerOptions {
@@ -74,6 +108,7 @@ impl Default for ControllerOptions {
             shutdown_on_drop: true,
             shadow_doorbells: true,
             interrupts: false,
+            timeout_action: TimeoutAction::AbortThenReset,
         }
     }
 }
@@ -144,6 +179,8 @@ pub(crate) struct Inner {
     reset_lock: Mutex<()>,
     /// The device is gone (registers read all ones); implies failed.
     removed: AtomicBool,
+    pub(crate) timeout_action: TimeoutAction,
+    aborts: Mutex<AbortStats>,
     identify: Box<IdentifyController>,
     namespaces: Vec<Namespace>,
     /// Active namespaces that cannot be used, and why.
@@ -329,6 +366,8 @@ impl Controller {
             state: AtomicU64::new(0),
             reset_lock: Mutex::new(()),
             removed: AtomicBool::new(false),
+            timeout_action: options.timeout_action,
+            aborts: Mutex::new(AbortStats::default()),
             identify: Box::new(IdentifyController::default()),
             namespaces: Vec::new(),
             unsupported: Vec::new(),
@@ -467,6 +506,12 @@ impl Controller {
         self.inner.reset().map(drop)
     }
 
+    /// Abort outcomes and timeout-driven resets so far.
+    pub fn abort_stats(&self) -> AbortStats {
+        self.inner.poll_admin();
+        *self.inner.abort_stats_mut()
+    }
+
     /// Whether the device is gone (its registers read all ones): it cannot be reset, only
     /// closed.
     pub fn is_removed(&self) -> bool {
@@ -535,6 +580,7 @@ impl Inner {
         let mut admin: MutexGuard<'_, AdminQueue> =
             self.admin.lock().unwrap_or_else(|p| p.into_inner());
         let result = admin.execute(&self.mmio, self.page_size, sqe, data, self.admin_timeout);
+        self.account_async(&mut admin);
         match result {
             Err(Error::Timeout { .. }) | Err(Error::ControllerFatal { .. }) => {
                 drop(admin);
@@ -785,6 +831,55 @@ impl Inner {
         Ok(true)
     }
 
+    /// Sends an Abort for command `cid` of queue `qid` without waiting: only if the admin queue
+    /// is free right now (never blocks the I/O thread). Returns whether it was sent.
+    pub(crate) fn abort_async(&self, qid: u16, cid: u16) -> bool {
+        if self.is_failed() {
+            return false;
+        }
+        let Ok(mut admin) = self.admin.try_lock() else {
+            return false;
+        };
+        admin.reap_async();
+        self.account_async(&mut admin);
+        let sent = admin.submit_async(command::abort(qid, cid)).is_some();
+        if sent {
+            self.abort_stats_mut().sent += 1;
+        }
+        sent
+    }
+
+    /// Picks up completions of Aborts if the admin queue is free (from a clock tick).
+    pub(crate) fn poll_admin(&self) {
+        if let Ok(mut admin) = self.admin.try_lock() {
+            if admin.has_async() {
+                admin.reap_async();
+            }
+            self.account_async(&mut admin);
+        }
+    }
+
+    fn account_async(&self, admin: &mut AdminQueue) {
+        let mut finished = admin.take_async().peekable();
+        if finished.peek().is_none() {
+            return;
+        }
+        let mut stats = self.aborts.lock().unwrap_or_else(|p| p.into_inner());
+        for cqe in finished {
+            if !cqe.status().is_success() {
+                stats.failed += 1;
+            } else if cqe.dw0 & command::ABORT_DW0_NOT_ABORTED != 0 {
+                stats.not_aborted += 1;
+            } else {
+                stats.aborted += 1;
+            }
+        }
+    }
+
+    pub(crate) fn abort_stats_mut(&self) -> MutexGuard<'_, AbortStats> {
+        self.aborts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Marks the device removed (and failed) and stops what can be stopped.
     pub(crate) fn mark_removed(&self) {
         self.removed.store(true, Ordering::Release);
@@ -801,7 +896,7 @@ impl Inner {
     }
 
     /// Controller reset (see [`Controller::reset`]). Returns the new state word.
-    fn reset(&self) -> Result<u64> {
+    pub(crate) fn reset(&self) -> Result<u64> {
         let _one_at_a_time = self.reset_lock.lock().unwrap_or_else(|p| p.into_inner());
         if self.is_removed() {
             return Err(Error::Removed {

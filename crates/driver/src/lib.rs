@@ -23,7 +23,10 @@ mod queue_pair;
 mod ring;
 mod teardown;
 
-pub use controller::{Controller, ControllerOptions, Transport, DEFAULT_IO_QUEUES, HOST_PAGE_SIZE};
+pub use controller::{
+    AbortStats, Controller, ControllerOptions, TimeoutAction, Transport, DEFAULT_IO_QUEUES,
+    HOST_PAGE_SIZE,
+};
 pub use error::{Error, IoFailure, Result};
 pub use namespace::Namespace;
 pub use queue_pair::{

@@ -38,7 +38,9 @@ use nvme_spec::regs::Csts;
 use nvme_spec::{command, opcode, regs, Status};
 use nvme_vfio::{DmaBuffer, DmaDomain, InterruptEvent};
 
-use crate::controller::{Controller, Inner, ALL_ONES, STATE_FAILED, STATE_RESETTING};
+use crate::controller::{
+    Controller, Inner, TimeoutAction, ALL_ONES, STATE_FAILED, STATE_RESETTING,
+};
 use crate::error::{log_occurrence, Error, IoFailure, Result};
 use crate::namespace::Namespace;
 use crate::prp::{self, PrpLayout};
@@ -124,7 +126,10 @@ struct Slot {
     /// A command is outstanding in this slot (cleared only by its completion).
     awaiting: bool,
     /// The outstanding command timed out (or the controller failed): it is not expired again.
+    /// `epoch` then holds the epoch of the expiry.
     expired: bool,
+    /// An Abort for the expired command was submitted.
+    abort_sent: bool,
     /// Epoch (see `QueuePair::epoch`) when the command was submitted.
     epoch: u32,
     // Fields below are meaningful on a group head only.
@@ -268,6 +273,7 @@ impl QueuePair {
             head: Tag::default(),
             awaiting: false,
             expired: false,
+            abort_sent: false,
             reported: false,
             epoch: 0,
             remaining: 0,
@@ -1185,6 +1191,52 @@ impl QueuePair {
                 self.expire(tag, dead, f);
             }
         }
+        if self.retired > 0 && dead.is_none() {
+            self.follow_up_timeouts();
+        }
+    }
+
+    /// Timed-out commands still outstanding: sends the Aborts the admin queue was too busy
+    /// for, and with [`TimeoutAction::AbortThenReset`] resets the controller when one is still
+    /// outstanding a whole timeout after it expired.
+    #[cold]
+    fn follow_up_timeouts(&mut self) {
+        let action = self.ctrl.timeout_action;
+        if action == TimeoutAction::None || self.ctrl.is_failed() {
+            return;
+        }
+        self.ctrl.poll_admin();
+        let mut unsent = [None::<Tag>; EXPIRE_BATCH];
+        let mut n = 0;
+        let mut overdue = false;
+        for tag in self.tags.iter_in_use() {
+            let slot = self.tags.get(tag);
+            if !(slot.awaiting && slot.expired) {
+                continue;
+            }
+            if !slot.abort_sent && n < EXPIRE_BATCH {
+                unsent[n] = Some(tag);
+                n += 1;
+            }
+            overdue |= self.epoch.wrapping_sub(slot.epoch) >= TIMEOUT_EPOCHS;
+        }
+        for tag in unsent[..n].iter().flatten().copied() {
+            let sent = self.ctrl.abort_async(self.qid, tag.cid());
+            self.tags.get_mut(tag).abort_sent = sent;
+        }
+        if overdue && action == TimeoutAction::AbortThenReset {
+            log::error!(
+                "{} queue {}: a timed-out command is still outstanding after its abort; \
+                 resetting the controller",
+                self.ctrl.name,
+                self.qid
+            );
+            self.ctrl.abort_stats_mut().resets += 1;
+            if let Err(e) = self.ctrl.reset() {
+                log::error!("{}: reset after a timeout failed: {e}", self.ctrl.name);
+            }
+            // This pair recovers on its next poll, like every other one.
+        }
     }
 
     /// Reads CSTS once: all ones (the device is gone) or CFS (fatal) mark the controller
@@ -1225,7 +1277,11 @@ impl QueuePair {
         let cid = tag.cid();
         self.stats.timeouts += 1;
         // The slot stays allocated and awaiting: its late completion releases it.
-        self.tags.get_mut(tag).expired = true;
+        let epoch = self.epoch;
+        let slot = self.tags.get_mut(tag);
+        slot.expired = true;
+        slot.abort_sent = false;
+        slot.epoch = epoch;
         let head_tag = self.tags.get(tag).head;
         let command = command_name(self.tags.get(head_tag).opcode);
         let error = if let Some(dead) = dead {
@@ -1240,14 +1296,18 @@ impl QueuePair {
             }
         } else {
             log::error!(
-                "{} queue {}: {command} (cid {cid:#x}) timed out after {:?}; aborting it",
+                "{} queue {}: {command} (cid {cid:#x}) timed out after {:?}",
                 self.ctrl.name,
                 self.qid,
                 self.timeout
             );
-            // Best effort: if the abort succeeds the controller completes the command with
-            // Command Abort Requested, which releases its retired slot.
-            let _ = self.ctrl.admin(command::abort(self.qid, cid), None);
+            // If the abort succeeds the controller completes the command with Command Abort
+            // Requested, which releases its retired slot. Never blocks: a busy admin queue
+            // means a retry at the next clock tick.
+            if self.ctrl.timeout_action != TimeoutAction::None {
+                let sent = self.ctrl.abort_async(self.qid, cid);
+                self.tags.get_mut(tag).abort_sent = sent;
+            }
             Error::Timeout {
                 command,
                 cid,

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use nvme_driver::spec::command;
 use nvme_driver::spec::regs::{Cc, CC};
 use nvme_driver::{
-    Controller, ControllerOptions, DmaBuffer, Error, QueuePair, QueuePairOptions, Transport,
+    Controller, ControllerOptions, DmaBuffer, Error, QueuePair, QueuePairOptions, TimeoutAction,
+    Transport,
 };
 use nvme_sim::{ExecutionDelay, SimConfig, SimController, SimNamespace};
 
@@ -19,22 +20,33 @@ const BLOCK: usize = 512;
 const LIST_BYTES: usize = 3 * 4096;
 const LIST_BLOCKS: u32 = (LIST_BYTES / BLOCK) as u32;
 
+/// Timeouts abort but never escalate to a reset here (these tests are about what a late
+/// device may touch; the escalation is tested in recovery.rs and in item 2 below).
 fn options() -> ControllerOptions {
     ControllerOptions {
         admin_timeout: Duration::from_millis(500),
+        timeout_action: TimeoutAction::Abort,
         ..ControllerOptions::default()
     }
 }
 
 /// Emulator + controller; `function_control` also hands the driver the bus-master switch.
 fn start_with(config: SimConfig, function_control: bool) -> (SimController, Controller) {
+    start_with_options(config, function_control, options())
+}
+
+fn start_with_options(
+    config: SimConfig,
+    function_control: bool,
+    options: ControllerOptions,
+) -> (SimController, Controller) {
     let _ = env_logger::builder().is_test(true).try_init();
     let sim = SimController::start(config);
     let mut transport = Transport::new(sim.mmio(), sim.dma(), "sim");
     if function_control {
         transport = transport.with_function_control(sim.function_control());
     }
-    let ctrl = Controller::new(transport, options()).expect("bring-up");
+    let ctrl = Controller::new(transport, options).expect("bring-up");
     (sim, ctrl)
 }
 
@@ -157,6 +169,12 @@ fn item1_successful_abort_releases_the_slot_and_the_command_never_runs() {
     assert_eq!(q.stats().late_completions, 1);
     assert_all(&sim.read_disk(NS, 8 * BLOCK as u64, BLOCK), 0, "medium");
     assert_eq!(sim.stats().deferred_executed, 0);
+    let aborts = ctrl.abort_stats();
+    assert_eq!(
+        (aborts.sent, aborts.aborted, aborts.resets),
+        (1, 1, 0),
+        "{aborts:?}"
+    );
 }
 
 // ----- item 2: teardown after a failure --------------------------------------------------
@@ -212,12 +230,16 @@ fn item2_teardown_of_failed_controller_disables_it_before_freeing() {
 /// reused) instead of being freed while the device still runs the command.
 #[test]
 fn item2_unstoppable_controller_leaks_its_memory() {
-    let (sim, ctrl) = start_with(
+    let (sim, ctrl) = start_with_options(
         SimConfig {
             timeout_500ms: 1,
             ..SimConfig::default()
         },
         false,
+        ControllerOptions {
+            timeout_action: TimeoutAction::AbortThenReset,
+            ..options()
+        },
     );
     let ns = ctrl.namespace(NS).unwrap();
     let mut q = qp(&ctrl, 8, Duration::from_millis(300));
@@ -233,7 +255,8 @@ fn item2_unstoppable_controller_leaks_its_memory() {
     wait_for("the command to be deferred", || {
         sim.stats().commands_deferred == 1
     });
-    // The Abort the driver sends on timeout gets no completion: an admin timeout.
+    // The Abort the driver sends on timeout gets no completion, so a timeout later the
+    // driver resets the controller, which ignores CC.EN=0: it cannot be stopped.
     sim.faults().drop_next_completions(1);
     sim.faults().stuck_on_disable();
     let mut err = None;
@@ -242,7 +265,14 @@ fn item2_unstoppable_controller_leaks_its_memory() {
         err.is_some()
     });
     assert!(matches!(err, Some(Error::Timeout { .. })), "{err:?}");
-    assert!(ctrl.is_failed());
+    wait_for(
+        "the abort-then-reset escalation to give up on the controller",
+        || {
+            q.poll(|_| {});
+            ctrl.is_failed()
+        },
+    );
+    assert_eq!(ctrl.abort_stats().resets, 1);
     drop(q);
     drop(ctrl);
     // Rings, slot pages, admin queue and the in-flight buffer: all still mapped.

@@ -162,11 +162,9 @@ fn repeated_resets_during_a_write_loop_lose_no_acknowledged_write() {
         let mut done = 0;
         let start = Instant::now();
         while done < 8 && start.elapsed() < Duration::from_secs(5) {
-            done += q.poll(|c| {
-                match &c.result {
-                    Ok(_) => acknowledged.push(c.user_data),
-                    Err(e) => assert!(e.is_retryable(), "{e}"),
-                }
+            done += q.poll(|c| match &c.result {
+                Ok(_) => acknowledged.push(c.user_data),
+                Err(e) => assert!(e.is_retryable(), "{e}"),
             });
         }
         assert_eq!(done, 8);
@@ -280,4 +278,48 @@ fn an_idle_pair_notices_a_fatal_controller_within_100ms() {
         ctrl.is_failed()
     });
     assert!(took <= Duration::from_millis(150), "noticed after {took:?}");
+}
+
+// ----- timeout -> abort -> reset --------------------------------------------------------------
+
+/// The I/O thread never blocks on an Abort: the command that timed out is reported at once
+/// and every poll returns quickly; a declined abort escalates to a reset one timeout later,
+/// after which I/O goes on.
+#[test]
+fn a_declined_abort_escalates_to_a_reset_without_blocking_the_io_thread() {
+    let (sim, ctrl) = start(SimConfig::default());
+    let ns = ctrl.namespace(NS).unwrap();
+    let mut q = qp(&ctrl, 8);
+    sim.faults().delay_execution_with(
+        1,
+        nvme_sim::ExecutionDelay::new(Duration::from_secs(3600))
+            .without_completion()
+            .not_abortable(),
+    );
+    q.submit_read(&ns, 0, 1, ctrl.alloc_buffer(BLOCK).unwrap(), 1)
+        .unwrap();
+    let mut timed_out = false;
+    let mut slowest = Duration::ZERO;
+    let start = Instant::now();
+    while ctrl.abort_stats().resets == 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "no escalation");
+        let t = Instant::now();
+        q.poll(|c| {
+            assert!(
+                matches!(c.result, Err(Error::Timeout { .. })),
+                "{:?}",
+                c.result
+            );
+            timed_out = true;
+        });
+        slowest = slowest.max(t.elapsed());
+    }
+    assert!(timed_out);
+    let aborts = ctrl.abort_stats();
+    assert_eq!((aborts.sent, aborts.not_aborted), (1, 1), "{aborts:?}");
+    // The reset itself runs on this thread (a controller-level action); the polls before it
+    // never waited for the admin queue.
+    assert!(slowest < Duration::from_secs(2), "a poll took {slowest:?}");
+    round_trip(&mut q, &ctrl, 4, 0x44);
+    assert_eq!(q.retired(), 0, "the reset released the retired slot");
 }

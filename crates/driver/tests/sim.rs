@@ -14,9 +14,14 @@ use nvme_sim::{SimConfig, SimController, SimNamespace};
 fn start(config: SimConfig) -> (SimController, Controller) {
     let _ = env_logger::builder().is_test(true).try_init();
     let sim = SimController::start(config);
+    // Timeouts abort without escalating to a reset: these tests watch single requests
+    // (tests/recovery.rs covers the escalation).
     let ctrl = Controller::new(
         Transport::new(sim.mmio(), sim.dma(), "sim"),
-        ControllerOptions::default(),
+        ControllerOptions {
+            timeout_action: nvme_driver::TimeoutAction::Abort,
+            ..ControllerOptions::default()
+        },
     )
     .expect("bring-up");
     (sim, ctrl)
@@ -373,6 +378,21 @@ fn corrupt_and_duplicate_completions_are_rejected_and_counted() {
         1,
         "the slot stays retired: its command id was never completed"
     );
+
+    // The Abort sent for it (without waiting) must be answered before the next fault is
+    // armed, or that fault would hit the Abort's completion instead.
+    let start = std::time::Instant::now();
+    loop {
+        let a = ctrl.abort_stats();
+        if a.sent == a.aborted + a.not_aborted + a.failed {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "abort unanswered: {a:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 
     // Wrong SQ id: rejected, then timeout.
     _sim.faults().wrong_sqid_next();

@@ -205,6 +205,10 @@ pub fn abort(sqid: u16, cid: u16) -> SubmissionEntry {
     }
 }
 
+/// Abort completion dword 0, bit 0 (NVMe Base 2.0 §5.1): set when the command was *not*
+/// aborted (it had completed, or the controller declined).
+pub const ABORT_DW0_NOT_ABORTED: u32 = 1;
+
 /// Asynchronous Event Request (§5.2); completes when the controller reports an event.
 #[must_use = "a built command does nothing until it is submitted"]
 pub fn async_event_request() -> SubmissionEntry {
