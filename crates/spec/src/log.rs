@@ -12,6 +12,8 @@ use bitflags::bitflags;
 
 use crate::status::Status;
 
+/// The broadcast namespace ID (§3.2.1.2): in Get Log Page, the controller-wide page.
+pub const NSID_BROADCAST: u32 = 0xFFFF_FFFF;
 /// Size of the SMART / Health Information log page.
 pub const SMART_LOG_SIZE: usize = 512;
 /// Size of one Error Information log entry.
