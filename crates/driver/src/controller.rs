@@ -15,6 +15,10 @@ use std::time::{Duration, Instant};
 
 use nvme_spec::command::Cns;
 use nvme_spec::identify::IDENTIFY_DATA_SIZE;
+use nvme_spec::log::{
+    ErrorLogEntry, SmartLog, ERROR_LOG_ENTRY_SIZE, NSID_BROADCAST, SMART_LOG_SIZE,
+};
+use nvme_spec::opcode::log_page;
 use nvme_spec::queue::{CompletionEntry, SubmissionEntry, CQES_LOG2, SQES_LOG2};
 use nvme_spec::regs::{self, Aqa, Cap, Cc, Csts, ShutdownNotification, ShutdownStatus, Version};
 use nvme_spec::{command, IdentifyController, IdentifyNamespace, NamespaceList, Oacs};
@@ -403,6 +407,65 @@ impl Controller {
     /// Identify Controller data.
     pub fn identify(&self) -> &IdentifyController {
         &self.inner.identify
+    }
+
+    /// Reads the SMART / Health Information log page (Log Identifier 02h, NVMe Base 2.0
+    /// §5.16.1.3). `nsid` is [`NSID_BROADCAST`](nvme_spec::log::NSID_BROADCAST) (or 0) for the
+    /// whole controller; a namespace ID asks for that namespace's data, which controllers
+    /// without per-namespace SMART (Identify LPA bit 0 clear) refuse with Invalid Field in
+    /// Command ([`Error::Command`]).
+    pub fn smart_log(&self, nsid: u32) -> Result<SmartLog> {
+        let mut page = [0u8; SMART_LOG_SIZE];
+        self.read_log_page(log_page::SMART_HEALTH, nsid, &mut page)?;
+        Ok(SmartLog::from_bytes(&page))
+    }
+
+    /// Reads the newest `entries` Error Information log entries (Log Identifier 01h, NVMe
+    /// Base 2.0 §5.16.1.2), newest first, leaving out unused ones (Error Count 0). `entries`
+    /// is capped by what the controller keeps (Identify ELPE + 1) and by what one command can
+    /// transfer (MDTS); 0 reads nothing.
+    pub fn error_log(&self, entries: usize) -> Result<Vec<ErrorLogEntry>> {
+        let kept = usize::from(self.inner.identify.elpe) + 1;
+        let fit = self.inner.max_transfer / ERROR_LOG_ENTRY_SIZE;
+        let count = entries.min(kept).min(fit);
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let mut page = vec![0u8; count * ERROR_LOG_ENTRY_SIZE];
+        self.read_log_page(log_page::ERROR_INFORMATION, NSID_BROADCAST, &mut page)?;
+        Ok(ErrorLogEntry::parse_entries(&page)
+            .filter(ErrorLogEntry::is_valid)
+            .collect())
+    }
+
+    /// Get Log Page `lid` for `nsid` from offset 0 into `out` (a non-empty multiple of 4
+    /// bytes, at most one admin transfer).
+    fn read_log_page(&self, lid: u8, nsid: u32, out: &mut [u8]) -> Result<()> {
+        let len = out.len();
+        let bytes = u32::try_from(len)
+            .ok()
+            .filter(|&b| b != 0 && b % 4 == 0)
+            .ok_or_else(|| {
+                Error::InvalidRequest(format!(
+                    "log page length {len} is not a non-zero multiple of 4 bytes"
+                ))
+            })?;
+        let buf = DmaBuffer::allocate(&self.inner.dma, len)?;
+        match self
+            .inner
+            .admin(command::get_log_page(lid, nsid, bytes), Some((&buf, len)))
+        {
+            Ok(_) => {
+                out.copy_from_slice(&buf[..len]);
+                Ok(())
+            }
+            Err(e @ (Error::Timeout { .. } | Error::ControllerFatal { .. })) => {
+                // The controller may still write the buffer: never free it.
+                std::mem::forget(buf);
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Controller capabilities (CAP).

@@ -45,6 +45,7 @@ use nvme_spec::regs::{Cc, Csts, CAP, CC, CSTS, VS};
 use nvme_vfio::{DmaMapper, FunctionControl, InterruptController, Mmio, VfioError};
 
 pub use config::{SimConfig, SimNamespace, MAX_MSIX_VECTORS};
+pub use device::{ERROR_LOG_ENTRIES, SIM_TEMPERATURE_K};
 pub use dma::{SimDma, IOVA_BASE};
 pub use faults::{ExecutionDelay, Faults, CORRUPT_CID_MASK, WRONG_SQID_MASK};
 pub use regs::BAR_SIZE;

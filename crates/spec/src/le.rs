@@ -30,7 +30,7 @@ macro_rules! le_int {
         }
     )*};
 }
-le_int!(u8, u16, u32, u64);
+le_int!(u8, u16, u32, u64, u128);
 
 impl<T: LeField, const N: usize> LeField for [T; N] {
     const SIZE: usize = T::SIZE * N;

@@ -1,5 +1,5 @@
 //! NVMe specification types: controller registers, queue entries, command builders, opcodes,
-//! status codes and Identify data structures.
+//! status codes, Identify data structures and log pages.
 //!
 //! This crate is pure data. It performs no I/O and contains no `unsafe` code. Every structure
 //! that the device reads or writes is `#[repr(C)]`, and its size and the offset of every
@@ -17,6 +17,7 @@ mod le;
 
 pub mod command;
 pub mod identify;
+pub mod log;
 pub mod opcode;
 pub mod queue;
 pub mod regs;
@@ -24,6 +25,7 @@ pub mod status;
 
 pub use command::Cns;
 pub use identify::{IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs};
+pub use log::{CriticalWarning, ErrorLogEntry, ShortLogPage, SmartLog};
 pub use queue::{CompletionEntry, DsmRange, SubmissionEntry};
 pub use regs::{Aqa, Cap, Cc, Csts, Version};
 pub use status::{Status, StatusCodeType};

@@ -1,9 +1,11 @@
-//! `nvme-identify [--json] DEVICE`: opens an NVMe controller through vfio-pci and prints its
-//! Identify Controller data, capabilities, and every active namespace with its LBA formats.
+//! `nvme-identify [--json] [--health] DEVICE`: opens an NVMe controller through vfio-pci and
+//! prints its Identify Controller data, capabilities, and every active namespace with its LBA
+//! formats; with `--health`, its SMART / Health Information and Error Information logs instead.
 //!
 //! Errors go to stderr as `error: <message>` (with the chain of causes) and exit with status 1;
 //! bad input never panics.
 
+mod health;
 mod report;
 
 use std::io::Write;
@@ -12,7 +14,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use nvme_driver::{Controller, ControllerOptions};
 
+use crate::health::HealthReport;
 use crate::report::{Registers, Report};
+use nvme_driver::spec::log::NSID_BROADCAST;
 use nvme_driver::{parse_device, DeviceArgError};
 
 /// Print an NVMe controller's Identify data (the controller must be bound to vfio-pci).
@@ -22,6 +26,10 @@ struct Cli {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Print the SMART / Health Information log and the Error Information log (JSON keys as
+    /// nvme-cli's smart-log and error-log) instead of the Identify data.
+    #[arg(long)]
+    health: bool,
     /// PCI address (0000:00:04.0) or transport id (trtype:PCIe traddr:0000:00:04.0, quoted or not).
     #[arg(required = true, num_args = 1..)]
     device: Vec<String>,
@@ -43,6 +51,17 @@ enum IdentifyError {
 fn run(cli: &Cli) -> Result<(), IdentifyError> {
     let address = parse_device(&cli.device.join(" "))?;
     let ctrl = Controller::open_pci(&address.to_string(), ControllerOptions::default())?;
+    if cli.health {
+        let smart = ctrl.smart_log(NSID_BROADCAST)?;
+        let errors = ctrl.error_log(usize::MAX)?;
+        let report = HealthReport::new(ctrl.name(), &smart, &errors);
+        let text = if cli.json {
+            report.to_json()? + "\n"
+        } else {
+            report.to_text()
+        };
+        return print(&text);
+    }
     let regs = Registers {
         cap: ctrl.cap(),
         version: ctrl.version(),
@@ -62,6 +81,10 @@ fn run(cli: &Cli) -> Result<(), IdentifyError> {
     } else {
         report.to_text()
     };
+    print(&text)
+}
+
+fn print(text: &str) -> Result<(), IdentifyError> {
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
     out.flush()?;

@@ -3,6 +3,12 @@
 //!
 //! The JSON schema is a contract with the guest test harness (`tests/guest`): field names and
 //! types must not change. Values shown only in the text form are marked `#[serde(skip)]`.
+//!
+//! The `controller` object also carries the raw Identify Controller fields under nvme-cli's
+//! `nvme id-ctrl -o json` keys (nvme-cli 2.x, `json_nvme_id_ctrl` in nvme-print-json.c,
+//! nvme-cli 2.8), see [`IdCtrlFields`]. Keys we already had with another meaning keep ours:
+//! `oacs` and `oncs` are lists of names here (nvme-cli prints the bit masks); `vid`, `ssvid`
+//! and `cntlid` mean the same in both. The power state descriptors (`psds`) are not included.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -73,6 +79,206 @@ pub struct ControllerReport {
     /// Number of Namespaces (NN): the largest valid NSID.
     #[serde(skip)]
     pub max_nsid: u32,
+    /// Raw Identify Controller fields under nvme-cli's keys (flattened into this object).
+    #[serde(flatten)]
+    pub id_ctrl: IdCtrlFields,
+}
+
+/// Identify Controller fields as `nvme id-ctrl -o json` (nvme-cli 2.x) names and prints them:
+/// numbers as the raw field values, 128-bit capacities as exact integers, strings trimmed.
+#[allow(missing_docs)] // Each field is the Identify Controller field of the same name.
+#[derive(Debug, Clone, Serialize)]
+pub struct IdCtrlFields {
+    pub sn: String,
+    pub mn: String,
+    pub fr: String,
+    pub rab: u8,
+    pub ieee: u32,
+    pub cmic: u8,
+    pub mdts: u8,
+    pub ver: u32,
+    pub rtd3r: u32,
+    pub rtd3e: u32,
+    pub oaes: u32,
+    pub ctratt: u32,
+    pub rrls: u16,
+    pub cntrltype: u8,
+    pub fguid: String,
+    pub crdt1: u16,
+    pub crdt2: u16,
+    pub crdt3: u16,
+    pub nvmsr: u8,
+    pub vwci: u8,
+    pub mec: u8,
+    pub acl: u8,
+    pub aerl: u8,
+    pub frmw: u8,
+    pub lpa: u8,
+    pub elpe: u8,
+    pub npss: u8,
+    pub avscc: u8,
+    pub apsta: u8,
+    pub wctemp: u16,
+    pub cctemp: u16,
+    pub mtfa: u16,
+    pub hmpre: u32,
+    pub hmmin: u32,
+    pub tnvmcap: u128,
+    pub unvmcap: u128,
+    pub rpmbs: u32,
+    pub edstt: u16,
+    pub dsto: u8,
+    pub fwug: u8,
+    pub kas: u16,
+    pub hctma: u16,
+    pub mntmt: u16,
+    pub mxtmt: u16,
+    pub sanicap: u32,
+    pub hmminds: u32,
+    pub hmmaxd: u16,
+    pub nsetidmax: u16,
+    pub endgidmax: u16,
+    pub anatt: u8,
+    pub anacap: u8,
+    pub anagrpmax: u32,
+    pub nanagrpid: u32,
+    pub pels: u32,
+    pub domainid: u16,
+    pub megcap: u128,
+    pub sqes: u8,
+    pub cqes: u8,
+    pub maxcmd: u16,
+    pub nn: u32,
+    pub fuses: u16,
+    pub fna: u8,
+    pub vwc: u8,
+    pub awun: u16,
+    pub awupf: u16,
+    pub icsvscc: u8,
+    pub nwpc: u8,
+    pub acwu: u16,
+    pub ocfs: u16,
+    pub sgls: u32,
+    pub mnan: u32,
+    pub maxdna: u128,
+    pub maxcna: u32,
+    pub subnqn: String,
+    pub ioccsz: u32,
+    pub iorcsz: u32,
+    pub icdoff: u16,
+    pub fcatt: u8,
+    pub msdbd: u8,
+    pub ofcs: u16,
+}
+
+/// Byte boundaries of the 8-4-4-4-12 hex groups of a GUID.
+const GUID_GROUPS: [usize; 4] = [4, 6, 8, 10];
+
+/// A 16-byte GUID as nvme-cli prints it: `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+fn guid(bytes: &[u8; 16]) -> String {
+    let mut s = String::with_capacity(36);
+    for (i, b) in bytes.iter().enumerate() {
+        if GUID_GROUPS.contains(&i) {
+            s.push('-');
+        }
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// A NUL-terminated UTF-8 field (SUBNQN), up to the first NUL, invalid bytes replaced.
+fn nul_terminated(raw: &[u8]) -> String {
+    let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    String::from_utf8_lossy(&raw[..end]).into_owned()
+}
+
+impl IdCtrlFields {
+    /// The fields of `id`.
+    pub fn new(id: &IdentifyController) -> Self {
+        let [ieee0, ieee1, ieee2] = id.ieee;
+        IdCtrlFields {
+            sn: id.serial(),
+            mn: id.model(),
+            fr: id.firmware(),
+            rab: id.rab,
+            ieee: u32::from_le_bytes([ieee0, ieee1, ieee2, 0]),
+            cmic: id.cmic,
+            mdts: id.mdts,
+            ver: id.ver,
+            rtd3r: id.rtd3r,
+            rtd3e: id.rtd3e,
+            oaes: id.oaes,
+            ctratt: id.ctratt,
+            rrls: id.rrls,
+            cntrltype: id.cntrltype,
+            fguid: guid(&id.fguid),
+            crdt1: id.crdt1,
+            crdt2: id.crdt2,
+            crdt3: id.crdt3,
+            nvmsr: id.nvmsr,
+            vwci: id.vwci,
+            mec: id.mec,
+            acl: id.acl,
+            aerl: id.aerl,
+            frmw: id.frmw,
+            lpa: id.lpa,
+            elpe: id.elpe,
+            npss: id.npss,
+            avscc: id.avscc,
+            apsta: id.apsta,
+            wctemp: id.wctemp,
+            cctemp: id.cctemp,
+            mtfa: id.mtfa,
+            hmpre: id.hmpre,
+            hmmin: id.hmmin,
+            tnvmcap: u128::from_le_bytes(id.tnvmcap),
+            unvmcap: u128::from_le_bytes(id.unvmcap),
+            rpmbs: id.rpmbs,
+            edstt: id.edstt,
+            dsto: id.dsto,
+            fwug: id.fwug,
+            kas: id.kas,
+            hctma: id.hctma,
+            mntmt: id.mntmt,
+            mxtmt: id.mxtmt,
+            sanicap: id.sanicap,
+            hmminds: id.hmminds,
+            hmmaxd: id.hmmaxd,
+            nsetidmax: id.nsetidmax,
+            endgidmax: id.endgidmax,
+            anatt: id.anatt,
+            anacap: id.anacap,
+            anagrpmax: id.anagrpmax,
+            nanagrpid: id.nanagrpid,
+            pels: id.pels,
+            domainid: id.domainid,
+            megcap: u128::from_le_bytes(id.megcap),
+            sqes: id.sqes,
+            cqes: id.cqes,
+            maxcmd: id.maxcmd,
+            nn: id.nn,
+            fuses: id.fuses,
+            fna: id.fna,
+            vwc: id.vwc,
+            awun: id.awun,
+            awupf: id.awupf,
+            icsvscc: id.icsvscc,
+            nwpc: id.nwpc,
+            acwu: id.acwu,
+            ocfs: id.ocfs,
+            sgls: id.sgls,
+            mnan: id.mnan,
+            maxdna: u128::from_le_bytes(id.maxdna),
+            maxcna: id.maxcna,
+            subnqn: nul_terminated(&id.subnqn),
+            ioccsz: id.ioccsz,
+            iorcsz: id.iorcsz,
+            icdoff: id.icdoff,
+            fcatt: id.fcatt,
+            msdbd: id.msdbd,
+            ofcs: id.ofcs,
+        }
+    }
 }
 
 /// Namespace fields.
@@ -152,6 +358,7 @@ impl Report {
             doorbell_stride: regs.cap.doorbell_stride(),
             ready_timeout: regs.cap.timeout(),
             max_nsid: id.nn,
+            id_ctrl: IdCtrlFields::new(id),
         };
         Report {
             pci_address: pci_address.to_owned(),
@@ -403,6 +610,47 @@ mod tests {
         assert_eq!(formats[0]["data_size"], 512);
         assert_eq!(formats[0]["in_use"], false);
         assert_eq!(formats[1]["in_use"], true);
+    }
+
+    #[test]
+    fn json_adds_nvme_cli_id_ctrl_keys() {
+        let mut id = controller(7);
+        id.elpe = 63;
+        id.wctemp = 343;
+        id.ieee = [0x00, 0x54, 0x52];
+        id.tnvmcap[..8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        id.fguid = core::array::from_fn(|i| i as u8);
+        id.subnqn[..22].copy_from_slice(b"nqn.2019-08.org.qemu:x");
+        id.sqes = 0x66;
+        let report = Report::new("0000:00:04.0", &id, regs(), []);
+        let v: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
+        let c = &v["controller"];
+        assert_eq!(c["nn"], 256);
+        assert_eq!(c["mdts"], 7);
+        assert_eq!(c["elpe"], 63);
+        assert_eq!(c["wctemp"], 343);
+        assert_eq!(c["ieee"], 0x525400);
+        assert_eq!(c["tnvmcap"], 1u64 << 40);
+        assert_eq!(c["fguid"], "00010203-0405-0607-0809-0a0b0c0d0e0f");
+        assert_eq!(c["subnqn"], "nqn.2019-08.org.qemu:x");
+        assert_eq!(c["sqes"], 0x66);
+        assert_eq!(c["sn"], "deadbeef");
+        assert_eq!(c["mn"], "QEMU NVMe Ctrl");
+        assert_eq!(c["fr"], "7.2.0");
+        // Existing keys keep their meaning: names, not the nvme-cli masks.
+        assert_eq!(c["oacs"][0], "Format NVM");
+        assert_eq!(c["mdts_bytes"], 128 * 4096);
+        for key in [
+            "ver",
+            "lpa",
+            "cntrltype",
+            "megcap",
+            "maxdna",
+            "sgls",
+            "ofcs",
+        ] {
+            assert!(c.get(key).is_some(), "missing {key}");
+        }
     }
 
     #[test]

@@ -2,16 +2,23 @@
 //!
 //! Supported: Identify (controller, namespace, active namespace list, namespace identification
 //! descriptors), Set/Get Features, Create/Delete I/O Submission/Completion Queue, Doorbell
-//! Buffer Config, Abort (only commands deferred by the delay_execution fault), Get Log Page (error, SMART, firmware slot: zeros),
+//! Buffer Config, Abort (only commands deferred by the delay_execution fault), Get Log Page
+//! (Error Information: the last [`ERROR_LOG_ENTRIES`] failed commands, newest first; SMART /
+//! Health Information from the controller's counters; Firmware Slot: zeros),
 //! Asynchronous Event Request (kept outstanding), Keep Alive. Anything else completes with
 //! Invalid Command Opcode.
 
-use nvme_spec::command::Cns;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use nvme_spec::command::{self as cmd, Cns};
 use nvme_spec::identify::{
     fill_ascii_field, IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs,
     IDENTIFY_DATA_SIZE, NAMESPACE_LIST_ENTRIES,
 };
-use nvme_spec::opcode::{admin, feature, log_page};
+use nvme_spec::log::{ErrorLogEntry, SmartLog, ERROR_LOG_ENTRY_SIZE, SMART_LOG_SIZE};
+use nvme_spec::opcode::{admin, feature, log_page, nvm};
 use nvme_spec::queue::{SubmissionEntry, CQES_LOG2, CQE_SIZE, SQES_LOG2, SQE_SIZE};
 use nvme_spec::regs::{Cap, Version};
 use nvme_spec::status::{command_specific, generic, Status, StatusCodeType};
@@ -70,6 +77,22 @@ const FEATURE_IDS: usize = 256;
 const NSID_BROADCAST: u32 = u32::MAX;
 /// Dword size used by Get Log Page's NUMD (number of dwords, 0-based).
 const DWORD: u64 = 4;
+/// Error Information log entries kept (Identify ELPE is 0-based).
+pub const ERROR_LOG_ENTRIES: usize = 16;
+/// Composite temperature and temperature sensor 1 reported in the SMART log (K, ~27 °C).
+pub const SIM_TEMPERATURE_K: u16 = 300;
+/// Warning / Critical Composite Temperature Thresholds in Identify (K, 70 / 85 °C).
+const WCTEMP_K: u16 = 343;
+const CCTEMP_K: u16 = 358;
+/// SMART Available Spare and Available Spare Threshold (percent).
+const AVAILABLE_SPARE_PERCENT: u8 = 100;
+const SPARE_THRESHOLD_PERCENT: u8 = 10;
+/// The emulated controller powers up once per `SimController`.
+const POWER_CYCLES: u128 = 1;
+/// Seconds per hour, for Power On Hours.
+const SECS_PER_HOUR: u64 = 3600;
+/// Data Units count 512-byte units.
+const DATA_UNIT_BASE: u64 = 512;
 
 /// Initial CAP and VS register values for a configuration.
 pub(crate) fn capabilities(config: &SimConfig) -> (Cap, Version) {
@@ -92,6 +115,22 @@ pub(crate) struct AdminState {
     granted_cq: u16,
     features: Box<[u32; FEATURE_IDS]>,
     aers_outstanding: u32,
+    /// Health and error history; survives controller resets (like a drive's).
+    health: Health,
+}
+
+/// What the SMART / Health Information and Error Information log pages report.
+struct Health {
+    powered_on: Instant,
+    /// 512-byte units moved by successful Reads / Writes.
+    units_read: u128,
+    units_written: u128,
+    /// Errors recorded over the controller's life (the last Error Count issued).
+    errors_total: u64,
+    /// Completions with a Media and Data Integrity Errors status.
+    media_errors: u128,
+    /// The last [`ERROR_LOG_ENTRIES`] errors, newest first.
+    errors: VecDeque<ErrorLogEntry>,
 }
 
 fn identify_controller(config: &SimConfig) -> IdentifyController {
@@ -110,6 +149,9 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
         aerl: (AER_LIMIT - 1) as u8,
         sqes: SQES_BOTH,
         cqes: CQES_BOTH,
+        elpe: (ERROR_LOG_ENTRIES - 1) as u8,
+        wctemp: WCTEMP_K,
+        cctemp: CCTEMP_K,
         nn: config.namespaces.iter().map(|n| n.nsid).max().unwrap_or(0),
         oncs: (Oncs::COMPARE | Oncs::DATASET_MANAGEMENT | Oncs::WRITE_ZEROES).bits(),
         vwc: VWC_PRESENT,
@@ -129,6 +171,14 @@ impl AdminState {
             granted_cq: 0,
             features: Box::new([0; FEATURE_IDS]),
             aers_outstanding: 0,
+            health: Health {
+                powered_on: Instant::now(),
+                units_read: 0,
+                units_written: 0,
+                errors_total: 0,
+                media_errors: 0,
+                errors: VecDeque::with_capacity(ERROR_LOG_ENTRIES),
+            },
         };
         state.reset(config);
         state
@@ -141,6 +191,46 @@ impl AdminState {
         self.features.fill(0);
         self.features[usize::from(feature::VOLATILE_WRITE_CACHE)] = u32::from(VWC_PRESENT);
         self.aers_outstanding = 0;
+    }
+
+    /// Records a command that completed with an error status in the Error Information log.
+    pub(crate) fn record_error(&mut self, sq_id: u16, sqe: &SubmissionEntry, status: Status) {
+        let health = &mut self.health;
+        health.errors_total += 1;
+        if status.sct() == StatusCodeType::MediaDataIntegrity {
+            health.media_errors += 1;
+        }
+        let has_lba = sq_id != 0
+            && matches!(
+                sqe.opcode(),
+                nvm::READ | nvm::WRITE | nvm::COMPARE | nvm::WRITE_ZEROES
+            );
+        let mut entry = ErrorLogEntry {
+            error_count: health.errors_total,
+            sqid: sq_id,
+            cmdid: sqe.cid(),
+            parameter_error_location: ErrorLogEntry::NO_PARAMETER_LOCATION,
+            lba: if has_lba { cmd::slba(sqe) } else { 0 },
+            nsid: sqe.nsid,
+            opcode: sqe.opcode(),
+            ..ErrorLogEntry::default()
+        };
+        entry.set_status(status, false);
+        if health.errors.len() == ERROR_LOG_ENTRIES {
+            health.errors.pop_back();
+        }
+        health.errors.push_front(entry);
+    }
+
+    /// Counts the data of a successful Read (`write` false) or Write of `bytes` bytes.
+    pub(crate) fn record_transfer(&mut self, write: bool, bytes: u64) {
+        let units = u128::from(bytes.div_ceil(DATA_UNIT_BASE));
+        let counter = if write {
+            &mut self.health.units_written
+        } else {
+            &mut self.health.units_read
+        };
+        *counter = counter.saturating_add(units);
     }
 
     fn queues_dw0(&self) -> u32 {
@@ -512,24 +602,79 @@ impl Device {
         let numd =
             u64::from(sqe.cdw10 >> HIGH16_SHIFT) | u64::from(sqe.cdw11 & LOW16) << HIGH16_SHIFT;
         let bytes = (numd + 1) * DWORD;
-        if !matches!(
-            lid,
-            log_page::ERROR_INFORMATION | log_page::SMART_HEALTH | log_page::FIRMWARE_SLOT
-        ) {
-            return Err(fail(command_specific_status(
-                command_specific::INVALID_LOG_PAGE,
-            )));
-        }
+        // Log Page Offset (CDW12 lower, CDW13 upper dword), in bytes.
+        let offset = u64::from(sqe.cdw13) << 32 | u64::from(sqe.cdw12);
+        let page: Vec<u8> = match lid {
+            log_page::ERROR_INFORMATION => self.error_log_page(),
+            log_page::SMART_HEALTH => {
+                // LPA bit 0 is clear: no per-namespace data, only the controller-wide page.
+                if sqe.nsid != 0 && sqe.nsid != NSID_BROADCAST {
+                    return Err(fail(generic_status(generic::INVALID_FIELD)));
+                }
+                self.smart_log_page().to_vec()
+            }
+            log_page::FIRMWARE_SLOT => Vec::new(),
+            _ => {
+                return Err(fail(command_specific_status(
+                    command_specific::INVALID_LOG_PAGE,
+                )))
+            }
+        };
         let bytes =
             usize::try_from(bytes).map_err(|_| fail(generic_status(generic::INVALID_FIELD)))?;
+        let offset = usize::try_from(offset)
+            .ok()
+            .filter(|&o| o % DWORD as usize == 0 && (o == 0 || o < page.len()))
+            .ok_or(fail(generic_status(generic::INVALID_FIELD)))?;
+        let data = page.get(offset..).unwrap_or_default();
         prp::walk(
             view,
             sqe.prp1,
             sqe.prp2,
             bytes,
             self.page_size,
-            |iova, len, _| view.fill(iova, len, 0).map_err(Fail::from),
+            |iova, len, at| {
+                // The log, then zeros past its end.
+                let have = data.len().saturating_sub(at).min(len);
+                if have > 0 {
+                    view.write(iova, &data[at..at + have])?;
+                }
+                view.fill(iova + have as u64, len - have, 0)
+                    .map_err(Fail::from)
+            },
         )?;
         Ok(Outcome::SUCCESS)
+    }
+
+    /// The Error Information log: the kept entries, newest first.
+    fn error_log_page(&self) -> Vec<u8> {
+        let errors = &self.admin.health.errors;
+        let mut page = Vec::with_capacity(errors.len() * ERROR_LOG_ENTRY_SIZE);
+        for entry in errors {
+            page.extend_from_slice(&entry.to_bytes());
+        }
+        page
+    }
+
+    /// The SMART / Health Information log from the controller's counters.
+    fn smart_log_page(&self) -> [u8; SMART_LOG_SIZE] {
+        let counters = &self.shared.counters;
+        let health = &self.admin.health;
+        let mut log = SmartLog {
+            available_spare: AVAILABLE_SPARE_PERCENT,
+            available_spare_threshold: SPARE_THRESHOLD_PERCENT,
+            data_units_read: SmartLog::data_units(health.units_read),
+            data_units_written: SmartLog::data_units(health.units_written),
+            host_read_commands: u128::from(counters.reads.load(Ordering::Relaxed)),
+            host_write_commands: u128::from(counters.writes.load(Ordering::Relaxed)),
+            power_cycles: POWER_CYCLES,
+            power_on_hours: u128::from(health.powered_on.elapsed().as_secs() / SECS_PER_HOUR),
+            media_errors: health.media_errors,
+            error_log_entries: u128::from(health.errors_total),
+            ..SmartLog::default()
+        };
+        log.set_temperature_kelvin(SIM_TEMPERATURE_K);
+        log.temperature_sensors[0] = SIM_TEMPERATURE_K;
+        log.to_bytes()
     }
 }

@@ -82,6 +82,13 @@ impl Device {
                 }
             }
         };
+        if result.is_ok() && matches!(opcode, nvm::READ | nvm::WRITE) {
+            // Data moved, for the SMART log's Data Units Read / Written.
+            if let Ok(disk) = self.namespace(sqe.nsid) {
+                let bytes = u64::from(nlb(sqe)) * u64::from(disk.block_size);
+                self.admin.record_transfer(opcode == nvm::WRITE, bytes);
+            }
+        }
         self.outcome(result.map(|()| Outcome::SUCCESS))
     }
 

@@ -14,6 +14,7 @@
 
 mod admin;
 pub(crate) use admin::capabilities;
+pub use admin::{ERROR_LOG_ENTRIES, SIM_TEMPERATURE_K};
 mod io;
 
 use std::collections::VecDeque;
@@ -695,6 +696,9 @@ impl Device {
                 self.io_command(view, &sqe)
             };
             if let Outcome::Complete { status, dw0 } = outcome {
+                if !status.is_success() {
+                    self.admin.record_error(sq_id, &sqe, status);
+                }
                 let completion = Completion {
                     dw0,
                     sq_head,
@@ -798,6 +802,9 @@ impl Device {
 
     /// Posts the completion of a deferred command (SQ head as it is now).
     fn complete_deferred(&mut self, view: &GuestView<'_>, d: &Deferred, status: Status, dw0: u32) {
+        if !status.is_success() {
+            self.admin.record_error(d.sq_id, &d.sqe, status);
+        }
         let sq_head = self.sqs[usize::from(d.sq_id)]
             .as_ref()
             .map_or(0, |sq| sq.head as u16);
