@@ -598,6 +598,58 @@ mod tests {
         assert_eq!(check_block(&zeros, 7, 1, 1, 99), Err(Mismatch::LostWrite));
     }
 
+    fn config(line: &[&str]) -> Config {
+        use clap::Parser;
+        crate::args::Args::try_parse_from(std::iter::once("nvme-perf").chain(line.iter().copied()))
+            .unwrap()
+            .validate()
+            .unwrap()
+    }
+
+    #[test]
+    fn span_limits_are_refused_with_a_fix() {
+        let c = config(&["sim", "--verify", "-w", "randwrite", "-q", "32", "-j", "2"]);
+        let huge = Geometry::new(&c, 1, 512, 1 << 40).unwrap();
+        let err = check_span(&c, &huge).unwrap_err().to_string();
+        assert!(err.contains("--range-blocks 536870912 or less"), "{err}");
+        let small = Geometry::new(&c, 1, 4096, 64).unwrap();
+        let err = check_span(&c, &small).unwrap_err().to_string();
+        assert!(err.contains("--range-blocks 66 or more"), "{err}");
+        assert!(check_span(&c, &Geometry::new(&c, 1, 4096, 66).unwrap()).is_ok());
+    }
+
+    #[test]
+    fn sequence_state_follows_writes_and_reads() {
+        let c = config(&["sim", "--verify", "-w", "randrw", "-q", "4"]);
+        let g = Geometry::new(&c, 1, 512, 64).unwrap();
+        let mut v = Verifier::new(&c, &g, 0, 42, None);
+        let mut w = vec![0u8; 4096];
+        // Write position 1 (LBAs 8..16) twice; a read racing the second write may see 1 or 2.
+        v.prepare(0, 8, true, &mut w);
+        v.completed(0, true, None);
+        v.prepare(1, 8, false, &mut []);
+        v.prepare(2, 8, true, &mut w);
+        assert_eq!(check_block(&w[..512], 8, 2, 2, 42), Ok(2));
+        let mut old = vec![0u8; 4096];
+        for i in 0..8 {
+            fill_block(&mut old[i * 512..(i + 1) * 512], 8 + i as u64, 1, 42);
+        }
+        v.completed(1, true, Some(&old));
+        v.completed(2, true, None);
+        assert_eq!((v.stats.mismatches, v.stats.blocks_verified), (0, 8));
+        // Now 2 is acknowledged: a read returning 1 is a lost write.
+        v.prepare(3, 8, false, &mut []);
+        v.completed(3, true, Some(&old));
+        assert_eq!((v.stats.lost_write, v.stats.blocks_verified), (8, 16));
+        assert!(v.stats.first_mismatch.as_deref().unwrap().contains("LBA 8"));
+        assert_eq!(v.written(1), Some(8));
+        assert_eq!(v.written(0), None);
+        // A failed write leaves its position unchecked.
+        v.prepare(0, 16, true, &mut w);
+        v.completed(0, false, None);
+        assert_eq!(v.written(2), None);
+    }
+
     #[test]
     fn payload_depends_on_lba_and_sequence() {
         let a = block(1, 1, 5);
