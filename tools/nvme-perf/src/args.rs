@@ -49,7 +49,8 @@ completions. Then a summary: IOPS, MiB/s, latency avg/min/max and percentiles (1
 and for the spdk-like engine the MMIO doorbell writes per I/O (SQ tail and CQ head), rejected
 completions and the request pool counters. --json prints one JSON object instead.
 
-Exit status: 0 on success; 1 on bad options, device errors, or any failed I/O.";
+Exit status: 0 on success; 1 on bad options, device errors, any failed I/O, or a block that
+--verify found not to hold what was written.";
 
 const AFTER_LONG_HELP: &str = "\
 Examples:
