@@ -85,6 +85,8 @@ pub struct Faults {
     execution_delay: Mutex<ExecutionDelay>,
     stuck_on_disable: AtomicBool,
     bogus_sq_head: AtomicU32,
+    lose_write: AtomicBool,
+    lose_write_at: Mutex<(u32, u64)>,
 }
 
 /// Decrements `counter` if it is positive; true when a fault was consumed.
@@ -114,6 +116,8 @@ impl Faults {
             execution_delay: Mutex::new(ExecutionDelay::new(Duration::ZERO)),
             stuck_on_disable: AtomicBool::new(false),
             bogus_sq_head: AtomicU32::new(0),
+            lose_write: AtomicBool::new(false),
+            lose_write_at: Mutex::new((0, 0)),
         }
     }
 
@@ -207,6 +211,23 @@ impl Faults {
         self.bogus_sq_head.store(n, Ordering::Release);
     }
 
+    /// The next Write command to namespace `nsid` whose starting LBA is `slba` completes
+    /// successfully but moves no data to the medium (a lost write: the blocks keep their old
+    /// content). Replaces any earlier arming.
+    pub fn lose_write_at(&self, nsid: u32, slba: u64) {
+        *self.lose_write_at.lock().unwrap_or_else(|e| e.into_inner()) = (nsid, slba);
+        self.lose_write.store(true, Ordering::Release);
+    }
+
+    /// Whether the write at (`nsid`, `slba`) is the one to lose (disarms the fault if so).
+    pub(crate) fn take_lost_write(&self, nsid: u32, slba: u64) -> bool {
+        if !self.lose_write.load(Ordering::Relaxed) {
+            return false;
+        }
+        let target = self.lose_write_at.lock().unwrap_or_else(|e| e.into_inner());
+        *target == (nsid, slba) && self.lose_write.swap(false, Ordering::AcqRel)
+    }
+
     pub(crate) fn take_execution_delay(&self) -> Option<ExecutionDelay> {
         take(&self.delay_execution).then(|| {
             *self
@@ -292,6 +313,11 @@ mod tests {
         faults.fail_next_io(Status(0x0281), 1);
         assert_eq!(faults.take_fail_io(), Some(Status(0x0281)));
         assert_eq!(faults.take_fail_io(), None);
+        faults.lose_write_at(1, 64);
+        assert!(!faults.take_lost_write(1, 8));
+        assert!(!faults.take_lost_write(2, 64));
+        assert!(faults.take_lost_write(1, 64));
+        assert!(!faults.take_lost_write(1, 64));
     }
 
     #[test]

@@ -49,7 +49,8 @@ completions. Then a summary: IOPS, MiB/s, latency avg/min/max and percentiles (1
 and for the spdk-like engine the MMIO doorbell writes per I/O (SQ tail and CQ head), rejected
 completions and the request pool counters. --json prints one JSON object instead.
 
-Exit status: 0 on success; 1 on bad options, device errors, or any failed I/O.";
+Exit status: 0 on success; 1 on bad options, device errors, any failed I/O, or a block that
+--verify found not to hold what was written.";
 
 const AFTER_LONG_HELP: &str = "\
 Examples:
@@ -123,6 +124,32 @@ impl Workload {
             Workload::Rw => "rw",
             Workload::RandRw => "randrw",
         }
+    }
+}
+
+/// A test-only fault on the emulator's medium (`--sim-fault`, hidden), applied by the
+/// verifying run of `sim` so that tests can see a mismatch detected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SimFault {
+    /// After N completed I/Os, flip a payload byte on the medium in the block the write just
+    /// completed wrote (`corrupt-after=N`).
+    CorruptAfter(u64),
+    /// After N completed I/Os, the next write submitted completes but never reaches the
+    /// medium (`lose-write-after=N`).
+    LoseWriteAfter(u64),
+}
+
+fn parse_sim_fault(s: &str) -> Result<SimFault, String> {
+    let (kind, n) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: give corrupt-after=N or lose-write-after=N"))?;
+    let n: u64 = n.parse().map_err(|e| format!("`{n}`: {e}"))?;
+    match kind {
+        "corrupt-after" => Ok(SimFault::CorruptAfter(n)),
+        "lose-write-after" => Ok(SimFault::LoseWriteAfter(n)),
+        _ => Err(format!(
+            "`{kind}`: give corrupt-after=N or lose-write-after=N"
+        )),
     }
 }
 
@@ -262,6 +289,21 @@ pub struct Args {
     #[arg(long)]
     pub interrupts: bool,
 
+    /// Write self-checking blocks (header with LBA, sequence number, write id and CRC-32;
+    /// payload from a PRNG seeded by them) and check every block read: in the workload's reads
+    /// (randrw) and in a final pass reading back every position written. Each thread gets a
+    /// disjoint slice of the span (--range-blocks; at most 64 Mi I/O positions). Mismatches
+    /// (wrong LBA, bad checksum, lost write, phantom) make the exit status 1. spdk-like engine
+    /// only; a workload that writes (randwrite, randrw, write, rw). On `sim` the emulator then
+    /// keeps real data: 64 MiB namespaces.
+    #[arg(long)]
+    pub verify: bool,
+
+    /// Test only: a fault on the emulated medium during a --verify run on `sim`
+    /// (corrupt-after=N, lose-write-after=N).
+    #[arg(long, hide = true, value_name = "FAULT", value_parser = parse_sim_fault)]
+    pub sim_fault: Option<SimFault>,
+
     /// io_uring: polled completions (IORING_SETUP_IOPOLL; the nvme driver needs
     /// poll_queues > 0, e.g. `nvme.poll_queues=4` on the kernel command line).
     #[arg(long)]
@@ -333,6 +375,10 @@ pub struct Config {
     pub iopoll: bool,
     /// io_uring SQPOLL.
     pub sqpoll: bool,
+    /// Self-checking writes and reads.
+    pub verify: bool,
+    /// Test-only medium fault (sim, with `verify`).
+    pub sim_fault: Option<SimFault>,
 }
 
 fn invalid(option: &'static str, value: impl ToString, reason: impl Into<String>) -> PerfError {
@@ -387,6 +433,7 @@ impl Args {
             (self.nsid.is_some(), "--nsid"),
             (self.yield_idle, "--yield-idle"),
             (self.interrupts, "--interrupts"),
+            (self.verify, "--verify"),
         ];
         let uring_only = [(self.iopoll, "--iopoll"), (self.sqpoll, "--sqpoll")];
         if self.engine == Engine::IoUring {
@@ -453,6 +500,23 @@ impl Args {
                 "0 and 0xffffffff are not namespace ids; give an active namespace's id",
             ));
         }
+        if self.verify && matches!(self.workload, Workload::RandRead | Workload::Read) {
+            return Err(invalid(
+                "--verify",
+                "set",
+                format!(
+                    "workload {} writes nothing to check; use -w randwrite or -w randrw",
+                    self.workload.name()
+                ),
+            ));
+        }
+        if self.sim_fault.is_some() && (!self.verify || target != Target::Sim) {
+            return Err(invalid(
+                "--sim-fault",
+                "set",
+                "it needs the `sim` device and --verify",
+            ));
+        }
         let (pattern, mix) = match self.workload {
             Workload::RandRead => (Pattern::Random, Mix::Read),
             Workload::RandWrite => (Pattern::Random, Mix::Write),
@@ -494,6 +558,8 @@ impl Args {
             interrupts: self.interrupts,
             iopoll: self.iopoll,
             sqpoll: self.sqpoll,
+            verify: self.verify,
+            sim_fault: self.sim_fault,
         })
     }
 }
@@ -626,6 +692,20 @@ mod tests {
                 "spdk-like engine only",
             ),
             (&["sim", "--iopoll"][..], "io_uring engine only"),
+            (&["sim", "--verify"][..], "writes nothing"),
+            (
+                &[
+                    "--engine",
+                    "io_uring",
+                    "/dev/x",
+                    "--verify",
+                    "-w",
+                    "randwrite",
+                ][..],
+                "spdk-like engine only",
+            ),
+            (&["sim", "--sim-fault", "corrupt-after=3"][..], "--verify"),
+            (&["sim", "--verify", "--sim-fault", "melt=3"][..], "melt"),
             (&["zz:zz"][..], "bad DEVICE"),
             (&["trtype:TCP traddr:1.2.3.4"][..], "not supported"),
         ] {

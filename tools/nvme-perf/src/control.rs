@@ -300,6 +300,8 @@ pub struct WorkerResult {
     pub cpu: Duration,
     /// Driver counters (spdk-like engine only).
     pub driver: Option<DriverCounters>,
+    /// What `--verify` found (whole run).
+    pub verify: Option<crate::verify::VerifyStats>,
 }
 
 /// The CPU time this thread has used (CLOCK_THREAD_CPUTIME_ID).

@@ -107,6 +107,32 @@ pub enum PerfError {
     /// A worker thread panicked (a bug in the tool).
     #[error("worker thread {thread} panicked; please report this with the command line")]
     WorkerPanic { thread: usize },
+    /// `--verify` over more positions than the per-position state allows.
+    #[error(
+        "--verify keeps 4 bytes per I/O position, and the span has {positions} positions (more \
+         than {max}): use --range-blocks {max_blocks} or less"
+    )]
+    VerifySpan {
+        positions: u64,
+        max: u64,
+        max_blocks: u64,
+    },
+    /// `--verify` with a thread slice too small for its queue depth.
+    #[error(
+        "--verify gives each of {threads} thread(s) its own slice of the span, and the smallest \
+         has {share} I/O positions, not more than the queue depth {queue_depth} (one write per \
+         position in flight): use --range-blocks {min_blocks} or more, or a lower -q or -j"
+    )]
+    VerifyShare {
+        share: u64,
+        queue_depth: u32,
+        threads: u32,
+        min_blocks: u64,
+    },
+    /// `--verify` found blocks that do not hold what was written (the summary was printed
+    /// first).
+    #[error("--verify found {count} mismatching block(s); first: {first}")]
+    VerifyMismatch { count: u64, first: String },
     /// I/Os failed during the run (the summary was printed first).
     #[error(
         "{count} I/O(s) failed; first failure: {first}. Check the device (e.g. nvme-identify) \

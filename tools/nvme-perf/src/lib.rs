@@ -20,6 +20,7 @@ pub mod runner;
 pub mod spdk;
 pub mod target;
 pub mod uring;
+pub mod verify;
 
 pub use args::{Args, Config, Engine};
 pub use error::PerfError;

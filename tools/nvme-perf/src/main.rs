@@ -20,6 +20,12 @@ fn run(args: &Args) -> Result<(), PerfError> {
     };
     // A closed stdout (e.g. `| head`) is not worth an error message.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    if let Some(v) = report.verify.as_ref().filter(|v| v.mismatches > 0) {
+        return Err(PerfError::VerifyMismatch {
+            count: v.mismatches,
+            first: v.first_mismatch.clone().unwrap_or_default(),
+        });
+    }
     if report.errors > 0 {
         return Err(PerfError::IoErrors {
             count: report.errors,

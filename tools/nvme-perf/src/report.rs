@@ -11,6 +11,7 @@ use crate::args::{Config, Engine};
 use crate::control::{DriverCounters, Tally};
 use crate::runner::{per, Outcome, MIB};
 use crate::target::Target;
+use crate::verify::VerifyStats;
 
 /// Percentiles reported, in ascending order.
 pub const PERCENTILES: [f64; 16] = [
@@ -175,6 +176,9 @@ pub struct Report {
     pub lba_size: u32,
     /// First failure message.
     pub first_error: Option<String>,
+    /// What `--verify` found (absent without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify: Option<VerifyStats>,
     /// The merged histogram (text output with --histogram).
     #[serde(skip)]
     pub histogram: Histogram<u64>,
@@ -231,6 +235,13 @@ impl Report {
             runtime = runtime.max(r.elapsed.as_secs_f64());
         }
         let driver = sum_driver(outcome.results.iter().filter_map(|r| r.driver));
+        let verify = config.verify.then(|| {
+            let mut v = VerifyStats::default();
+            for r in outcome.results.iter().filter_map(|r| r.verify.as_ref()) {
+                v.merge(r);
+            }
+            v
+        });
         let iops = if runtime > 0.0 {
             tally.ios as f64 / runtime
         } else {
@@ -274,6 +285,7 @@ impl Report {
             batch_prefetch: spdk.then_some(config.batch_prefetch),
             lba_size: outcome.setup.lba_size,
             first_error: tally.first_error,
+            verify,
             histogram: tally.hist,
         }
     }
@@ -366,6 +378,25 @@ impl Report {
             let _ = writeln!(out, "  driver ns/IO: {:.1}", self.thread_cpu_ns_per_io);
         } else {
             let _ = writeln!(out, "  thread CPU ns/IO: {:.1}", self.thread_cpu_ns_per_io);
+        }
+        if let Some(v) = &self.verify {
+            let _ = writeln!(
+                out,
+                "  verify: {} blocks verified ({} in reads, {} in the final pass; {} read unwritten), \
+                 mismatches {}: wrong LBA {}, bad checksum {}, lost write {}, phantom {}",
+                v.blocks_verified,
+                v.blocks_verified_in_reads,
+                v.blocks_verified_final,
+                v.blocks_unwritten,
+                v.mismatches,
+                v.wrong_lba,
+                v.bad_checksum,
+                v.lost_write,
+                v.phantom
+            );
+            if let Some(first) = &v.first_mismatch {
+                let _ = writeln!(out, "  verify: first mismatch: {first}");
+            }
         }
         if histogram {
             out.push_str(&format_histogram(&self.histogram));

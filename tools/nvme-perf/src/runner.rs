@@ -58,9 +58,30 @@ impl Geometry {
         })
     }
 
+    /// Thread `thread`'s slice of the positions: `(first position, positions)`, the
+    /// `thread`-th of `config.threads` near-equal parts.
+    pub fn share(&self, config: &Config, thread: usize) -> (u64, u64) {
+        let at =
+            |t: usize| (u128::from(self.positions) * t as u128 / u128::from(config.threads)) as u64;
+        (at(thread), at(thread + 1) - at(thread))
+    }
+
     /// Thread `thread`'s address stream: its own PRNG stream; a sequential stream starts at
-    /// the thread's share of the span.
+    /// the thread's share of the span. With `--verify` the stream stays within the thread's
+    /// own slice ([`Geometry::share`]).
     pub fn generator(&self, config: &Config, thread: usize) -> LbaGen {
+        if config.verify {
+            let (first, positions) = self.share(config, thread);
+            return LbaGen::new(
+                XorShift64::new(config.seed, thread as u64),
+                config.pattern,
+                config.mix,
+                first * self.blocks_per_io,
+                positions,
+                self.blocks_per_io,
+                0,
+            );
+        }
         let start = match config.pattern {
             Pattern::Random => 0,
             Pattern::Sequential => {
@@ -318,6 +339,31 @@ mod tests {
         let g = Geometry::new(&c, 1, 4096, 400).unwrap();
         let starts: Vec<u64> = (0..4).map(|t| g.generator(&c, t).next_io().0).collect();
         assert_eq!(starts, [0, 100, 200, 300]);
+    }
+
+    #[test]
+    fn verifying_threads_get_disjoint_slices() {
+        let c = config(&[
+            "sim",
+            "-w",
+            "randwrite",
+            "--verify",
+            "-j",
+            "3",
+            "-b",
+            "8192",
+        ]);
+        let g = Geometry::new(&c, 1, 4096, 1000).unwrap();
+        let shares: Vec<(u64, u64)> = (0..3).map(|t| g.share(&c, t)).collect();
+        assert_eq!(shares, [(0, 166), (166, 167), (333, 167)]);
+        for (t, (first, n)) in shares.into_iter().enumerate() {
+            let mut gen = g.generator(&c, t);
+            for _ in 0..1000 {
+                let (lba, w) = gen.next_io();
+                assert!(w && lba % 2 == 0, "{lba}");
+                assert!((first * 2..(first + n) * 2).contains(&lba), "{t}: {lba}");
+            }
+        }
     }
 
     #[test]

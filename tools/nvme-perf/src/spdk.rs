@@ -26,6 +26,7 @@ use crate::error::PerfError;
 use crate::rng::LbaGen;
 use crate::runner::{self, Geometry, Setup};
 use crate::target::Target;
+use crate::verify::{self, Check, FaultPlan, NoCheck, Verifier};
 
 /// A command not completed in this time fails (and the run reports it).
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -38,6 +39,8 @@ const SIM_LARGE_BLOCK: u32 = 4096;
 const SIM_SMALL_BLOCKS: u64 = (1 << 30) / SIM_SMALL_BLOCK as u64;
 /// LBA size of the emulator's namespace 2.
 const SIM_SMALL_BLOCK: u32 = 512;
+/// Bytes of each emulator namespace with `--verify` (real data: memory-backed).
+const SIM_VERIFY_BYTES: u64 = 64 << 20;
 /// Queue pairs the emulator grants.
 const SIM_QUEUE_PAIRS: u16 = 64;
 /// Idle contexts the cache tolerates above the queue depth before it prunes.
@@ -90,6 +93,17 @@ pub fn sim_config() -> SimConfig {
     }
 }
 
+/// The emulator configuration `sim --verify` runs: as [`sim_config`], but the medium keeps the
+/// data (no null I/O) and the namespaces are 64 MiB each (they are memory-backed).
+pub fn sim_verify_config() -> SimConfig {
+    let mut config = sim_config();
+    config.null_io = false;
+    for ns in &mut config.namespaces {
+        ns.blocks = SIM_VERIFY_BYTES / u64::from(ns.block_size);
+    }
+    config
+}
+
 /// Opens the controller (keeping the emulator alive alongside it when `sim`).
 fn open(config: &Config) -> Result<(Option<SimController>, Controller), PerfError> {
     let options = ControllerOptions {
@@ -99,7 +113,11 @@ fn open(config: &Config) -> Result<(Option<SimController>, Controller), PerfErro
     };
     match &config.target {
         Target::Sim => {
-            let sim = SimController::start(sim_config());
+            let sim = SimController::start(if config.verify {
+                sim_verify_config()
+            } else {
+                sim_config()
+            });
             let transport =
                 Transport::new(sim.mmio(), sim.dma(), "sim").with_interrupts(sim.interrupts());
             let ctrl = Controller::new(transport, options)
@@ -128,6 +146,8 @@ struct Worker {
     gen: LbaGen,
     /// With `--inline-device`: the emulator this thread steps after an empty poll.
     inline: Option<Arc<SimController>>,
+    /// With `--verify`: this thread's verification state.
+    verifier: Option<Verifier>,
 }
 
 /// With `--interrupts`: empty polls before the thread blocks on its queue's eventfd.
@@ -155,6 +175,18 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
         })?,
     };
     let geometry = Geometry::new(config, ns.nsid(), ns.block_size(), ns.blocks())?;
+    if config.verify {
+        verify::check_span(config, &geometry)?;
+    }
+    let run_id = verify::run_id(config.seed);
+    let fault = match (config.sim_fault, &sim) {
+        (Some(fault), Some(sim)) => Some(FaultPlan {
+            fault,
+            sim: sim.clone(),
+            nsid: ns.nsid(),
+        }),
+        _ => None,
+    };
     if config.threads > u32::from(ctrl.io_queue_pairs()) {
         return Err(PerfError::Threads {
             requested: config.threads,
@@ -204,6 +236,9 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
             buffers,
             gen: geometry.generator(config, t),
             inline: inline.clone(),
+            verifier: config
+                .verify
+                .then(|| Verifier::new(config, &geometry, t, run_id, fault.clone())),
         });
     }
     let shadow = ctrl.shadow_doorbells() && config.shadow_doorbells;
@@ -217,9 +252,14 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
     if let Some(sim) = &inline {
         sim.set_inline(true);
     }
-    let results = runner::drive(config, workers, |worker, control, live| {
-        run_worker(config, &ns, worker, control, live, commands_per_io as u16)
+    let results = runner::drive(config, workers, |mut worker, control, live| {
+        let cpi = commands_per_io as u16;
+        match worker.verifier.take() {
+            Some(v) => run_worker(config, &ns, worker, control, live, cpi, v),
+            None => run_worker(config, &ns, worker, control, live, cpi, NoCheck),
+        }
     })?;
+    drop(fault);
     drop(ctrl);
     drop(sim);
     Ok(runner::Outcome { setup, results })
@@ -253,20 +293,22 @@ fn delta(end: DriverCounters, start: DriverCounters) -> DriverCounters {
     }
 }
 
-/// One thread's loop.
-fn run_worker(
+/// One thread's loop. `check` is [`NoCheck`] (compiled away) or the `--verify` state.
+fn run_worker<C: Check>(
     config: &Config,
     ns: &Namespace,
     worker: Worker,
     control: &Control,
     live: &Live,
     commands_per_io: u16,
+    mut check: C,
 ) -> Result<WorkerResult, PerfError> {
     let Worker {
         mut qp,
         mut buffers,
         mut gen,
         inline,
+        verifier: _,
     } = worker;
     let qd = config.queue_depth;
     let blocks = (config.block_size / ns.block_size() as usize) as u32;
@@ -311,7 +353,7 @@ fn run_worker(
                 let mut issued = 0;
                 for _ in 0..want {
                     let Some(index) = free.pop() else { break };
-                    let (lba, is_write) = gen.next_io();
+                    let (lba, is_write) = check.next_io(&mut gen);
                     let mut ctx = if use_cache {
                         cache.get(IoContext::blank)
                     } else {
@@ -321,11 +363,12 @@ fn run_worker(
                     ctx.buffer = index;
                     ctx.lba = lba;
                     ctx.is_write = is_write;
-                    let Some(buf) = buffers[index as usize].take() else {
+                    let Some(mut buf) = buffers[index as usize].take() else {
                         // Unreachable by the invariant; keep the index out of circulation.
                         retired += 1;
                         continue;
                     };
+                    check.prepare(index, lba, is_write, &mut buf);
                     let submitted = if is_write {
                         qp.submit_write(ns, lba, blocks, buf, false, u64::from(index))
                     } else {
@@ -337,6 +380,7 @@ fn run_worker(
                             issued += 1;
                         }
                         Err(failure) => {
+                            check.refused(index);
                             tally.fail(|| {
                                 format!(
                                     "submitting {} of {blocks} blocks at LBA {lba}: {}",
@@ -374,6 +418,7 @@ fn run_worker(
                 tally.fail(|| format!("completion for unknown I/O {index}"));
                 return;
             };
+            let ok = c.result.is_ok();
             match c.result {
                 Ok(_) if timed => {
                     let now = *now.get_or_insert_with(clock);
@@ -393,6 +438,7 @@ fn run_worker(
             }
             let slot = ctx.buffer;
             buffers[slot as usize] = c.buffer;
+            check.completed(slot, ok, buffers[slot as usize].as_deref());
             if buffers[slot as usize].is_some() {
                 free.push(slot);
             } else {
@@ -430,6 +476,22 @@ fn run_worker(
     }
     let (elapsed, cpu) = pacer.measured();
     let mut driver = delta(counters(&qp), baseline);
+    let verify = check.verifier().map(|v| {
+        // After a failed I/O the device may not answer: no read-back then (the run fails).
+        if tally.errors == 0 && in_flight == 0 {
+            let blocks = (config.block_size / ns.block_size() as usize) as u32;
+            final_pass(
+                &mut qp,
+                ns,
+                &mut buffers,
+                v,
+                blocks,
+                inline.as_deref(),
+                &mut tally,
+            );
+        }
+        v.stats.clone()
+    });
     if use_cache {
         driver.cache = Some(*cache.stats());
     }
@@ -444,5 +506,73 @@ fn run_worker(
         elapsed,
         cpu,
         driver: Some(driver),
+        verify,
     })
+}
+
+/// `--verify`'s read-back: reads every position of the thread's slice that holds an
+/// acknowledged write (nothing else in flight) and checks it. Outside the measured phase.
+fn final_pass(
+    qp: &mut QueuePair,
+    ns: &Namespace,
+    buffers: &mut [Option<DmaBuffer>],
+    v: &mut Verifier,
+    blocks: u32,
+    inline: Option<&SimController>,
+    tally: &mut Tally,
+) {
+    v.begin_final_pass();
+    let mut free: Vec<u32> = (0..buffers.len() as u32)
+        .filter(|&i| buffers[i as usize].is_some())
+        .collect();
+    let (mut next, total) = (0, v.positions());
+    let mut in_flight = 0u32;
+    loop {
+        while next < total && !free.is_empty() {
+            let Some(lba) = v.written(next) else {
+                next += 1;
+                continue;
+            };
+            let Some(index) = free.pop() else { break };
+            let Some(buf) = buffers[index as usize].take() else {
+                continue;
+            };
+            v.prepare_final_read(index, lba);
+            if let Err(failure) = qp.submit_read(ns, lba, blocks, buf, u64::from(index)) {
+                tally.fail(|| format!("verify: submitting read at LBA {lba}: {}", failure.error));
+                buffers[index as usize] = failure.buffer;
+                next = total;
+                break;
+            }
+            in_flight += 1;
+            next += 1;
+        }
+        if in_flight == 0 {
+            return;
+        }
+        let reaped = qp.poll(|c| {
+            let index = c.user_data as u32;
+            let ok = c.result.is_ok();
+            if let Err(e) = &c.result {
+                tally.fail(|| format!("verify: read back failed: {e}"));
+            }
+            if let Some(slot) = buffers.get_mut(index as usize) {
+                *slot = c.buffer;
+                v.completed(index, ok, slot.as_deref());
+                if slot.is_some() {
+                    free.push(index);
+                }
+            }
+        });
+        in_flight -= reaped as u32;
+        if tally.errors > 0 {
+            // Stop submitting; drain what is in flight.
+            next = total;
+        }
+        if reaped == 0 {
+            if let Some(sim) = inline {
+                sim.step();
+            }
+        }
+    }
 }

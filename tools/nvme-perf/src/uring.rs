@@ -367,6 +367,7 @@ fn run_worker(
         elapsed,
         cpu,
         driver: None,
+        verify: None,
     })
 }
 

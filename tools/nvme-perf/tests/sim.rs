@@ -207,3 +207,156 @@ fn io_uring_on_a_file() {
     assert_eq!(v["engine"], "io_uring");
     assert!(v["sq_mmio_writes"].is_null());
 }
+
+/// The `verify` object of a `--verify` run's JSON.
+fn verify_of(v: &Value) -> &Value {
+    assert!(v["verify"].is_object(), "no verify object: {v}");
+    &v["verify"]
+}
+
+#[test]
+fn verify_randwrite_and_randrw_find_no_mismatch() {
+    // 2048 4 KiB positions, 3000 writes: most positions written, many more than once.
+    let v = json_run(&[
+        "sim",
+        "--verify",
+        "-w",
+        "randwrite",
+        "-q",
+        "16",
+        "--ios",
+        "3000",
+        "--range-blocks",
+        "2048",
+        "--json",
+        "--quiet",
+    ]);
+    check_run(&v, "randwrite", 16);
+    let ver = verify_of(&v);
+    assert_eq!(u(ver, "mismatches"), 0, "{ver}");
+    let final_pass = u(ver, "blocks_verified_final");
+    // Distinct positions among 3000 uniform draws of 2048: about 1536.
+    assert!((1300..=2048).contains(&final_pass), "{ver}");
+    assert_eq!(u(ver, "blocks_verified"), final_pass, "{ver}");
+    assert_eq!(u(ver, "blocks_verified_in_reads"), 0, "{ver}");
+
+    // Mixed, two threads (disjoint slices), 512-byte LBAs: 8 headers per 4 KiB I/O.
+    let v = json_run(&[
+        "sim",
+        "--verify",
+        "-w",
+        "randrw",
+        "-n",
+        "2",
+        "-q",
+        "16",
+        "-j",
+        "2",
+        "--ios",
+        "2000",
+        "--range-blocks",
+        "8192",
+        "--json",
+        "--quiet",
+    ]);
+    check_run(&v, "randrw", 16);
+    let ver = verify_of(&v);
+    assert_eq!(u(ver, "mismatches"), 0, "{ver}");
+    assert!(u(ver, "blocks_verified_in_reads") > 0, "{ver}");
+    assert!(u(ver, "blocks_verified_final") > 0, "{ver}");
+    assert_eq!(u(ver, "blocks_verified_final") % 8, 0, "whole I/Os: {ver}");
+    assert_eq!(
+        u(ver, "blocks_verified"),
+        u(ver, "blocks_verified_in_reads") + u(ver, "blocks_verified_final")
+    );
+    assert!(ver["first_mismatch"].is_null(), "{ver}");
+
+    // Without --verify the JSON has no verify object.
+    let plain = json_run(&["sim", "-q", "4", "--ios", "100", "--json", "--quiet"]);
+    assert!(plain.get("verify").is_none(), "{plain}");
+}
+
+/// Runs a verifying randwrite with a medium fault; returns (exit code, JSON, stderr).
+fn faulty_run(fault: &str) -> (Option<i32>, Value, String) {
+    let out = perf(&[
+        "sim",
+        "--verify",
+        "-w",
+        "randwrite",
+        "-q",
+        "8",
+        "--ios",
+        "1500",
+        "--range-blocks",
+        "1024",
+        "--sim-fault",
+        fault,
+        "--json",
+        "--quiet",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{fault}: stdout is not JSON ({e}); stderr: {stderr}"));
+    (out.status.code(), v, stderr)
+}
+
+#[test]
+fn verify_detects_corruption_and_lost_writes() {
+    let (code, v, stderr) = faulty_run("corrupt-after=700");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("mismatching block"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let ver = verify_of(&v);
+    assert_eq!(
+        (
+            u(ver, "mismatches"),
+            u(ver, "bad_checksum"),
+            u(ver, "lost_write")
+        ),
+        (1, 1, 0),
+        "{ver}"
+    );
+    assert_eq!(u(&v, "errors"), 0, "the I/Os themselves succeeded: {v}");
+
+    let (code, v, stderr) = faulty_run("lose-write-after=700");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("lost write"), "{stderr}");
+    let ver = verify_of(&v);
+    assert_eq!(
+        (
+            u(ver, "mismatches"),
+            u(ver, "lost_write"),
+            u(ver, "bad_checksum"),
+            u(ver, "wrong_lba"),
+            u(ver, "phantom")
+        ),
+        (1, 1, 0, 0, 0),
+        "{ver}"
+    );
+}
+
+#[test]
+fn verify_refuses_what_it_cannot_check() {
+    for (args, needle) in [
+        (&["sim", "--verify"][..], "writes nothing"),
+        (
+            &[
+                "sim",
+                "--verify",
+                "-w",
+                "randwrite",
+                "-q",
+                "64",
+                "--range-blocks",
+                "64",
+            ][..],
+            "--range-blocks 65 or more",
+        ),
+        (&["sim", "--sim-fault", "corrupt-after=1"][..], "--verify"),
+    ] {
+        let out = perf(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}

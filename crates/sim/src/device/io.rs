@@ -125,7 +125,8 @@ impl Device {
             self.transfer_metadata(view, sqe, disk, first, count, opcode)?;
         }
         let (prp1, prp2, page) = (sqe.prp1, sqe.prp2, self.page_size);
-        if self.shared.config.null_io && opcode != nvm::COMPARE {
+        let lost = opcode == nvm::WRITE && self.shared.faults.take_lost_write(sqe.nsid, first);
+        if (self.shared.config.null_io || lost) && opcode != nvm::COMPARE {
             // Validate the data pointer like a real transfer would, but move nothing.
             return prp::walk(view, prp1, prp2, len, page, |iova, n, _| {
                 view.probe(iova, n).map_err(Fail::from)
