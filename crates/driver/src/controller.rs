@@ -181,8 +181,11 @@ pub(crate) struct Inner {
     state: AtomicU64,
     /// Serialises resets.
     reset_lock: Mutex<()>,
-    /// The device is gone (registers read all ones); implies failed.
+    /// The device is gone (registers read all ones, or the kernel asked for it); implies
+    /// failed.
     removed: AtomicBool,
+    /// Signalled when the kernel asks for the device back (unbind, hot-unplug).
+    removal_request: Option<Arc<InterruptEvent>>,
     pub(crate) timeout_action: TimeoutAction,
     aborts: Mutex<AbortStats>,
     identify: Box<IdentifyController>,
@@ -346,6 +349,10 @@ impl Controller {
             2,
             regs::ADMIN_QUEUE_MAX_ENTRIES.min(cap.max_queue_entries()),
         );
+        let removal_request = match &function {
+            Some(f) => f.request_notifier()?,
+            None => None,
+        };
         let guard = Arc::new(GuardedMapper::new(dma, name.clone()));
         let dma: Arc<dyn DmaMapper> = guard.clone();
         let admin = AdminQueue::new(&mmio, &dma, admin_entries, stride, HOST_PAGE_SIZE)?;
@@ -370,6 +377,7 @@ impl Controller {
             state: AtomicU64::new(0),
             reset_lock: Mutex::new(()),
             removed: AtomicBool::new(false),
+            removal_request,
             timeout_action: options.timeout_action,
             aborts: Mutex::new(AbortStats::default()),
             identify: Box::new(IdentifyController::default()),
@@ -941,6 +949,13 @@ impl Inner {
 
     pub(crate) fn abort_stats_mut(&self) -> MutexGuard<'_, AbortStats> {
         self.aborts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the kernel has asked for the device back since the last call (non-blocking).
+    pub(crate) fn release_requested(&self) -> bool {
+        self.removal_request
+            .as_ref()
+            .is_some_and(|e| e.clear().is_ok_and(|n| n > 0))
     }
 
     /// Marks the device removed (and failed) and stops what can be stopped.

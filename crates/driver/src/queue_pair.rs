@@ -1244,6 +1244,18 @@ impl QueuePair {
     /// Returns which, if either.
     #[cold]
     fn check_health(&mut self) -> Option<Dead> {
+        if self.ctrl.release_requested() {
+            log::error!(
+                "{}: the kernel asks for the device back (unbind or hot-unplug); failing all \
+                 I/O: close the controller to release it",
+                self.ctrl.name
+            );
+            self.ctrl.mark_removed();
+            return Some(Dead::Released);
+        }
+        if self.ctrl.is_removed() {
+            return Some(Dead::Removed);
+        }
         let raw = self.ctrl.mmio.read32(regs::CSTS);
         let dead = if raw == ALL_ONES {
             Dead::Removed
@@ -1263,8 +1275,8 @@ impl QueuePair {
                 "{}: {}; failing all I/O and stopping the controller",
                 self.ctrl.name,
                 match dead {
-                    Dead::Removed => "registers read all ones: the device is gone",
                     Dead::Fatal => "Controller Fatal Status (CSTS.CFS=1)",
+                    _ => "registers read all ones: the device is gone",
                 }
             );
             self.ctrl.fail_and_stop();
@@ -1292,6 +1304,10 @@ impl QueuePair {
                 Dead::Removed => Error::Removed {
                     controller: self.ctrl.name.clone(),
                     why: "its registers read all ones",
+                },
+                Dead::Released => Error::Removed {
+                    controller: self.ctrl.name.clone(),
+                    why: "the kernel asked for the device back",
                 },
             }
         } else {
@@ -1524,6 +1540,8 @@ enum Dead {
     Fatal,
     /// Registers read all ones: surprise removal or link down.
     Removed,
+    /// The kernel asked for the device back (VFIO device request: unbind, hot-unplug).
+    Released,
 }
 
 /// Most time between two CSTS reads of a polled queue pair (fail-fast on a dead device).

@@ -323,3 +323,45 @@ fn a_declined_abort_escalates_to_a_reset_without_blocking_the_io_thread() {
     round_trip(&mut q, &ctrl, 4, 0x44);
     assert_eq!(q.retired(), 0, "the reset released the retired slot");
 }
+
+/// The kernel asks for the device back (VFIO's device request interrupt): all I/O fails
+/// with `Removed` within 100 ms and teardown is prompt, so an unbind never waits on us.
+#[test]
+fn a_device_release_request_fails_io_and_lets_go_promptly() {
+    let (sim, ctrl) = start(SimConfig::default());
+    let ns = ctrl.namespace(NS).unwrap();
+    let mut q = ctrl
+        .create_queue_pair(QueuePairOptions {
+            depth: 16,
+            timeout: Duration::from_secs(30),
+            ..Default::default()
+        })
+        .unwrap();
+    sim.faults().delay_completions(Duration::from_secs(3600));
+    for i in 0..8u64 {
+        q.submit_read(&ns, i, 1, ctrl.alloc_buffer(BLOCK).unwrap(), i)
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(60));
+    let asked = Instant::now();
+    sim.request_device_release();
+    let mut removed = 0;
+    poll_until(&mut q, Duration::from_secs(2), |q| {
+        q.poll(|c| {
+            let e = c
+                .result
+                .expect_err("nothing completes after a release request");
+            assert!(e.to_string().contains("asked for the device back"), "{e}");
+            removed += 1;
+        });
+        removed == 8
+    });
+    assert!(ctrl.is_removed());
+    drop(q);
+    drop(ctrl);
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        asked.elapsed()
+    );
+}

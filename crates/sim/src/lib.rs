@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use nvme_spec::regs::{Cc, Csts, CAP, CC, CSTS, VS};
-use nvme_vfio::{DmaMapper, FunctionControl, InterruptController, Mmio, VfioError};
+use nvme_vfio::{DmaMapper, FunctionControl, InterruptController, InterruptEvent, Mmio, VfioError};
 
 pub use config::{SimConfig, SimNamespace, MAX_MSIX_VECTORS};
 pub use device::{ERROR_LOG_ENTRIES, SIM_TEMPERATURE_K};
@@ -93,6 +93,9 @@ impl SimController {
             stop: AtomicBool::new(false),
             bus_master: AtomicBool::new(true),
             inline: AtomicBool::new(false),
+            request: Arc::new(
+                InterruptEvent::new().expect("cannot create the emulator's request eventfd"),
+            ),
         });
         let device = Arc::new(std::sync::Mutex::new(Device::new(shared.clone())));
         let thread = {
@@ -107,6 +110,15 @@ impl SimController {
             device,
             thread: Some(thread),
         }
+    }
+
+    /// Signals the device request notifier ([`FunctionControl::request_notifier`]), as the
+    /// kernel does when it wants the device back (unbind, hot-unplug request).
+    pub fn request_device_release(&self) {
+        self.shared
+            .request
+            .signal()
+            .expect("signalling the emulator's request eventfd");
     }
 
     /// Stops (`true`) or resumes (`false`) the device thread's polling. While stopped, the
@@ -232,6 +244,10 @@ impl FunctionControl for SimFunction {
         self.shared.bus_master.store(true, Ordering::SeqCst);
         log::debug!("sim: bus master enabled");
         Ok(())
+    }
+
+    fn request_notifier(&self) -> Result<Option<Arc<InterruptEvent>>, VfioError> {
+        Ok(Some(self.shared.request.clone()))
     }
 }
 

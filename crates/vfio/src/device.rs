@@ -21,7 +21,8 @@ use std::sync::Arc;
 use vfio_bindings::bindings::vfio::{
     vfio_region_info, VFIO_TYPE1v2_IOMMU, VFIO_API_VERSION, VFIO_DEVICE_FLAGS_PCI,
     VFIO_DEVICE_FLAGS_RESET, VFIO_GROUP_FLAGS_VIABLE, VFIO_PCI_BAR5_REGION_INDEX,
-    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX, VFIO_REGION_INFO_FLAG_MMAP,
+    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_REQ_IRQ_INDEX,
+    VFIO_REGION_INFO_FLAG_MMAP,
 };
 
 use crate::container::VfioContainer;
@@ -402,6 +403,27 @@ impl crate::function::FunctionControl for VfioPci {
 
     fn enable_bus_master(&self) -> Result<(), VfioError> {
         VfioPci::enable_bus_master(self)
+    }
+
+    fn request_notifier(&self) -> Result<Option<Arc<InterruptEvent>>, VfioError> {
+        let count = match ioctl::irq_info(self.device.as_fd(), VFIO_PCI_REQ_IRQ_INDEX) {
+            Ok(info) => info.count,
+            Err(e) => {
+                log::debug!("{}: no device request interrupt: {e}", self.addr);
+                return Ok(None);
+            }
+        };
+        if count == 0 {
+            return Ok(None);
+        }
+        let event = Arc::new(InterruptEvent::new().map_err(ioctl_err("eventfd"))?);
+        ioctl::set_irq_eventfds(
+            self.device.as_fd(),
+            VFIO_PCI_REQ_IRQ_INDEX,
+            &[event.as_fd()],
+        )
+        .map_err(ioctl_err("VFIO_DEVICE_SET_IRQS (device request)"))?;
+        Ok(Some(event))
     }
 }
 

@@ -293,6 +293,15 @@ fn delta(end: DriverCounters, start: DriverCounters) -> DriverCounters {
     }
 }
 
+/// Whether `e` means the controller will never complete anything again (removed, or failed
+/// and not being reset).
+fn controller_gone(e: &nvme_driver::Error) -> bool {
+    matches!(
+        e,
+        nvme_driver::Error::Removed { .. } | nvme_driver::Error::Failed { .. }
+    )
+}
+
 /// One thread's loop. `check` is [`NoCheck`] (compiled away) or the `--verify` state.
 fn run_worker<C: Check>(
     config: &Config,
@@ -327,6 +336,7 @@ fn run_worker<C: Check>(
     let mut in_flight: u32 = 0;
     let mut idle_polls: u32 = 0;
     let mut retired: u32 = 0;
+    let mut gone = false;
     // Latencies are differences of u64 ns since this base: one clock read per batch, one
     // subtraction per I/O.
     let base = Instant::now();
@@ -381,6 +391,7 @@ fn run_worker<C: Check>(
                         }
                         Err(failure) => {
                             check.refused(index);
+                            gone |= controller_gone(&failure.error);
                             tally.fail(|| {
                                 format!(
                                     "submitting {} of {blocks} blocks at LBA {lba}: {}",
@@ -427,6 +438,7 @@ fn run_worker<C: Check>(
                 Ok(_) => tally.complete_untimed(),
                 Err(e) => {
                     tally.reaped += 1;
+                    gone |= controller_gone(&e);
                     tally.fail(|| {
                         format!(
                             "{} at LBA {}: {e}",
@@ -471,6 +483,11 @@ fn run_worker<C: Check>(
         pacer.publish(&totals);
         if retired == qd {
             tally.fail(|| "every I/O buffer was lost to timed-out commands".into());
+            break;
+        }
+        if gone {
+            // Nothing more can complete on this controller: stop now so the tool exits and
+            // releases the device (an unbind or hot-unplug waits for that).
             break;
         }
     }

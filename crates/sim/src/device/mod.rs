@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     /// The device thread stands still; the host runs poll passes itself
     /// (`SimController::step`), e.g. to count instructions deterministically.
     pub inline: AtomicBool,
+    /// The device request notifier (VFIO's REQ interrupt, emulated).
+    pub request: Arc<nvme_vfio::InterruptEvent>,
 }
 
 /// Commands fetched from one submission queue per poll pass (round-robin fairness).
