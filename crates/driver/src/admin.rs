@@ -33,16 +33,17 @@ pub(crate) struct AdminQueue {
     /// Commands submitted without waiting (Abort), by command id; their completions are
     /// picked up by whoever uses the queue next ([`AdminQueue::reap_async`] or a waiting
     /// `execute`).
-    in_flight_async: Vec<u16>,
-    /// Completions of those commands, not yet taken by [`AdminQueue::take_async`].
-    finished_async: Vec<CompletionEntry>,
+    in_flight_async: Vec<(u16, u8)>,
+    /// Completions of those commands (with their opcodes), not yet taken by
+    /// [`AdminQueue::take_async`].
+    finished_async: Vec<(u8, CompletionEntry)>,
     /// Completions rejected because their command id or queue id did not match.
     pub(crate) bad_completions: u64,
 }
 
-/// Most commands in flight without a waiter (Aborts; the controller's Abort Command Limit is
-/// at least 1 and commonly 4).
-pub(crate) const MAX_ASYNC_COMMANDS: usize = 4;
+/// Most commands in flight without a waiter: Aborts (the controller's Abort Command Limit is
+/// at least 1 and commonly 4) plus Asynchronous Event Requests (at most 4 kept posted).
+pub(crate) const MAX_ASYNC_COMMANDS: usize = 8;
 
 impl AdminQueue {
     pub(crate) fn new(
@@ -100,6 +101,7 @@ impl AdminQueue {
         if self.in_flight_async.len() >= MAX_ASYNC_COMMANDS || self.sq.is_full() {
             return None;
         }
+        let opcode = sqe.opcode();
         let cid = self.next_cid;
         self.next_cid = self.next_cid.wrapping_add(1);
         sqe.set_cid(cid);
@@ -107,7 +109,7 @@ impl AdminQueue {
         sqe.prp2 = 0;
         self.sq.push(&sqe);
         let _ = self.sq.publish();
-        self.in_flight_async.push(cid);
+        self.in_flight_async.push((cid, opcode));
         Some(cid)
     }
 
@@ -131,7 +133,7 @@ impl AdminQueue {
     }
 
     /// Completions of commands submitted with [`AdminQueue::submit_async`] since the last call.
-    pub(crate) fn take_async(&mut self) -> impl Iterator<Item = CompletionEntry> + '_ {
+    pub(crate) fn take_async(&mut self) -> impl Iterator<Item = (u8, CompletionEntry)> + '_ {
         self.finished_async.drain(..)
     }
 
@@ -140,19 +142,27 @@ impl AdminQueue {
         !self.in_flight_async.is_empty()
     }
 
+    /// Commands with opcode `opcode` submitted without a waiter and still out.
+    pub(crate) fn async_count(&self, opcode: u8) -> usize {
+        self.in_flight_async
+            .iter()
+            .filter(|&&(_, op)| op == opcode)
+            .count()
+    }
+
     /// Records `cqe` if it completes a command submitted without a waiter.
     fn take_if_async(&mut self, cqe: &CompletionEntry) -> bool {
         if cqe.sq_id != 0 {
             return false;
         }
-        let Some(i) = self.in_flight_async.iter().position(|&c| c == cqe.cid) else {
+        let Some(i) = self.in_flight_async.iter().position(|&(c, _)| c == cqe.cid) else {
             return false;
         };
-        self.in_flight_async.swap_remove(i);
+        let (_, opcode) = self.in_flight_async.swap_remove(i);
         if !self.sq.update_head(cqe.sq_head) {
             self.bad_completions += 1;
         }
-        self.finished_async.push(*cqe);
+        self.finished_async.push((opcode, *cqe));
         true
     }
 

@@ -9,6 +9,7 @@
 //! window and the admin queue are there to delete the pair's queues when it drops; the
 //! controller is shut down (CC.SHN) when the last reference goes.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -21,7 +22,9 @@ use nvme_spec::log::{
 use nvme_spec::opcode::log_page;
 use nvme_spec::queue::{CompletionEntry, SubmissionEntry, CQES_LOG2, SQES_LOG2};
 use nvme_spec::regs::{self, Aqa, Cap, Cc, Csts, ShutdownNotification, ShutdownStatus, Version};
-use nvme_spec::{command, IdentifyController, IdentifyNamespace, NamespaceList, Oacs};
+use nvme_spec::{
+    command, event, opcode, AsyncEvent, IdentifyController, IdentifyNamespace, NamespaceList, Oacs,
+};
 use nvme_vfio::{DmaBuffer, DmaMapper, FunctionControl, InterruptController, InterruptEvent, Mmio};
 
 use crate::admin::AdminQueue;
@@ -45,6 +48,11 @@ pub(crate) const STATE_FAILED: u64 = 1;
 pub(crate) const STATE_RESETTING: u64 = 2;
 /// `Inner::state` increment of one reset generation (the bits above the flags).
 pub(crate) const STATE_GENERATION: u64 = 4;
+
+/// Most Asynchronous Event Requests kept posted.
+const MAX_AERS: usize = 4;
+/// Most events kept for [`Controller::take_events`]; older ones are dropped.
+const MAX_QUEUED_EVENTS: usize = 64;
 
 /// Fewest entries an NVMe queue can have (one is always kept empty).
 const MIN_QUEUE_ENTRIES: u32 = 2;
@@ -188,6 +196,10 @@ pub(crate) struct Inner {
     removal_request: Option<Arc<InterruptEvent>>,
     pub(crate) timeout_action: TimeoutAction,
     aborts: Mutex<AbortStats>,
+    /// Asynchronous events received and not yet taken ([`Controller::take_events`]).
+    events: Mutex<VecDeque<AsyncEvent>>,
+    /// Asynchronous Event Requests kept posted (min(AERL + 1, [`MAX_AERS`]); 0 when off).
+    aers: usize,
     identify: Box<IdentifyController>,
     namespaces: Vec<Namespace>,
     /// Active namespaces that cannot be used, and why.
@@ -380,6 +392,8 @@ impl Controller {
             removal_request,
             timeout_action: options.timeout_action,
             aborts: Mutex::new(AbortStats::default()),
+            events: Mutex::new(VecDeque::new()),
+            aers: 0,
             identify: Box::new(IdentifyController::default()),
             namespaces: Vec::new(),
             unsupported: Vec::new(),
@@ -407,6 +421,7 @@ impl Controller {
         if options.interrupts {
             partial.enable_interrupts()?;
         }
+        partial.enable_async_events();
         Ok(Controller {
             inner: Arc::new(partial),
         })
@@ -575,6 +590,18 @@ impl Controller {
     /// [`QueuePair`]: crate::QueuePair
     pub fn reset(&self) -> Result<()> {
         self.inner.reset().map(drop)
+    }
+
+    /// Asynchronous events (SMART/health critical warnings, namespace attribute changes,
+    /// firmware activation, error log entries) received since the last call, oldest first.
+    /// Reads the log page each names, which the controller requires before it reports
+    /// another event of that type. Requests stay posted on their own (re-posted as each
+    /// completes, and after a reset); events are collected whenever the admin queue is used
+    /// and on every queue pair's health tick (about every 50 ms while polled). At most 64 are
+    /// kept. A namespace attribute change is only reported: re-open the controller to see the
+    /// new namespace list.
+    pub fn take_events(&self) -> Vec<AsyncEvent> {
+        self.inner.take_events()
     }
 
     /// Abort outcomes and timeout-driven resets so far.
@@ -931,12 +958,26 @@ impl Inner {
     }
 
     fn account_async(&self, admin: &mut AdminQueue) {
-        let mut finished = admin.take_async().peekable();
-        if finished.peek().is_none() {
+        let finished: Vec<(u8, CompletionEntry)> = admin.take_async().collect();
+        if finished.is_empty() {
             return;
         }
-        let mut stats = self.aborts.lock().unwrap_or_else(|p| p.into_inner());
-        for cqe in finished {
+        let mut repost = 0;
+        for (op, cqe) in finished {
+            if op == opcode::admin::ASYNC_EVENT_REQUEST {
+                if cqe.status().is_success() {
+                    let event = AsyncEvent::from_dw0(cqe.dw0);
+                    log::info!("{}: asynchronous event {event:?}", self.name);
+                    let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+                    if events.len() == MAX_QUEUED_EVENTS {
+                        events.pop_front();
+                    }
+                    events.push_back(event);
+                    repost += 1;
+                }
+                continue;
+            }
+            let mut stats = self.aborts.lock().unwrap_or_else(|p| p.into_inner());
             if !cqe.status().is_success() {
                 stats.failed += 1;
             } else if cqe.dw0 & command::ABORT_DW0_NOT_ABORTED != 0 {
@@ -944,6 +985,87 @@ impl Inner {
             } else {
                 stats.aborted += 1;
             }
+        }
+        for _ in 0..repost {
+            let _ = admin.submit_async(command::async_event_request());
+        }
+    }
+
+    /// Enables the events this driver reports (SMART critical warnings, namespace attribute
+    /// and firmware activation notices) and posts the Asynchronous Event Requests. Best
+    /// effort: a controller that refuses gets no AERs, which only costs the events.
+    fn enable_async_events(&mut self) {
+        let wanted = (usize::from(self.identify.aerl) + 1).min(MAX_AERS);
+        let config = event::AEC_SMART_CRITICAL_WARNINGS
+            | event::AEC_NAMESPACE_ATTRIBUTE_NOTICES
+            | event::AEC_FIRMWARE_ACTIVATION_NOTICES;
+        if let Err(e) = self.admin(
+            command::set_features(opcode::feature::ASYNC_EVENT_CONFIGURATION, config),
+            None,
+        ) {
+            log::info!(
+                "{}: asynchronous event configuration refused ({e})",
+                self.name
+            );
+        }
+        self.aers = wanted;
+        self.post_aers();
+    }
+
+    /// Tops the outstanding Asynchronous Event Requests up to `aers`.
+    fn post_aers(&self) {
+        let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
+        let missing = self
+            .aers
+            .saturating_sub(admin.async_count(opcode::admin::ASYNC_EVENT_REQUEST));
+        for _ in 0..missing {
+            if admin.submit_async(command::async_event_request()).is_none() {
+                break;
+            }
+        }
+    }
+
+    /// Events received so far; reads the log page each one names (which re-arms events of
+    /// that type).
+    pub(crate) fn take_events(&self) -> Vec<AsyncEvent> {
+        self.poll_admin();
+        let events: Vec<AsyncEvent> = self
+            .events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        for e in &events {
+            let bytes = match e.log_page {
+                log_page::ERROR_INFORMATION => ERROR_LOG_ENTRY_SIZE,
+                log_page::SMART_HEALTH => SMART_LOG_SIZE,
+                _ => IDENTIFY_DATA_SIZE,
+            };
+            if let Err(err) = self.read_log_raw(e.log_page, bytes) {
+                log::warn!(
+                    "{}: reading log page {:#04x} for an event: {err}",
+                    self.name,
+                    e.log_page
+                );
+            }
+        }
+        events
+    }
+
+    /// Reads `bytes` of log page `lid` (controller-wide) and discards them.
+    fn read_log_raw(&self, lid: u8, bytes: usize) -> Result<()> {
+        let page = DmaBuffer::allocate(&self.dma, bytes)?;
+        match self.admin(
+            command::get_log_page(lid, NSID_BROADCAST, bytes as u32),
+            Some((&page, bytes)),
+        ) {
+            Ok(_) => Ok(()),
+            Err(e @ (Error::Timeout { .. } | Error::ControllerFatal { .. })) => {
+                // The controller may still write the page: never free it.
+                page.leak();
+                Err(e)
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -1057,6 +1179,8 @@ impl Inner {
             }
         }
         self.state.store(generation, Ordering::Release);
+        // A reset ends outstanding AERs: post them again.
+        self.post_aers();
         log::info!("{}: controller reset done", self.name);
         Ok(generation)
     }

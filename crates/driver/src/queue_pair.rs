@@ -1155,6 +1155,9 @@ impl QueuePair {
         if now.duration_since(self.health_checked) >= HEALTH_INTERVAL {
             self.health_checked = now;
             dead = self.check_health();
+            // Collect asynchronous events (and re-post their requests) if the admin queue
+            // is free; never waits for it.
+            self.ctrl.poll_admin();
         }
         if self.tags.in_use() == 0 {
             self.epoch_started = now;

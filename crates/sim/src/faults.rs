@@ -74,6 +74,8 @@ pub struct Faults {
     never_ready: AtomicBool,
     fatal: AtomicBool,
     removed: AtomicBool,
+    /// Asynchronous events waiting for an outstanding AER (completion dword 0 each).
+    events: std::sync::Mutex<std::collections::VecDeque<u32>>,
     corrupt_cid: AtomicU32,
     duplicate: AtomicU32,
     wrong_sqid: AtomicU32,
@@ -105,6 +107,7 @@ impl Faults {
             never_ready: AtomicBool::new(false),
             fatal: AtomicBool::new(false),
             removed: AtomicBool::new(false),
+            events: std::sync::Mutex::new(std::collections::VecDeque::new()),
             corrupt_cid: AtomicU32::new(0),
             duplicate: AtomicU32::new(0),
             wrong_sqid: AtomicU32::new(0),
@@ -247,6 +250,24 @@ impl Faults {
 
     pub(crate) fn is_never_ready(&self) -> bool {
         self.never_ready.load(Ordering::Acquire)
+    }
+
+    /// Raises an asynchronous event: the oldest outstanding Asynchronous Event Request (or
+    /// the next one the host posts) completes with dword 0 = `event_type` (bits 2:0) |
+    /// `info` << 8 | `log_page` << 16 (NVMe Base 2.0 §5.2).
+    pub fn raise_async_event(&self, event_type: u8, info: u8, log_page: u8) {
+        let dw0 = u32::from(event_type & 0x7) | u32::from(info) << 8 | u32::from(log_page) << 16;
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(dw0);
+    }
+
+    pub(crate) fn take_async_event(&self) -> Option<u32> {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
     }
 
     /// Surprise removal: from now on every register reads all ones and the device does

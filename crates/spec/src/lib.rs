@@ -16,6 +16,7 @@
 mod le;
 
 pub mod command;
+pub mod event;
 pub mod identify;
 pub mod log;
 pub mod opcode;
@@ -24,6 +25,7 @@ pub mod regs;
 pub mod status;
 
 pub use command::Cns;
+pub use event::{AsyncEvent, AsyncEventType};
 pub use identify::{IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs};
 pub use log::{CriticalWarning, ErrorLogEntry, ShortLogPage, SmartLog};
 pub use queue::{CompletionEntry, DsmRange, SubmissionEntry};

@@ -114,7 +114,9 @@ pub(crate) struct AdminState {
     granted_sq: u16,
     granted_cq: u16,
     features: Box<[u32; FEATURE_IDS]>,
-    aers_outstanding: u32,
+    pub(super) aers_outstanding: u32,
+    /// Command ids of the outstanding Asynchronous Event Requests, oldest first.
+    pub(super) aer_cids: std::collections::VecDeque<u16>,
     /// Health and error history; survives controller resets (like a drive's).
     health: Health,
 }
@@ -171,6 +173,7 @@ impl AdminState {
             granted_cq: 0,
             features: Box::new([0; FEATURE_IDS]),
             aers_outstanding: 0,
+            aer_cids: std::collections::VecDeque::new(),
             health: Health {
                 powered_on: Instant::now(),
                 units_read: 0,
@@ -191,6 +194,7 @@ impl AdminState {
         self.features.fill(0);
         self.features[usize::from(feature::VOLATILE_WRITE_CACHE)] = u32::from(VWC_PRESENT);
         self.aers_outstanding = 0;
+        self.aer_cids.clear();
     }
 
     /// Records a command that completed with an error status in the Error Information log.
@@ -259,7 +263,7 @@ impl Device {
             admin::DOORBELL_BUFFER_CONFIG => self.doorbell_buffer_config(view, sqe),
             admin::ABORT => Ok(self.abort(view, sqe)),
             admin::GET_LOG_PAGE => self.get_log_page(view, sqe),
-            admin::ASYNC_EVENT_REQUEST => Ok(self.async_event_request()),
+            admin::ASYNC_EVENT_REQUEST => Ok(self.async_event_request(sqe)),
             admin::KEEP_ALIVE => Ok(Outcome::SUCCESS),
             op => {
                 log::debug!(
@@ -582,14 +586,15 @@ impl Device {
         }
     }
 
-    fn async_event_request(&mut self) -> Outcome {
+    fn async_event_request(&mut self, sqe: &SubmissionEntry) -> Outcome {
         if self.admin.aers_outstanding >= AER_LIMIT {
             return Outcome::status(command_specific_status(
                 command_specific::ASYNC_EVENT_REQUEST_LIMIT_EXCEEDED,
             ));
         }
-        // Kept outstanding: this controller never reports events.
+        // Kept outstanding until an event is raised (`Faults::raise_async_event`).
         self.admin.aers_outstanding += 1;
+        self.admin.aer_cids.push_back(sqe.cid());
         Outcome::Pending
     }
 

@@ -280,6 +280,7 @@ impl Device {
         }
         busy |= self.release_delayed(&view);
         busy |= self.run_deferred(&view);
+        busy |= self.raise_events(&view);
         for qid in 0..self.cqs.len() {
             busy |= self.poll_cq_head(&view, qid);
         }
@@ -880,6 +881,32 @@ impl Device {
     }
 
     /// Queues a completion on its CQ and writes as many held entries as fit.
+    /// Completes outstanding Asynchronous Event Requests with the events tests raised.
+    fn raise_events(&mut self, view: &GuestView<'_>) -> bool {
+        let mut raised = false;
+        while !self.admin.aer_cids.is_empty() {
+            let Some(dw0) = self.shared.faults.take_async_event() else {
+                break;
+            };
+            let cid = self.admin.aer_cids.pop_front().expect("checked non-empty");
+            self.admin.aers_outstanding -= 1;
+            let sq_head = self.sqs[0].as_ref().map_or(0, |sq| sq.head as u16);
+            self.post(
+                view,
+                0,
+                Completion {
+                    dw0,
+                    sq_head,
+                    sq_id: 0,
+                    cid,
+                    status: Status::SUCCESS,
+                },
+            );
+            raised = true;
+        }
+        raised
+    }
+
     fn post(&mut self, view: &GuestView<'_>, cqid: u16, completion: Completion) {
         let Some(mut cq) = self.cqs[usize::from(cqid)].take() else {
             log::debug!("sim: completion for deleted CQ {cqid} discarded");
