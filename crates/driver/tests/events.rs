@@ -64,3 +64,27 @@ fn events_keep_coming_after_a_reset_and_a_polled_pair_collects_them() {
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].event_type, AsyncEventType::ErrorStatus);
 }
+
+#[test]
+fn an_event_storm_is_bounded_and_does_not_stall_io() {
+    let (sim, ctrl) = start();
+    let ns = ctrl.namespace(1).unwrap();
+    let mut q = ctrl.create_queue_pair(QueuePairOptions::default()).unwrap();
+    for i in 0..200u32 {
+        sim.faults().raise_async_event(1, i as u8, 0x02);
+    }
+    // I/O keeps working while the storm is collected.
+    for lba in 0..50 {
+        let b = ctrl.alloc_buffer(512).unwrap();
+        q.read(&ns, lba, 1, b).unwrap();
+    }
+    let start = Instant::now();
+    let mut total = 0;
+    while start.elapsed() < Duration::from_secs(3) && total < 200 {
+        let got = ctrl.take_events();
+        assert!(got.len() <= 64, "the event queue is bounded");
+        total += got.len();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(total >= 64, "{total}");
+}
