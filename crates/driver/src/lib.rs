@@ -36,4 +36,6 @@ pub use queue_pair::{
 
 pub use device::{parse_device, DeviceArgError};
 pub use nvme_spec as spec;
-pub use nvme_vfio::{DmaBuffer, DmaMapper, Iova, PciAddress};
+pub use nvme_vfio::{
+    DmaBuffer, DmaDomain, DmaError, DmaMapper, DmaRegion, Iova, PciAddress, VfioError,
+};

@@ -61,6 +61,12 @@ pub struct QueuePairOptions {
     /// Give the completion queue an MSI-X vector (needs `ControllerOptions::interrupts`), so
     /// an idle owner can block in [`QueuePair::wait_for_completion`].
     pub interrupts: bool,
+    /// Software queue for asynchronous reads, writes and compares that find the ring (or the
+    /// request slots) full: up to this many wait in submission order and are submitted by
+    /// [`QueuePair::poll`] as completions make room (SPDK's queued requests). 0 (the default)
+    /// turns it off: such submissions fail with [`Error::QueueFull`] and the buffer comes back.
+    /// Costs nothing until the ring is full.
+    pub software_queue: usize,
 }
 
 impl Default for QueuePairOptions {
@@ -70,6 +76,7 @@ impl Default for QueuePairOptions {
             timeout: Duration::from_secs(30),
             max_completions_per_poll: usize::MAX,
             interrupts: false,
+            software_queue: 0,
         }
     }
 }
@@ -175,6 +182,10 @@ pub struct QueuePair {
     timeout: Duration,
     /// Requests reported to the caller whose slots are still retired.
     retired: u16,
+    /// Submissions waiting for room (see `QueuePairOptions::software_queue`).
+    queued: VecDeque<Queued>,
+    /// Capacity of `queued` (0: off).
+    queue_limit: usize,
     /// DMA domain of the controller: buffers from any other are refused.
     domain: DmaDomain,
     /// The controller's state word when this pair's queues were (re)created; any difference
@@ -308,6 +319,8 @@ impl QueuePair {
             health_checked: Instant::now(),
             timeout,
             retired: 0,
+            queued: VecDeque::with_capacity(options.software_queue),
+            queue_limit: options.software_queue,
             domain: ctrl.dma.domain(),
             ctrl_state,
             vector,
@@ -403,8 +416,8 @@ impl QueuePair {
         buf: DmaBuffer,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        self.submit_rw(opcode::nvm::READ, ns, lba, blocks, buf, false, user_data)
-            .map(drop)
+        let r = self.submit_rw(opcode::nvm::READ, ns, lba, blocks, buf, false, user_data);
+        self.queue_if_full(r, opcode::nvm::READ, ns, lba, blocks, false, user_data)
     }
 
     /// Queues a write of `blocks` blocks at `lba` from `buf`; `fua` forces the data to
@@ -419,8 +432,8 @@ impl QueuePair {
         fua: bool,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        self.submit_rw(opcode::nvm::WRITE, ns, lba, blocks, buf, fua, user_data)
-            .map(drop)
+        let r = self.submit_rw(opcode::nvm::WRITE, ns, lba, blocks, buf, fua, user_data);
+        self.queue_if_full(r, opcode::nvm::WRITE, ns, lba, blocks, fua, user_data)
     }
 
     /// Queues a Compare of `blocks` blocks at `lba` with `buf`; a mismatch completes with the
@@ -433,8 +446,96 @@ impl QueuePair {
         buf: DmaBuffer,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        self.submit_rw(opcode::nvm::COMPARE, ns, lba, blocks, buf, false, user_data)
-            .map(drop)
+        let r = self.submit_rw(opcode::nvm::COMPARE, ns, lba, blocks, buf, false, user_data);
+        self.queue_if_full(r, opcode::nvm::COMPARE, ns, lba, blocks, false, user_data)
+    }
+
+    /// A submission refused with `QueueFull` goes to the software queue when it has room.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn queue_if_full(
+        &mut self,
+        submitted: std::result::Result<Tag, IoFailure>,
+        op: u8,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        fua: bool,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        match submitted {
+            Ok(_) => Ok(()),
+            Err(f) => self.enqueue(f, op, ns, lba, blocks, fua, user_data),
+        }
+    }
+
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue(
+        &mut self,
+        failure: IoFailure,
+        op: u8,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        fua: bool,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        if !matches!(failure.error, Error::QueueFull { .. })
+            || self.queued.len() >= self.queue_limit
+        {
+            return Err(failure);
+        }
+        let Some(buffer) = failure.buffer else {
+            return Err(failure);
+        };
+        self.queued.push_back(Queued {
+            op,
+            ns: ns.clone(),
+            lba,
+            blocks,
+            fua,
+            user_data,
+            buffer,
+        });
+        Ok(())
+    }
+
+    /// Submits queued requests while there is room; one that fails for another reason
+    /// completes with that error (into `deferred`).
+    #[cold]
+    fn drain_queued(&mut self) {
+        let mut submitted = false;
+        while let Some(q) = self.queued.pop_front() {
+            let plugged = self.plugged;
+            self.plugged = true;
+            let r = self.submit_rw(q.op, &q.ns, q.lba, q.blocks, q.buffer, q.fua, q.user_data);
+            self.plugged = plugged;
+            match r {
+                Ok(_) => submitted = true,
+                Err(f) if matches!(f.error, Error::QueueFull { .. }) => {
+                    let buffer = f.buffer.expect("a refused submission returns its buffer");
+                    self.queued.push_front(Queued { buffer, ..q });
+                    break;
+                }
+                Err(f) => {
+                    self.stats.requests_completed += 1;
+                    self.deferred.push_back(Completion {
+                        user_data: q.user_data,
+                        result: Err(f.error),
+                        buffer: f.buffer,
+                    });
+                }
+            }
+        }
+        if submitted && !self.plugged {
+            self.ring();
+        }
+    }
+
+    /// Requests waiting in the software queue.
+    pub fn queued(&self) -> usize {
+        self.queued.len()
     }
 
     /// Queues a Flush of the namespace's volatile write cache.
@@ -927,7 +1028,15 @@ impl QueuePair {
             f(c);
             done += 1;
         }
-        done += self.reap(&mut f);
+        let reaped = self.reap(&mut f);
+        done += reaped;
+        if reaped > 0 && !self.queued.is_empty() {
+            self.drain_queued();
+            while let Some(c) = self.deferred.pop_front() {
+                f(c);
+                done += 1;
+            }
+        }
         if done == 0 {
             self.stats.idle_polls += 1;
             if self.stats.idle_polls % IDLE_POLLS_PER_CLOCK_CHECK == 0 {
@@ -1534,6 +1643,17 @@ impl QueuePair {
     pub fn retired(&self) -> usize {
         self.retired as usize
     }
+}
+
+/// A read, write or compare waiting in the software queue.
+struct Queued {
+    op: u8,
+    ns: Namespace,
+    lba: u64,
+    blocks: u32,
+    fua: bool,
+    user_data: u64,
+    buffer: DmaBuffer,
 }
 
 /// Why every command in flight is lost at once.

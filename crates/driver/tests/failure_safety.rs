@@ -466,6 +466,8 @@ fn item6_queue_depth_beyond_the_slot_limit_is_refused_before_creation() {
         },
         true,
     );
+    // Let the emulator fetch the Asynchronous Event Requests posted at bring-up first.
+    std::thread::sleep(Duration::from_millis(50));
     let admin_before = sim.stats().admin_commands;
     for depth in [5000, 4097, 65536, 1] {
         let e = ctrl

@@ -215,6 +215,7 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
                 max_completions_per_poll: config.complete_batch as usize,
                 // Polled like SPDK perf, unless --interrupts asks for the hybrid mode.
                 interrupts: config.interrupts,
+                ..QueuePairOptions::default()
             })
             .map_err(|e| PerfError::driver(format!("creating I/O queue pair {t}"), e))?;
         let buffers =
