@@ -35,9 +35,9 @@ fi
 [ -n "$EXTRA" ] || echo "bench.sh: no peers (set SPDK_PERF and/or LIBVFN_PERF to their binaries to add them)"
 
 AB=${BENCH_AB:-1}
-# Per repetition: 13 of our and the kernel's runs (5 without the A/B ones) and the peers', each
-# SECS long plus start-up (SPDK's DPDK start-up takes seconds under TCG).
-PER_REP=$(((13 + 2 * PEER_RUNS) * SECS + 60 + 20 * PEER_RUNS))
+# Time allowed per repetition: 30 * SECS for our and the kernel's 13 runs, and for each peer
+# run twice its length plus 20 s of start-up (DPDK's takes seconds under TCG).
+PER_REP=$(((30 + 2 * PEER_RUNS) * SECS + 20 * PEER_RUNS))
 CASE_TIMEOUT=$((REPS * PER_REP + 300))
 GUEST_EXTRA_BINS=${EXTRA# } GUEST_HUGEPAGES=$HUGEPAGES \
     "$ROOT/tests/qemu/run.sh" --ns 4096:8G:null --smp 1 --qpairs 4 \
