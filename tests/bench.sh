@@ -2,17 +2,51 @@
 # The side-by-side benchmark: one guest boot, one emulated controller with a null-co backed
 # 4 KiB-LBA namespace, kernel booted with nvme.poll_queues=1, one vCPU. Our nvme-perf on
 # vfio-pci against nvme-perf's io_uring engine on the kernel's block device (polled and
-# interrupt-driven), repeated in alternating order; medians and ratios go to
-# docs/performance.md. Usage: tests/bench.sh [REPS [SECONDS]]
+# interrupt-driven) and, when their binaries are named, the peers SPDK and libvfn, repeated in
+# alternating order; medians and ratios go to docs/performance.md.
+#
+# Usage: [SPDK_PERF=.../spdk_nvme_perf] [LIBVFN_PERF=.../examples/perf] tests/bench.sh [REPS [SECONDS]]
+#
+# SPDK_PERF: SPDK's spdk_nvme_perf (build/bin/spdk_nvme_perf); LIBVFN_PERF: libvfn's
+# examples/perf (build/examples/perf). Both are built outside this repository (see "Peers" in
+# docs/performance.md); either may be left out. BENCH_AB=0 skips the A/B runs of our mechanisms.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPS=${1:-5}
 SECS=${2:-5}
 LOG=$ROOT/target/bench-guest.log
 mkdir -p "$ROOT/target"
-"$ROOT/tests/qemu/run.sh" --ns 4096:8G:null --smp 1 --qpairs 4 \
-    --append "nvme.poll_queues=1 BENCH_REPS=$REPS BENCH_TIME=$SECS" \
-    --case-timeout $((REPS * 30 * SECS + 300)) --timeout $((REPS * 30 * SECS + 900)) \
+
+EXTRA=""
+HUGEPAGES=64
+PEER_RUNS=0
+if [ -n "${SPDK_PERF:-}" ]; then
+    [ -x "$SPDK_PERF" ] || { echo "bench.sh: SPDK_PERF=$SPDK_PERF is not an executable file" >&2; exit 2; }
+    EXTRA="$EXTRA spdk_nvme_perf=$SPDK_PERF"
+    # DPDK takes its memory from the hugepage pool as it needs it: 512 MiB leave plenty.
+    HUGEPAGES=256
+    PEER_RUNS=$((PEER_RUNS + 2))
+fi
+if [ -n "${LIBVFN_PERF:-}" ]; then
+    [ -x "$LIBVFN_PERF" ] || { echo "bench.sh: LIBVFN_PERF=$LIBVFN_PERF is not an executable file" >&2; exit 2; }
+    EXTRA="$EXTRA libvfn-perf=$LIBVFN_PERF"
+    PEER_RUNS=$((PEER_RUNS + 2))
+fi
+[ -n "$EXTRA" ] || echo "bench.sh: no peers (set SPDK_PERF and/or LIBVFN_PERF to their binaries to add them)"
+
+AB=${BENCH_AB:-1}
+# Time allowed per repetition: 30 * SECS for our and the kernel's 13 runs, and for each peer
+# run twice its length plus 20 s of start-up (DPDK's takes seconds under TCG).
+PER_REP=$(((30 + 2 * PEER_RUNS) * SECS + 20 * PEER_RUNS))
+CASE_TIMEOUT=$((REPS * PER_REP + 300))
+GUEST_EXTRA_BINS=${EXTRA# } GUEST_HUGEPAGES=$HUGEPAGES \
+    "$ROOT/tests/qemu/run.sh" --ns 4096:8G:null --smp 1 --qpairs 4 \
+    --append "nvme.poll_queues=1 BENCH_REPS=$REPS BENCH_TIME=$SECS BENCH_AB=$AB" \
+    --case-timeout "$CASE_TIMEOUT" --timeout $((CASE_TIMEOUT + 600)) \
     --log "$LOG" bench.sh
+CMD="tests/bench.sh $REPS $SECS"
+[ "$AB" = 1 ] || CMD="BENCH_AB=0 $CMD"
+[ -z "${LIBVFN_PERF:-}" ] || CMD="LIBVFN_PERF=.../libvfn/build/examples/perf $CMD"
+[ -z "${SPDK_PERF:-}" ] || CMD="SPDK_PERF=.../spdk/build/bin/spdk_nvme_perf $CMD"
 python3 "$ROOT/tests/qemu/bench-report.py" "$LOG" --update "$ROOT/docs/performance.md" \
-    --command "tests/bench.sh $REPS $SECS"
+    --command "$CMD"

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Turns the `@@BENCH <label> <json>` lines of a bench.sh guest log into a Markdown table of
-medians and ratios. Usage: bench-report.py LOG [--update docs/performance.md] [--command CMD]"""
+"""Turns the `@@BENCH <label> <json>` lines of a bench.sh guest log, and the `@@PEER <label> <line>`
+output of the peer benchmarks (SPDK's spdk_nvme_perf, libvfn's examples/perf) closed by
+`@@PEER-END <label> rc=N`, into a Markdown table of medians and ratios.
+Usage: bench-report.py LOG [--update docs/performance.md] [--command CMD]"""
 import json
 import re
 import statistics
@@ -10,14 +12,64 @@ BEGIN = "<!-- qemu-bench:begin -->"
 END = "<!-- qemu-bench:end -->"
 
 
+def parse_spdk(lines):
+    """spdk_nvme_perf's summary: `Total : IOPS MiB/s avg min max` (latencies in µs)."""
+    for line in lines:
+        m = re.match(r"\s*Total\s*:\s*([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", line)
+        if m:
+            iops, _, avg, lo, hi = (float(x) for x in m.groups())
+            return {"iops": iops, "lat_ns": {"avg": avg * 1000, "min": lo * 1000, "max": hi * 1000}}
+    return None
+
+
+def parse_libvfn(lines):
+    """libvfn examples/perf: a header `iops mbps lavg lmin lmax`, then the values (µs)."""
+    for head, vals in zip(lines, lines[1:]):
+        if head.split() == ["iops", "mbps", "lavg", "lmin", "lmax"]:
+            try:
+                iops, _, avg, lo, hi = (float(x) for x in vals.split())
+            except ValueError:
+                return None
+            return {"iops": iops, "lat_ns": {"avg": avg * 1000, "min": lo * 1000, "max": hi * 1000}}
+    return None
+
+
+PEER_PARSERS = {"spdk": parse_spdk, "libvfn": parse_libvfn}
+
+
 def load(path):
+    """Runs by label: the JSON of each @@BENCH line, and each finished peer run parsed into the
+    same shape (iops, lat_ns.avg/min/max). A peer run that failed or printed no summary is
+    reported on stderr and counted without numbers, so that repetitions stay paired."""
     runs = {}
-    pattern = re.compile(r"@@BENCH (\S+) (\{.*\})\s*$")
+    peer_out = {}
+    bench = re.compile(r"@@BENCH (\S+) (\{.*\})\s*$")
+    peer = re.compile(r"@@PEER (\S+) ?(.*?)\s*$")
+    peer_end = re.compile(r"@@PEER-END (\S+) rc=(\d+)")
     with open(path, errors="replace") as f:
         for line in f:
-            m = pattern.search(line)
+            m = bench.search(line)
             if m:
                 runs.setdefault(m.group(1), []).append(json.loads(m.group(2)))
+                continue
+            m = peer_end.search(line)
+            if m:
+                label, rc = m.group(1), int(m.group(2))
+                lines = peer_out.pop(label, [])
+                parser = PEER_PARSERS.get(label.split("-")[0])
+                result = parser(lines) if parser and rc == 0 else None
+                if result is None:
+                    print(f"bench-report: peer run {label} (exit {rc}) gave no result; its output:",
+                          file=sys.stderr)
+                    for out in lines[-20:]:
+                        print(f"    {out}", file=sys.stderr)
+                    runs.setdefault(label, []).append({"failed": rc})
+                else:
+                    runs.setdefault(label, []).append(result)
+                continue
+            m = peer.search(line)
+            if m:
+                peer_out.setdefault(m.group(1), []).append(m.group(2))
     return runs
 
 
@@ -98,6 +150,13 @@ def report(runs, command):
         "ours-qd1", "uring-irq-qd1", "lat_ns.avg", invert=True)
     row("QD1 avg latency, interrupt mode: kernel io_uring interrupts / ours hybrid",
         "ours-qd1-interrupts", "uring-irq-qd1", "lat_ns.avg", invert=True)
+    for peer, name in [("spdk", "SPDK spdk_nvme_perf"), ("libvfn", "libvfn examples/perf")]:
+        if f"{peer}-qd128" not in runs and f"{peer}-qd1" not in runs:
+            continue
+        row(f"QD128 IOPS: ours / {name}", "ours-qd128", f"{peer}-qd128", "iops")
+        row(f"QD1 IOPS: ours / {name}", "ours-qd1", f"{peer}-qd1", "iops")
+        row(f"QD1 avg latency: {name} / ours (>1: ours is faster)",
+            "ours-qd1", f"{peer}-qd1", "lat_ns.avg", invert=True)
     for label, what in [
         ("ours-qd128-no-request-cache", "request cache"),
         ("ours-qd128-no-batch-prefetch", "batched tag prefetch"),

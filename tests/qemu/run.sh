@@ -23,8 +23,11 @@ GUEST_MODULES="nvme vfio vfio_iommu_type1 vfio-pci"
 # Modules copied but only loaded by cases that need them (in-use.sh mounts ext2 through ext4, which
 # needs crc32c, and puts a loop device over a namespace).
 GUEST_EXTRA_MODULES="ext4 crc32c_generic loop"
-# Hugepages (2 MiB) reserved in the guest before the cases run.
-GUEST_HUGEPAGES=64
+# Hugepages (2 MiB) reserved in the guest before the cases run (environment may raise it).
+GUEST_HUGEPAGES=${GUEST_HUGEPAGES:-64}
+# Other programs copied into the guest's /usr/local/bin with the shared libraries they load
+# (environment, space-separated): "PATH" or "NAME=PATH" (installed as NAME).
+GUEST_EXTRA_BINS=${GUEST_EXTRA_BINS:-}
 # QEMU's emulated NVMe controller (PCI vendor:device), how the guest finds it.
 QEMU_NVME_ID=1b36:0010
 # isa-debug-exit port: the guest writes one byte there, QEMU exits with (byte << 1) | 1.
@@ -71,7 +74,10 @@ Options:
   -h, --help                this text
 
 Environment: QEMU_ACCEL=kvm|tcg (default: kvm if the CPU has vmx/svm and /dev/kvm is usable),
-KERNEL=/boot/vmlinuz-VER (default: newest with modules in /lib/modules), QEMU=qemu-system-x86_64.
+KERNEL=/boot/vmlinuz-VER (default: newest with modules in /lib/modules), QEMU=qemu-system-x86_64,
+GUEST_HUGEPAGES=N (2 MiB pages reserved at boot, default 64),
+GUEST_EXTRA_BINS="PATH|NAME=PATH ..." (other programs for the guest's /usr/local/bin, e.g. peer
+benchmarks; a dynamic one comes with its shared libraries and loader, as ldd lists them).
 EOF
 }
 
@@ -189,6 +195,52 @@ build_guest_bins() {
     note "guest binaries:${copied:- none}"
 }
 
+# Copies GUEST_EXTRA_BINS into the guest's /usr/local/bin. A dynamically linked program brings
+# its program interpreter (at the same path) and the libraries ldd resolves on this host (into
+# /usr/local/lib, found through an ld.so.cache that ldconfig builds for the initramfs).
+add_extra_bins() {
+    local r=$INITRD_ROOT spec name src lib libs=0 copied=""
+    [ -n "$GUEST_EXTRA_BINS" ] || return 0
+    mkdir -p "$r/usr/local/bin" "$r/usr/local/lib"
+    for spec in $GUEST_EXTRA_BINS; do
+        case "$spec" in
+        *=*) name=${spec%%=*}; src=${spec#*=} ;;
+        *) name=$(basename "$spec"); src=$spec ;;
+        esac
+        { [ -f "$src" ] && [ -x "$src" ]; } || die "GUEST_EXTRA_BINS: '$src' is not an executable file"
+        strip -o "$r/usr/local/bin/$name" "$src" 2>/dev/null || cp "$src" "$r/usr/local/bin/$name"
+        chmod +x "$r/usr/local/bin/$name"
+        copied="$copied $name"
+        LC_ALL=C ldd "$src" >/dev/null 2>&1 || continue # static
+        # ldd lines: "libx.so.1 => /path/libx.so.1 (0x...)" and "/lib64/ld-linux-x86-64.so.2 (0x...)".
+        while read -r lib; do
+            case "$lib" in
+            "not found") die "GUEST_EXTRA_BINS: $src needs a library ldd cannot find ('ldd $src')" ;;
+            */ld-linux*.so* | */ld64.so*)
+                mkdir -p "$r$(dirname "$lib")"
+                cp -L "$lib" "$r$lib"
+                ;;
+            */libc.so.*)
+                cp -L "$lib" "$r/usr/local/lib/$(basename "$lib")"
+                libs=$((libs + 1))
+                # glibc loads libgcc_s at run time (pthread_cancel, unwinding); ldd does not list it.
+                if [ -f "$(dirname "$lib")/libgcc_s.so.1" ]; then
+                    cp -L "$(dirname "$lib")/libgcc_s.so.1" "$r/usr/local/lib/"
+                    libs=$((libs + 1))
+                fi
+                ;;
+            /*) cp -L "$lib" "$r/usr/local/lib/$(basename "$lib")"; libs=$((libs + 1)) ;;
+            esac
+        done < <(LC_ALL=C ldd "$src" | awk '$2 == "=>" { print ($3 == "not" ? "not found" : $3); next }
+                                          $1 ~ /^\// { print $1 }')
+    done
+    if [ "$libs" -gt 0 ]; then
+        echo /usr/local/lib >"$r/etc/ld.so.conf"
+        ldconfig -r "$r" || die "ldconfig -r $r failed"
+    fi
+    note "extra guest binaries:$copied ($libs shared libraries)"
+}
+
 # ---------------------------------------------------------------- initramfs
 # Prints the modules.dep path of a module name (dashes and underscores are equivalent).
 module_path() {
@@ -266,6 +318,7 @@ build_initramfs() {
         echo "NVME_QPAIRS=$QPAIRS"
     } >"$r/etc/harness.conf"
 
+    add_extra_bins
     (cd "$r" && find . | cpio -o -H newc --quiet) >"$WORK/initramfs.cpio"
 }
 

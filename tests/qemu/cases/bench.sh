@@ -1,9 +1,16 @@
 # Benchmark: our driver (vfio-pci) against the kernel's io_uring on the same emulated controller
-# in the same guest, 4 KiB random reads at QD128 and QD1, repeated in alternating order.
-# Every run prints one line `@@BENCH <label> <json>`; tests/bench.sh turns them into medians.
+# in the same guest, 4 KiB random reads at QD128 and QD1, repeated in alternating order; with
+# them, when tests/bench.sh put them into the guest (/usr/local/bin), the peers SPDK
+# (spdk_nvme_perf) and libvfn (examples/perf, installed as libvfn-perf), both on vfio-pci too and
+# run with their own default flags but for queue depth, I/O size, pattern and time.
+# Every run of nvme-perf prints one line `@@BENCH <label> <json>`; every peer run prints its
+# output as `@@PEER <label> <line>` lines closed by `@@PEER-END <label> rc=N`. tests/bench.sh
+# (tests/qemu/bench-report.py) turns them into medians.
 # Knobs (kernel command line words become the environment of /init): BENCH_REPS, BENCH_TIME,
 # BENCH_AB=0 to skip the A/B runs of our mechanisms.
+# shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
+PATH=$PATH:/usr/local/bin
 
 REPS=${BENCH_REPS:-3}
 T=${BENCH_TIME:-5}
@@ -48,6 +55,66 @@ run_ours() {
     fi
 }
 
+# Runs one peer benchmark and prints its output (stdout and stderr) for bench-report.py.
+peer() {
+    label=$1
+    shift
+    set +e
+    "$@" >/tmp/peer.out 2>&1
+    rc=$?
+    set -e
+    sed "s/^/@@PEER $label /" /tmp/peer.out
+    echo "@@PEER-END $label rc=$rc"
+    [ "$rc" = 0 ] || echo "peer run $label failed (exit $rc)"
+}
+
+spdk() {
+    label=$1
+    shift
+    # The default flags of spdk_nvme_perf but for depth, size, pattern, time and the device, and
+    # --iova-mode pa: with DPDK's default (IOVA = virtual address) it cannot map its memory, whose
+    # addresses lie above the 39 bits that QEMU's intel-iommu translates ("IOVA exceeding limits
+    # of current DMA mask"). OPENSSL_CONF: SPDK's start-up loads the OpenSSL configuration, which
+    # the guest does not have; an empty one will do.
+    OPENSSL_CONF=/tmp/openssl.cnf peer "$label" spdk_nvme_perf -o 4096 -w randread -t "$T" \
+        --iova-mode pa -r "trtype:PCIe traddr:$NVME_BDF ns:$NSID" "$@"
+}
+
+libvfn() {
+    label=$1
+    shift
+    peer "$label" libvfn-perf -d "$NVME_BDF" -N "$NSID" -p randread -t "$T" "$@"
+}
+
+run_spdk() {
+    bind_vfio
+    spdk spdk-qd128 -q 128
+    spdk spdk-qd1 -q 1
+}
+
+run_libvfn() {
+    bind_vfio
+    libvfn libvfn-qd128 -q 128
+    libvfn libvfn-qd1 -q 1
+}
+
+# The peers that tests/bench.sh installed; each needs the controller on vfio-pci. SPDK also wants
+# hugepages (tests/bench.sh raises GUEST_HUGEPAGES), a writable /var/tmp (its PCI lock files),
+# /var/run (DPDK's runtime directory) and /dev/shm.
+PEERS=""
+if command -v spdk_nvme_perf >/dev/null; then
+    PEERS="$PEERS spdk"
+    mkdir -p /var/tmp /var/run /dev/shm
+    grep -q ' /dev/shm ' /proc/mounts || mount -t tmpfs tmpfs /dev/shm
+    : >/tmp/openssl.cnf
+fi
+command -v libvfn-perf >/dev/null && PEERS="$PEERS libvfn"
+if [ -n "$PEERS" ]; then
+    echo "peers:$PEERS; hugepages: $(cat /proc/sys/vm/nr_hugepages)"
+else
+    echo "peers: none (tests/bench.sh installs them when SPDK_PERF / LIBVFN_PERF name their binaries)"
+fi
+
 run_kernel() {
     bind_kernel
     BLK=$(ns_blockdev "$NSID")
@@ -59,15 +126,17 @@ run_kernel() {
     kernel uring-irq-qd1 -q 1 --submit-batch 1 --complete-batch 1
 }
 
+# Odd repetitions run ours, the peers, then the kernel; even ones the reverse order.
+ORDER="ours$PEERS kernel"
+REVERSE=""
+for s in $ORDER; do REVERSE="$s $REVERSE"; done
+
 rep=1
 while [ "$rep" -le "$REPS" ]; do
     echo "== repetition $rep of $REPS"
-    if [ $((rep % 2)) = 1 ]; then
-        run_ours
-        run_kernel
-    else
-        run_kernel
-        run_ours
-    fi
+    if [ $((rep % 2)) = 1 ]; then seq=$ORDER; else seq=$REVERSE; fi
+    for s in $seq; do
+        "run_$s"
+    done
     rep=$((rep + 1))
 done
