@@ -142,6 +142,12 @@ pub struct nvme_ctrlr {
     shared: Arc<CtrlShared>,
 }
 
+// The controller handle is shared between threads by C callers: it must be Send + Sync.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<nvme_ctrlr>();
+};
+
 /// Identification and limits of a controller (`nvme_ctrlr_get_info`).
 #[repr(C)]
 pub struct nvme_ctrlr_info {

@@ -102,5 +102,8 @@ fn qd_loop_verifies_data_at_queue_depth_on_the_emulated_controller() {
     }
     // Queue depth 1 (a ring of 2 entries) works too.
     let out = run(&exe, &["emulated", "1", "20"]);
-    assert!(out.contains("qd_loop: QD 1: 20 writes, 20 reads verified"), "{out}");
+    assert!(
+        out.contains("qd_loop: QD 1: 20 writes, 20 reads verified"),
+        "{out}"
+    );
 }
