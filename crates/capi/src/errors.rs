@@ -1,0 +1,112 @@
+//! Error codes of the C API (`NVME_OK` and the negative `NVME_ERR_*`) and their mapping from
+//! [`nvme_driver::Error`].
+
+use std::ffi::{c_int, CStr};
+
+use nvme_driver::Error;
+
+/// Success.
+pub const NVME_OK: c_int = 0;
+/// A required pointer argument is NULL.
+pub const NVME_ERR_NULL_POINTER: c_int = -1;
+/// An argument is invalid: bad device string, zero length, a length that is not a whole
+/// number of blocks, a buffer too small, a bad queue depth, unknown flags, a bad range count.
+pub const NVME_ERR_INVALID_ARGUMENT: c_int = -2;
+/// The device could not be opened through VFIO (not bound to vfio-pci, no permission, no
+/// IOMMU group access).
+pub const NVME_ERR_NO_DEVICE: c_int = -3;
+/// DMA memory could not be allocated or mapped.
+pub const NVME_ERR_NO_MEMORY: c_int = -4;
+/// The controller did not become ready in time (CAP.TO).
+pub const NVME_ERR_NOT_READY: c_int = -5;
+/// The controller reported a fatal status or failed earlier; close and re-open it.
+pub const NVME_ERR_FATAL: c_int = -6;
+/// The controller lacks something the driver needs.
+pub const NVME_ERR_UNSUPPORTED: c_int = -7;
+/// The command completed with an NVMe error status (see `sct`/`sc` in the status).
+pub const NVME_ERR_COMMAND: c_int = -8;
+/// The command did not complete within the queue pair's timeout.
+pub const NVME_ERR_TIMEOUT: c_int = -9;
+/// A controller reset interrupted the request or is running. Retryable.
+pub const NVME_ERR_RESET: c_int = -10;
+/// The device was removed (surprise removal or unbind); close the controller.
+pub const NVME_ERR_REMOVED: c_int = -11;
+/// The namespace is not active, or cannot be used for I/O (metadata/protection formats).
+pub const NVME_ERR_NAMESPACE: c_int = -12;
+/// The LBA range is outside the namespace.
+pub const NVME_ERR_LBA_RANGE: c_int = -13;
+/// All slots of the queue pair are in flight: poll, then submit again.
+pub const NVME_ERR_QUEUE_FULL: c_int = -14;
+/// The transfer needs more commands than the queue pair has slots (free now or at all).
+pub const NVME_ERR_TOO_LARGE: c_int = -15;
+/// All I/O queue pairs the controller granted are in use.
+pub const NVME_ERR_NO_QUEUES: c_int = -16;
+/// The buffer was allocated for another controller (another DMA domain).
+pub const NVME_ERR_FOREIGN_BUFFER: c_int = -17;
+/// The buffer is in flight (or was kept by the driver after a timeout).
+pub const NVME_ERR_BUFFER_IN_FLIGHT: c_int = -18;
+/// The call is not allowed now (polling or destroying a queue pair from its own callback).
+pub const NVME_ERR_BUSY: c_int = -19;
+/// An internal error (a bug in the library); the message has the details.
+pub const NVME_ERR_PANIC: c_int = -20;
+/// Interrupt setup or waiting failed.
+pub const NVME_ERR_INTERRUPT: c_int = -21;
+
+/// The code of a driver error.
+pub(crate) fn error_code(error: &Error) -> c_int {
+    match error {
+        Error::Vfio(_) => NVME_ERR_NO_DEVICE,
+        Error::PciAddress(_) => NVME_ERR_INVALID_ARGUMENT,
+        Error::Dma(_) => NVME_ERR_NO_MEMORY,
+        Error::NotReady { .. } => NVME_ERR_NOT_READY,
+        Error::ControllerFatal { .. } | Error::Failed { .. } => NVME_ERR_FATAL,
+        Error::Unsupported { .. } => NVME_ERR_UNSUPPORTED,
+        Error::Command { .. } => NVME_ERR_COMMAND,
+        Error::Timeout { .. } => NVME_ERR_TIMEOUT,
+        Error::Reset { .. } | Error::Resetting { .. } => NVME_ERR_RESET,
+        Error::Removed { .. } => NVME_ERR_REMOVED,
+        Error::InactiveNamespace { .. } | Error::UnsupportedNamespace { .. } => NVME_ERR_NAMESPACE,
+        Error::LbaOutOfRange { .. } => NVME_ERR_LBA_RANGE,
+        Error::ZeroLength
+        | Error::NotBlockMultiple { .. }
+        | Error::BufferTooSmall { .. }
+        | Error::BufferMisaligned { .. }
+        | Error::QueueDepth { .. }
+        | Error::BadRangeCount { .. }
+        | Error::InvalidRequest(_) => NVME_ERR_INVALID_ARGUMENT,
+        Error::QueueFull { .. } => NVME_ERR_QUEUE_FULL,
+        Error::TransferTooLarge { .. } => NVME_ERR_TOO_LARGE,
+        Error::NoQueuesLeft { .. } => NVME_ERR_NO_QUEUES,
+        Error::ForeignBuffer { .. } => NVME_ERR_FOREIGN_BUFFER,
+        Error::NoInterrupts { .. } | Error::InterruptWait { .. } => NVME_ERR_INTERRUPT,
+    }
+}
+
+/// Static description of `code`.
+pub(crate) fn describe(code: c_int) -> &'static CStr {
+    match code {
+        NVME_OK => c"success",
+        NVME_ERR_NULL_POINTER => c"a required pointer argument is NULL",
+        NVME_ERR_INVALID_ARGUMENT => c"invalid argument",
+        NVME_ERR_NO_DEVICE => c"the device could not be opened through VFIO",
+        NVME_ERR_NO_MEMORY => c"DMA memory could not be allocated or mapped",
+        NVME_ERR_NOT_READY => c"the controller did not become ready in time",
+        NVME_ERR_FATAL => c"the controller failed (fatal status): close and re-open it",
+        NVME_ERR_UNSUPPORTED => c"the controller is not supported",
+        NVME_ERR_COMMAND => c"the command completed with an NVMe error status",
+        NVME_ERR_TIMEOUT => c"the command timed out",
+        NVME_ERR_RESET => c"interrupted by a controller reset: submit again",
+        NVME_ERR_REMOVED => c"the device was removed",
+        NVME_ERR_NAMESPACE => c"the namespace is not active or not usable",
+        NVME_ERR_LBA_RANGE => c"the LBA range is outside the namespace",
+        NVME_ERR_QUEUE_FULL => c"the queue pair is full: poll, then submit again",
+        NVME_ERR_TOO_LARGE => c"the transfer needs more commands than the queue pair has slots",
+        NVME_ERR_NO_QUEUES => c"all I/O queue pairs of the controller are in use",
+        NVME_ERR_FOREIGN_BUFFER => c"the buffer belongs to another controller",
+        NVME_ERR_BUFFER_IN_FLIGHT => c"the buffer is in flight",
+        NVME_ERR_BUSY => c"not allowed from a completion callback of this queue pair",
+        NVME_ERR_PANIC => c"internal error in the NVMe library",
+        NVME_ERR_INTERRUPT => c"interrupt setup or wait failed",
+        _ => c"unknown error code",
+    }
+}
