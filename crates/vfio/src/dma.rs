@@ -180,6 +180,9 @@ enum Backing {
     Anonymous { len: usize },
     /// Caller-provided memory, released when the mapping drops.
     User(#[allow(dead_code)] memmap2::MmapMut),
+    /// Caller-owned memory registered with [`DmaBuffer::register_raw`]: unmapped on drop,
+    /// never freed by us.
+    Borrowed,
 }
 
 /// One IOMMU mapping of one host allocation.
@@ -481,6 +484,62 @@ impl DmaBuffer {
                 len,
             })
             .collect())
+    }
+
+    /// Registers memory the caller allocated any way it likes (`posix_memalign`, jemalloc, a
+    /// hugetlbfs or shared-memory mapping, an arena): `len` bytes at `ptr`, page-aligned,
+    /// whole 4 KiB pages. The result is an ordinary buffer of this mapper's domain: split it
+    /// into per-request buffers ([`DmaBuffer::split_at`]) and put pieces back together
+    /// ([`DmaBuffer::join`]). The range is unmapped from the IOMMU when the last piece drops
+    /// (unregistration); the memory itself is never freed here.
+    ///
+    /// # Safety
+    /// Until every piece of the returned buffer has been dropped (or leaked, if the device may
+    /// still write it): the memory stays allocated and mapped at `ptr`, is not accessed by
+    /// anything but these buffers, and is not registered a second time. A `fork()` child
+    /// does not inherit it (it is marked `MADV_DONTFORK`).
+    pub unsafe fn register_raw(
+        mapper: &Arc<dyn DmaMapper>,
+        ptr: NonNull<u8>,
+        len: usize,
+    ) -> Result<Self, DmaError> {
+        if len == 0 || len % PAGE_SIZE != 0 || ptr.as_ptr() as usize % PAGE_SIZE != 0 {
+            return Err(DmaError::BadRegistration {
+                what: format!("{len} bytes at {:p}", ptr.as_ptr()),
+            });
+        }
+        dont_fork(ptr, len).map_err(|e| DmaError::BadRegistration {
+            what: format!("madvise(MADV_DONTFORK) on {len} bytes failed: {e}"),
+        })?;
+        // SAFETY: the caller keeps the memory allocated until the mapping (held by every
+        // piece of the buffer) drops, which unmaps it first.
+        let iova = unsafe { mapper.map(ptr, len) }?;
+        Ok(Self {
+            mapping: Arc::new(Mapping {
+                ptr,
+                len,
+                iova,
+                domain: mapper.domain(),
+                hugepages: false,
+                mapper: mapper.clone(),
+                backing: Backing::Borrowed,
+            }),
+            offset: 0,
+            len,
+        })
+    }
+
+    /// Puts back together two pieces that [`DmaBuffer::split_at`] (or `allocate_many`) made
+    /// from one mapping, `self` directly followed by `next`. Gives both back unchanged when
+    /// they are not adjacent pieces of the same mapping.
+    pub fn join(self, next: DmaBuffer) -> Result<DmaBuffer, (DmaBuffer, DmaBuffer)> {
+        if !Arc::ptr_eq(&self.mapping, &next.mapping) || self.offset + self.len != next.offset {
+            return Err((self, next));
+        }
+        Ok(DmaBuffer {
+            len: self.len + next.len,
+            ..self
+        })
     }
 
     /// Registers caller-owned memory (page-aligned, whole pages) for DMA once; the buffer can
