@@ -43,16 +43,18 @@ fn device_like() -> impl Strategy<Value = String> {
 
 /// `Key:value` or `key=value` with the key in any letter case.
 fn token(key: &'static str, value: String) -> impl Strategy<Value = String> {
-    (prop::collection::vec(any::<bool>(), key.len()), prop::bool::ANY).prop_map(
-        move |(upper, equals)| {
+    (
+        prop::collection::vec(any::<bool>(), key.len()),
+        prop::bool::ANY,
+    )
+        .prop_map(move |(upper, equals)| {
             let key: String = key
                 .chars()
                 .zip(upper)
                 .map(|(c, u)| if u { c.to_ascii_uppercase() } else { c })
                 .collect();
             format!("{key}{}{value}", if equals { '=' } else { ':' })
-        },
-    )
+        })
 }
 
 fn whitespace() -> impl Strategy<Value = String> {
