@@ -97,6 +97,9 @@ struct Step {
     ops: Vec<Op>,
     /// Run the ops one by one through the synchronous API instead of submit + poll.
     sync: bool,
+    /// Wait for every request submitted so far before the next step; otherwise they stay
+    /// in flight while the next step arms its fault and submits (or waits synchronously).
+    wait: bool,
 }
 
 /// An error status of any status code type (generic, command specific, media and data
@@ -146,8 +149,14 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
         fault(),
         prop::collection::vec(op(), 1..=MAX_BATCH),
         prop::bool::weighted(0.25),
+        prop::bool::weighted(0.6),
     )
-        .prop_map(|(fault, ops, sync)| Step { fault, ops, sync });
+        .prop_map(|(fault, ops, sync, wait)| Step {
+            fault,
+            ops,
+            sync,
+            wait,
+        });
     prop::collection::vec(step, 1..=MAX_STEPS)
 }
 
@@ -471,6 +480,27 @@ fn handle(model: &mut Model, c: Completion) {
     );
 }
 
+/// Polls until every request in `submitted` has finished; a request still pending after
+/// [`STEP_DEADLINE`] is a hang.
+fn wait_all(q: &mut QueuePair, model: &mut Model, submitted: &mut Vec<u64>) {
+    let start = Instant::now();
+    loop {
+        submitted.retain(|id| model.pending.contains_key(id));
+        if submitted.is_empty() {
+            return;
+        }
+        q.poll(|c| handle(model, c));
+        assert!(
+            start.elapsed() < STEP_DEADLINE,
+            "requests {submitted:?} still pending after {STEP_DEADLINE:?} (in flight {}, \
+             retired {})",
+            q.in_flight(),
+            q.retired()
+        );
+        std::thread::yield_now();
+    }
+}
+
 fn run_case(steps: &[Step]) -> Counts {
     let sim = SimController::start(SimConfig {
         namespaces: vec![SimNamespace {
@@ -501,11 +531,12 @@ fn run_case(steps: &[Step]) -> Counts {
         })
         .expect("queue pair");
     let mut model = Model::new();
+    // Asynchronous requests submitted and not yet seen finished.
+    let mut submitted = Vec::new();
 
     for step in steps {
         beat();
         arm(&sim, &step.fault, &mut model);
-        let mut submitted = Vec::new();
         for op in &step.ops {
             let Some((id, request)) = model.start(op) else {
                 continue;
@@ -566,23 +597,12 @@ fn run_case(steps: &[Step]) -> Counts {
                 }
             }
         }
-        let start = Instant::now();
-        while submitted.iter().any(|id| model.pending.contains_key(id)) {
-            q.poll(|c| handle(&mut model, c));
-            assert!(
-                start.elapsed() < STEP_DEADLINE,
-                "requests {:?} still pending after {STEP_DEADLINE:?} (in flight {}, retired {})",
-                submitted
-                    .iter()
-                    .filter(|id| model.pending.contains_key(id))
-                    .collect::<Vec<_>>(),
-                q.in_flight(),
-                q.retired()
-            );
-            std::thread::yield_now();
+        if step.wait {
+            wait_all(&mut q, &mut model, &mut submitted);
         }
         sim.faults().delay_completions(Duration::ZERO);
     }
+    wait_all(&mut q, &mut model, &mut submitted);
 
     // Every request finished exactly once.
     assert!(
