@@ -714,6 +714,13 @@ fn queue_pair_survives_a_hostile_device() {
         let mut t = t.lock().unwrap();
         t.0 += 1;
         t.1.add(&c);
+        if t.0 % 100 == 0 {
+            // Progress of a long run (shown with --nocapture).
+            eprintln!(
+                "hostile_device: {} cases, {} requests so far",
+                t.0, t.1.submitted
+            );
+        }
         Ok(())
     });
     let (runs, c) = *totals.lock().unwrap();
