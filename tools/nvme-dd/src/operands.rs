@@ -433,3 +433,196 @@ mod tests {
         assert!(msg.contains("skip=ten"), "{msg}");
     }
 }
+
+/// Property tests (issue 10, "Fuzzing"): any operand list is parsed or refused without a
+/// panic, and every valid transfer written out as operands parses back to itself.
+/// `PROPTEST_CASES` sets the number of cases (default 256); a long run is
+/// `PROPTEST_CASES=100000 cargo test -p nvme-dd --release operands::fuzz`.
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Strings built from operand pieces, so every branch of the parser is reached often.
+    fn operand_like() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            prop::sample::select(vec![
+                "if", "of", "bs", "count", "skip", "seek", "ibs", "=", "nvme:", "-", "k", "K", "M",
+                "G", "m", "0", "1", "é", " ", ":",
+            ])
+            .prop_map(str::to_owned),
+            "[0-9]{1,20}",
+            any::<u64>().prop_map(|n| n.to_string()),
+            any::<String>(),
+        ];
+        prop::collection::vec(piece, 0..6).prop_map(|v| v.concat())
+    }
+
+    /// A number written the way a user may: plain, or with a suffix when it divides evenly.
+    fn spelled(n: u64) -> impl Strategy<Value = String> {
+        let mut forms = vec![n.to_string()];
+        for (suffix, m) in SUFFIXES {
+            if n % m == 0 && n != 0 {
+                forms.push(format!("{}{suffix}", n / m));
+            }
+        }
+        prop::sample::select(forms)
+    }
+
+    fn stream() -> impl Strategy<Value = Stream> {
+        prop_oneof![
+            Just(Stream::Stdio),
+            "[^\\x00]{0,12}".prop_map(|p| {
+                // A path spelled like a namespace or stdin is written as ./PATH.
+                let p = if p.starts_with(NVME_PREFIX) || p == STDIO {
+                    format!("./{p}")
+                } else {
+                    p
+                };
+                Stream::Path(PathBuf::from(p))
+            }),
+        ]
+    }
+
+    /// A valid transfer: block size within the DMA budget, offsets within `MAX_BYTE_OFFSET`.
+    fn transfer() -> impl Strategy<Value = Transfer> {
+        let direction = prop_oneof![
+            (1u32.., stream()).prop_map(|(nsid, to)| Direction::FromNvme { nsid, to }),
+            (stream(), 1u32..).prop_map(|(from, nsid)| Direction::ToNvme { from, nsid }),
+        ];
+        let bs = prop_oneof![
+            (0u32..=18).prop_map(|shift| 512usize << shift),
+            1usize..=DMA_BUDGET_BYTES,
+        ];
+        // Records up to `max`, small values as often as large ones.
+        let records = |max: u64| prop_oneof![0..=max.min(16), 0..=max];
+        (direction, bs)
+            .prop_flat_map(move |(direction, bs)| {
+                let max_records = MAX_BYTE_OFFSET / bs as u64;
+                (
+                    Just(direction),
+                    Just(bs),
+                    prop::option::of(records(max_records)),
+                )
+            })
+            .prop_flat_map(move |(direction, bs, count)| {
+                // Both skip + count and seek + count stay within the byte-offset limit.
+                let room = MAX_BYTE_OFFSET / bs as u64 - count.unwrap_or(0);
+                (records(room), records(room)).prop_map(move |(skip, seek)| Transfer {
+                    direction: direction.clone(),
+                    bs,
+                    count,
+                    skip,
+                    seek,
+                })
+            })
+    }
+
+    fn endpoint_text(e: Result<u32, &Stream>) -> String {
+        match e {
+            Ok(nsid) => format!("{NVME_PREFIX}{nsid}"),
+            Err(Stream::Stdio) => STDIO.to_owned(),
+            Err(Stream::Path(p)) => p.to_str().expect("generated as UTF-8").to_owned(),
+        }
+    }
+
+    /// The operands of `t` (defaults optionally left out), numbers spelled in any valid way,
+    /// in any order.
+    fn operands_of(t: Transfer) -> impl Strategy<Value = Vec<String>> {
+        let (input, output) = match &t.direction {
+            Direction::FromNvme { nsid, to } => (Ok(*nsid), Err(to)),
+            Direction::ToNvme { from, nsid } => (Err(from), Ok(*nsid)),
+        };
+        let (input, output) = (endpoint_text(input), endpoint_text(output));
+        let optional = |text: String, default: bool| {
+            prop_oneof![Just(Some(text.clone())), Just((!default).then_some(text))]
+        };
+        (
+            optional(format!("if={input}"), input == STDIO),
+            optional(format!("of={output}"), output == STDIO),
+            spelled(t.bs as u64).prop_flat_map(move |bs| {
+                let text = format!("bs={bs}");
+                prop_oneof![
+                    Just(Some(text.clone())),
+                    Just((t.bs != DEFAULT_BLOCK_SIZE).then_some(text))
+                ]
+            }),
+            match t.count {
+                Some(n) => spelled(n).prop_map(|s| Some(format!("count={s}"))).boxed(),
+                None => Just(None).boxed(),
+            },
+            spelled(t.skip).prop_map(|s| format!("skip={s}")),
+            spelled(t.seek).prop_map(|s| format!("seek={s}")),
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_flat_map(move |(i, o, bs, count, skip, seek, with_skip, with_seek)| {
+                let mut ops: Vec<String> = [i, o, bs, count].into_iter().flatten().collect();
+                if with_skip || t.skip != 0 {
+                    ops.push(skip);
+                }
+                if with_seek || t.seek != 0 {
+                    ops.push(seek);
+                }
+                Just(ops).prop_shuffle()
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn any_number_text_parses_or_is_refused(s in operand_like()) {
+            if let Ok(n) = parse_number("bs", &s) {
+                // Only digits and an optional suffix get here, and the value is exact.
+                let (digits, m) = match SUFFIXES.iter().find(|(c, _)| s.ends_with(*c)) {
+                    Some(&(c, m)) => (&s[..s.len() - c.len_utf8()], m),
+                    None => (&s[..], 1),
+                };
+                prop_assert!(digits.bytes().all(|b| b.is_ascii_digit()), "{:?}", s);
+                prop_assert_eq!(Some(n), digits.parse::<u64>().ok().and_then(|d| d.checked_mul(m)));
+            }
+        }
+
+        #[test]
+        fn any_operands_parse_or_are_refused(ops in prop::collection::vec(operand_like(), 0..8)) {
+            match parse_operands(&ops) {
+                Ok(t) => {
+                    prop_assert!(t.bs >= 1 && t.bs <= DMA_BUDGET_BYTES);
+                    for start in [t.skip, t.seek] {
+                        let end = start.checked_add(t.count.unwrap_or(0)).unwrap();
+                        prop_assert!(byte_offset("end", end, t.bs).is_ok());
+                    }
+                }
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+
+        #[test]
+        fn valid_operands_round_trip(
+            (t, ops) in transfer().prop_flat_map(|t| (Just(t.clone()), operands_of(t)))
+        ) {
+            prop_assert_eq!(parse_operands(&ops), Ok(t), "{:?}", ops);
+        }
+
+        #[test]
+        fn spelled_numbers_round_trip(n: u64, suffix in 0usize..=SUFFIXES.len()) {
+            match SUFFIXES.get(suffix) {
+                None => prop_assert_eq!(parse_number("count", &n.to_string()), Ok(n)),
+                Some(&(c, m)) => {
+                    let r = parse_number("count", &format!("{n}{c}"));
+                    match n.checked_mul(m) {
+                        Some(v) => prop_assert_eq!(r, Ok(v)),
+                        None => {
+                            let is_bad_number = matches!(r, Err(OperandError::BadNumber { .. }));
+                            prop_assert!(is_bad_number);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
