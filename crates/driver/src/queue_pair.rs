@@ -202,8 +202,9 @@ pub struct QueuePair {
 /// Epochs a command may live before it is declared timed out (the timeout is split into
 /// `TIMEOUT_EPOCHS - 1` epochs, so a command fails between 1x and 1.34x its timeout).
 const TIMEOUT_EPOCHS: u32 = 4;
-/// Idle polls between clock reads.
-const IDLE_POLLS_PER_CLOCK_CHECK: u64 = 256;
+/// Idle polls between clock reads (a slowly polling owner sees timeouts late by at most
+/// about `TIMEOUT_EPOCHS` times this many of its poll intervals).
+const IDLE_POLLS_PER_CLOCK_CHECK: u64 = 32;
 /// Busy polls between clock reads.
 const POLLS_PER_CLOCK_CHECK: u64 = 4096;
 

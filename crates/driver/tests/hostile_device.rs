@@ -529,6 +529,9 @@ fn run_case(steps: &[Step]) -> Counts {
         transport,
         ControllerOptions {
             admin_timeout: ADMIN_TIMEOUT,
+            // Completion handling under faults, not recovery: timeouts abort but do not
+            // escalate to controller resets (tests/recovery.rs covers those).
+            timeout_action: nvme_driver::TimeoutAction::Abort,
             ..ControllerOptions::default()
         },
     )
