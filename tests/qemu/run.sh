@@ -12,7 +12,7 @@
 #
 # With --hotplug the controller sits behind a pcie-root-port and QEMU listens on a QMP socket; a
 # guest line "@@HOST device_del" makes the host send QMP device_del for it (a surprise-removal
-# request through pciehp: attention button, then power-off about 5 s later).
+# request through pciehp: attention button, then power-off).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -438,13 +438,14 @@ note "cases: ${CASES[*]}"
 note "${QEMU_CMD[*]}"
 BOOT=$(date +%s)
 
-# Stream the console live; stdin from /dev/null keeps QEMU from putting the terminal into raw
+# Stream the console live (sed -u: unbuffered, so a guest line reaches serial.log at once for
+# the --hotplug watcher); stdin from /dev/null keeps QEMU from putting the terminal into raw
 # mode, so Ctrl-C still stops the run.
 : >"$SERIAL_LOG"
 WATCHER=""
 [ "$HOTPLUG" = 1 ] && { watch_host_requests & WATCHER=$!; }
 set +e
-timeout -k 10 "$TIMEOUT" "${QEMU_CMD[@]}" </dev/null 2>&1 | tr -d '\r' | tee "$SERIAL_LOG"
+timeout -k 10 "$TIMEOUT" "${QEMU_CMD[@]}" </dev/null 2>&1 | sed -u 's/\r//g' | tee "$SERIAL_LOG"
 QEMU_RC=${PIPESTATUS[0]}
 set -e
 [ -z "$WATCHER" ] || kill "$WATCHER" 2>/dev/null || true

@@ -1,6 +1,6 @@
 # Surprise hot-unplug under load (needs `run.sh --hotplug`: the controller behind a
 # pcie-root-port, the host sending QMP device_del when the guest prints "@@HOST device_del").
-# pciehp powers the slot off about 5 s after the attention button; vfio-pci then relays a device
+# pciehp powers the slot off after the attention button; vfio-pci then relays a device
 # request to the user. nvme-perf must fail its I/O with Removed and exit within 1 s of that
 # request, without hanging or panicking, so that the removal completes.
 # shellcheck disable=SC1091 # /tests/lib.sh exists in the guest only

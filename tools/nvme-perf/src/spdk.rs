@@ -542,7 +542,6 @@ fn run_worker<C: Check>(
         // ----- reap -----
         let timed = config.latency;
         let mut now: Option<u64> = None;
-        let mut requeued: u32 = 0;
         let reaped = qp.poll(|c| {
             let index = c.user_data as usize;
             let Some(ctx) = contexts.get_mut(index).and_then(Option::take) else {
@@ -572,7 +571,9 @@ fn run_worker<C: Check>(
                     contexts[slot as usize] = Some(ctx);
                     retry.push(slot);
                     recovery.retried_ios += 1;
-                    requeued += 1;
+                    // Still in flight, not done: undo what `reaped` adds below.
+                    in_flight += 1;
+                    totals.ios = totals.ios.wrapping_sub(1);
                     return;
                 }
                 Err(e) => {
@@ -601,9 +602,9 @@ fn run_worker<C: Check>(
         });
         if reaped > 0 {
             idle_polls = 0;
-            in_flight -= reaped as u32 - requeued;
+            in_flight -= reaped as u32;
             tally.reap_calls += 1;
-            totals.ios += u64::from(reaped as u32 - requeued);
+            totals.ios += reaped as u64;
             totals.reap_calls += 1;
         } else if config.interrupts && in_flight > 0 {
             idle_polls += 1;
