@@ -36,11 +36,14 @@ else
     RESULTS+=("SKIP  loom (no crates/pool/tests/loom.rs)")
 fi
 
-step "qemu guest" tests/qemu/run.sh bind.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh perf-smoke.sh
+step "qemu guest" tests/qemu/run.sh bind.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh perf-smoke.sh recovery.sh
 # Its own boot: namespaces with metadata formats (2: 8 bytes inline, extended LBA; 3: 16 bytes in a
 # separate buffer) next to a plain one. The first qemu step built the guest binaries.
 step "qemu guest (metadata namespaces)" tests/qemu/run.sh --no-build \
     --ns 512:16M --ns 512:16M:ms=8,mset=1 --ns 4096:16M:ms=16,mset=0 metadata.sh
+# Its own boot: the controller behind a pcie-root-port, hot-unplugged (QMP device_del) under load;
+# it is gone afterwards, so nothing else can run in this boot.
+step "qemu guest (hot-unplug)" tests/qemu/run.sh --no-build --hotplug hot-unplug.sh
 
 echo
 echo "==== run-all summary"

@@ -9,6 +9,10 @@
 # boots QEMU with a watchdog and streams the serial console. The guest prints one line per case:
 #   @@CASE <name> PASS     or     @@CASE <name> FAIL rc=N
 # and "@@DONE ..." at the end. Exit 0 only if every requested case reported PASS.
+#
+# With --hotplug the controller sits behind a pcie-root-port and QEMU listens on a QMP socket; a
+# guest line "@@HOST device_del" makes the host send QMP device_del for it (a surprise-removal
+# request through pciehp: attention button, then power-off).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,6 +47,7 @@ APPEND=""
 TIMEOUT=600
 CASE_TIMEOUT=300
 KEEP=0
+HOTPLUG=0
 LOG=""
 BUILD=1
 CASES=()
@@ -68,6 +73,8 @@ Options:
   --append "ARGS"           extra kernel command line, e.g. nvme.poll_queues=1
   --timeout SECONDS         overall watchdog (default $TIMEOUT)
   --case-timeout SECONDS    per-case limit inside the guest (default $CASE_TIMEOUT)
+  --hotplug                 controller behind a pcie-root-port, QMP socket in the work dir; the
+                            guest printing "@@HOST device_del" hot-unplugs it (cases/hot-unplug.sh)
   --keep                    keep tests/qemu/work/ afterwards
   --log FILE                also write the serial log to FILE
   --no-build                do not run cargo; use binaries from the last build
@@ -98,6 +105,7 @@ while [ $# -gt 0 ]; do
     --timeout) TIMEOUT=${2:?}; shift 2 ;;
     --case-timeout) CASE_TIMEOUT=${2:?}; shift 2 ;;
     --keep) KEEP=1; shift ;;
+    --hotplug) HOTPLUG=1; shift ;;
     --log) LOG=${2:?}; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -407,6 +415,35 @@ pick_accel() {
     ACCEL=$accel
 }
 
+# ---------------------------------------------------------------- hotplug
+# Sends one QMP command (JSON) to QEMU's socket and prints the reply.
+qmp() {
+    python3 - "$QMP_SOCK" "$1" <<'PY'
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile("rw")
+f.readline()  # greeting
+for cmd in ('{"execute": "qmp_capabilities"}', sys.argv[2]):
+    f.write(cmd + "\n")
+    f.flush()
+    while True:
+        reply = json.loads(f.readline())
+        if "event" not in reply:
+            break
+print(json.dumps(reply))
+PY
+}
+
+# Watches the serial log (5 times a second); the first "@@HOST device_del" line from the guest
+# hot-unplugs the controller.
+watch_host_requests() {
+    until grep -aq '^@@HOST device_del' "$SERIAL_LOG"; do
+        sleep 0.2
+    done
+    note "guest asks for device_del nvme0: $(qmp '{"execute": "device_del", "arguments": {"id": "nvme0"}}' 2>&1)"
+}
+
 # ---------------------------------------------------------------- main
 START=$(date +%s)
 ensure_packages
@@ -429,6 +466,14 @@ build_initramfs
 pick_accel
 
 SERIAL_LOG=$WORK/serial.log
+QMP_SOCK=$WORK/qmp.sock
+NVME_BUS=""
+HOTPLUG_ARGS=()
+if [ "$HOTPLUG" = 1 ]; then
+    # shellcheck disable=SC2054 # the commas belong to QEMU option values
+    HOTPLUG_ARGS=(-device pcie-root-port,id=rp0,chassis=1,slot=1 -qmp "unix:$QMP_SOCK,server=on,wait=off")
+    NVME_BUS=",bus=rp0"
+fi
 # shellcheck disable=SC2054 # the commas belong to QEMU option values
 QEMU_CMD=(
     "${QEMU:-qemu-system-x86_64}" "${ACCEL_ARGS[@]}" -machine q35
@@ -437,7 +482,8 @@ QEMU_CMD=(
     -kernel "$KERNEL" -initrd "$WORK/initramfs.cpio"
     -append "console=ttyS0 intel_iommu=on iommu=pt panic=-1 quiet $APPEND"
     -device "isa-debug-exit,iobase=$DEBUG_EXIT_PORT,iosize=0x04"
-    -device "nvme,serial=deadbeef,id=nvme0,mdts=$MDTS,max_ioqpairs=$QPAIRS"
+    "${HOTPLUG_ARGS[@]}"
+    -device "nvme,serial=deadbeef,id=nvme0,mdts=$MDTS,max_ioqpairs=$QPAIRS$NVME_BUS"
     "${QEMU_NS_ARGS[@]}"
 )
 note "accel=$ACCEL kernel=$KERNEL namespaces='$NS_LAYOUT' mdts=$MDTS qpairs=$QPAIRS"
@@ -445,12 +491,17 @@ note "cases: ${CASES[*]}"
 note "${QEMU_CMD[*]}"
 BOOT=$(date +%s)
 
-# Stream the console live; stdin from /dev/null keeps QEMU from putting the terminal into raw
+# Stream the console live (sed -u: unbuffered, so a guest line reaches serial.log at once for
+# the --hotplug watcher); stdin from /dev/null keeps QEMU from putting the terminal into raw
 # mode, so Ctrl-C still stops the run.
+: >"$SERIAL_LOG"
+WATCHER=""
+[ "$HOTPLUG" = 1 ] && { watch_host_requests & WATCHER=$!; }
 set +e
-timeout -k 10 "$TIMEOUT" "${QEMU_CMD[@]}" </dev/null 2>&1 | tr -d '\r' | tee "$SERIAL_LOG"
+timeout -k 10 "$TIMEOUT" "${QEMU_CMD[@]}" </dev/null 2>&1 | sed -u 's/\r//g' | tee "$SERIAL_LOG"
 QEMU_RC=${PIPESTATUS[0]}
 set -e
+[ -z "$WATCHER" ] || kill "$WATCHER" 2>/dev/null || true
 END=$(date +%s)
 [ -z "$LOG" ] || cp "$SERIAL_LOG" "$LOG"
 

@@ -299,6 +299,15 @@ pub struct Args {
     #[arg(long)]
     pub verify: bool,
 
+    /// Reset the controller (`Controller::reset()`, CC.EN 1 -> 0 -> 1) every SECS seconds
+    /// while measuring, from the first worker thread between rounds. I/Os that fail with a
+    /// retryable error (the reset's `Reset`, `Resetting`) are resubmitted, not counted as
+    /// errors; the summary counts resets and retried I/Os. With --verify a write cut off by a
+    /// reset may or may not have reached the medium: either content is accepted until the
+    /// retry is acknowledged. spdk-like engine only; not with --inline-device.
+    #[arg(long, value_name = "SECS")]
+    pub reset_interval: Option<f64>,
+
     /// Test only: a fault on the emulated medium during a --verify run on `sim`
     /// (corrupt-after=N, lose-write-after=N).
     #[arg(long, hide = true, value_name = "FAULT", value_parser = parse_sim_fault)]
@@ -379,6 +388,8 @@ pub struct Config {
     pub verify: bool,
     /// Test-only medium fault (sim, with `verify`).
     pub sim_fault: Option<SimFault>,
+    /// Reset the controller this often while measuring (and retry retryable failures).
+    pub reset_interval: Option<Duration>,
 }
 
 fn invalid(option: &'static str, value: impl ToString, reason: impl Into<String>) -> PerfError {
@@ -434,6 +445,7 @@ impl Args {
             (self.yield_idle, "--yield-idle"),
             (self.interrupts, "--interrupts"),
             (self.verify, "--verify"),
+            (self.reset_interval.is_some(), "--reset-interval"),
         ];
         let uring_only = [(self.iopoll, "--iopoll"), (self.sqpoll, "--sqpoll")];
         if self.engine == Engine::IoUring {
@@ -510,6 +522,18 @@ impl Args {
                 ),
             ));
         }
+        if self.reset_interval.is_some() && self.inline_device {
+            return Err(invalid(
+                "--reset-interval",
+                "set",
+                "a reset waits for the controller, which --inline-device only runs between \
+                 the worker's polls; drop --inline-device",
+            ));
+        }
+        let reset_interval = self
+            .reset_interval
+            .map(|s| seconds("--reset-interval", s, false))
+            .transpose()?;
         if self.sim_fault.is_some() && (!self.verify || target != Target::Sim) {
             return Err(invalid(
                 "--sim-fault",
@@ -560,6 +584,7 @@ impl Args {
             sqpoll: self.sqpoll,
             verify: self.verify,
             sim_fault: self.sim_fault,
+            reset_interval,
         })
     }
 }
@@ -706,6 +731,15 @@ mod tests {
             ),
             (&["sim", "--sim-fault", "corrupt-after=3"][..], "--verify"),
             (&["sim", "--verify", "--sim-fault", "melt=3"][..], "melt"),
+            (&["sim", "--reset-interval", "0"][..], "> 0"),
+            (
+                &["--engine", "io_uring", "/dev/x", "--reset-interval", "1"][..],
+                "spdk-like engine only",
+            ),
+            (
+                &["sim", "--reset-interval", "1", "--inline-device"][..],
+                "--inline-device",
+            ),
             (&["zz:zz"][..], "bad DEVICE"),
             (&["trtype:TCP traddr:1.2.3.4"][..], "not supported"),
         ] {

@@ -302,6 +302,29 @@ pub struct WorkerResult {
     pub driver: Option<DriverCounters>,
     /// What `--verify` found (whole run).
     pub verify: Option<crate::verify::VerifyStats>,
+    /// With `--reset-interval`: resets and retries (whole run).
+    pub recovery: Option<RecoveryStats>,
+}
+
+/// `--reset-interval`: what the resets cost (whole run, summed over threads).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RecoveryStats {
+    /// Controller resets the run made.
+    pub resets: u64,
+    /// I/Os that completed with a retryable error (the reset's `Reset`) and were resubmitted.
+    pub retried_ios: u64,
+    /// Submissions refused with a retryable error (`Resetting`) while a reset ran; the
+    /// worker drew another I/O later (nothing reached the device).
+    pub refused_submissions: u64,
+}
+
+impl RecoveryStats {
+    /// Adds another thread's counts.
+    pub fn merge(&mut self, o: &RecoveryStats) {
+        self.resets += o.resets;
+        self.retried_ios += o.retried_ios;
+        self.refused_submissions += o.refused_submissions;
+    }
 }
 
 /// The CPU time this thread has used (CLOCK_THREAD_CPUTIME_ID).

@@ -8,7 +8,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
 use crate::args::{Config, Engine};
-use crate::control::{DriverCounters, Tally};
+use crate::control::{DriverCounters, RecoveryStats, Tally};
 use crate::runner::{per, Outcome, MIB};
 use crate::target::Target;
 use crate::verify::VerifyStats;
@@ -179,6 +179,9 @@ pub struct Report {
     /// What `--verify` found (absent without it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verify: Option<VerifyStats>,
+    /// With `--reset-interval`: resets made and I/Os retried (absent without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoveryStats>,
     /// The merged histogram (text output with --histogram).
     #[serde(skip)]
     pub histogram: Histogram<u64>,
@@ -242,6 +245,13 @@ impl Report {
             }
             v
         });
+        let recovery = config.reset_interval.map(|_| {
+            let mut r = RecoveryStats::default();
+            for o in outcome.results.iter().filter_map(|r| r.recovery.as_ref()) {
+                r.merge(o);
+            }
+            r
+        });
         let iops = if runtime > 0.0 {
             tally.ios as f64 / runtime
         } else {
@@ -286,6 +296,7 @@ impl Report {
             lba_size: outcome.setup.lba_size,
             first_error: tally.first_error,
             verify,
+            recovery,
             histogram: tally.hist,
         }
     }
@@ -397,6 +408,14 @@ impl Report {
             if let Some(first) = &v.first_mismatch {
                 let _ = writeln!(out, "  verify: first mismatch: {first}");
             }
+        }
+        if let Some(r) = &self.recovery {
+            let _ = writeln!(
+                out,
+                "  recovery: {} controller resets, {} I/Os retried, {} submissions refused \
+                 while resetting",
+                r.resets, r.retried_ios, r.refused_submissions
+            );
         }
         if histogram {
             out.push_str(&format_histogram(&self.histogram));

@@ -21,7 +21,9 @@ use nvme_pool::{CacheConfig, ObjectCache};
 use nvme_sim::{SimConfig, SimController, SimNamespace};
 
 use crate::args::Config;
-use crate::control::{Control, DriverCounters, Live, LiveSample, Pacer, Step, Tally, WorkerResult};
+use crate::control::{
+    Control, DriverCounters, Live, LiveSample, Pacer, RecoveryStats, Step, Tally, WorkerResult,
+};
 use crate::error::PerfError;
 use crate::rng::LbaGen;
 use crate::runner::{self, Geometry, Setup};
@@ -45,6 +47,9 @@ const SIM_VERIFY_BYTES: u64 = 64 << 20;
 const SIM_QUEUE_PAIRS: u16 = 64;
 /// Idle contexts the cache tolerates above the queue depth before it prunes.
 const CACHE_SLACK: usize = 64;
+/// `--reset-interval`: resubmissions of one I/O after retryable completion errors before it
+/// counts as failed (a refusal while the controller resets does not count).
+const MAX_RETRIES: u8 = 16;
 
 /// Per-I/O context: what the completion needs to account for the I/O. Recycled from the
 /// cache without zeroing, so every field is written at submission.
@@ -55,6 +60,8 @@ struct IoContext {
     buffer: u32,
     lba: u64,
     is_write: bool,
+    /// Resubmissions after a retryable completion error (`--reset-interval`).
+    retries: u8,
 }
 
 impl IoContext {
@@ -64,6 +71,7 @@ impl IoContext {
             buffer: 0,
             lba: 0,
             is_write: false,
+            retries: 0,
         }
     }
 }
@@ -253,11 +261,21 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
     if let Some(sim) = &inline {
         sim.set_inline(true);
     }
+    let first = std::sync::atomic::AtomicBool::new(true);
     let results = runner::drive(config, workers, |mut worker, control, live| {
         let cpi = commands_per_io as u16;
+        // With --reset-interval the first thread to start resets the controller.
+        let resetter = config
+            .reset_interval
+            .filter(|_| first.swap(false, std::sync::atomic::Ordering::Relaxed))
+            .map(|interval| Resetter {
+                ctrl: &ctrl,
+                interval,
+                next: None,
+            });
         match worker.verifier.take() {
-            Some(v) => run_worker(config, &ns, worker, control, live, cpi, v),
-            None => run_worker(config, &ns, worker, control, live, cpi, NoCheck),
+            Some(v) => run_worker(config, &ns, worker, control, live, cpi, resetter, v),
+            None => run_worker(config, &ns, worker, control, live, cpi, resetter, NoCheck),
         }
     })?;
     drop(fault);
@@ -303,7 +321,39 @@ fn controller_gone(e: &nvme_driver::Error) -> bool {
     )
 }
 
+/// `--reset-interval`: the thread that resets the controller, between its rounds.
+struct Resetter<'a> {
+    ctrl: &'a Controller,
+    interval: Duration,
+    /// When the next reset is due (set when measuring starts).
+    next: Option<Instant>,
+}
+
+impl Resetter<'_> {
+    /// Resets the controller if measuring and the interval has passed. `Ok(true)`: reset.
+    #[cold]
+    fn tick(&mut self, measuring: bool) -> Result<bool, nvme_driver::Error> {
+        if !measuring {
+            return Ok(false);
+        }
+        let now = Instant::now();
+        match self.next {
+            None => {
+                self.next = Some(now + self.interval);
+                Ok(false)
+            }
+            Some(due) if now >= due => {
+                self.ctrl.reset()?;
+                self.next = Some(Instant::now() + self.interval);
+                Ok(true)
+            }
+            Some(_) => Ok(false),
+        }
+    }
+}
+
 /// One thread's loop. `check` is [`NoCheck`] (compiled away) or the `--verify` state.
+#[allow(clippy::too_many_arguments)]
 fn run_worker<C: Check>(
     config: &Config,
     ns: &Namespace,
@@ -311,6 +361,7 @@ fn run_worker<C: Check>(
     control: &Control,
     live: &Live,
     commands_per_io: u16,
+    mut resetter: Option<Resetter<'_>>,
     mut check: C,
 ) -> Result<WorkerResult, PerfError> {
     let Worker {
@@ -338,6 +389,12 @@ fn run_worker<C: Check>(
     let mut idle_polls: u32 = 0;
     let mut retired: u32 = 0;
     let mut gone = false;
+    // --reset-interval: retryable failures are resubmitted. `retry` holds the indices whose
+    // I/O failed retryably and waits for resubmission (still counted in `in_flight`, its
+    // context kept in `contexts`); capacity qd, so pushing never allocates.
+    let recovering = config.reset_interval.is_some();
+    let mut retry: Vec<u32> = Vec::with_capacity(if recovering { qd as usize } else { 0 });
+    let mut recovery = RecoveryStats::default();
     // Latencies are differences of u64 ns since this base: one clock read per batch, one
     // subtraction per I/O.
     let base = Instant::now();
@@ -349,6 +406,62 @@ fn run_worker<C: Check>(
         }
         if pacer.finished(in_flight, &tally) {
             break;
+        }
+        if recovering {
+            // ----- --reset-interval: reset when due, resubmit what a reset failed -----
+            if let Some(r) = &mut resetter {
+                match r.tick(pacer.measuring()) {
+                    Ok(true) => recovery.resets += 1,
+                    Ok(false) => {}
+                    Err(e) => {
+                        gone |= controller_gone(&e);
+                        tally.fail(|| format!("resetting the controller: {e}"));
+                        resetter = None;
+                    }
+                }
+            }
+            while let Some(index) = retry.pop() {
+                let i = index as usize;
+                let (Some(ctx), Some(buf)) = (contexts[i].as_ref(), buffers[i].take()) else {
+                    // Unreachable: a queued retry keeps its context and buffer.
+                    in_flight -= 1;
+                    retired += 1;
+                    continue;
+                };
+                let (lba, is_write) = (ctx.lba, ctx.is_write);
+                let submitted = if is_write {
+                    qp.submit_write(ns, lba, blocks, buf, false, u64::from(index))
+                } else {
+                    qp.submit_read(ns, lba, blocks, buf, u64::from(index))
+                };
+                let Err(failure) = submitted else { continue };
+                buffers[i] = failure.buffer;
+                if failure.error.is_retryable() && buffers[i].is_some() {
+                    // Still resetting: try again next round.
+                    retry.push(index);
+                    break;
+                }
+                // Gives up on this I/O: it counts as a failed completion.
+                in_flight -= 1;
+                tally.reaped += 1;
+                gone |= controller_gone(&failure.error);
+                tally.fail(|| {
+                    format!(
+                        "resubmitting {} at LBA {lba}: {}",
+                        if is_write { "write" } else { "read" },
+                        failure.error
+                    )
+                });
+                check.completed(index, false, None);
+                if buffers[i].is_some() {
+                    free.push(index);
+                } else {
+                    retired += 1;
+                }
+                if let (Some(ctx), true) = (contexts[i].take(), use_cache) {
+                    cache.put(ctx);
+                }
+            }
         }
         // ----- submit one batch -----
         let room = (qd - in_flight - retired).min(config.submit_batch);
@@ -374,6 +487,7 @@ fn run_worker<C: Check>(
                     ctx.buffer = index;
                     ctx.lba = lba;
                     ctx.is_write = is_write;
+                    ctx.retries = 0;
                     let Some(mut buf) = buffers[index as usize].take() else {
                         // Unreachable by the invariant; keep the index out of circulation.
                         retired += 1;
@@ -393,13 +507,18 @@ fn run_worker<C: Check>(
                         Err(failure) => {
                             check.refused(index);
                             gone |= controller_gone(&failure.error);
-                            tally.fail(|| {
-                                format!(
-                                    "submitting {} of {blocks} blocks at LBA {lba}: {}",
-                                    if is_write { "write" } else { "read" },
-                                    failure.error
-                                )
-                            });
+                            if recovering && failure.error.is_retryable() {
+                                // Resetting: nothing reached the device; draw again later.
+                                recovery.refused_submissions += 1;
+                            } else {
+                                tally.fail(|| {
+                                    format!(
+                                        "submitting {} of {blocks} blocks at LBA {lba}: {}",
+                                        if is_write { "write" } else { "read" },
+                                        failure.error
+                                    )
+                                });
+                            }
                             buffers[index as usize] = failure.buffer;
                             if buffers[index as usize].is_some() {
                                 free.push(index);
@@ -437,6 +556,27 @@ fn run_worker<C: Check>(
                     tally.complete_ns(now.saturating_sub(ctx.submitted))
                 }
                 Ok(_) => tally.complete_untimed(),
+                Err(e)
+                    if recovering
+                        && e.is_retryable()
+                        && c.buffer.is_some()
+                        && ctx.retries < MAX_RETRIES =>
+                {
+                    // Cut off by a reset: resubmit the same I/O (same buffer, so a write
+                    // carries the same content and sequence number; the verifier keeps the
+                    // position in flight, accepting old or new content until it is acked).
+                    let slot = ctx.buffer;
+                    let mut ctx = ctx;
+                    ctx.retries += 1;
+                    buffers[slot as usize] = c.buffer;
+                    contexts[slot as usize] = Some(ctx);
+                    retry.push(slot);
+                    recovery.retried_ios += 1;
+                    // Still in flight, not done: undo what `reaped` adds below.
+                    in_flight += 1;
+                    totals.ios = totals.ios.wrapping_sub(1);
+                    return;
+                }
                 Err(e) => {
                     tally.reaped += 1;
                     gone |= controller_gone(&e);
@@ -525,6 +665,7 @@ fn run_worker<C: Check>(
         cpu,
         driver: Some(driver),
         verify,
+        recovery: recovering.then_some(recovery),
     })
 }
 
@@ -545,7 +686,27 @@ fn final_pass(
         .collect();
     let (mut next, total) = (0, v.positions());
     let mut in_flight = 0u32;
+    // Reads a reset cut off (retryable error, buffer back): (index, LBA) to read again.
+    let mut again: Vec<(u32, u64)> = Vec::new();
+    let mut lbas = vec![0u64; buffers.len()];
     loop {
+        while let Some((index, lba)) = again.pop() {
+            let Some(buf) = buffers[index as usize].take() else {
+                continue;
+            };
+            v.prepare_final_read(index, lba);
+            if let Err(failure) = qp.submit_read(ns, lba, blocks, buf, u64::from(index)) {
+                buffers[index as usize] = failure.buffer;
+                if failure.error.is_retryable() && buffers[index as usize].is_some() {
+                    again.push((index, lba));
+                    break;
+                }
+                tally.fail(|| format!("verify: submitting read at LBA {lba}: {}", failure.error));
+                next = total;
+                continue;
+            }
+            in_flight += 1;
+        }
         while next < total && !free.is_empty() {
             let Some(lba) = v.written(next) else {
                 next += 1;
@@ -556,22 +717,33 @@ fn final_pass(
                 continue;
             };
             v.prepare_final_read(index, lba);
+            lbas[index as usize] = lba;
             if let Err(failure) = qp.submit_read(ns, lba, blocks, buf, u64::from(index)) {
-                tally.fail(|| format!("verify: submitting read at LBA {lba}: {}", failure.error));
                 buffers[index as usize] = failure.buffer;
+                if failure.error.is_retryable() && buffers[index as usize].is_some() {
+                    again.push((index, lba));
+                    next += 1;
+                    break;
+                }
+                tally.fail(|| format!("verify: submitting read at LBA {lba}: {}", failure.error));
                 next = total;
                 break;
             }
             in_flight += 1;
             next += 1;
         }
-        if in_flight == 0 {
+        if in_flight == 0 && again.is_empty() {
             return;
         }
         let reaped = qp.poll(|c| {
             let index = c.user_data as u32;
             let ok = c.result.is_ok();
             if let Err(e) = &c.result {
+                if e.is_retryable() && c.buffer.is_some() && (index as usize) < buffers.len() {
+                    buffers[index as usize] = c.buffer;
+                    again.push((index, lbas[index as usize]));
+                    return;
+                }
                 tally.fail(|| format!("verify: read back failed: {e}"));
             }
             if let Some(slot) = buffers.get_mut(index as usize) {

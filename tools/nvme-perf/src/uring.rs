@@ -368,6 +368,7 @@ fn run_worker(
         cpu,
         driver: None,
         verify: None,
+        recovery: None,
     })
 }
 

@@ -22,6 +22,11 @@
 //! lower is a lost write, higher a phantom. After the workload, a final pass reads back
 //! every position written.
 //!
+//! With `--reset-interval` a write cut off by a controller reset (retryable error) may or
+//! may not have reached the medium. The engine resubmits it unchanged (same buffer, same
+//! sequence number) without reporting a completion here, so the position simply stays in
+//! flight: reads accept the acknowledged or the new content until the retry is acknowledged.
+//!
 //! The non-verifying engines use [`NoCheck`], whose methods are empty and inline away: the
 //! benchmark's hot path is the same code with or without this module.
 
@@ -644,6 +649,25 @@ mod tests {
         assert!(v.stats.first_mismatch.as_deref().unwrap().contains("LBA 8"));
         assert_eq!(v.written(1), Some(8));
         assert_eq!(v.written(0), None);
+        // A write cut off by a reset (retryable error) is resubmitted as is, same buffer and
+        // sequence number, without a completion in between: the position stays in flight, so
+        // a read may find the acknowledged content (2) or the retried one (3) until it is acked.
+        let mut two = vec![0u8; 4096];
+        for i in 0..8 {
+            fill_block(&mut two[i * 512..(i + 1) * 512], 8 + i as u64, 2, 42);
+        }
+        v.prepare(0, 8, true, &mut w);
+        let three = w.clone();
+        for content in [&two, &three, &two] {
+            v.prepare(1, 8, false, &mut []);
+            v.completed(1, true, Some(content));
+        }
+        v.completed(0, true, None);
+        assert_eq!((v.stats.lost_write, v.stats.blocks_verified), (8, 40));
+        // Acknowledged: now only 3 passes.
+        v.prepare(1, 8, false, &mut []);
+        v.completed(1, true, Some(&two));
+        assert_eq!(v.stats.lost_write, 16);
         // A failed write leaves its position unchecked.
         v.prepare(0, 16, true, &mut w);
         v.completed(0, false, None);

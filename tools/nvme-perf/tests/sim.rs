@@ -360,3 +360,56 @@ fn verify_refuses_what_it_cannot_check() {
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn resets_during_a_verifying_run_lose_nothing() {
+    // The first worker resets the controller every 0.3 s; I/Os cut off by a reset are
+    // resubmitted, and every block read (workload and final pass) must still check.
+    let v = json_run(&[
+        "sim",
+        "--verify",
+        "-w",
+        "randrw",
+        "--range-blocks",
+        "8192",
+        "-t",
+        "2",
+        "--reset-interval",
+        "0.3",
+        "--json",
+        "--quiet",
+    ]);
+    assert_eq!(u(&v, "errors"), 0, "{v}");
+    let rec = &v["recovery"];
+    assert!(u(rec, "resets") >= 3, "{rec}");
+    assert!(u(rec, "retried_ios") > 0, "{rec}");
+    let ver = verify_of(&v);
+    assert_eq!(u(ver, "mismatches"), 0, "{ver}");
+    assert!(u(ver, "blocks_verified_final") > 0, "{ver}");
+
+    // Text output names the counts; without the option there is no recovery object.
+    let out = perf(&[
+        "sim",
+        "-w",
+        "randwrite",
+        "-t",
+        "1",
+        "--reset-interval",
+        "0.2",
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("controller resets"), "{text}");
+    let plain = json_run(&["sim", "-q", "4", "--ios", "100", "--json", "--quiet"]);
+    assert!(plain.get("recovery").is_none(), "{plain}");
+
+    // Only the spdk-like engine resets a controller.
+    let out = perf(&["--engine", "io_uring", "/dev/null", "--reset-interval", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--reset-interval applies to the spdk-like engine only"),
+        "{err}"
+    );
+}
