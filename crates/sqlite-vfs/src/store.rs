@@ -465,3 +465,156 @@ impl Store {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::MemDevice;
+
+    fn store(bs: u32, blocks: u64) -> Store {
+        Store::open(Box::new(MemDevice::new(bs, blocks)), Format::IfBlank).expect("format")
+    }
+
+    /// xorshift, deterministic.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    #[test]
+    fn unaligned_writes_and_reads_match_a_model() {
+        for bs in [512u32, 4096] {
+            let mut s = store(bs, (16 << 20) / u64::from(bs));
+            s.create("f").unwrap();
+            s.create("g").unwrap();
+            let mut model: Vec<u8> = Vec::new();
+            let mut rng = Rng(0x1234_5678 + u64::from(bs));
+            for round in 0..400 {
+                let off = rng.next() % 300_000;
+                let len = 1 + (rng.next() % 9000) as usize;
+                let data: Vec<u8> = (0..len).map(|k| (round + k) as u8 ^ 0xa5).collect();
+                s.write("f", off, &data).unwrap();
+                // Interleave writes to another file so extents sit next to each other and
+                // `f` has to relocate when it grows.
+                s.write("g", (round * 10) as u64, &[round as u8; 10])
+                    .unwrap();
+                let end = off as usize + len;
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[off as usize..end].copy_from_slice(&data);
+                assert_eq!(s.len("f").unwrap(), model.len() as u64);
+                let roff = rng.next() % (model.len() as u64 + 10);
+                let rlen = (rng.next() % 10_000) as usize;
+                let mut buf = vec![0xeeu8; rlen];
+                let n = s.read("f", roff, &mut buf).unwrap();
+                let avail = model.len().saturating_sub(roff as usize).min(rlen);
+                assert_eq!(n, avail, "bs {bs} round {round}");
+                assert_eq!(&buf[..n], &model[roff as usize..roff as usize + n]);
+            }
+            let mut all = vec![0; model.len()];
+            assert_eq!(s.read("f", 0, &mut all).unwrap(), model.len());
+            assert_eq!(all, model);
+            assert!(s.stats().rmw > 0);
+            assert!(s.stats().relocations > 0);
+        }
+    }
+
+    #[test]
+    fn rmw_keeps_neighbouring_bytes() {
+        let mut s = store(4096, 1024);
+        s.create("f").unwrap();
+        s.write("f", 0, &[1u8; 8192]).unwrap();
+        s.write("f", 4000, &[2u8; 200]).unwrap();
+        let mut b = vec![0; 8192];
+        s.read("f", 0, &mut b).unwrap();
+        assert!(b[..4000].iter().all(|&x| x == 1));
+        assert!(b[4000..4200].iter().all(|&x| x == 2));
+        assert!(b[4200..].iter().all(|&x| x == 1));
+    }
+
+    #[test]
+    fn gaps_and_growing_truncate_read_as_zeroes() {
+        let mut s = store(512, 8192);
+        s.create("f").unwrap();
+        // Dirty the extent's blocks through another file first, then free them.
+        s.create("junk").unwrap();
+        s.write("junk", 0, &[0xffu8; 100_000]).unwrap();
+        s.delete("junk").unwrap();
+        s.write("f", 10, b"abc").unwrap();
+        s.write("f", 5000, b"xyz").unwrap();
+        s.truncate("f", 9000).unwrap();
+        let mut b = vec![0xeeu8; 9000];
+        assert_eq!(s.read("f", 0, &mut b).unwrap(), 9000);
+        assert_eq!(&b[10..13], b"abc");
+        assert_eq!(&b[5000..5003], b"xyz");
+        assert!(b[..10].iter().all(|&x| x == 0));
+        assert!(b[13..5000].iter().all(|&x| x == 0));
+        assert!(b[5003..].iter().all(|&x| x == 0));
+        s.truncate("f", 11).unwrap();
+        assert_eq!(s.len("f").unwrap(), 11);
+        let mut b = [0u8; 4];
+        assert_eq!(s.read("f", 9, &mut b).unwrap(), 2);
+    }
+
+    #[test]
+    fn sync_persists_lengths_and_reopen_finds_them() {
+        let mut s = store(4096, 2048);
+        s.create("db").unwrap();
+        s.write("db", 0, &[7u8; 10_000]).unwrap();
+        s.sync().unwrap();
+        // An unsynced length change is not in the directory on the medium.
+        s.write("db", 10_000, &[8u8; 100]).unwrap();
+        let dev = std::mem::replace(&mut s.dev, Box::new(MemDevice::new(4096, 2048)));
+        let mut r = Store::open(dev, Format::Never).unwrap();
+        assert_eq!(r.len("db").unwrap(), 10_000);
+        let mut b = vec![0; 10_000];
+        r.read("db", 0, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 7));
+    }
+
+    #[test]
+    fn directory_full_and_no_space_are_errors() {
+        let mut s = store(4096, 1024);
+        for i in 0..crate::dir::MAX_FILES {
+            s.create(&format!("f{i}")).unwrap();
+        }
+        assert!(matches!(s.create("x"), Err(Error::DirectoryFull(_))));
+        assert!(matches!(
+            s.write("f0", 0, &vec![0u8; 8 << 20]),
+            Err(Error::NoSpace { .. })
+        ));
+        assert!(matches!(s.create(&"n".repeat(64)), Err(Error::BadName(_))));
+    }
+
+    #[test]
+    fn garbage_directory_is_refused_not_panicking() {
+        let mut dev = MemDevice::new(512, 8192);
+        let layout = Layout::new(512, 8192).unwrap();
+        // Valid checksum, nonsense contents: an extent past the end.
+        let mut copy = crate::dir::encode(
+            &layout,
+            1,
+            &[Entry {
+                name: "x".into(),
+                start: 1 << 40,
+                alloc: 5,
+                len: 0,
+            }],
+        );
+        let n = copy.len();
+        dev.bytes_mut()[..n].copy_from_slice(&copy);
+        copy[20] ^= 1;
+        dev.bytes_mut()[n..2 * n].copy_from_slice(&copy);
+        let err = Store::open(Box::new(dev), Format::Never).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::DirectoryCorrupt { .. }), "{msg}");
+        assert!(msg.contains("outside the data area"), "{msg}");
+        assert!(msg.contains("bad checksum"), "{msg}");
+    }
+}
