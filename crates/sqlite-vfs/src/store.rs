@@ -45,6 +45,9 @@ pub struct StoreStats {
     pub relocations: u64,
     /// Read-modify-write cycles for partial blocks.
     pub rmw: u64,
+    /// Of those, how many needed no device read (the block was in the one-block cache, or
+    /// lay wholly past the end of the file).
+    pub rmw_cached: u64,
 }
 
 /// The files of one namespace.
@@ -55,7 +58,11 @@ pub struct Store {
     entries: Vec<Entry>,
     dir_dirty: bool,
     data_dirty: bool,
+    /// One block of scratch space; when `cached` is `Some(lba)` it holds exactly what the
+    /// device holds at `lba` (the last block read or read-modify-written), so appending
+    /// records that straddle blocks (journal, WAL) costs no extra read.
     block: Vec<u8>,
+    cached: Option<u64>,
     stats: StoreStats,
 }
 
@@ -75,6 +82,7 @@ impl Store {
         let layout = Layout::new(dev.block_size(), dev.blocks())?;
         let mut store = Self {
             block: vec![0; layout.block_size as usize],
+            cached: None,
             dev,
             layout,
             generation: 0,
@@ -306,6 +314,7 @@ impl Store {
             left -= n;
         }
         self.data_dirty = true;
+        self.cached = None;
         self.entries[i].start = start;
         self.entries[i].alloc = alloc;
         self.dir_dirty = true;
@@ -342,7 +351,7 @@ impl Store {
             self.zero(i, len, offset)?;
         }
         let start = self.entries[i].start;
-        self.write_blocks(start, offset, data)?;
+        self.write_blocks(start, offset, data, len.max(offset))?;
         if end > self.entries[i].len {
             self.entries[i].len = end;
             self.dir_dirty = true;
@@ -356,7 +365,7 @@ impl Store {
         let mut at = from;
         while at < to {
             let n = (to - at).min(COPY_CHUNK as u64) as usize;
-            self.write_blocks(start, at, &zeros[..n])?;
+            self.write_blocks(start, at, &zeros[..n], at)?;
             at += n as u64;
         }
         Ok(())
@@ -403,11 +412,22 @@ impl Store {
         }
         let generation = self.generation + 1;
         let copy = dir::encode(&self.layout, generation, &self.entries);
+        self.cached = None;
         self.dev.write(self.layout.dir_lba(generation % 2), &copy)?;
         self.stats.dir_writes += 1;
         self.flush()?;
         self.generation = generation;
         self.dir_dirty = false;
+        Ok(())
+    }
+
+    /// Puts block `lba` into the one-block cache.
+    fn load(&mut self, lba: u64) -> Result<()> {
+        if self.cached != Some(lba) {
+            self.cached = None;
+            self.dev.read(lba, &mut self.block)?;
+            self.cached = Some(lba);
+        }
         Ok(())
     }
 
@@ -422,7 +442,7 @@ impl Store {
             let rest = buf.len() - done;
             if within != 0 || rest < bs {
                 let n = (bs - within).min(rest);
-                self.dev.read(lba, &mut self.block)?;
+                self.load(lba)?;
                 buf[done..done + n].copy_from_slice(&self.block[within..within + n]);
                 done += n;
                 pos += n as u64;
@@ -437,8 +457,10 @@ impl Store {
     }
 
     /// Writes `data` at byte `offset` of the extent at `base`; partial blocks are
-    /// read-modify-written.
-    fn write_blocks(&mut self, base: u64, offset: u64, data: &[u8]) -> Result<()> {
+    /// read-modify-written, except blocks that start at or past `valid_end` (the file's
+    /// length before this write): nothing there is ever read back, so they are not read and
+    /// their unwritten bytes become zeroes.
+    fn write_blocks(&mut self, base: u64, offset: u64, data: &[u8], valid_end: u64) -> Result<()> {
         let bs = self.layout.block_size as usize;
         let mut pos = offset;
         let mut done = 0;
@@ -448,14 +470,31 @@ impl Store {
             let rest = data.len() - done;
             if within != 0 || rest < bs {
                 let n = (bs - within).min(rest);
-                self.dev.read(lba, &mut self.block)?;
+                let block_start = pos - within as u64;
+                if self.cached == Some(lba) {
+                    self.stats.rmw_cached += 1;
+                } else if block_start >= valid_end {
+                    self.block.fill(0);
+                    self.stats.rmw_cached += 1;
+                } else {
+                    self.load(lba)?;
+                }
                 self.block[within..within + n].copy_from_slice(&data[done..done + n]);
+                // Until the write succeeds the device may hold either version.
+                self.cached = None;
                 self.dev.write(lba, &self.block)?;
+                self.cached = Some(lba);
                 self.stats.rmw += 1;
                 done += n;
                 pos += n as u64;
             } else {
                 let n = rest / bs * bs;
+                if self
+                    .cached
+                    .is_some_and(|c| c >= lba && c < lba + (n / bs) as u64)
+                {
+                    self.cached = None;
+                }
                 self.dev.write(lba, &data[done..done + n])?;
                 done += n;
                 pos += n as u64;

@@ -169,11 +169,12 @@ fn run_on_controller(cli: &Cli, ctrl: Controller, format: bool) -> Result<Summar
 
 fn print_store(vfs: &NvmeVfs, before: StoreStats, after: StoreStats) -> Result<(), ToolError> {
     println!(
-        "store: {} flushes, {} directory writes, {} relocations, {} partial-block RMW",
+        "store: {} flushes, {} directory writes, {} relocations, {} partial-block RMW ({} without a read)",
         after.flushes - before.flushes,
         after.dir_writes - before.dir_writes,
         after.relocations - before.relocations,
-        after.rmw - before.rmw
+        after.rmw - before.rmw,
+        after.rmw_cached - before.rmw_cached
     );
     for f in vfs.with_store(|s| s.files())? {
         println!(
