@@ -551,7 +551,9 @@ unsafe extern "C" fn x_write(
     };
     match &mut st.kind {
         Kind::Mem(v) => {
-            let end = offset as usize + data.len();
+            let Some(end) = (offset as usize).checked_add(data.len()) else {
+                return ffi::SQLITE_IOERR_WRITE;
+            };
             if v.len() < end {
                 v.resize(end, 0);
             }
