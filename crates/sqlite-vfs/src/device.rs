@@ -96,10 +96,12 @@ impl BlockDevice for MemDevice {
 ///
 /// A `QueuePair` is `Send` but not `Sync`; the VFS keeps this device behind a mutex.
 pub struct NvmeDevice {
-    ctrl: Controller,
-    ns: Namespace,
+    // Field order is drop order: the queue pair (deleted on the controller) and the bounce
+    // buffer go before the controller handle.
     qp: QueuePair,
     bounce: Option<DmaBuffer>,
+    ns: Namespace,
+    ctrl: Controller,
     chunk: usize,
     atomic: u32,
 }
