@@ -1,0 +1,66 @@
+//! Errors of the store and the VFS.
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)]
+pub enum Error {
+    /// The NVMe driver failed.
+    #[error("NVMe {context} failed")]
+    Driver {
+        context: &'static str,
+        #[source]
+        source: nvme_driver::Error,
+    },
+    /// A transfer that is not a whole number of blocks (internal misuse).
+    #[error("transfer of {len} bytes is not a whole number of blocks")]
+    Unaligned { len: usize },
+    /// A transfer past the end of the device.
+    #[error("blocks {lba}..+{blocks} are past the end of the device")]
+    OutOfRange { lba: u64, blocks: u64 },
+    /// Neither directory copy carries our magic number: the namespace was never formatted.
+    #[error("the namespace holds no SQLite directory (no magic number in either copy); format it first (e.g. `nvme-sqlite --format`)")]
+    NotFormatted,
+    /// Directory copies exist but none is valid.
+    #[error("the SQLite directory is corrupt: copy A: {a}; copy B: {b}")]
+    DirectoryCorrupt { a: String, b: String },
+    /// The namespace is too small for the directory and a data area.
+    #[error("the namespace ({blocks} blocks of {block_size} B) is too small: at least {needed} blocks are needed")]
+    TooSmall {
+        blocks: u64,
+        block_size: u32,
+        needed: u64,
+    },
+    /// A block size the store does not support.
+    #[error("block size {0} B is not supported (a power of two from 512 B to 64 KiB is)")]
+    BlockSize(u32),
+    /// Every directory entry is in use.
+    #[error("the directory is full ({0} files)")]
+    DirectoryFull(usize),
+    /// No free extent is large enough.
+    #[error("no free space for `{name}` to grow to {bytes} bytes")]
+    NoSpace { name: String, bytes: u64 },
+    /// A file name too long for a directory entry (or empty, or with a NUL).
+    #[error("file name `{0}` is not usable: names are 1..={max} bytes without NUL", max = crate::dir::MAX_NAME)]
+    BadName(String),
+    /// No such file.
+    #[error("no file `{0}`")]
+    NotFound(String),
+    /// The file exists already.
+    #[error("file `{0}` exists")]
+    Exists(String),
+    /// The VFS was dropped while a connection still used it.
+    #[error("the VFS was closed")]
+    Closed,
+    /// The VFS could not be registered with SQLite.
+    #[error("registering the VFS `{name}` with SQLite failed (code {code})")]
+    Register { name: String, code: i32 },
+}
+
+impl Error {
+    pub(crate) fn driver(context: &'static str, source: nvme_driver::Error) -> Self {
+        Self::Driver { context, source }
+    }
+}
+
+/// Result with [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;

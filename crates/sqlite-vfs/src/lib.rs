@@ -1,0 +1,100 @@
+//! SQLite on an NVMe namespace, through the userspace driver's queue pairs: no kernel block
+//! layer, no file system.
+//!
+//! [`NvmeVfs::register`] opens a [`Store`] (a small directory plus one contiguous extent per
+//! file) on a [`BlockDevice`] — normally an [`NvmeDevice`], a namespace driven through one
+//! queue pair — and registers it with SQLite as a VFS; open connections with
+//! [`NvmeVfs::open`] (or `rusqlite::Connection::open_with_flags_and_vfs` and
+//! [`NvmeVfs::name`]). See `docs/sqlite.md` for the layout and the durability argument.
+//!
+//! Single process: locks are tracked in process memory only.
+
+#![warn(missing_docs)]
+
+mod device;
+pub mod dir;
+mod error;
+mod store;
+mod vfs;
+pub mod workload;
+
+pub use device::{BlockDevice, MemDevice, NvmeDevice};
+pub use error::{Error, Result};
+pub use store::{FileInfo, Format, Store, StoreStats};
+
+use rusqlite::{Connection, OpenFlags};
+
+/// `error` and its causes, joined with ": ".
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut s = error.to_string();
+    let mut src = error.source();
+    while let Some(e) = src {
+        s.push_str(": ");
+        s.push_str(&e.to_string());
+        src = e.source();
+    }
+    s
+}
+
+/// A registered VFS. Dropping it unregisters the VFS and releases the device (closing the
+/// controller's queue pair); close every connection first — a connection left open fails
+/// its I/O from then on (it never touches freed memory).
+pub struct NvmeVfs {
+    name: String,
+    shared: &'static vfs::Shared,
+}
+
+impl std::fmt::Debug for NvmeVfs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmeVfs").field("name", &self.name).finish()
+    }
+}
+
+impl NvmeVfs {
+    /// Opens the store on `device` (formatting it per `format`) and registers a VFS named
+    /// `name` for it (not the default VFS).
+    pub fn register(name: &str, device: Box<dyn BlockDevice>, format: Format) -> Result<Self> {
+        let store = Store::open(device, format)?;
+        let shared = vfs::register(name, store)?;
+        Ok(Self {
+            name: name.to_owned(),
+            shared,
+        })
+    }
+
+    /// The VFS name to give SQLite.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Opens (creating if needed) database `db` on this VFS.
+    pub fn open(&self, db: &str) -> rusqlite::Result<Connection> {
+        Connection::open_with_flags_and_vfs(
+            db,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            self.name.as_str(),
+        )
+    }
+
+    /// Runs `f` on the store (listing files, statistics).
+    pub fn with_store<T>(&self, f: impl FnOnce(&mut Store) -> T) -> Result<T> {
+        let mut inner = self.shared.lock();
+        inner.store.as_mut().map(f).ok_or(Error::Closed)
+    }
+
+    /// SQLite's `xDeviceCharacteristics` flags for this VFS's files.
+    pub fn device_characteristics(&self) -> i32 {
+        self.with_store(|s| vfs::characteristics(s.layout().block_size))
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for NvmeVfs {
+    fn drop(&mut self) {
+        vfs::unregister(&self.name);
+        let store = self.shared.lock().store.take();
+        drop(store);
+    }
+}

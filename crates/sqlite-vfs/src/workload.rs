@@ -1,0 +1,190 @@
+//! The fixed SQLite workload `nvme-sqlite` runs (and the tests compare across VFSes): create
+//! a table with an index, insert `rows` rows in transactions of `batch`, update every 5th
+//! row, delete every 7th, run range queries, then `PRAGMA integrity_check` and a CRC32 over
+//! the whole table in primary-key order. Everything is deterministic, so the same parameters
+//! give the same checksum on any VFS.
+
+use std::time::{Duration, Instant};
+
+use rusqlite::{params, Connection};
+
+/// SQLite journal modes the workload runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JournalMode {
+    /// Rollback journal, deleted at commit.
+    Delete,
+    /// Write-ahead log.
+    Wal,
+}
+
+impl JournalMode {
+    /// The PRAGMA value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JournalMode::Delete => "delete",
+            JournalMode::Wal => "wal",
+        }
+    }
+}
+
+/// Workload parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    /// Rows inserted.
+    pub rows: u64,
+    /// Rows per insert transaction.
+    pub batch: u64,
+    /// Journal mode.
+    pub journal: JournalMode,
+}
+
+/// What a run (or a verification) found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    /// `PRAGMA integrity_check` output ("ok" when sound).
+    pub integrity: String,
+    /// Rows in the table.
+    pub rows: u64,
+    /// CRC32 of the table contents in id order.
+    pub checksum: u32,
+    /// Sum of the range query results (0 for a verification).
+    pub range_total: i64,
+}
+
+/// Time spent per phase.
+#[derive(Debug, Clone, Default)]
+pub struct Timings {
+    /// (phase, duration).
+    pub phases: Vec<(&'static str, Duration)>,
+}
+
+fn value(i: u64) -> Vec<u8> {
+    let len = 50 + (i % 200) as usize;
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn key(i: u64, rows: u64) -> String {
+    format!("key-{:010}", i.wrapping_mul(7919) % rows.max(1))
+}
+
+/// Runs the workload on a fresh database behind `conn`.
+pub fn run(conn: &Connection, p: Params) -> rusqlite::Result<(Summary, Timings)> {
+    let mut t = Timings::default();
+    let mut phase = Instant::now();
+    let mut mark = |t: &mut Timings, name| {
+        t.phases.push((name, phase.elapsed()));
+        phase = Instant::now();
+    };
+    let mode: String = conn.query_row(
+        &format!("PRAGMA journal_mode={}", p.journal.as_str()),
+        [],
+        |r| r.get(0),
+    )?;
+    if mode != p.journal.as_str() {
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+            Some(format!(
+                "journal mode {} was refused (SQLite kept {mode})",
+                p.journal.as_str()
+            )),
+        ));
+    }
+    conn.execute_batch(
+        "DROP TABLE IF EXISTS kv;
+         CREATE TABLE kv(id INTEGER PRIMARY KEY, k TEXT NOT NULL, v BLOB NOT NULL, n INTEGER NOT NULL);
+         CREATE INDEX kv_k ON kv(k);",
+    )?;
+    mark(&mut t, "create");
+    let batch = p.batch.max(1);
+    let mut i = 0;
+    while i < p.rows {
+        let tx = conn.unchecked_transaction()?;
+        {
+            let mut st =
+                tx.prepare_cached("INSERT INTO kv(id, k, v, n) VALUES (?1, ?2, ?3, ?4)")?;
+            for j in i..(i + batch).min(p.rows) {
+                st.execute(params![j as i64, key(j, p.rows), value(j), (j * 3) as i64])?;
+            }
+        }
+        tx.commit()?;
+        i += batch;
+    }
+    mark(&mut t, "insert");
+    let tx = conn.unchecked_transaction()?;
+    tx.execute(
+        "UPDATE kv SET n = n + 1, v = CAST(substr(v, 2) || x'5a' AS BLOB) WHERE id % 5 = 0",
+        [],
+    )?;
+    tx.commit()?;
+    mark(&mut t, "update");
+    let tx = conn.unchecked_transaction()?;
+    tx.execute("DELETE FROM kv WHERE id % 7 = 3", [])?;
+    tx.commit()?;
+    mark(&mut t, "delete");
+    let mut range_total = 0i64;
+    {
+        let mut st = conn.prepare(
+            "SELECT count(*), coalesce(sum(n), 0), coalesce(sum(length(v)), 0) FROM kv WHERE k BETWEEN ?1 AND ?2",
+        )?;
+        for q in 0..20u64 {
+            let lo = key(q * 13, p.rows);
+            let hi = format!("{lo}~");
+            let (c, s, l): (i64, i64, i64) =
+                st.query_row(params![lo, hi], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            range_total = range_total.wrapping_add(c).wrapping_add(s).wrapping_add(l);
+        }
+        let (c, s): (i64, i64) = conn.query_row(
+            "SELECT count(*), coalesce(sum(n), 0) FROM kv WHERE id BETWEEN ?1 AND ?2",
+            params![(p.rows / 4) as i64, (p.rows / 2) as i64],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        range_total = range_total.wrapping_add(c).wrapping_add(s);
+    }
+    mark(&mut t, "query");
+    let mut summary = verify(conn)?;
+    summary.range_total = range_total;
+    mark(&mut t, "verify");
+    Ok((summary, t))
+}
+
+/// `PRAGMA integrity_check` and the table checksum of an existing database.
+pub fn verify(conn: &Connection) -> rusqlite::Result<Summary> {
+    let integrity = {
+        let mut st = conn.prepare("PRAGMA integrity_check")?;
+        let lines: Vec<String> = st
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        lines.join("\n")
+    };
+    let mut h = crc32fast::Hasher::new();
+    let mut rows = 0;
+    let mut st = conn.prepare("SELECT id, k, v, n FROM kv ORDER BY id")?;
+    let mut q = st.query([])?;
+    while let Some(r) = q.next()? {
+        let id: i64 = r.get(0)?;
+        let k: String = r.get(1)?;
+        let v: Vec<u8> = r.get(2)?;
+        let n: i64 = r.get(3)?;
+        h.update(&id.to_le_bytes());
+        h.update(&(k.len() as u64).to_le_bytes());
+        h.update(k.as_bytes());
+        h.update(&(v.len() as u64).to_le_bytes());
+        h.update(&v);
+        h.update(&n.to_le_bytes());
+        rows += 1;
+    }
+    Ok(Summary {
+        integrity,
+        rows,
+        checksum: h.finalize(),
+        range_total: 0,
+    })
+}
