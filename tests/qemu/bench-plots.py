@@ -9,7 +9,8 @@ and `@@PEER` lines that tests/qemu/bench-report.py reads):
   ab.png           the A/B of each of our mechanisms (QD128 IOPS with and without it; QD1 latency
                    polled against hybrid interrupts).
 
-Usage: bench-plots.py [LOG] [--out DIR]   (defaults: target/bench-guest.log, docs/img)
+Usage: bench-plots.py [LOG...] [--out DIR]   (defaults: target/bench-guest.log, docs/img)
+With several logs, each label's runs from all of them are pooled (medians over the pool).
 Needs matplotlib (pip install matplotlib, or apt-get install python3-matplotlib)."""
 import importlib.util
 import os
@@ -69,13 +70,25 @@ def finish(fig, path):
 
 def plot_sweep(runs, out):
     sweep = re.compile(r"^(.*)-sweep-qd(\d+)$")
-    series = {}
+    # A run that took far longer than the others did not measure throughput: some I/O hung
+    # until nvme-perf gave up on it. Such points are left out, and named on the plot.
+    runtimes = [r["runtime_s"] for label in runs if sweep.match(label)
+                for r in runs[label] if isinstance(r.get("runtime_s"), (int, float))]
+    limit = 3 * statistics.median(runtimes) if runtimes else None
+    series, stalled = {}, []
     for label in runs:
         m = sweep.match(label)
-        if m:
-            iops = median(runs, label, "iops")
-            if iops:
-                series.setdefault(m.group(1), []).append((int(m.group(2)), iops))
+        if not m:
+            continue
+        runtime = median(runs, label, "runtime_s")
+        if limit and runtime and runtime > limit:
+            print(f"bench-plots: {label} ran {runtime:.0f} s (an I/O hung): left out",
+                  file=sys.stderr)
+            stalled.append(f"{m.group(1)} QD{m.group(2)}")
+            continue
+        iops = median(runs, label, "iops")
+        if iops:
+            series.setdefault(m.group(1), []).append((int(m.group(2)), iops))
     if not series:
         print("bench-plots: no sweep runs (<who>-sweep-qd<N>; BENCH_SWEEP=1) in the log; "
               "skipping iops-vs-qd.png", file=sys.stderr)
@@ -98,6 +111,10 @@ def plot_sweep(runs, out):
     ax.set_title("4 KiB random read: IOPS against queue depth")
     ax.grid(True, alpha=0.3)
     ax.legend()
+    if stalled:
+        ax.text(0.99, 0.02, "left out (an I/O hung, the run took ~60 s):\n"
+                + ", ".join(sorted(stalled, key=lambda s: (s.split()[0], int(s.split("QD")[1])))),
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=7, wrap=True)
     finish(fig, os.path.join(out, "iops-vs-qd.png"))
 
 
@@ -181,7 +198,9 @@ def plot_ab(runs, out):
         left.annotate(f"{v / base:.2f}x", (x, v / 1000), ha="center", va="bottom", fontsize=9)
     left.set_xticks(list(xs), [name for name, _ in bars], fontsize=8)
     left.set_ylabel("kIOPS")
-    left.set_title("QD128: each mechanism turned off (ratio to all on)")
+    n = len(runs.get("ours-qd128", []))
+    left.set_title(f"QD128, {n} run{'s' if n != 1 else ''} each: each mechanism turned off "
+                   "(ratio to all on)", fontsize=10)
     left.grid(True, axis="y", alpha=0.3)
     if lat:
         xs = range(len(lat))
@@ -206,10 +225,13 @@ def main():
         i = args.index("--out")
         out = args[i + 1]
         del args[i:i + 2]
-    log = args[0] if args else os.path.join(ROOT, "target", "bench-guest.log")
-    runs = load_runs(log)
+    logs = args or [os.path.join(ROOT, "target", "bench-guest.log")]
+    runs = {}
+    for log in logs:
+        for label, found in load_runs(log).items():
+            runs.setdefault(label, []).extend(found)
     if not runs:
-        sys.exit(f"bench-plots: no @@BENCH lines in {log}")
+        sys.exit(f"bench-plots: no @@BENCH lines in {' '.join(logs)}")
     os.makedirs(out, exist_ok=True)
     plot_sweep(runs, out)
     plot_qd1(runs, out)
