@@ -18,6 +18,7 @@ import re
 import statistics
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ next to bench-report.py
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 NOTE = "QEMU (TCG) guest, one vCPU, emulated null-backed NVMe, shared noisy host: indicative only"
 
