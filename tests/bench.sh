@@ -10,6 +10,9 @@
 # SPDK_PERF: SPDK's spdk_nvme_perf (build/bin/spdk_nvme_perf); LIBVFN_PERF: libvfn's
 # examples/perf (build/examples/perf). Both are built outside this repository (see "Peers" in
 # docs/performance.md); either may be left out. BENCH_AB=0 skips the A/B runs of our mechanisms.
+# BENCH_SWEEP=1 adds a queue-depth sweep (QD 1, 2, 4, ..., 256, SECS a point) and then draws the
+# plots of docs/performance.md (tests/qemu/bench-plots.py) instead of updating its table: the plots
+# want one short repetition (e.g. `BENCH_SWEEP=1 tests/bench.sh 1 2`), the table several long ones.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPS=${1:-5}
@@ -35,15 +38,23 @@ fi
 [ -n "$EXTRA" ] || echo "bench.sh: no peers (set SPDK_PERF and/or LIBVFN_PERF to their binaries to add them)"
 
 AB=${BENCH_AB:-1}
+SWEEP=${BENCH_SWEEP:-0}
 # Time allowed per repetition: 30 * SECS for our and the kernel's 13 runs, and for each peer
 # run twice its length plus 20 s of start-up (DPDK's takes seconds under TCG).
 PER_REP=$(((30 + 2 * PEER_RUNS) * SECS + 20 * PEER_RUNS))
 CASE_TIMEOUT=$((REPS * PER_REP + 300))
+# The sweep: 9 depths, each run of ours, the kernel and the peers twice its length, the peers'
+# start-up 20 s.
+[ "$SWEEP" != 1 ] || CASE_TIMEOUT=$((CASE_TIMEOUT + 9 * ((2 + PEER_RUNS / 2) * 2 * SECS + 10 * PEER_RUNS)))
 GUEST_EXTRA_BINS=${EXTRA# } GUEST_HUGEPAGES=$HUGEPAGES \
     "$ROOT/tests/qemu/run.sh" --ns 4096:8G:null --smp 1 --qpairs 4 \
-    --append "nvme.poll_queues=1 BENCH_REPS=$REPS BENCH_TIME=$SECS BENCH_AB=$AB" \
+    --append "nvme.poll_queues=1 BENCH_REPS=$REPS BENCH_TIME=$SECS BENCH_AB=$AB BENCH_SWEEP=$SWEEP" \
     --case-timeout "$CASE_TIMEOUT" --timeout $((CASE_TIMEOUT + 600)) \
     --log "$LOG" bench.sh
+if [ "$SWEEP" = 1 ]; then
+    python3 "$ROOT/tests/qemu/bench-report.py" "$LOG"
+    exec python3 "$ROOT/tests/qemu/bench-plots.py" "$LOG"
+fi
 CMD="tests/bench.sh $REPS $SECS"
 [ "$AB" = 1 ] || CMD="BENCH_AB=0 $CMD"
 [ -z "${LIBVFN_PERF:-}" ] || CMD="LIBVFN_PERF=.../libvfn/build/examples/perf $CMD"

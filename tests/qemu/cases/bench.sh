@@ -6,8 +6,12 @@
 # Every run of nvme-perf prints one line `@@BENCH <label> <json>`; every peer run prints its
 # output as `@@PEER <label> <line>` lines closed by `@@PEER-END <label> rc=N`. tests/bench.sh
 # (tests/qemu/bench-report.py) turns them into medians.
+# The QD1 runs of nvme-perf add their latency histogram (--histogram: `histogram_ns` in the JSON).
 # Knobs (kernel command line words become the environment of /init): BENCH_REPS, BENCH_TIME,
-# BENCH_AB=0 to skip the A/B runs of our mechanisms.
+# BENCH_AB=0 to skip the A/B runs of our mechanisms, BENCH_SWEEP=1 to add, after the repetitions,
+# one queue-depth sweep (QD 1, 2, 4, ..., 256; BENCH_SWEEP_TIME seconds a point, default
+# BENCH_TIME) of ours, the peers and the kernel's polled io_uring, labelled <who>-sweep-qd<N>
+# (tests/qemu/bench-plots.py draws it).
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
 PATH=$PATH:/usr/local/bin
@@ -15,6 +19,9 @@ PATH=$PATH:/usr/local/bin
 REPS=${BENCH_REPS:-3}
 T=${BENCH_TIME:-5}
 AB=${BENCH_AB:-1}
+SWEEP=${BENCH_SWEEP:-0}
+SWEEP_T=${BENCH_SWEEP_TIME:-$T}
+SWEEP_QDS="1 2 4 8 16 32 64 128 256"
 NSID=1
 
 emit() {
@@ -45,7 +52,7 @@ run_ours() {
     bind_vfio
     ours ours-qd128 -q 128
     ours ours-qd128-untimed -q 128 --no-latency
-    ours ours-qd1 -q 1 --submit-batch 1 --complete-batch 1
+    ours ours-qd1 -q 1 --submit-batch 1 --complete-batch 1 --histogram
     if [ "$AB" = 1 ]; then
         ours ours-qd128-no-request-cache -q 128 --no-request-cache
         ours ours-qd128-no-batch-prefetch -q 128 --no-batch-prefetch
@@ -121,9 +128,9 @@ run_kernel() {
     echo "kernel: $BLK, poll queues: $(cat /sys/module/nvme/parameters/poll_queues 2>/dev/null)"
     kernel uring-polled-qd128 -q 128 --iopoll
     kernel uring-polled-qd128-untimed -q 128 --iopoll --no-latency
-    kernel uring-polled-qd1 -q 1 --submit-batch 1 --complete-batch 1 --iopoll
+    kernel uring-polled-qd1 -q 1 --submit-batch 1 --complete-batch 1 --iopoll --histogram
     kernel uring-irq-qd128 -q 128
-    kernel uring-irq-qd1 -q 1 --submit-batch 1 --complete-batch 1
+    kernel uring-irq-qd1 -q 1 --submit-batch 1 --complete-batch 1 --histogram
 }
 
 # Odd repetitions run ours, the peers, then the kernel; even ones the reverse order.
@@ -140,3 +147,43 @@ while [ "$rep" -le "$REPS" ]; do
     done
     rep=$((rep + 1))
 done
+
+# The queue-depth sweep: each of ours, the peers and the kernel (polled) through every depth,
+# BENCH_SWEEP_TIME seconds a point (T is set to it before they run), with the default flags but
+# for the depth.
+sweep_ours() {
+    bind_vfio
+    for qd in $SWEEP_QDS; do
+        ours "ours-sweep-qd$qd" -q "$qd"
+    done
+}
+
+sweep_spdk() {
+    bind_vfio
+    for qd in $SWEEP_QDS; do
+        spdk "spdk-sweep-qd$qd" -q "$qd"
+    done
+}
+
+sweep_libvfn() {
+    bind_vfio
+    for qd in $SWEEP_QDS; do
+        libvfn "libvfn-sweep-qd$qd" -q "$qd"
+    done
+}
+
+sweep_kernel() {
+    bind_kernel
+    BLK=$(ns_blockdev "$NSID")
+    for qd in $SWEEP_QDS; do
+        kernel "uring-polled-sweep-qd$qd" -q "$qd" --iopoll
+    done
+}
+
+if [ "$SWEEP" = 1 ]; then
+    echo "== queue-depth sweep ($SWEEP_T s a point): $ORDER"
+    T=$SWEEP_T
+    for s in $ORDER; do
+        "sweep_$s"
+    done
+fi

@@ -242,7 +242,8 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
 
-    /// Also print every recorded latency histogram bucket.
+    /// Also print every recorded latency histogram bucket (with --json: `histogram_ns`,
+    /// `[bucket upper bound ns, count]` pairs in buckets about 10 % wide).
     #[arg(long)]
     pub histogram: bool,
 

@@ -23,6 +23,10 @@ const PERCENTILES_PER_LINE: usize = 4;
 const NS_PER_US: f64 = 1_000.0;
 /// Nanoseconds per second.
 const NS_PER_SEC: f64 = 1_000_000_000.0;
+/// Upper bound of the first bucket of the JSON histogram (ns).
+const JSON_HIST_FIRST_NS: u64 = 1_000;
+/// Ratio of consecutive bucket bounds of the JSON histogram (buckets about 10 % wide).
+const JSON_HIST_LOG_BASE: f64 = 1.1;
 
 /// `(percentile, latency ns)` pairs; serialised as a JSON object keyed `"1"`, `"99.5"`, ... in
 /// ascending order.
@@ -182,6 +186,10 @@ pub struct Report {
     /// With `--reset-interval`: resets made and I/Os retried (absent without it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recovery: Option<RecoveryStats>,
+    /// With `--histogram` (and timed I/Os): `[bucket upper bound ns, count]` pairs, buckets
+    /// growing by `JSON_HIST_LOG_BASE` from 1 µs up to the largest latency.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub histogram_ns: Option<Vec<(u64, u64)>>,
     /// The merged histogram (text output with --histogram).
     #[serde(skip)]
     pub histogram: Histogram<u64>,
@@ -297,6 +305,7 @@ impl Report {
             first_error: tally.first_error,
             verify,
             recovery,
+            histogram_ns: (config.histogram && config.latency).then(|| json_histogram(&tally.hist)),
             histogram: tally.hist,
         }
     }
@@ -454,6 +463,17 @@ pub fn format_histogram(h: &Histogram<u64>) -> String {
     out
 }
 
+/// Log-spaced buckets for the JSON output: `[upper bound ns, count]`, empty ones included, up to
+/// the bucket of the largest latency (none when the histogram is empty).
+pub fn json_histogram(h: &Histogram<u64>) -> Vec<(u64, u64)> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    h.iter_log(JSON_HIST_FIRST_NS, JSON_HIST_LOG_BASE)
+        .map(|v| (v.value_iterated_to(), v.count_since_last_iteration()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -519,5 +539,19 @@ mod tests {
             Latency::from_histogram(&Histogram::new(3).unwrap()),
             Latency::default()
         );
+    }
+
+    #[test]
+    fn json_histogram_buckets_cover_every_sample() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+        for v in [500, 10_000, 10_500, 2_000_000] {
+            h.record(v).unwrap();
+        }
+        let b = json_histogram(&h);
+        assert_eq!(b.iter().map(|&(_, c)| c).sum::<u64>(), 4);
+        assert_eq!(b[0].1, 1, "500 ns falls in the first bucket: {b:?}");
+        assert!(b.windows(2).all(|w| w[0].0 < w[1].0), "ascending: {b:?}");
+        assert!(b.last().unwrap().0 >= 2_000_000);
+        assert!(json_histogram(&Histogram::new(3).unwrap()).is_empty());
     }
 }
