@@ -24,6 +24,11 @@ step() {
 
 step "unit tests" cargo test --workspace
 
+# The Rust examples, run against the in-process emulator (the C examples run in nvme-capi's
+# tests above).
+step "examples" sh -c 'cargo run -q -p nvme-driver --example hello -- sim &&
+    cargo run -q -p nvme-driver --example per_thread -- sim 4 5000'
+
 # Per-I/O instruction counts (callgrind) against tests/instr-budget.txt: fails on +5 %.
 step "instruction budget" tests/instr-per-io.sh --check
 

@@ -21,7 +21,7 @@ WORK=$HERE/work
 CASES_DIR=$HERE/cases
 
 # Our binaries copied into the guest when built.
-GUEST_BINS="nvme-identify nvme-hello nvme-dd nvme-perf guest-check blkexcl"
+GUEST_BINS="nvme-identify nvme-hello nvme-dd nvme-perf guest-check blkexcl nvme-sqlite"
 # Kernel modules the guest loads at boot (dependencies are added from modules.dep).
 GUEST_MODULES="nvme vfio vfio_iommu_type1 vfio-pci"
 # Modules copied but only loaded by cases that need them (in-use.sh mounts ext2 through ext4, which
