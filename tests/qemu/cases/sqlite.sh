@@ -42,17 +42,18 @@ for mode in wal delete; do
     echo "ok: killed $mode run reopens consistent ($(grep '^rows:' /tmp/sqv.out))"
 done
 
-# The same workload on ext4 through the kernel's nvme driver: same checksum.
+# The same workload through the kernel's nvme driver and file system: same checksum. (The
+# guest's busybox mke2fs writes the ext2 format; the kernel's ext4 driver mounts it.)
 bind_kernel
 dev=$(ns_blockdev 2)
 modprobe crc32c_generic
 modprobe ext4
-mke2fs -q -t ext4 -b 4096 "$dev" >/dev/null
+mke2fs -q -b 4096 "$dev" >/dev/null
 mkdir -p /mnt/sq
 mount -t ext4 "$dev" /mnt/sq
 nvme-sqlite --kernel-file /mnt/sq/bench.db -n "$N" -m "$M" | tee /tmp/sqe.out
 umount /mnt/sq
-grep -q "^integrity_check: ok" /tmp/sqe.out || fail "integrity_check not ok on ext4"
-[ "$(checksum /tmp/sqe.out)" = "$ours" ] || fail "ext4 checksum $(checksum /tmp/sqe.out) != ours $ours"
-echo "ok: ext4 gives the same checksum $ours"
+grep -q "^integrity_check: ok" /tmp/sqe.out || fail "integrity_check not ok on the kernel file system"
+[ "$(checksum /tmp/sqe.out)" = "$ours" ] || fail "kernel file system checksum $(checksum /tmp/sqe.out) != ours $ours"
+echo "ok: the kernel's ext4 driver gives the same checksum $ours"
 grep "^elapsed" /tmp/sq1.out /tmp/sqe.out
