@@ -296,7 +296,7 @@ size_t nvme_buf_len(const struct nvme_buf *buf);
 bool nvme_buf_in_flight(const struct nvme_buf *buf);
 
 // Creates an I/O queue pair on `ctrlr` and stores its handle in `*out`. `depth` is the ring
-// size (2..=`max_queue_entries`; at most `depth - 1` commands in flight; 0 = 256);
+// size (2..=`max_queue_entries`; at most `depth - 1` commands in flight; 0 = 256, or less if the controller allows fewer);
 // `timeout_ms` fails requests not completed in time with `NVME_ERR_TIMEOUT` (0 = 30 s).
 // Fails with `NVME_ERR_NO_QUEUES` when all queue pairs the controller granted are in use.
 //

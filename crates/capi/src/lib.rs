@@ -590,7 +590,7 @@ pub struct nvme_qpair {
 }
 
 /// Creates an I/O queue pair on `ctrlr` and stores its handle in `*out`. `depth` is the ring
-/// size (2..=`max_queue_entries`; at most `depth - 1` commands in flight; 0 = 256);
+/// size (2..=`max_queue_entries`; at most `depth - 1` commands in flight; 0 = 256, or less if the controller allows fewer);
 /// `timeout_ms` fails requests not completed in time with `NVME_ERR_TIMEOUT` (0 = 30 s).
 /// Fails with `NVME_ERR_NO_QUEUES` when all queue pairs the controller granted are in use.
 ///
@@ -617,9 +617,10 @@ pub unsafe extern "C" fn nvme_qpair_create(
             },
             ..defaults
         };
-        let slots = options.depth as usize;
         match shared.ctrl.create_queue_pair(options) {
             Ok(qp) => {
+                // The depth in effect (the default is clamped to the controller's limit).
+                let slots = qp.depth() as usize;
                 let handle = Box::new(nvme_qpair {
                     qp,
                     namespaces: shared.ctrl.namespaces().to_vec(),

@@ -30,8 +30,8 @@ pub use controller::{
 pub use error::{Error, IoFailure, Result};
 pub use namespace::Namespace;
 pub use queue_pair::{
-    Completion, QueuePair, QueuePairOptions, QueuePairStats, MAX_BLOCKS_PER_COMMAND,
-    MAX_COMMANDS_PER_REQUEST,
+    Completion, QueuePair, QueuePairOptions, QueuePairStats, DEFAULT_QUEUE_DEPTH,
+    MAX_BLOCKS_PER_COMMAND, MAX_COMMANDS_PER_REQUEST,
 };
 
 pub use device::{parse_device, DeviceArgError};

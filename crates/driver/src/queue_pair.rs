@@ -49,8 +49,10 @@ use crate::ring::{CqRing, SlotPages, SqRing};
 /// Options for a new queue pair.
 #[derive(Clone, Debug)]
 pub struct QueuePairOptions {
-    /// Entries in each of the two rings (2..=CAP.MQES+1). At most `depth - 1` commands are in
-    /// flight (a full ring keeps one entry empty).
+    /// Entries in each of the two rings (2..=CAP.MQES+1, at most 4096). At most `depth - 1`
+    /// commands are in flight (a full ring keeps one entry empty). 0 (the default) means
+    /// [`DEFAULT_QUEUE_DEPTH`], clamped to what the controller allows; the depth in effect is
+    /// [`QueuePair::depth`]. An explicit depth out of range is an error.
     pub depth: u32,
     /// A command not completed within this time fails with [`Error::Timeout`].
     pub timeout: Duration,
@@ -72,7 +74,7 @@ pub struct QueuePairOptions {
 impl Default for QueuePairOptions {
     fn default() -> Self {
         Self {
-            depth: 256,
+            depth: 0,
             timeout: Duration::from_secs(30),
             max_completions_per_poll: usize::MAX,
             interrupts: false,
@@ -199,6 +201,9 @@ pub struct QueuePair {
     _not_sync: PhantomData<Cell<()>>,
 }
 
+/// Ring entries of a queue pair created with the default options (clamped to CAP.MQES+1).
+pub const DEFAULT_QUEUE_DEPTH: u32 = 256;
+
 /// Epochs a command may live before it is declared timed out (the timeout is split into
 /// `TIMEOUT_EPOCHS - 1` epochs, so a command fails between 1x and 1.34x its timeout).
 const TIMEOUT_EPOCHS: u32 = 4;
@@ -215,6 +220,17 @@ impl Controller {
         let inner = &self.inner;
         // The ring needs `depth` entries (CAP.MQES) and the pair `depth - 1` request slots.
         let max = inner.cap.max_queue_entries().min(u32::from(MAX_DEPTH));
+        let mut options = options;
+        if options.depth == 0 {
+            options.depth = DEFAULT_QUEUE_DEPTH.min(max);
+            if options.depth < DEFAULT_QUEUE_DEPTH {
+                log::info!(
+                    "{}: queue depth {} (the default {DEFAULT_QUEUE_DEPTH} clamped to CAP.MQES+1)",
+                    inner.name,
+                    options.depth
+                );
+            }
+        }
         if options.depth < 2 || options.depth > max {
             return Err(Error::QueueDepth {
                 requested: options.depth,
@@ -334,6 +350,11 @@ impl QueuePair {
     /// Queue id of this pair.
     pub fn qid(&self) -> u16 {
         self.qid
+    }
+
+    /// Entries of each ring, as created (the requested depth, or the clamped default).
+    pub fn depth(&self) -> u32 {
+        self.sq.entries()
     }
 
     /// Most requests in flight at once (ring entries - 1).

@@ -83,3 +83,28 @@ fn off_by_default() {
     assert!(matches!(f.error, Error::QueueFull { .. }));
     assert_eq!(q.queued(), 0);
 }
+
+#[test]
+fn the_default_depth_is_clamped_to_the_controller_and_an_explicit_one_is_checked() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let sim = SimController::start(SimConfig {
+        mqes: 63,
+        ..SimConfig::default()
+    });
+    let ctrl = Controller::new(
+        Transport::new(sim.mmio(), sim.dma(), "sim"),
+        ControllerOptions::default(),
+    )
+    .unwrap();
+    let q = ctrl.create_queue_pair(QueuePairOptions::default()).unwrap();
+    assert_eq!(q.depth(), 64, "256 clamped to CAP.MQES+1");
+    assert_eq!(q.capacity(), 63);
+    let e = ctrl
+        .create_queue_pair(QueuePairOptions {
+            depth: 256,
+            ..Default::default()
+        })
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::QueueDepth { max: 64, .. }), "{e}");
+}
