@@ -46,6 +46,10 @@ step "qemu guest" tests/qemu/run.sh bind.sh identify.sh bad-input.sh hello.sh in
 # separate buffer) next to a plain one. The first qemu step built the guest binaries.
 step "qemu guest (metadata namespaces)" tests/qemu/run.sh --no-build \
     --ns 512:16M --ns 512:16M:ms=8,mset=1 --ns 4096:16M:ms=16,mset=0 metadata.sh
+# Its own boot: namespace 1's image behind blkdebug, EIO on reads of 512-byte sector 2048 (LBA 256)
+# and writes of sector 4096 (LBA 512): media errors on exactly those requests.
+step "qemu guest (media errors)" tests/qemu/run.sh --no-build \
+    --ns 4096:16M:bad=r2048,w4096 --ns 512:16M media-errors.sh
 # Its own boot: the controller behind a pcie-root-port, hot-unplugged (QMP device_del) under load;
 # it is gone afterwards, so nothing else can run in this boot.
 step "qemu guest (hot-unplug)" tests/qemu/run.sh --no-build --hotplug hot-unplug.sh

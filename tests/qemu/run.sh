@@ -66,6 +66,10 @@ Options:
                             ms=BYTES (metadata per block), mset=1 (extended LBA, metadata inline
                             after each block) or mset=0 (separate buffer), pi=0..3, pil=0|1;
                             e.g. --ns 512:16M:ms=8,mset=1
+                            Media errors (file backend only; blkdebug wraps the image):
+                            blkdebug=FILE: a QEMU blkdebug config ([inject-error] sections);
+                            bad=rS,wS,...: EIO (errno 5, every time) on reads (r) or writes (w)
+                            touching 512-byte sector S; e.g. --ns 4096:16M:bad=r2048,w4096
   --mdts N                  controller MDTS (default $MDTS: 2^N * 4 KiB)
   --qpairs N                controller max_ioqpairs (default $QPAIRS)
   --mem SIZE                guest memory (default $MEM)
@@ -96,7 +100,7 @@ note() { echo "run.sh: $*" >&2; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
-    --ns) NS_SPECS+=("${2:?--ns needs LBASIZE:SIZE[:null][:ms=N,mset=0|1]}"); shift 2 ;;
+    --ns) NS_SPECS+=("${2:?--ns needs LBASIZE:SIZE[:null][:ms=N,mset=0|1][:blkdebug=FILE|:bad=rS,wS]}"); shift 2 ;;
     --mdts) MDTS=${2:?}; shift 2 ;;
     --qpairs) QPAIRS=${2:?}; shift 2 ;;
     --mem) MEM=${2:?}; shift 2 ;;
@@ -344,24 +348,65 @@ size_bytes() {
     esac
 }
 
+# blkdebug_config SPEC FIELD OUT: sets BLKDEBUG_CFG to the path of the blkdebug config for FIELD (blkdebug=FILE:
+# that file; bad=rS,wS,...: one written to OUT, an EIO injected on every read (r) or write (w)
+# request touching 512-byte sector S).
+blkdebug_config() {
+    local spec=$1 field=$2 out=$3 item event
+    case "$field" in
+    blkdebug=*)
+        local cfg=${field#blkdebug=}
+        [ -f "$cfg" ] || die "--ns $spec: blkdebug config '$cfg' does not exist"
+        cfg=$(realpath "$cfg")
+        BLKDEBUG_CFG=$cfg
+        return
+        ;;
+    esac
+    local items=()
+    IFS=, read -r -a items <<<"${field#bad=}"
+    [ "${#items[@]}" -gt 0 ] || die "--ns $spec: bad= needs rSECTOR or wSECTOR, comma-separated"
+    : >"$out"
+    for item in "${items[@]}"; do
+        case "$item" in
+        r[0-9]*) event=read_aio ;;
+        w[0-9]*) event=write_aio ;;
+        *) event="" ;;
+        esac
+        [[ -n "$event" && "${item:1}" =~ ^[0-9]+$ ]] ||
+            die "--ns $spec: '$item' is not rSECTOR or wSECTOR (512-byte sectors)"
+        printf '[inject-error]\nevent = "%s"\nerrno = "5"\nsector = "%s"\nonce = "off"\n\n' \
+            "$event" "${item:1}" >>"$out"
+    done
+    BLKDEBUG_CFG=$out
+}
+
 # Builds the -drive/-device arguments for the namespaces into QEMU_NS_ARGS and NS_LAYOUT
 # ("nsid:lba:bytes ..." for the guest).
 build_namespaces() {
     QEMU_NS_ARGS=()
     NS_LAYOUT=""
-    local k=0 spec lba size kind bytes extra meta opt
+    local k=0 spec lba size kind bytes meta opt field debug fields
     for spec in "${NS_SPECS[@]}"; do
         k=$((k + 1))
-        IFS=: read -r lba size kind extra <<<"$spec"
-        # The metadata options may come third (no backend named) or fourth (after 'null').
-        meta=""
-        case "$kind" in
-        *=*) meta=$kind; kind="" ;;
-        esac
-        if [ -n "${extra:-}" ]; then
-            [ -z "$meta" ] || die "--ns $spec: give the metadata options once"
-            meta=$extra
-        fi
+        IFS=: read -r -a fields <<<"$spec"
+        lba=${fields[0]:-}
+        size=${fields[1]:-}
+        # After SIZE, in any order: 'null', blkdebug=FILE or bad=..., metadata options.
+        kind="" meta="" debug=""
+        for field in "${fields[@]:2}"; do
+            case "$field" in
+            null) kind=null ;;
+            blkdebug=* | bad=*)
+                [ -z "$debug" ] || die "--ns $spec: give blkdebug=FILE or bad=... once"
+                debug=$field
+                ;;
+            *=*)
+                [ -z "$meta" ] || die "--ns $spec: give the metadata options once"
+                meta=$field
+                ;;
+            *) die "--ns $spec: '$field' is not 'null', metadata options (ms=8,mset=1), blkdebug=FILE or bad=rS,wS" ;;
+            esac
+        done
         if [ -n "$meta" ]; then
             local opts=()
             IFS=, read -r -a opts <<<"$meta"
@@ -375,18 +420,25 @@ build_namespaces() {
         [[ "$lba" =~ ^(512|4096)$ ]] || die "--ns $spec: LBASIZE must be 512 or 4096"
         bytes=$(size_bytes "${size:?--ns $spec: missing SIZE}")
         [ $((bytes % lba)) -eq 0 ] || die "--ns $spec: SIZE must be a multiple of LBASIZE"
-        case "${kind:-file}" in
-        null)
+        if [ "$kind" = null ]; then
+            [ -z "$debug" ] || die "--ns $spec: blkdebug/bad= need the file backend, not 'null'"
             QEMU_NS_ARGS+=(-drive "driver=null-co,size=$bytes,read-zeroes=on,id=ns$k,if=none")
-            ;;
-        file)
+        else
             local img=$WORK/ns$k.img
             rm -f "$img"
             truncate -s "$bytes" "$img"
-            QEMU_NS_ARGS+=(-drive "file=$img,if=none,id=ns$k,format=raw")
-            ;;
-        *) die "--ns $spec: third field must be 'null', metadata options (ms=8,mset=1) or absent" ;;
-        esac
+            local file=$img
+            if [ -n "$debug" ]; then
+                blkdebug_config "$spec" "$debug" "$WORK/ns$k.blkdebug"
+                # The legacy filename syntax: blkdebug:CONFIG:IMAGE, split at ':'; ',' would end
+                # the -drive option.
+                [[ "$BLKDEBUG_CFG$img" != *[:,]* ]] ||
+                    die "--ns $spec: the blkdebug config and image paths must not contain ':' or ','"
+                file="blkdebug:$BLKDEBUG_CFG:$img"
+                note "namespace $k: $debug ($file)"
+            fi
+            QEMU_NS_ARGS+=(-drive "file=$file,if=none,id=ns$k,format=raw")
+        fi
         QEMU_NS_ARGS+=(-device "nvme-ns,drive=ns$k,bus=nvme0,nsid=$k,logical_block_size=$lba,physical_block_size=$lba$meta")
         NS_LAYOUT="$NS_LAYOUT $k:$lba:$bytes"
     done
