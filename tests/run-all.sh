@@ -50,6 +50,24 @@ step "qemu guest (metadata namespaces)" tests/qemu/run.sh --no-build \
 # and writes of sector 4096 (LBA 512): media errors on exactly those requests.
 step "qemu guest (media errors)" tests/qemu/run.sh --no-build \
     --ns 4096:16M:bad=r2048,w4096 --ns 512:16M media-errors.sh
+# The core cases on every other controller layout of tests/qemu/layouts (many namespaces with
+# gaps in their ids, MDTS 1 and 0, one queue pair, 4 KiB-only namespaces), one boot each.
+# shellcheck disable=SC2317 # called through step
+qemu_layouts() {
+    local name t0 failed=()
+    for name in $(tests/qemu/run.sh --list-layouts | awk '/^[^[:space:]]/ { print $1 }'); do
+        [ "$name" = default ] && continue
+        t0=$SECONDS
+        if tests/qemu/run.sh --no-build --layout "$name" identify.sh hello.sh integrity.sh bad-input.sh; then
+            echo "==== layout $name: PASS ($((SECONDS - t0))s)"
+        else
+            echo "==== layout $name: FAIL ($((SECONDS - t0))s)"
+            failed+=("$name")
+        fi
+    done
+    [ ${#failed[@]} -eq 0 ] || { echo "==== layouts failed: ${failed[*]}"; return 1; }
+}
+step "qemu guest (layouts)" qemu_layouts
 # Its own boot: the controller behind a pcie-root-port, hot-unplugged (QMP device_del) under load;
 # it is gone afterwards, so nothing else can run in this boot.
 step "qemu guest (hot-unplug)" tests/qemu/run.sh --no-build --hotplug hot-unplug.sh

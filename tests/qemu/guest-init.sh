@@ -7,7 +7,7 @@
 #   NVME_BDF          PCI address of QEMU's NVMe controller (vendor:device 1b36:0010)
 #   NVME_NS_COUNT     number of namespaces
 #   NVME_NS_LAYOUT    "nsid:lba_bytes:size_bytes ..." as configured on the host
-#   NVME_NS<K>_LBA, NVME_NS<K>_BYTES   the same per namespace
+#   NVME_NS<NSID>_LBA, NVME_NS<NSID>_BYTES   the same per namespace (nsids may have gaps)
 #   NVME_SECTORS      size of namespace 1 in 512-byte sectors
 #   NVME_MDTS, NVME_QPAIRS             controller settings
 # Each case starts with the controller bound to the kernel nvme driver.

@@ -19,6 +19,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 WORK=$HERE/work
 CASES_DIR=$HERE/cases
+LAYOUTS_FILE=$HERE/layouts
 
 # Our binaries copied into the guest when built.
 GUEST_BINS="nvme-identify nvme-hello nvme-dd nvme-perf guest-check blkexcl nvme-sqlite"
@@ -51,6 +52,8 @@ HOTPLUG=0
 LOG=""
 BUILD=1
 CASES=()
+GUEST_ENV=()
+LAYOUT=""
 
 usage() {
     cat <<EOF
@@ -59,13 +62,18 @@ Usage: tests/qemu/run.sh [options] CASE...
 CASE is a script in tests/qemu/cases/ (name, with or without .sh) or a path to one.
 
 Options:
+  --layout NAME             a named controller layout from tests/qemu/layouts: expands in place to
+                            its --ns/--mdts/--qpairs (and --guest-env) options; options given
+                            after it override --mdts/--qpairs and add namespaces
+  --list-layouts            print the layouts (name, options, description) and exit
   --ns LBASIZE:SIZE[:null][:META]
                             add a namespace (repeatable; SIZE like 64M; ':null' = null-co backend
                             that reads zeroes and drops writes). Default: 512:64M and 4096:64M.
                             META: metadata options of QEMU's nvme-ns, comma-separated:
                             ms=BYTES (metadata per block), mset=1 (extended LBA, metadata inline
                             after each block) or mset=0 (separate buffer), pi=0..3, pil=0|1;
-                            e.g. --ns 512:16M:ms=8,mset=1
+                            e.g. --ns 512:16M:ms=8,mset=1. Also nsid=N (default: the position
+                            of the --ns option, 1, 2, ...), e.g. --ns 4096:32M:nsid=9
                             Media errors (file backend only; blkdebug wraps the image):
                             blkdebug=FILE: a QEMU blkdebug config ([inject-error] sections);
                             bad=rS,wS,...: EIO (errno 5, every time) on reads (r) or writes (w)
@@ -75,6 +83,8 @@ Options:
   --mem SIZE                guest memory (default $MEM)
   --smp N                   guest CPUs (default $SMP)
   --append "ARGS"           extra kernel command line, e.g. nvme.poll_queues=1
+  --guest-env NAME=VALUE    export NAME=VALUE to the cases in the guest (repeatable; a case
+                            knob, e.g. INTEGRITY_SIZES=512,4096)
   --timeout SECONDS         overall watchdog (default $TIMEOUT)
   --case-timeout SECONDS    per-case limit inside the guest (default $CASE_TIMEOUT)
   --hotplug                 controller behind a pcie-root-port, QMP socket in the work dir; the
@@ -98,8 +108,35 @@ die() {
 }
 note() { echo "run.sh: $*" >&2; }
 
+# Prints the options of layout $1 (the middle field of its line in $LAYOUTS_FILE).
+layout_options() {
+    awk -F'|' -v want="$1" '/^[[:space:]]*(#|$)/ { next }
+        { n = $1; gsub(/[[:space:]]/, "", n); if (n == want) { print $2; found = 1; exit } }
+        END { exit !found }' "$LAYOUTS_FILE"
+}
+
+list_layouts() {
+    awk -F'|' '/^[[:space:]]*(#|$)/ { next }
+        { n = $1; gsub(/[[:space:]]/, "", n); o = $2; d = $3
+          gsub(/^[[:space:]]+|[[:space:]]+$/, "", o); gsub(/^[[:space:]]+|[[:space:]]+$/, "", d)
+          printf "%-11s %s\n            %s\n", n, d, o }' "$LAYOUTS_FILE"
+}
+
 while [ $# -gt 0 ]; do
     case "$1" in
+    --layout)
+        [ -z "$LAYOUT" ] || die "give --layout once"
+        LAYOUT=${2:?--layout needs a NAME (see --list-layouts)}
+        opts=$(layout_options "$LAYOUT") || die "no layout '$LAYOUT' in $LAYOUTS_FILE (see --list-layouts)"
+        shift 2
+        # shellcheck disable=SC2086 # the layout's options are blank-separated words
+        set -- $opts "$@"
+        ;;
+    --list-layouts) list_layouts; exit 0 ;;
+    --guest-env)
+        [[ "${2:-}" =~ ^[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_.,:/+-]*$ ]] ||
+            die "--guest-env needs NAME=VALUE (VALUE without blanks or quotes), not '${2:-}'"
+        GUEST_ENV+=("$2"); shift 2 ;;
     --ns) NS_SPECS+=("${2:?--ns needs LBASIZE:SIZE[:null][:ms=N,mset=0|1][:blkdebug=FILE|:bad=rS,wS]}"); shift 2 ;;
     --mdts) MDTS=${2:?}; shift 2 ;;
     --qpairs) QPAIRS=${2:?}; shift 2 ;;
@@ -328,6 +365,11 @@ build_initramfs() {
         echo "NVME_NS_LAYOUT='$NS_LAYOUT'"
         echo "NVME_MDTS=$MDTS"
         echo "NVME_QPAIRS=$QPAIRS"
+        echo "NVME_LAYOUT=${LAYOUT:-custom}"
+        local e
+        for e in ${GUEST_ENV[@]+"${GUEST_ENV[@]}"}; do
+            echo "export ${e%%=*}='${e#*=}'"
+        done
     } >"$r/etc/harness.conf"
 
     add_extra_bins
@@ -385,7 +427,7 @@ blkdebug_config() {
 build_namespaces() {
     QEMU_NS_ARGS=()
     NS_LAYOUT=""
-    local k=0 spec lba size kind bytes meta opt field debug fields
+    local k=0 spec lba size kind bytes meta opt field debug fields nsid used=" "
     for spec in "${NS_SPECS[@]}"; do
         k=$((k + 1))
         IFS=: read -r -a fields <<<"$spec"
@@ -407,16 +449,24 @@ build_namespaces() {
             *) die "--ns $spec: '$field' is not 'null', metadata options (ms=8,mset=1), blkdebug=FILE or bad=rS,wS" ;;
             esac
         done
+        nsid=$k
         if [ -n "$meta" ]; then
             local opts=()
             IFS=, read -r -a opts <<<"$meta"
             meta=""
             for opt in "${opts[@]}"; do
+                if [[ "$opt" =~ ^nsid=[0-9]+$ ]]; then
+                    nsid=${opt#nsid=}
+                    { [ "$nsid" -ge 1 ] && [ "$nsid" -le 256 ]; } || die "--ns $spec: nsid must be 1..256"
+                    continue
+                fi
                 [[ "$opt" =~ ^(ms|mset|pi|pil)=[0-9]+$ ]] ||
-                    die "--ns $spec: '$opt' is not a metadata option (ms=BYTES, mset=0|1, pi=0..3, pil=0|1)"
+                    die "--ns $spec: '$opt' is not a namespace option (nsid=N, ms=BYTES, mset=0|1, pi=0..3, pil=0|1)"
                 meta="$meta,$opt"
             done
         fi
+        case "$used" in *" $nsid "*) die "--ns $spec: nsid $nsid is used twice" ;; esac
+        used="$used$nsid "
         [[ "$lba" =~ ^(512|4096)$ ]] || die "--ns $spec: LBASIZE must be 512 or 4096"
         bytes=$(size_bytes "${size:?--ns $spec: missing SIZE}")
         [ $((bytes % lba)) -eq 0 ] || die "--ns $spec: SIZE must be a multiple of LBASIZE"
@@ -439,8 +489,8 @@ build_namespaces() {
             fi
             QEMU_NS_ARGS+=(-drive "file=$file,if=none,id=ns$k,format=raw")
         fi
-        QEMU_NS_ARGS+=(-device "nvme-ns,drive=ns$k,bus=nvme0,nsid=$k,logical_block_size=$lba,physical_block_size=$lba$meta")
-        NS_LAYOUT="$NS_LAYOUT $k:$lba:$bytes"
+        QEMU_NS_ARGS+=(-device "nvme-ns,drive=ns$k,bus=nvme0,nsid=$nsid,logical_block_size=$lba,physical_block_size=$lba$meta")
+        NS_LAYOUT="$NS_LAYOUT $nsid:$lba:$bytes"
     done
     NS_LAYOUT=${NS_LAYOUT# }
 }
@@ -538,7 +588,7 @@ QEMU_CMD=(
     -device "nvme,serial=deadbeef,id=nvme0,mdts=$MDTS,max_ioqpairs=$QPAIRS$NVME_BUS"
     "${QEMU_NS_ARGS[@]}"
 )
-note "accel=$ACCEL kernel=$KERNEL namespaces='$NS_LAYOUT' mdts=$MDTS qpairs=$QPAIRS"
+note "layout=${LAYOUT:-custom} accel=$ACCEL kernel=$KERNEL namespaces='$NS_LAYOUT' mdts=$MDTS qpairs=$QPAIRS"
 note "cases: ${CASES[*]}"
 note "${QEMU_CMD[*]}"
 BOOT=$(date +%s)

@@ -1,4 +1,5 @@
 # nvme-identify must refuse bad input with a helpful message, never a panic.
+# shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
 
 # The controller is bound to the kernel nvme driver here: the tool must say how to hand it over.

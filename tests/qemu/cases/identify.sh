@@ -1,4 +1,5 @@
 # nvme-identify through vfio-pci, then cross-checked against the kernel nvme driver's sysfs view.
+# shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
 
 bind_vfio
