@@ -464,31 +464,9 @@ impl Controller {
     /// Get Log Page `lid` for `nsid` from offset 0 into `out` (a non-empty multiple of 4
     /// bytes, at most one admin transfer).
     fn read_log_page(&self, lid: u8, nsid: u32, out: &mut [u8]) -> Result<()> {
-        let len = out.len();
-        let bytes = u32::try_from(len)
-            .ok()
-            .filter(|&b| b != 0 && b % 4 == 0)
-            .ok_or_else(|| {
-                Error::InvalidRequest(format!(
-                    "log page length {len} is not a non-zero multiple of 4 bytes"
-                ))
-            })?;
-        let buf = DmaBuffer::allocate(&self.inner.dma, len)?;
-        match self
-            .inner
-            .admin(command::get_log_page(lid, nsid, bytes), Some((&buf, len)))
-        {
-            Ok(_) => {
-                out.copy_from_slice(&buf[..len]);
-                Ok(())
-            }
-            Err(e @ (Error::Timeout { .. } | Error::ControllerFatal { .. })) => {
-                // The controller may still write the buffer: never free it.
-                std::mem::forget(buf);
-                Err(e)
-            }
-            Err(e) => Err(e),
-        }
+        let buf = self.inner.read_log(lid, nsid, out.len())?;
+        out.copy_from_slice(&buf[..out.len()]);
+        Ok(())
     }
 
     /// Controller capabilities (CAP).
@@ -1041,7 +1019,7 @@ impl Inner {
                 log_page::SMART_HEALTH => SMART_LOG_SIZE,
                 _ => IDENTIFY_DATA_SIZE,
             };
-            if let Err(err) = self.read_log_raw(e.log_page, bytes) {
+            if let Err(err) = self.read_log(e.log_page, NSID_BROADCAST, bytes) {
                 log::warn!(
                     "{}: reading log page {:#04x} for an event: {err}",
                     self.name,
@@ -1052,17 +1030,23 @@ impl Inner {
         events
     }
 
-    /// Reads `bytes` of log page `lid` (controller-wide) and discards them.
-    fn read_log_raw(&self, lid: u8, bytes: usize) -> Result<()> {
-        let page = DmaBuffer::allocate(&self.dma, bytes)?;
-        match self.admin(
-            command::get_log_page(lid, NSID_BROADCAST, bytes as u32),
-            Some((&page, bytes)),
-        ) {
-            Ok(_) => Ok(()),
+    /// Reads `len` bytes of log page `lid` for `nsid` into a fresh DMA buffer. After a
+    /// timeout or fatal status the buffer is leaked, never freed (the controller may still
+    /// write it).
+    pub(crate) fn read_log(&self, lid: u8, nsid: u32, len: usize) -> Result<DmaBuffer> {
+        let bytes = u32::try_from(len)
+            .ok()
+            .filter(|&b| b != 0 && b % 4 == 0)
+            .ok_or_else(|| {
+                Error::InvalidRequest(format!(
+                    "log page length {len} is not a non-zero multiple of 4 bytes"
+                ))
+            })?;
+        let buf = DmaBuffer::allocate(&self.dma, len)?;
+        match self.admin(command::get_log_page(lid, nsid, bytes), Some((&buf, len))) {
+            Ok(_) => Ok(buf),
             Err(e @ (Error::Timeout { .. } | Error::ControllerFatal { .. })) => {
-                // The controller may still write the page: never free it.
-                page.leak();
+                buf.leak();
                 Err(e)
             }
             Err(e) => Err(e),
