@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use nvme_spec::command::Cns;
@@ -29,7 +29,7 @@ use nvme_vfio::{DmaBuffer, DmaMapper, FunctionControl, InterruptController, Inte
 
 use crate::admin::AdminQueue;
 use crate::error::{Error, IoFailure, Result};
-use crate::namespace::Namespace;
+use crate::namespace::{Namespace, NamespaceChanges, NamespaceSet};
 use crate::prp;
 use crate::ring::ShadowBuffers;
 use crate::teardown::{DmaState, GuardedMapper};
@@ -201,9 +201,9 @@ pub(crate) struct Inner {
     /// Asynchronous Event Requests kept posted (min(AERL + 1, [`MAX_AERS`]); 0 when off).
     aers: usize,
     identify: Box<IdentifyController>,
-    namespaces: Vec<Namespace>,
-    /// Active namespaces that cannot be used, and why.
-    unsupported: Vec<(u32, String)>,
+    /// Active namespaces as of bring-up or the last rescan, replaced whole (readers clone
+    /// the `Arc`, never hold the lock across I/O).
+    namespaces: RwLock<Arc<NamespaceSet>>,
     io_queues: u16,
     /// `qid_in_use[q]` for q in 1..=io_queues.
     qid_in_use: Mutex<Vec<bool>>,
@@ -241,6 +241,10 @@ fn enabled_cc() -> Cc {
         .with_iocqes(CQES_LOG2)
         .with_en(true)
 }
+
+/// Namespaces probed one by one (1..=NN, at most this many) on controllers without the
+/// Active Namespace ID list (CNS 02h, NVMe 1.1).
+const MAX_PROBED_NAMESPACES: u32 = 1024;
 
 /// Registers read all ones when the device is gone (surprise removal, link down).
 pub(crate) const ALL_ONES: u32 = u32::MAX;
@@ -395,8 +399,7 @@ impl Controller {
             events: Mutex::new(VecDeque::new()),
             aers: 0,
             identify: Box::new(IdentifyController::default()),
-            namespaces: Vec::new(),
-            unsupported: Vec::new(),
+            namespaces: RwLock::new(Arc::new(NamespaceSet::default())),
             io_queues: 0,
             qid_in_use: Mutex::new(Vec::new()),
             shutdown_on_drop: options.shutdown_on_drop,
@@ -484,36 +487,48 @@ impl Controller {
         &self.inner.name
     }
 
-    /// Active namespaces, in namespace id order.
-    pub fn namespaces(&self) -> &[Namespace] {
-        &self.inner.namespaces
+    /// Active namespaces, in namespace id order (a snapshot: see
+    /// [`Controller::rescan_namespaces`]).
+    pub fn namespaces(&self) -> Vec<Namespace> {
+        self.inner.namespace_set().active.clone()
     }
 
     /// The active namespace `nsid`, or [`Error::InactiveNamespace`], or
     /// [`Error::UnsupportedNamespace`] when it is active but unusable (e.g. a metadata format).
     pub fn namespace(&self, nsid: u32) -> Result<Namespace> {
-        if let Some((_, reason)) = self.inner.unsupported.iter().find(|(n, _)| *n == nsid) {
+        let set = self.inner.namespace_set();
+        if let Some((_, reason)) = set.unsupported.iter().find(|(n, _)| *n == nsid) {
             return Err(Error::UnsupportedNamespace {
                 nsid,
                 reason: reason.clone(),
             });
         }
-        self.inner
-            .namespaces
+        set.active
             .iter()
             .find(|n| n.nsid() == nsid)
             .cloned()
             .ok_or_else(|| Error::InactiveNamespace {
                 nsid,
-                active: self.inner.namespaces.iter().map(|n| n.nsid()).collect(),
+                active: set.active.iter().map(|n| n.nsid()).collect(),
             })
     }
 
     /// Active namespaces this driver cannot do I/O on (not in [`Controller::namespaces`]),
     /// with the reason: formats with metadata or protection information, blocks larger than
     /// the largest transfer, bogus sizes.
-    pub fn unsupported_namespaces(&self) -> &[(u32, String)] {
-        &self.inner.unsupported
+    pub fn unsupported_namespaces(&self) -> Vec<(u32, String)> {
+        self.inner.namespace_set().unsupported.clone()
+    }
+
+    /// Re-reads the active namespace list and each namespace's Identify data, replaces what
+    /// [`Controller::namespaces`] returns, and says what changed. [`Controller::take_events`]
+    /// calls it on its own when the controller reports a Namespace Attribute Changed notice.
+    ///
+    /// [`Namespace`] handles taken before stay usable for what they describe: I/O to a
+    /// namespace that was detached fails with the device's Invalid Namespace status, and I/O
+    /// past a shrunken end with LBA Out of Range; take fresh handles after a change.
+    pub fn rescan_namespaces(&self) -> Result<NamespaceChanges> {
+        self.inner.rescan_namespaces()
     }
 
     /// I/O queue pairs the controller granted.
@@ -576,8 +591,8 @@ impl Controller {
     /// another event of that type. Requests stay posted on their own (re-posted as each
     /// completes, and after a reset); events are collected whenever the admin queue is used
     /// and on every queue pair's health tick (about every 50 ms while polled). At most 64 are
-    /// kept. A namespace attribute change is only reported: re-open the controller to see the
-    /// new namespace list.
+    /// kept. A namespace attribute change also rescans the namespaces
+    /// ([`Controller::rescan_namespaces`]; a failed rescan is logged and keeps the old list).
     pub fn take_events(&self) -> Vec<AsyncEvent> {
         self.inner.take_events()
     }
@@ -744,22 +759,8 @@ impl Inner {
 
     fn identify_all(&mut self, io_queues: u16) -> Result<()> {
         let mut page = DmaBuffer::allocate(&self.dma, IDENTIFY_DATA_SIZE)?;
-        let identify_into = |inner: &Self,
-                             cns: Cns,
-                             nsid: u32,
-                             page: &mut DmaBuffer|
-         -> Result<[u8; IDENTIFY_DATA_SIZE]> {
-            page.fill(0);
-            inner.admin(
-                command::identify(cns, nsid),
-                Some((page, IDENTIFY_DATA_SIZE)),
-            )?;
-            let mut bytes = [0u8; IDENTIFY_DATA_SIZE];
-            bytes.copy_from_slice(&page[..IDENTIFY_DATA_SIZE]);
-            Ok(bytes)
-        };
         let id =
-            IdentifyController::from_bytes(&identify_into(self, Cns::Controller, 0, &mut page)?);
+            IdentifyController::from_bytes(&self.identify_page(Cns::Controller, 0, &mut page)?);
         let (sqes_min, _) = id.sqes_min_max();
         let (cqes_min, _) = id.cqes_min_max();
         if sqes_min > SQES_LOG2 || cqes_min > CQES_LOG2 {
@@ -809,31 +810,81 @@ impl Inner {
             self.io_queues
         );
 
+        *self.identify = id;
+        let set = self.scan_namespaces(&mut page)?;
+        *self.namespaces.get_mut().unwrap_or_else(|p| p.into_inner()) = Arc::new(set);
+        Ok(())
+    }
+
+    /// Identify `cns` for `nsid` through `page` (an [`IDENTIFY_DATA_SIZE`]-byte buffer).
+    fn identify_page(
+        &self,
+        cns: Cns,
+        nsid: u32,
+        page: &mut DmaBuffer,
+    ) -> Result<[u8; IDENTIFY_DATA_SIZE]> {
+        page.fill(0);
+        self.admin(
+            command::identify(cns, nsid),
+            Some((page, IDENTIFY_DATA_SIZE)),
+        )?;
+        let mut bytes = [0u8; IDENTIFY_DATA_SIZE];
+        bytes.copy_from_slice(&page[..IDENTIFY_DATA_SIZE]);
+        Ok(bytes)
+    }
+
+    /// Reads the active namespace list and each namespace's Identify data.
+    fn scan_namespaces(&self, page: &mut DmaBuffer) -> Result<NamespaceSet> {
         // Active namespace list (CNS 02h, NVMe 1.1+); older controllers: probe 1..=NN.
-        let nsids: Vec<u32> = match identify_into(self, Cns::ActiveNamespaceList, 0, &mut page) {
+        let nsids: Vec<u32> = match self.identify_page(Cns::ActiveNamespaceList, 0, page) {
             Ok(bytes) => NamespaceList::from_bytes(&bytes).active().collect(),
-            Err(Error::Command { .. }) => (1..=id.nn.min(1024)).collect(),
+            Err(Error::Command { .. }) => {
+                (1..=self.identify.nn.min(MAX_PROBED_NAMESPACES)).collect()
+            }
             Err(e) => return Err(e),
         };
-        let mut namespaces = Vec::with_capacity(nsids.len());
+        let mut set = NamespaceSet::default();
         for nsid in nsids {
-            let data = IdentifyNamespace::from_bytes(&identify_into(
-                self,
-                Cns::Namespace,
-                nsid,
-                &mut page,
-            )?);
+            let data =
+                IdentifyNamespace::from_bytes(&self.identify_page(Cns::Namespace, nsid, page)?);
             match Namespace::from_identify(nsid, data, self.max_transfer) {
-                Ok(ns) => namespaces.push(ns),
+                Ok(ns) => set.active.push(ns),
                 Err(reason) => {
                     log::warn!("{}: namespace {nsid} skipped: {reason}", self.name);
-                    self.unsupported.push((nsid, reason));
+                    set.unsupported.push((nsid, reason));
                 }
             }
         }
-        self.namespaces = namespaces;
-        *self.identify = id;
-        Ok(())
+        Ok(set)
+    }
+
+    /// The current namespace set.
+    fn namespace_set(&self) -> Arc<NamespaceSet> {
+        self.namespaces
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// See [`Controller::rescan_namespaces`].
+    fn rescan_namespaces(&self) -> Result<NamespaceChanges> {
+        let mut page = DmaBuffer::allocate(&self.dma, IDENTIFY_DATA_SIZE)?;
+        let set = match self.scan_namespaces(&mut page) {
+            Ok(set) => set,
+            Err(e @ (Error::Timeout { .. } | Error::ControllerFatal { .. })) => {
+                // The device may still write the page.
+                page.leak();
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        let old = self.namespace_set();
+        let changes = NamespaceChanges::between(&old, &set);
+        *self.namespaces.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(set);
+        if !changes.is_empty() {
+            log::info!("{}: namespaces changed: {changes:?}", self.name);
+        }
+        Ok(changes)
     }
 
     /// Sets up shadow doorbells (NVMe Base 2.0 §5.8) if the controller supports them.
@@ -1024,6 +1075,14 @@ impl Inner {
                     "{}: reading log page {:#04x} for an event: {err}",
                     self.name,
                     e.log_page
+                );
+            }
+        }
+        if events.iter().any(AsyncEvent::is_namespace_change) {
+            if let Err(err) = self.rescan_namespaces() {
+                log::warn!(
+                    "{}: rescanning namespaces after a change notice: {err}",
+                    self.name
                 );
             }
         }

@@ -28,7 +28,7 @@ pub use controller::{
     HOST_PAGE_SIZE,
 };
 pub use error::{Error, IoFailure, Result};
-pub use namespace::Namespace;
+pub use namespace::{Namespace, NamespaceChanges};
 pub use queue_pair::{
     Completion, QueuePair, QueuePairOptions, QueuePairStats, DEFAULT_QUEUE_DEPTH,
     MAX_BLOCKS_PER_COMMAND, MAX_COMMANDS_PER_REQUEST,

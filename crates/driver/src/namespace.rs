@@ -226,3 +226,60 @@ mod tests {
         assert!(Namespace::from_identify(1, identify(15, 0, 100), 32 << 10).is_ok());
     }
 }
+
+/// The namespaces a controller found in one scan.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct NamespaceSet {
+    /// Usable namespaces, in namespace id order.
+    pub active: Vec<Namespace>,
+    /// Active namespaces that cannot be used, and why.
+    pub unsupported: Vec<(u32, String)>,
+}
+
+impl NamespaceSet {
+    /// Every active namespace id, usable or not, with its geometry (None when unusable).
+    fn ids(&self) -> impl Iterator<Item = (u32, Option<(u32, u64)>)> + '_ {
+        self.active
+            .iter()
+            .map(|n| (n.nsid, Some((n.block_size, n.blocks))))
+            .chain(self.unsupported.iter().map(|(id, _)| (*id, None)))
+    }
+}
+
+/// What a namespace rescan found different (namespace ids, ascending).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NamespaceChanges {
+    /// Newly active.
+    pub added: Vec<u32>,
+    /// No longer active.
+    pub removed: Vec<u32>,
+    /// Still active with a different block size, capacity or usability.
+    pub changed: Vec<u32>,
+}
+
+impl NamespaceChanges {
+    pub(crate) fn between(old: &NamespaceSet, new: &NamespaceSet) -> Self {
+        let before: std::collections::BTreeMap<u32, Option<(u32, u64)>> = old.ids().collect();
+        let after: std::collections::BTreeMap<u32, Option<(u32, u64)>> = new.ids().collect();
+        let mut changes = Self::default();
+        for (id, geometry) in &after {
+            match before.get(id) {
+                None => changes.added.push(*id),
+                Some(g) if g != geometry => changes.changed.push(*id),
+                Some(_) => {}
+            }
+        }
+        changes.removed = before
+            .keys()
+            .filter(|id| !after.contains_key(id))
+            .copied()
+            .collect();
+        changes
+    }
+
+    /// Nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+}

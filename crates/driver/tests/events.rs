@@ -88,3 +88,85 @@ fn an_event_storm_is_bounded_and_does_not_stall_io() {
     }
     assert!(total >= 64, "{total}");
 }
+
+/// A two-namespace emulator whose namespace 2 starts detached.
+fn start_with_detached_ns2() -> (SimController, Controller) {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let second = nvme_sim::SimNamespace {
+        nsid: 2,
+        block_size: 4096,
+        blocks: 1024,
+        ..Default::default()
+    };
+    let sim = SimController::start(SimConfig {
+        namespaces: vec![nvme_sim::SimNamespace::default(), second],
+        ..SimConfig::default()
+    });
+    sim.set_namespace_attached(2, false);
+    let transport =
+        Transport::new(sim.mmio(), sim.dma(), "sim").with_function_control(sim.function_control());
+    let ctrl = Controller::new(transport, ControllerOptions::default()).expect("bring-up");
+    (sim, ctrl)
+}
+
+fn nsids(ctrl: &Controller) -> Vec<u32> {
+    ctrl.namespaces().iter().map(|n| n.nsid()).collect()
+}
+
+#[test]
+fn namespace_attribute_notice_rescans_the_namespaces() {
+    let (sim, ctrl) = start_with_detached_ns2();
+    assert_eq!(nsids(&ctrl), [1]);
+    assert!(ctrl.namespace(2).is_err());
+    // Stale notice from before bring-up: nothing changed since then.
+    let _ = ctrl.take_events();
+
+    // Attach: the notice arrives, take_events rescans, namespace 2 is usable.
+    sim.set_namespace_attached(2, true);
+    let got = events(&ctrl, 1);
+    assert!(got[0].is_namespace_change(), "{got:?}");
+    assert_eq!(nsids(&ctrl), [1, 2]);
+    let ns2 = ctrl.namespace(2).expect("namespace 2 after the rescan");
+    assert_eq!((ns2.block_size(), ns2.blocks()), (4096, 1024));
+    let mut q = ctrl.create_queue_pair(QueuePairOptions::default()).unwrap();
+    let mut buf = ctrl.alloc_buffer(4096).unwrap();
+    buf.fill(0x5A);
+    let buf = q
+        .write(&ns2, 7, 1, buf, false)
+        .expect("write to the attached namespace");
+    assert_eq!(sim.read_disk(2, 7 * 4096, 4096), vec![0x5A; 4096]);
+
+    // Detach namespace 1: it disappears from the list; an old handle's I/O gets the device's
+    // Invalid Namespace or Format status, not a hang or a panic.
+    let ns1 = ctrl.namespace(1).unwrap();
+    sim.set_namespace_attached(1, false);
+    events(&ctrl, 1);
+    assert_eq!(nsids(&ctrl), [2]);
+    match q.read(&ns1, 0, 1, buf) {
+        Err(nvme_driver::IoFailure {
+            error: nvme_driver::Error::Command { status, .. },
+            ..
+        }) => {
+            assert_eq!(status.sct(), nvme_driver::spec::StatusCodeType::Generic);
+            assert_eq!(
+                status.sc(),
+                nvme_driver::spec::status::generic::INVALID_NAMESPACE_OR_FORMAT
+            )
+        }
+        other => panic!("read of a detached namespace: {other:?}"),
+    }
+
+    // An explicit rescan with nothing new reports no change.
+    assert!(ctrl.rescan_namespaces().unwrap().is_empty());
+}
+
+#[test]
+fn rescan_reports_what_changed() {
+    let (sim, ctrl) = start_with_detached_ns2();
+    sim.set_namespace_attached(2, true);
+    sim.set_namespace_attached(1, false);
+    let changes = ctrl.rescan_namespaces().unwrap();
+    assert_eq!(changes.added, [2]);
+    assert_eq!(changes.removed, [1]);
+    assert!(changes.changed.is_empty());
+}

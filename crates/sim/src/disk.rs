@@ -3,6 +3,7 @@
 //! Each namespace's bytes sit behind their own mutex: the device thread holds it for the data
 //! phase of one command, tests hold it to inspect or seed the medium.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::config::SimNamespace;
@@ -18,6 +19,9 @@ pub(crate) struct Disk {
     pub extended: bool,
     /// End-to-end protection type (DPS bits 2:0), reported only.
     pub protection: u8,
+    /// Attached to the controller: listed as active and served. A detached namespace keeps
+    /// its bytes (re-attaching brings them back), as a namespace management detach would.
+    attached: AtomicBool,
     data: Mutex<Vec<u8>>,
 }
 
@@ -59,7 +63,12 @@ impl Disk {
 }
 
 /// All namespaces, in configuration order.
-pub(crate) struct Disks(Vec<Disk>);
+pub(crate) struct Disks(Vec<Disk>, ChangedList);
+
+/// Namespaces attached or detached since the host last read the Changed Namespace List log
+/// page (NVMe Base 2.0 §5.16.1.5).
+#[derive(Default)]
+struct ChangedList(Mutex<Vec<u32>>);
 
 impl Disks {
     pub fn new(namespaces: &[SimNamespace]) -> Self {
@@ -80,24 +89,57 @@ impl Disks {
                         metadata_size: ns.metadata_size,
                         extended: ns.extended,
                         protection: ns.protection,
+                        attached: AtomicBool::new(true),
                         // `vec![0; n]` gets lazily zeroed pages from the allocator, so large
                         // namespaces cost nothing until written.
                         data: Mutex::new(vec![0u8; bytes]),
                     }
                 })
                 .collect(),
+            ChangedList::default(),
         )
     }
 
-    /// The namespace with this ID (a linear scan: there are only a handful).
+    /// The attached namespace with this ID (a linear scan: there are only a handful).
     #[inline]
     pub fn get(&self, nsid: u32) -> Option<&Disk> {
-        self.0.iter().find(|d| d.nsid == nsid)
+        self.0
+            .iter()
+            .find(|d| d.nsid == nsid && d.attached.load(Ordering::Relaxed))
+    }
+
+    /// IDs of the attached namespaces, in configuration order.
+    pub fn attached(&self) -> impl Iterator<Item = u32> + '_ {
+        self.0
+            .iter()
+            .filter(|d| d.attached.load(Ordering::Relaxed))
+            .map(|d| d.nsid)
+    }
+
+    /// Attaches or detaches configured namespace `nsid`; false when it is not configured.
+    pub fn set_attached(&self, nsid: u32, attached: bool) -> bool {
+        match self.0.iter().find(|d| d.nsid == nsid) {
+            Some(d) => {
+                d.attached.store(attached, Ordering::Relaxed);
+                let mut changed = self.1 .0.lock().unwrap_or_else(|p| p.into_inner());
+                if !changed.contains(&nsid) {
+                    changed.push(nsid);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Takes the IDs changed since the last call (the Changed Namespace List; reading it
+    /// clears it).
+    pub fn take_changed(&self) -> Vec<u32> {
+        std::mem::take(&mut *self.1 .0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// The namespace or a panic naming the configured IDs (test helper paths only).
     pub fn expect(&self, nsid: u32) -> &Disk {
-        self.get(nsid).unwrap_or_else(|| {
+        self.0.iter().find(|d| d.nsid == nsid).unwrap_or_else(|| {
             let ids: Vec<u32> = self.0.iter().map(|d| d.nsid).collect();
             panic!("no namespace {nsid} in the emulated controller (configured: {ids:?})")
         })

@@ -206,6 +206,26 @@ impl SimController {
         self.shared.counters.snapshot()
     }
 
+    /// Attaches (`true`) or detaches configured namespace `nsid`, as namespace management
+    /// would: the active namespace list and Identify follow at once, I/O to a detached
+    /// namespace fails with Invalid Namespace or Format, its bytes are kept. Records the
+    /// change in the Changed Namespace List log page and raises the Namespace Attribute
+    /// Changed notice (NVMe Base 2.0 §5.2.1), which completes an outstanding Asynchronous
+    /// Event Request.
+    ///
+    /// Panics if `nsid` is not configured.
+    pub fn set_namespace_attached(&self, nsid: u32, attached: bool) {
+        assert!(
+            self.shared.disks.set_attached(nsid, attached),
+            "no namespace {nsid} in the emulated controller"
+        );
+        self.shared.faults.raise_async_event(
+            nvme_spec::event::event_type::NOTICE,
+            nvme_spec::event::notice::NAMESPACE_ATTRIBUTE_CHANGED,
+            nvme_spec::opcode::log_page::CHANGED_NAMESPACE_LIST,
+        );
+    }
+
     /// `len` bytes of namespace `nsid` from `byte_offset`, as the medium holds them.
     ///
     /// Panics if the namespace does not exist or the range is beyond its end.

@@ -28,15 +28,31 @@ pub enum AsyncEventType {
     Reserved(u8),
 }
 
+/// Asynchronous Event Type codes (completion dword 0 bits 2:0).
+pub mod event_type {
+    /// Error status.
+    pub const ERROR_STATUS: u8 = 0x0;
+    /// SMART / Health status.
+    pub const SMART_HEALTH: u8 = 0x1;
+    /// Notice.
+    pub const NOTICE: u8 = 0x2;
+    /// Immediate.
+    pub const IMMEDIATE: u8 = 0x3;
+    /// I/O command set specific status.
+    pub const IO_COMMAND_SET_SPECIFIC: u8 = 0x6;
+    /// Vendor specific.
+    pub const VENDOR_SPECIFIC: u8 = 0x7;
+}
+
 impl AsyncEventType {
     fn from_bits(bits: u8) -> Self {
         match bits {
-            0 => Self::ErrorStatus,
-            1 => Self::SmartHealth,
-            2 => Self::Notice,
-            3 => Self::Immediate,
-            6 => Self::IoCommandSetSpecific,
-            7 => Self::VendorSpecific,
+            event_type::ERROR_STATUS => Self::ErrorStatus,
+            event_type::SMART_HEALTH => Self::SmartHealth,
+            event_type::NOTICE => Self::Notice,
+            event_type::IMMEDIATE => Self::Immediate,
+            event_type::IO_COMMAND_SET_SPECIFIC => Self::IoCommandSetSpecific,
+            event_type::VENDOR_SPECIFIC => Self::VendorSpecific,
             other => Self::Reserved(other),
         }
     }
@@ -65,6 +81,13 @@ pub struct AsyncEvent {
 }
 
 impl AsyncEvent {
+    /// Whether this is the Namespace Attribute Changed notice (the active namespace list or
+    /// a namespace's Identify data changed; the Changed Namespace List names which).
+    pub fn is_namespace_change(&self) -> bool {
+        self.event_type == AsyncEventType::Notice
+            && self.info == notice::NAMESPACE_ATTRIBUTE_CHANGED
+    }
+
     /// Decodes completion dword 0 of an Asynchronous Event Request.
     pub fn from_dw0(dw0: u32) -> Self {
         Self {

@@ -75,7 +75,7 @@ fn run(cli: &Cli) -> Result<(), IdentifyError> {
             .iter()
             .map(|ns| (ns.nsid(), ns.identify())),
     )
-    .with_unsupported(ctrl.unsupported_namespaces());
+    .with_unsupported(&ctrl.unsupported_namespaces());
     let text = if cli.json {
         report.to_json()? + "\n"
     } else {

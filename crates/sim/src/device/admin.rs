@@ -335,10 +335,8 @@ impl Device {
             }
             let mut ids: Vec<u32> = self
                 .shared
-                .config
-                .namespaces
-                .iter()
-                .map(|n| n.nsid)
+                .disks
+                .attached()
                 .filter(|&id| id > sqe.nsid)
                 .collect();
             ids.sort_unstable();
@@ -619,6 +617,18 @@ impl Device {
                 self.smart_log_page().to_vec()
             }
             log_page::FIRMWARE_SLOT => Vec::new(),
+            log_page::CHANGED_NAMESPACE_LIST => {
+                // Up to 1024 IDs; more changes than that read as one entry FFFFFFFFh.
+                let mut changed = self.shared.disks.take_changed();
+                if changed.len() > NAMESPACE_LIST_ENTRIES {
+                    changed = vec![NSID_BROADCAST];
+                }
+                let mut list = NamespaceList::default();
+                for (slot, id) in list.ids.iter_mut().zip(changed) {
+                    *slot = id;
+                }
+                list.to_bytes().to_vec()
+            }
             _ => {
                 return Err(fail(command_specific_status(
                     command_specific::INVALID_LOG_PAGE,
