@@ -573,8 +573,10 @@ impl Controller {
     /// submission and poll (one atomic load, no lock). When a pair sees a new generation it
     /// completes every request that was in flight with the retryable [`Error::Reset`] (buffers
     /// returned: the controller was disabled first, so nothing can still write them), then
-    /// re-creates its submission and completion queues. While the reset runs, submissions
-    /// fail at once with the retryable [`Error::Resetting`] (they are not queued).
+    /// re-creates its submission and completion queues; a pair created with
+    /// `QueuePairOptions::resubmit_after_reset` submits those requests again instead. While
+    /// the reset runs, submissions fail at once with the retryable [`Error::Resetting`] (they
+    /// are not queued).
     ///
     /// Also the way back from a failed controller (fatal status, admin timeout), unless it
     /// could not even be disabled (then its memory was leaked and this returns

@@ -69,6 +69,12 @@ pub struct QueuePairOptions {
     /// turns it off: such submissions fail with [`Error::QueueFull`] and the buffer comes back.
     /// Costs nothing until the ring is full.
     pub software_queue: usize,
+    /// After a controller reset, submit the requests that were in flight again on the
+    /// re-created queues (same command, same buffer, same request context) instead of
+    /// completing them with [`Error::Reset`]. Requests already reported to the caller (timed
+    /// out) are not resubmitted. Off by default: when on, each submission also keeps a copy
+    /// of its 64-byte command (a few stores per I/O).
+    pub resubmit_after_reset: bool,
 }
 
 impl Default for QueuePairOptions {
@@ -79,6 +85,7 @@ impl Default for QueuePairOptions {
             max_completions_per_poll: usize::MAX,
             interrupts: false,
             software_queue: 0,
+            resubmit_after_reset: false,
         }
     }
 }
@@ -194,6 +201,9 @@ pub struct QueuePair {
     /// (failed, resetting, a new reset generation) sends submissions and polls to the slow
     /// path.
     ctrl_state: u64,
+    /// Copy of each slot's last command, by tag index, when requests are resubmitted after
+    /// a reset (`QueuePairOptions::resubmit_after_reset`).
+    saved: Option<Box<[SubmissionEntry]>>,
     /// Interrupt vector of the completion queue (to re-create it after a reset).
     vector: Option<u16>,
     irq: Option<Arc<InterruptEvent>>,
@@ -340,6 +350,9 @@ impl QueuePair {
             queue_limit: options.software_queue,
             domain: ctrl.dma.domain(),
             ctrl_state,
+            saved: options
+                .resubmit_after_reset
+                .then(|| vec![SubmissionEntry::default(); slots as usize].into_boxed_slice()),
             vector,
             irq,
             ctrl,
@@ -930,6 +943,9 @@ impl QueuePair {
     #[inline(always)]
     fn push_command(&mut self, tag: Tag, mut sqe: SubmissionEntry) {
         sqe.set_cid(tag.cid());
+        if let Some(saved) = self.saved.as_deref_mut() {
+            saved[tag.index()] = sqe;
+        }
         self.sq.push(&sqe);
         self.stats.commands_submitted += 1;
     }
@@ -963,16 +979,29 @@ impl QueuePair {
 
     /// After a controller reset (new generation in `state`): fails every request that was in
     /// flight with [`Error::Reset`] (into `deferred`, or `sync_done` for a synchronous
-    /// caller), releases retired slots, empties the rings and re-creates both queues.
+    /// caller), or with `resubmit_after_reset` keeps those not yet reported for resubmission;
+    /// releases retired slots, empties the rings, re-creates both queues and submits the kept
+    /// commands again.
     ///
     /// The reset disabled the controller before it could get here (CSTS.RDY read 0), so no
     /// command of the old generation can still touch the rings, slot pages or buffers.
     #[cold]
     fn recover(&mut self, state: u64) -> Result<()> {
         let live: Vec<Tag> = self.tags.iter_in_use().collect();
+        let resubmit = self.saved.is_some();
+        // Commands to submit again: awaiting commands of groups not yet reported.
+        let mut again = Vec::new();
         let mut heads = Vec::with_capacity(live.len());
         for &tag in &live {
-            if self.tags.get(tag).head == tag {
+            let slot = self.tags.get(tag);
+            let head = slot.head;
+            if resubmit && !self.tags.get(head).reported {
+                if slot.awaiting {
+                    again.push(tag);
+                }
+                continue;
+            }
+            if head == tag {
                 heads.push(tag);
             } else {
                 self.tags.free(tag);
@@ -1025,9 +1054,24 @@ impl QueuePair {
         )?;
         self.ctrl_state = state;
         self.epoch_started = Instant::now();
+        let resubmitted = again.len();
+        if let Some(saved) = self.saved.take() {
+            // At most `depth - 1` commands were in flight, so the empty ring holds them all.
+            for &tag in &again {
+                let epoch = self.epoch;
+                let slot = self.tags.get_mut(tag);
+                slot.expired = false;
+                slot.abort_sent = false;
+                slot.epoch = epoch;
+                self.sq.push(&saved[tag.index()]);
+                self.stats.commands_submitted += 1;
+            }
+            self.saved = Some(saved);
+            self.ring();
+        }
         log::info!(
             "{} queue {}: re-created after a reset; {failed} requests failed with a \
-             retryable error",
+             retryable error, {resubmitted} commands submitted again",
             self.ctrl.name,
             self.qid
         );

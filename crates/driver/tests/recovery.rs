@@ -365,3 +365,87 @@ fn a_device_release_request_fails_io_and_lets_go_promptly() {
         asked.elapsed()
     );
 }
+
+#[test]
+fn with_resubmit_after_reset_in_flight_writes_complete_once_the_queues_are_back() {
+    let (sim, ctrl) = start(SimConfig::default());
+    let ns = ctrl.namespace(NS).unwrap();
+    let mut q = ctrl
+        .create_queue_pair(QueuePairOptions {
+            depth: 128,
+            timeout: Duration::from_secs(10),
+            resubmit_after_reset: true,
+            ..Default::default()
+        })
+        .unwrap();
+    round_trip(&mut q, &ctrl, 1000, 0x11);
+    // 100 writes fetched but held by the device; the reset cancels them (they never execute),
+    // so only a resubmission can put their data on the medium.
+    sim.faults().delay_execution(100, Duration::from_secs(3600));
+    for i in 0..100u64 {
+        let mut b = ctrl.alloc_buffer(BLOCK).unwrap();
+        b.fill(i as u8 + 1);
+        q.submit_write(&ns, i, 1, b, false, i).unwrap();
+    }
+    let submitted = q.stats().commands_submitted;
+    std::thread::sleep(Duration::from_millis(50));
+    ctrl.reset().expect("reset");
+
+    let mut done = [false; 100];
+    let start = Instant::now();
+    while done.iter().any(|d| !d) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "still waiting for {} writes",
+            done.iter().filter(|d| !**d).count()
+        );
+        q.poll(|c| {
+            c.result.expect("a resubmitted write succeeds");
+            let buf = c.buffer.expect("the buffer comes back");
+            assert!(
+                buf.iter().all(|&x| x == c.user_data as u8 + 1),
+                "context kept"
+            );
+            assert!(!done[c.user_data as usize], "completed twice");
+            done[c.user_data as usize] = true;
+        });
+    }
+    assert_eq!(q.stats().commands_submitted, submitted + 100);
+    for i in 0..100u64 {
+        assert_eq!(
+            sim.read_disk(NS, i * BLOCK as u64, BLOCK),
+            vec![i as u8 + 1; BLOCK],
+            "LBA {i}"
+        );
+    }
+    assert_eq!(q.in_flight(), 0);
+    round_trip(&mut q, &ctrl, 1001, 0x22);
+}
+
+#[test]
+fn with_resubmit_after_reset_a_synchronous_read_waiting_across_a_reset_gets_its_data() {
+    let (sim, ctrl) = start(SimConfig::default());
+    let ns = ctrl.namespace(NS).unwrap();
+    let mut q = ctrl
+        .create_queue_pair(QueuePairOptions {
+            depth: 16,
+            timeout: Duration::from_secs(10),
+            resubmit_after_reset: true,
+            ..Default::default()
+        })
+        .unwrap();
+    sim.write_disk(NS, 7 * BLOCK as u64, &[0xC3; BLOCK]);
+    sim.faults().delay_execution(1, Duration::from_secs(3600));
+    let resetter = {
+        let ctrl = ctrl.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            ctrl.reset()
+        })
+    };
+    let back = q
+        .read(&ns, 7, 1, ctrl.alloc_buffer(BLOCK).unwrap())
+        .expect("the read is resubmitted after the reset");
+    assert!(back.iter().all(|&x| x == 0xC3));
+    resetter.join().unwrap().expect("reset");
+}
