@@ -30,6 +30,7 @@ use crate::error::PerfError;
 use crate::rng::LbaGen;
 use crate::runner::{self, Geometry, Setup};
 use crate::target::Target;
+use crate::verify::{self, Check, NoCheck, Verifier};
 
 /// Alignment of the I/O buffers (O_DIRECT needs the logical block size; a page covers all).
 const BUFFER_ALIGN: usize = 4096;
@@ -68,6 +69,25 @@ impl AlignedBuffers {
             }
         }
         Ok(Self { ptrs, layout })
+    }
+
+    /// Buffer `i`'s bytes.
+    ///
+    /// # Safety
+    /// No I/O in flight references buffer `i` (its index is free, or its CQE was just reaped).
+    unsafe fn slice(&self, i: usize) -> &[u8] {
+        // SAFETY: `ptrs[i]` is a live allocation of `layout.size()` initialised (zeroed)
+        // bytes; by the caller's guarantee the kernel does not write it meanwhile.
+        unsafe { std::slice::from_raw_parts(self.ptrs[i].as_ptr(), self.layout.size()) }
+    }
+
+    /// Buffer `i`'s bytes, to fill.
+    ///
+    /// # Safety
+    /// As [`AlignedBuffers::slice`].
+    unsafe fn slice_mut(&mut self, i: usize) -> &mut [u8] {
+        // SAFETY: as in `slice`; `&mut self` makes this the only reference from this side.
+        unsafe { std::slice::from_raw_parts_mut(self.ptrs[i].as_ptr(), self.layout.size()) }
     }
 
     fn iovecs(&self) -> Vec<libc::iovec> {
@@ -163,6 +183,8 @@ impl<R: Quiesce, B> Drop for FixedIo<R, B> {
 struct Worker {
     io: FixedIo,
     gen: LbaGen,
+    /// With `--verify`: this thread's verification state.
+    verifier: Option<Verifier>,
 }
 
 fn uring_error(what: &'static str, hint: &'static str) -> impl FnOnce(std::io::Error) -> PerfError {
@@ -217,6 +239,10 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
     };
     let (file, lba_size, bytes) = open_device(path, config.mix.writes())?;
     let geometry = Geometry::new(config, 0, lba_size, bytes / u64::from(lba_size))?;
+    if config.verify {
+        verify::check_span(config, &geometry)?;
+    }
+    let run_id = verify::run_id(config.seed);
     let entries = config.queue_depth.next_power_of_two();
     let mut workers = Vec::with_capacity(config.threads as usize);
     for t in 0..config.threads as usize {
@@ -249,6 +275,9 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
         workers.push(Worker {
             io,
             gen: geometry.generator(config, t),
+            verifier: config
+                .verify
+                .then(|| Verifier::new(config, &geometry, t, run_id, None)),
         });
     }
     let setup = Setup {
@@ -257,23 +286,30 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
         nsid: None,
         shadow_doorbells: None,
     };
-    let results = runner::drive(config, workers, |w, control, live| {
-        run_worker(config, lba_size, w, control, live)
+    let results = runner::drive(config, workers, |mut w, control, live| {
+        match w.verifier.take() {
+            Some(v) => run_worker(config, lba_size, w, control, live, v),
+            None => run_worker(config, lba_size, w, control, live, NoCheck),
+        }
     })?;
     drop(file);
     Ok(runner::Outcome { setup, results })
 }
 
-fn run_worker(
+/// One thread's loop. `check` is [`NoCheck`] (compiled away) or the `--verify` state.
+fn run_worker<C: Check>(
     config: &Config,
     lba_size: u32,
     worker: Worker,
     control: &Control,
     live: &Live,
+    mut check: C,
 ) -> Result<WorkerResult, PerfError> {
     // `io` cannot be split (see FixedIo): its ring and buffers are only borrowed below, and
     // whatever way this function returns, dropping `io` waits for `io.in_flight` requests.
-    let Worker { mut io, mut gen } = worker;
+    let Worker {
+        mut io, mut gen, ..
+    } = worker;
     let qd = config.queue_depth;
     let len = config.block_size as u32;
     let reap_max = config.complete_batch as usize;
@@ -302,10 +338,12 @@ fn run_worker(
                 for _ in 0..want {
                     let Some(index) = slots.free.pop() else { break };
                     let i = index as usize;
-                    let (lba, is_write) = gen.next_io();
+                    let (lba, is_write) = check.next_io(&mut gen);
                     slots.submitted_at[i] = now;
                     slots.lbas[i] = lba;
                     slots.writes[i] = is_write;
+                    // SAFETY: index `i` came from `free`: no I/O references buffer `i`.
+                    check.prepare(index, lba, is_write, unsafe { io.buffers.slice_mut(i) });
                     let buf = io.buffers.ptrs[i].as_ptr();
                     let offset = lba * u64::from(lba_size);
                     let entry = if is_write {
@@ -321,6 +359,7 @@ fn run_worker(
                     // SAFETY: buffer `index` stays allocated and untouched until this entry's
                     // completion returns the index to `free` (module INVARIANT).
                     if unsafe { sq.push(&entry) }.is_err() {
+                        check.refused(index);
                         slots.free.push(index);
                         break;
                     }
@@ -337,7 +376,11 @@ fn run_worker(
             totals.submit_calls += 1;
         }
         let mut reaped = reap(&mut io.ring, reap_max, |user_data, res, now| {
-            slots.complete(&mut tally, user_data, res, now, expect)
+            if let Some(ok) = slots.complete(&mut tally, user_data, res, now, expect) {
+                let i = user_data as usize;
+                // SAFETY: this CQE completed the only I/O on buffer `i` (module INVARIANT).
+                check.completed(i as u32, ok, Some(unsafe { io.buffers.slice(i) }));
+            }
         });
         if reaped == 0 && io.in_flight > 0 {
             let can_submit =
@@ -347,7 +390,11 @@ fn run_worker(
                     .submit_and_wait(1)
                     .map_err(uring_error("wait for completions", ""))?;
                 reaped = reap(&mut io.ring, reap_max, |user_data, res, now| {
-                    slots.complete(&mut tally, user_data, res, now, expect)
+                    if let Some(ok) = slots.complete(&mut tally, user_data, res, now, expect) {
+                        let i = user_data as usize;
+                        // SAFETY: this CQE completed the only I/O on buffer `i`.
+                        check.completed(i as u32, ok, Some(unsafe { io.buffers.slice(i) }));
+                    }
                 });
             }
         }
@@ -360,6 +407,16 @@ fn run_worker(
         pacer.publish(&totals);
     }
     let (elapsed, cpu) = pacer.measured();
+    let verify = match check.verifier() {
+        Some(v) => {
+            // After a failed I/O the device may not answer: no read-back then (the run fails).
+            if tally.errors == 0 && io.in_flight == 0 {
+                final_pass(&mut io, lba_size, len, v, &mut tally)?;
+            }
+            Some(v.stats.clone())
+        }
+        None => None,
+    };
     drop(io);
     tally.finish();
     Ok(WorkerResult {
@@ -367,9 +424,91 @@ fn run_worker(
         elapsed,
         cpu,
         driver: None,
-        verify: None,
+        verify,
         recovery: None,
     })
+}
+
+/// `--verify`'s read-back: reads every position of the thread's slice that holds an
+/// acknowledged write, up to one read per buffer in flight, and checks it. Outside the
+/// measured phase.
+fn final_pass(
+    io: &mut FixedIo<IoUring, AlignedBuffers>,
+    lba_size: u32,
+    len: u32,
+    v: &mut Verifier,
+    tally: &mut Tally,
+) -> Result<(), PerfError> {
+    v.begin_final_pass();
+    let mut free: Vec<u32> = (0..io.buffers.ptrs.len() as u32).rev().collect();
+    let mut lbas = vec![0u64; io.buffers.ptrs.len()];
+    let (mut next, total) = (0, v.positions());
+    loop {
+        let mut queued = 0;
+        {
+            let mut sq = io.ring.submission();
+            while next < total && !free.is_empty() && !sq.is_full() {
+                let Some(lba) = v.written(next) else {
+                    next += 1;
+                    continue;
+                };
+                next += 1;
+                let Some(index) = free.pop() else { break };
+                let i = index as usize;
+                v.prepare_final_read(index, lba);
+                lbas[i] = lba;
+                let entry = opcode::ReadFixed::new(
+                    FIXED_FILE,
+                    io.buffers.ptrs[i].as_ptr(),
+                    len,
+                    index as u16,
+                )
+                .offset(lba * u64::from(lba_size))
+                .build()
+                .user_data(u64::from(index));
+                // SAFETY: buffer `index` stays allocated and untouched until this entry's
+                // completion returns the index to `free` (module INVARIANT).
+                if unsafe { sq.push(&entry) }.is_err() {
+                    free.push(index);
+                    next -= 1;
+                    break;
+                }
+                queued += 1;
+            }
+        }
+        io.in_flight += queued;
+        if io.in_flight == 0 {
+            return Ok(());
+        }
+        io.ring
+            .submit_and_wait(1)
+            .map_err(uring_error("wait for the verify read-back", ""))?;
+        let buffers = &io.buffers;
+        let reaped = reap(&mut io.ring, usize::MAX, |user_data, res, _| {
+            let i = user_data as usize;
+            if i >= lbas.len() {
+                tally.fail(|| format!("completion with unknown user data {user_data}"));
+                return;
+            }
+            let ok = res == len as i32;
+            if !ok {
+                tally.fail(|| {
+                    format!(
+                        "verify: read back: {}",
+                        describe_failure(res, len, false, lbas[i], false)
+                    )
+                });
+            }
+            // SAFETY: this CQE completed the only read into buffer `i`.
+            v.completed(i as u32, ok, Some(unsafe { buffers.slice(i) }));
+            free.push(i as u32);
+        });
+        io.in_flight = io.in_flight.saturating_sub(reaped);
+        if tally.errors > 0 {
+            // Stop submitting; drain what is in flight.
+            next = total;
+        }
+    }
 }
 
 /// What every completion of a run is checked and timed against.
@@ -403,7 +542,8 @@ impl Slots {
         }
     }
 
-    /// Accounts for one CQE and frees its index.
+    /// Accounts for one CQE and frees its index; returns whether it succeeded, or None for
+    /// an unknown index.
     #[inline(always)]
     fn complete(
         &mut self,
@@ -412,12 +552,12 @@ impl Slots {
         res: i32,
         now: Instant,
         expect: Expect,
-    ) {
+    ) -> Option<bool> {
         let Expect { len, iopoll, timed } = expect;
         let i = user_data as usize;
         if i >= self.submitted_at.len() {
             tally.fail(|| format!("completion with unknown user data {user_data}"));
-            return;
+            return None;
         }
         if res == len as i32 && !timed {
             tally.complete_untimed();
@@ -428,6 +568,7 @@ impl Slots {
             tally.fail(|| describe_failure(res, len, self.writes[i], self.lbas[i], iopoll));
         }
         self.free.push(i as u32);
+        Some(res == len as i32)
     }
 }
 

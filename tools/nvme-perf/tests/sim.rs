@@ -178,34 +178,78 @@ fn bad_input_fails_with_status_1_and_a_fix() {
     }
 }
 
-#[test]
-fn io_uring_on_a_file() {
-    let dir = std::env::temp_dir().join(format!("nvme-perf-test-{}", std::process::id()));
+/// Runs `nvme-perf --engine io_uring FILE ARGS...` on a fresh 16 MiB file; None (with a note)
+/// when this machine cannot (io_uring disabled by seccomp or sysctl, a temp filesystem without
+/// O_DIRECT).
+fn uring_on_a_file(args: &[&str]) -> Option<Value> {
+    let dir = std::env::temp_dir().join(format!(
+        "nvme-perf-test-{}-{}",
+        std::process::id(),
+        args.join("_").replace('-', "")
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("disk.img");
     std::fs::File::create(&path)
         .unwrap()
         .set_len(16 << 20)
         .unwrap();
-    let p = path.to_str().unwrap();
-    let out = perf(&[
-        "--engine", "io_uring", p, "-q", "16", "--ios", "2000", "-w", "randrw", "--json", "--quiet",
-    ]);
+    let mut line = vec!["--engine", "io_uring", path.to_str().unwrap()];
+    line.extend_from_slice(args);
+    let out = perf(&line);
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     let _ = std::fs::remove_dir_all(&dir);
     if !out.status.success()
         && (stderr.contains("io_uring setup") || stderr.contains("cannot open with O_DIRECT"))
     {
-        // io_uring disabled (seccomp, sysctl) or a temp filesystem without O_DIRECT.
         eprintln!("skipping: {stderr}");
-        return;
+        return None;
     }
     assert!(out.status.success(), "{stderr}");
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    Some(serde_json::from_slice(&out.stdout).unwrap())
+}
+
+#[test]
+fn io_uring_on_a_file() {
+    let Some(v) = uring_on_a_file(&[
+        "-q", "16", "--ios", "2000", "-w", "randrw", "--json", "--quiet",
+    ]) else {
+        return;
+    };
     check_run(&v, "randrw", 16);
     assert_eq!(u(&v, "ios"), 2000);
     assert_eq!(v["engine"], "io_uring");
     assert!(v["sq_mmio_writes"].is_null());
+}
+
+#[test]
+fn io_uring_verify_on_a_file_checks_reads_and_the_final_pass() {
+    // 1024 4 KiB positions of the 16 MiB file, two rings with disjoint slices.
+    let Some(v) = uring_on_a_file(&[
+        "-q",
+        "16",
+        "-j",
+        "2",
+        "--ios",
+        "3000",
+        "-w",
+        "randrw",
+        "--verify",
+        "--range-blocks",
+        "8192",
+        "--json",
+        "--quiet",
+    ]) else {
+        return;
+    };
+    check_run(&v, "randrw", 16);
+    let ver = verify_of(&v);
+    assert_eq!(u(ver, "mismatches"), 0, "{ver}");
+    assert!(u(ver, "blocks_verified_in_reads") > 0, "{ver}");
+    assert!(u(ver, "blocks_verified_final") > 0, "{ver}");
+    assert_eq!(
+        u(ver, "blocks_verified"),
+        u(ver, "blocks_verified_in_reads") + u(ver, "blocks_verified_final")
+    );
 }
 
 /// The `verify` object of a `--verify` run's JSON.
