@@ -1103,15 +1103,28 @@ impl QueuePair {
                 done += 1;
             }
         }
-        if done == 0 {
+        let clock_due = if done == 0 {
             self.stats.idle_polls += 1;
-            if self.stats.idle_polls % IDLE_POLLS_PER_CLOCK_CHECK == 0 {
-                self.check_clock(&mut f);
-            }
-        } else if self.stats.polls % POLLS_PER_CLOCK_CHECK == 0 {
-            self.check_clock(&mut f);
+            self.stats.idle_polls % IDLE_POLLS_PER_CLOCK_CHECK == 0
+        } else {
+            self.stats.polls % POLLS_PER_CLOCK_CHECK == 0
+        };
+        if clock_due {
+            done += self.check_clock_counted(&mut f);
         }
         done
+    }
+
+    /// [`QueuePair::check_clock`], returning how many requests it finished (timed out, or
+    /// failed with the controller) so that `poll`'s count includes them.
+    #[cold]
+    fn check_clock_counted<F: FnMut(Completion)>(&mut self, f: &mut F) -> usize {
+        let mut finished = 0;
+        self.check_clock(&mut |c| {
+            finished += 1;
+            f(c)
+        });
+        finished
     }
 
     /// A poll saw the controller's state change: after a reset, recover now (the failed

@@ -530,3 +530,39 @@ fn item9_sq_head_outside_the_submitted_window_is_ignored() {
         );
     }
 }
+
+/// Eight commands stalled at once past their timeout: each is reported, aborted, and its
+/// slot comes back, so the pair's whole depth is usable again.
+#[test]
+fn many_timed_out_commands_all_release_their_slots() {
+    let (sim, ctrl) = start();
+    let ns = ctrl.namespace(NS).unwrap();
+    let mut q = qp(&ctrl, 17, Duration::from_millis(300));
+    sim.faults().delay_execution(8, Duration::from_secs(2));
+    for i in 0..16u64 {
+        q.submit_write(&ns, i, 1, filled(&ctrl, BLOCK, i as u8), false, i)
+            .unwrap();
+    }
+    let (mut timeouts, mut ok, mut counted) = (0, 0, 0);
+    wait_for("every command to finish", || {
+        counted += q.poll(|c| match c.result {
+            Ok(_) => ok += 1,
+            Err(Error::Timeout { .. }) => timeouts += 1,
+            Err(e) => panic!("{e}"),
+        });
+        ok + timeouts == 16
+    });
+    assert_eq!((ok, timeouts), (8, 8));
+    assert_eq!(
+        counted, 16,
+        "poll's return counts the timed-out requests too"
+    );
+    wait_for("the retired slots to come back", || {
+        q.poll(|_| {});
+        q.retired() == 0
+    });
+    q.plug(16).expect("the whole depth is free again");
+    q.unplug();
+    let aborts = ctrl.abort_stats();
+    assert_eq!(aborts.sent, 8, "{aborts:?}");
+}

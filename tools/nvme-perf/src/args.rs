@@ -137,19 +137,29 @@ pub enum SimFault {
     /// After N completed I/Os, the next write submitted completes but never reaches the
     /// medium (`lose-write-after=N`).
     LoseWriteAfter(u64),
+    /// After N completed I/Os, the device holds the next [`STALLED_COMMANDS`] commands for
+    /// [`STALL`] before executing them (`stall-after=N`): longer than a short --io-timeout.
+    StallAfter(u64),
 }
+
+/// Commands a `stall-after` fault holds.
+pub const STALLED_COMMANDS: u32 = 8;
+/// How long a `stall-after` fault holds them.
+pub const STALL: Duration = Duration::from_secs(2);
+
+/// The `--sim-fault` forms, for messages.
+const SIM_FAULTS: &str = "corrupt-after=N, lose-write-after=N or stall-after=N";
 
 fn parse_sim_fault(s: &str) -> Result<SimFault, String> {
     let (kind, n) = s
         .split_once('=')
-        .ok_or_else(|| format!("`{s}`: give corrupt-after=N or lose-write-after=N"))?;
+        .ok_or_else(|| format!("`{s}`: give {SIM_FAULTS}"))?;
     let n: u64 = n.parse().map_err(|e| format!("`{n}`: {e}"))?;
     match kind {
         "corrupt-after" => Ok(SimFault::CorruptAfter(n)),
         "lose-write-after" => Ok(SimFault::LoseWriteAfter(n)),
-        _ => Err(format!(
-            "`{kind}`: give corrupt-after=N or lose-write-after=N"
-        )),
+        "stall-after" => Ok(SimFault::StallAfter(n)),
+        _ => Err(format!("`{kind}`: give {SIM_FAULTS}")),
     }
 }
 
@@ -309,6 +319,20 @@ pub struct Args {
     #[arg(long, value_name = "SECS")]
     pub reset_interval: Option<f64>,
 
+    /// Command timeout of the queue pairs, in seconds (default 30). What happens next is the
+    /// driver's timeout policy: Abort, then a controller reset if the abort does not help.
+    #[arg(long, value_name = "SECS")]
+    pub io_timeout: Option<f64>,
+
+    /// Ride out a stalled device: an I/O that times out is counted (`recovery` in the
+    /// summary), not an error; its buffer is replaced (the old one stays with the driver
+    /// until the device gives it back), and with --verify a timed-out write's position is no
+    /// longer checked (never acknowledged: either content is legal) while every acknowledged
+    /// write still is. I/Os failed by the reset that follows are resubmitted, as with
+    /// --reset-interval. spdk-like engine only.
+    #[arg(long)]
+    pub tolerate_timeouts: bool,
+
     /// Test only: a fault on the emulated medium during a --verify run on `sim`
     /// (corrupt-after=N, lose-write-after=N).
     #[arg(long, hide = true, value_name = "FAULT", value_parser = parse_sim_fault)]
@@ -391,7 +415,21 @@ pub struct Config {
     pub sim_fault: Option<SimFault>,
     /// Reset the controller this often while measuring (and retry retryable failures).
     pub reset_interval: Option<Duration>,
+    /// Command timeout of the queue pairs.
+    pub io_timeout: Duration,
+    /// Timed-out I/Os are counted, not errors; retryable failures are resubmitted.
+    pub tolerate_timeouts: bool,
 }
+
+impl Config {
+    /// Retryable failures (a controller reset's) are resubmitted rather than errors.
+    pub fn recovering(&self) -> bool {
+        self.reset_interval.is_some() || self.tolerate_timeouts
+    }
+}
+
+/// Default `--io-timeout`.
+pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn invalid(option: &'static str, value: impl ToString, reason: impl Into<String>) -> PerfError {
     PerfError::InvalidOption {
@@ -446,6 +484,8 @@ impl Args {
             (self.yield_idle, "--yield-idle"),
             (self.interrupts, "--interrupts"),
             (self.reset_interval.is_some(), "--reset-interval"),
+            (self.io_timeout.is_some(), "--io-timeout"),
+            (self.tolerate_timeouts, "--tolerate-timeouts"),
         ];
         let uring_only = [(self.iopoll, "--iopoll"), (self.sqpoll, "--sqpoll")];
         if self.engine == Engine::IoUring {
@@ -534,6 +574,11 @@ impl Args {
             .reset_interval
             .map(|s| seconds("--reset-interval", s, false))
             .transpose()?;
+        let io_timeout = self
+            .io_timeout
+            .map(|s| seconds("--io-timeout", s, false))
+            .transpose()?
+            .unwrap_or(DEFAULT_IO_TIMEOUT);
         if self.sim_fault.is_some() && (!self.verify || target != Target::Sim) {
             return Err(invalid(
                 "--sim-fault",
@@ -585,6 +630,8 @@ impl Args {
             verify: self.verify,
             sim_fault: self.sim_fault,
             reset_interval,
+            io_timeout,
+            tolerate_timeouts: self.tolerate_timeouts,
         })
     }
 }

@@ -316,6 +316,8 @@ pub struct RecoveryStats {
     /// Submissions refused with a retryable error (`Resetting`) while a reset ran; the
     /// worker drew another I/O later (nothing reached the device).
     pub refused_submissions: u64,
+    /// I/Os that timed out (--tolerate-timeouts): not acknowledged, not errors.
+    pub timed_out_ios: u64,
 }
 
 impl RecoveryStats {
@@ -324,6 +326,7 @@ impl RecoveryStats {
         self.resets += o.resets;
         self.retried_ios += o.retried_ios;
         self.refused_submissions += o.refused_submissions;
+        self.timed_out_ios += o.timed_out_ios;
     }
 }
 

@@ -253,7 +253,7 @@ impl Report {
             }
             v
         });
-        let recovery = config.reset_interval.map(|_| {
+        let recovery = config.recovering().then(|| {
             let mut r = RecoveryStats::default();
             for o in outcome.results.iter().filter_map(|r| r.recovery.as_ref()) {
                 r.merge(o);
@@ -422,8 +422,8 @@ impl Report {
             let _ = writeln!(
                 out,
                 "  recovery: {} controller resets, {} I/Os retried, {} submissions refused \
-                 while resetting",
-                r.resets, r.retried_ios, r.refused_submissions
+                 while resetting, {} I/Os timed out",
+                r.resets, r.retried_ios, r.refused_submissions, r.timed_out_ios
             );
         }
         if histogram {

@@ -30,8 +30,6 @@ use crate::runner::{self, Geometry, Setup};
 use crate::target::Target;
 use crate::verify::{self, Check, FaultPlan, NoCheck, Verifier};
 
-/// A command not completed in this time fails (and the run reports it).
-const IO_TIMEOUT: Duration = Duration::from_secs(30);
 /// Blocks of the emulator's default namespace (nsid 1): 1 GiB of 4 KiB blocks. Never touched
 /// (null I/O), so it costs no memory.
 const SIM_LARGE_BLOCKS: u64 = (1 << 30) / SIM_LARGE_BLOCK as u64;
@@ -219,7 +217,7 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
         let qp = ctrl
             .create_queue_pair(QueuePairOptions {
                 depth: entries as u32,
-                timeout: IO_TIMEOUT,
+                timeout: config.io_timeout,
                 max_completions_per_poll: config.complete_batch as usize,
                 // Polled like SPDK perf, unless --interrupts asks for the hybrid mode.
                 interrupts: config.interrupts,
@@ -274,8 +272,10 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
                 next: None,
             });
         match worker.verifier.take() {
-            Some(v) => run_worker(config, &ns, worker, control, live, cpi, resetter, v),
-            None => run_worker(config, &ns, worker, control, live, cpi, resetter, NoCheck),
+            Some(v) => run_worker(config, &ctrl, &ns, worker, control, live, cpi, resetter, v),
+            None => run_worker(
+                config, &ctrl, &ns, worker, control, live, cpi, resetter, NoCheck,
+            ),
         }
     })?;
     drop(fault);
@@ -356,6 +356,7 @@ impl Resetter<'_> {
 #[allow(clippy::too_many_arguments)]
 fn run_worker<C: Check>(
     config: &Config,
+    ctrl: &Controller,
     ns: &Namespace,
     worker: Worker,
     control: &Control,
@@ -392,7 +393,7 @@ fn run_worker<C: Check>(
     // --reset-interval: retryable failures are resubmitted. `retry` holds the indices whose
     // I/O failed retryably and waits for resubmission (still counted in `in_flight`, its
     // context kept in `contexts`); capacity qd, so pushing never allocates.
-    let recovering = config.reset_interval.is_some();
+    let recovering = config.recovering();
     let mut retry: Vec<u32> = Vec::with_capacity(if recovering { qd as usize } else { 0 });
     let mut recovery = RecoveryStats::default();
     // Latencies are differences of u64 ns since this base: one clock read per batch, one
@@ -575,6 +576,28 @@ fn run_worker<C: Check>(
                     // Still in flight, not done: undo what `reaped` adds below.
                     in_flight += 1;
                     totals.ios = totals.ios.wrapping_sub(1);
+                    return;
+                }
+                Err(nvme_driver::Error::Timeout { .. }) if config.tolerate_timeouts => {
+                    // Not acknowledged, not an error: the driver keeps the old buffer until
+                    // the device gives it back; this slot gets a new one.
+                    tally.reaped += 1;
+                    recovery.timed_out_ios += 1;
+                    let slot = ctx.buffer;
+                    check.completed(slot, false, None);
+                    match ctrl.alloc_buffer(config.block_size) {
+                        Ok(b) => {
+                            buffers[slot as usize] = Some(b);
+                            free.push(slot);
+                        }
+                        Err(e) => {
+                            retired += 1;
+                            log::warn!("replacing the buffer of a timed-out I/O: {e}");
+                        }
+                    }
+                    if use_cache {
+                        cache.put(ctx);
+                    }
                     return;
                 }
                 Err(e) => {

@@ -475,6 +475,15 @@ impl Verifier {
     #[cold]
     fn apply_fault_at_completion(&mut self, p: usize, lba: u64) {
         let Some(plan) = &self.fault else { return };
+        if let SimFault::StallAfter(n) = plan.fault {
+            if self.completions >= n {
+                plan.sim
+                    .faults()
+                    .delay_execution(crate::args::STALLED_COMMANDS, crate::args::STALL);
+                self.fault = None;
+            }
+            return;
+        }
         if let SimFault::CorruptAfter(n) = plan.fault {
             if self.completions >= n {
                 // Flip a payload byte of the position's first block on the medium.

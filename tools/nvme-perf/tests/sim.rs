@@ -457,3 +457,48 @@ fn resets_during_a_verifying_run_lose_nothing() {
         "{err}"
     );
 }
+
+#[test]
+fn a_stalled_device_is_ridden_out_with_tolerate_timeouts() {
+    // After 500 I/Os the emulator holds 8 writes for 2 s, past the 0.3 s I/O timeout: they are
+    // reported, aborted, counted, and their positions no longer checked; everything
+    // acknowledged still reads back.
+    let line = [
+        "sim",
+        "--verify",
+        "-w",
+        "randwrite",
+        "-q",
+        "16",
+        "--ios",
+        "3000",
+        "--range-blocks",
+        "4096",
+        "--io-timeout",
+        "0.3",
+        "--tolerate-timeouts",
+        "--sim-fault",
+        "stall-after=500",
+        "--json",
+        "--quiet",
+    ];
+    let v = json_run(&line);
+    assert_eq!(u(&v, "errors"), 0, "{v}");
+    assert_eq!(u(&v["recovery"], "timed_out_ios"), 8, "{v}");
+    let ver = verify_of(&v);
+    assert_eq!(u(ver, "mismatches"), 0, "{ver}");
+    assert!(u(ver, "blocks_verified_final") > 0, "{ver}");
+
+    // Without --tolerate-timeouts the same stall fails the run with the timeout named.
+    let strict: Vec<&str> = line
+        .iter()
+        .copied()
+        .filter(|a| *a != "--tolerate-timeouts")
+        .collect();
+    let out = perf(&strict);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("timed out"),
+        "{out:?}"
+    );
+}
