@@ -68,6 +68,10 @@ qemu_layouts() {
     [ ${#failed[@]} -eq 0 ] || { echo "==== layouts failed: ${failed[*]}"; return 1; }
 }
 step "qemu guest (layouts)" qemu_layouts
+# Its own boot: namespace 1 behind a QEMU throttle filter, throttled to 1 IOPS for 12 s during a
+# verifying run (past the I/O timeout) and released: aborts, resets, no lost acknowledged write.
+step "qemu guest (stalled device)" tests/qemu/run.sh --no-build \
+    --ns 512:64M:throttle --ns 4096:16M stalled-device.sh
 # Its own boot: the controller behind a pcie-root-port, hot-unplugged (QMP device_del) under load;
 # it is gone afterwards, so nothing else can run in this boot.
 step "qemu guest (hot-unplug)" tests/qemu/run.sh --no-build --hotplug hot-unplug.sh

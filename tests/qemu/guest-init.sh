@@ -12,7 +12,7 @@
 #   NVME_MDTS, NVME_QPAIRS             controller settings
 # Each case starts with the controller bound to the kernel nvme driver.
 
-export PATH=/bin:/sbin
+export PATH=/bin:/sbin:/usr/local/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev

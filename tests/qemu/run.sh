@@ -33,6 +33,9 @@ GUEST_HUGEPAGES=${GUEST_HUGEPAGES:-64}
 # Other programs copied into the guest's /usr/local/bin with the shared libraries they load
 # (environment, space-separated): "PATH" or "NAME=PATH" (installed as NAME).
 GUEST_EXTRA_BINS=${GUEST_EXTRA_BINS:-}
+# Always added: e2fsprogs' mke2fs as the guest's mkfs.ext4 (a real ext4 with journal; busybox
+# only writes ext2), with its /etc/mke2fs.conf.
+MKE2FS=/usr/sbin/mke2fs
 # QEMU's emulated NVMe controller (PCI vendor:device), how the guest finds it.
 QEMU_NVME_ID=1b36:0010
 # isa-debug-exit port: the guest writes one byte there, QEMU exits with (byte << 1) | 1.
@@ -49,6 +52,9 @@ TIMEOUT=600
 CASE_TIMEOUT=300
 KEEP=0
 HOTPLUG=0
+# QEMU listens on a QMP socket and the host carries out the guest's "@@HOST" requests (set by
+# --hotplug and by namespaces with ':throttle').
+QMP=0
 LOG=""
 BUILD=1
 CASES=()
@@ -78,6 +84,9 @@ Options:
                             blkdebug=FILE: a QEMU blkdebug config ([inject-error] sections);
                             bad=rS,wS,...: EIO (errno 5, every time) on reads (r) or writes (w)
                             touching 512-byte sector S; e.g. --ns 4096:16M:bad=r2048,w4096
+                            throttle: the image behind a QEMU throttle filter (group tg<K>, K =
+                            the --ns position), unlimited until the guest prints
+                            "@@HOST throttle K IOPS" (0 = unlimited again; cases/stalled-device.sh)
   --mdts N                  controller MDTS (default $MDTS: 2^N * 4 KiB)
   --qpairs N                controller max_ioqpairs (default $QPAIRS)
   --mem SIZE                guest memory (default $MEM)
@@ -178,6 +187,7 @@ ensure_packages() {
     command -v "${QEMU:-qemu-system-x86_64}" >/dev/null || missing+=(qemu-system-x86)
     command -v depmod >/dev/null || [ -x /sbin/depmod ] || missing+=(kmod)
     command -v cpio >/dev/null || missing+=(cpio)
+    [ -x "$MKE2FS" ] || missing+=(e2fsprogs)
     if ! busybox_is_static; then missing+=(busybox-static); fi
     if [ -z "${KERNEL:-}" ] && [ -z "$(find_kernel)" ]; then missing+=(linux-image-amd64); fi
     [ ${#missing[@]} -eq 0 ] && return 0
@@ -249,7 +259,7 @@ build_guest_bins() {
 # /usr/local/lib, found through an ld.so.cache that ldconfig builds for the initramfs).
 add_extra_bins() {
     local r=$INITRD_ROOT spec name src lib libs=0 copied=""
-    [ -n "$GUEST_EXTRA_BINS" ] || return 0
+    GUEST_EXTRA_BINS="$GUEST_EXTRA_BINS mkfs.ext4=$MKE2FS"
     mkdir -p "$r/usr/local/bin" "$r/usr/local/lib"
     for spec in $GUEST_EXTRA_BINS; do
         case "$spec" in
@@ -283,6 +293,9 @@ add_extra_bins() {
         done < <(LC_ALL=C ldd "$src" | awk '$2 == "=>" { print ($3 == "not" ? "not found" : $3); next }
                                           $1 ~ /^\// { print $1 }')
     done
+    case " $copied " in
+    *" mkfs.ext4 "* | *" mke2fs "*) [ ! -f /etc/mke2fs.conf ] || cp /etc/mke2fs.conf "$r/etc/" ;;
+    esac
     if [ "$libs" -gt 0 ]; then
         echo /usr/local/lib >"$r/etc/ld.so.conf"
         ldconfig -r "$r" || die "ldconfig -r $r failed"
@@ -427,17 +440,18 @@ blkdebug_config() {
 build_namespaces() {
     QEMU_NS_ARGS=()
     NS_LAYOUT=""
-    local k=0 spec lba size kind bytes meta opt field debug fields nsid used=" "
+    local k=0 spec lba size kind bytes meta opt field debug throttle fields nsid used=" "
     for spec in "${NS_SPECS[@]}"; do
         k=$((k + 1))
         IFS=: read -r -a fields <<<"$spec"
         lba=${fields[0]:-}
         size=${fields[1]:-}
         # After SIZE, in any order: 'null', blkdebug=FILE or bad=..., metadata options.
-        kind="" meta="" debug=""
+        kind="" meta="" debug="" throttle=""
         for field in "${fields[@]:2}"; do
             case "$field" in
             null) kind=null ;;
+            throttle) throttle=1 ;;
             blkdebug=* | bad=*)
                 [ -z "$debug" ] || die "--ns $spec: give blkdebug=FILE or bad=... once"
                 debug=$field
@@ -446,7 +460,7 @@ build_namespaces() {
                 [ -z "$meta" ] || die "--ns $spec: give the metadata options once"
                 meta=$field
                 ;;
-            *) die "--ns $spec: '$field' is not 'null', metadata options (ms=8,mset=1), blkdebug=FILE or bad=rS,wS" ;;
+            *) die "--ns $spec: '$field' is not 'null', 'throttle', metadata options (ms=8,mset=1), blkdebug=FILE or bad=rS,wS" ;;
             esac
         done
         nsid=$k
@@ -471,7 +485,7 @@ build_namespaces() {
         bytes=$(size_bytes "${size:?--ns $spec: missing SIZE}")
         [ $((bytes % lba)) -eq 0 ] || die "--ns $spec: SIZE must be a multiple of LBASIZE"
         if [ "$kind" = null ]; then
-            [ -z "$debug" ] || die "--ns $spec: blkdebug/bad= need the file backend, not 'null'"
+            [ -z "$debug$throttle" ] || die "--ns $spec: blkdebug/bad=/throttle need the file backend, not 'null'"
             QEMU_NS_ARGS+=(-drive "driver=null-co,size=$bytes,read-zeroes=on,id=ns$k,if=none")
         else
             local img=$WORK/ns$k.img
@@ -487,7 +501,17 @@ build_namespaces() {
                 file="blkdebug:$BLKDEBUG_CFG:$img"
                 note "namespace $k: $debug ($file)"
             fi
-            QEMU_NS_ARGS+=(-drive "file=$file,if=none,id=ns$k,format=raw")
+            if [ -n "$throttle" ]; then
+                [ -z "$debug" ] || die "--ns $spec: give throttle or blkdebug/bad=, not both"
+                # A throttle filter over the image, in throttle group tg<k> (no limits until the
+                # guest asks the host for some: "@@HOST throttle <k> <iops>").
+                QEMU_NS_ARGS+=(-object "throttle-group,id=tg$k"
+                    -drive "driver=throttle,throttle-group=tg$k,file.driver=raw,file.file.driver=file,file.file.filename=$img,if=none,id=ns$k")
+                QMP=1
+                note "namespace $k: behind throttle group tg$k"
+            else
+                QEMU_NS_ARGS+=(-drive "file=$file,if=none,id=ns$k,format=raw")
+            fi
         fi
         QEMU_NS_ARGS+=(-device "nvme-ns,drive=ns$k,bus=nvme0,nsid=$nsid,logical_block_size=$lba,physical_block_size=$lba$meta")
         NS_LAYOUT="$NS_LAYOUT $nsid:$lba:$bytes"
@@ -537,13 +561,29 @@ print(json.dumps(reply))
 PY
 }
 
-# Watches the serial log (5 times a second); the first "@@HOST device_del" line from the guest
-# hot-unplugs the controller.
+# Watches the serial log (5 times a second) and carries out each "@@HOST ..." line of the guest,
+# in order, through QMP:
+#   @@HOST device_del          hot-unplugs the controller (--hotplug)
+#   @@HOST throttle K IOPS     sets throttle group tg<K>'s total IOPS limit (0: unlimited) of a
+#                              namespace given with ':throttle'
 watch_host_requests() {
-    until grep -aq '^@@HOST device_del' "$SERIAL_LOG"; do
+    local done=0 line k iops
+    while :; do
+        while IFS= read -r line; do
+            done=$((done + 1))
+            case "$line" in
+            "@@HOST device_del")
+                note "guest asks for device_del nvme0: $(qmp '{"execute": "device_del", "arguments": {"id": "nvme0"}}' 2>&1)"
+                ;;
+            "@@HOST throttle "*)
+                read -r _ _ k iops <<<"$line"
+                note "guest asks for tg$k iops-total=$iops: $(qmp "{\"execute\": \"qom-set\", \"arguments\": {\"path\": \"/objects/tg$k\", \"property\": \"limits\", \"value\": {\"iops-total\": $iops}}}" 2>&1)"
+                ;;
+            *) note "unknown host request: $line" ;;
+            esac
+        done < <(grep -a '^@@HOST ' "$SERIAL_LOG" | tail -n +$((done + 1)))
         sleep 0.2
     done
-    note "guest asks for device_del nvme0: $(qmp '{"execute": "device_del", "arguments": {"id": "nvme0"}}' 2>&1)"
 }
 
 # ---------------------------------------------------------------- main
@@ -572,10 +612,11 @@ QMP_SOCK=$WORK/qmp.sock
 NVME_BUS=""
 HOTPLUG_ARGS=()
 if [ "$HOTPLUG" = 1 ]; then
-    # shellcheck disable=SC2054 # the commas belong to QEMU option values
-    HOTPLUG_ARGS=(-device pcie-root-port,id=rp0,chassis=1,slot=1 -qmp "unix:$QMP_SOCK,server=on,wait=off")
+    HOTPLUG_ARGS=(-device pcie-root-port,id=rp0,chassis=1,slot=1)
     NVME_BUS=",bus=rp0"
+    QMP=1
 fi
+[ "$QMP" = 1 ] && HOTPLUG_ARGS+=(-qmp "unix:$QMP_SOCK,server=on,wait=off")
 # shellcheck disable=SC2054 # the commas belong to QEMU option values
 QEMU_CMD=(
     "${QEMU:-qemu-system-x86_64}" "${ACCEL_ARGS[@]}" -machine q35
@@ -598,7 +639,7 @@ BOOT=$(date +%s)
 # mode, so Ctrl-C still stops the run.
 : >"$SERIAL_LOG"
 WATCHER=""
-[ "$HOTPLUG" = 1 ] && { watch_host_requests & WATCHER=$!; }
+[ "$QMP" = 1 ] && { watch_host_requests & WATCHER=$!; }
 set +e
 timeout -k 10 "$TIMEOUT" "${QEMU_CMD[@]}" </dev/null 2>&1 | sed -u 's/\r//g' | tee "$SERIAL_LOG"
 QEMU_RC=${PIPESTATUS[0]}

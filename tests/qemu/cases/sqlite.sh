@@ -42,13 +42,13 @@ for mode in wal delete; do
     echo "ok: killed $mode run reopens consistent ($(grep '^rows:' /tmp/sqv.out))"
 done
 
-# The same workload through the kernel's nvme driver and file system: same checksum. (The
-# guest's busybox mke2fs writes the ext2 format; the kernel's ext4 driver mounts it.)
+# The same workload through the kernel's nvme driver and ext4 (e2fsprogs' mkfs.ext4, copied
+# into the guest by run.sh): same checksum.
 bind_kernel
 dev=$(ns_blockdev 2)
 modprobe crc32c_generic
 modprobe ext4
-mke2fs -q -b 4096 "$dev" >/dev/null
+mkfs.ext4 -q -F "$dev" >/dev/null || fail "mkfs.ext4 $dev failed"
 mkdir -p /mnt/sq
 mount -t ext4 "$dev" /mnt/sq
 nvme-sqlite --kernel-file /mnt/sq/bench.db -n "$N" -m "$M" | tee /tmp/sqe.out

@@ -318,6 +318,14 @@ pub struct RecoveryStats {
     pub refused_submissions: u64,
     /// I/Os that timed out (--tolerate-timeouts): not acknowledged, not errors.
     pub timed_out_ios: u64,
+    /// Aborts the driver sent for timed-out commands (controller-wide).
+    pub aborts_sent: u64,
+    /// Of those, commands the controller aborted.
+    pub aborts_succeeded: u64,
+    /// Of those, aborts declined or failed.
+    pub aborts_declined: u64,
+    /// Controller resets the driver's timeout policy started (abort did not help).
+    pub timeout_resets: u64,
 }
 
 impl RecoveryStats {
@@ -327,6 +335,10 @@ impl RecoveryStats {
         self.retried_ios += o.retried_ios;
         self.refused_submissions += o.refused_submissions;
         self.timed_out_ios += o.timed_out_ios;
+        self.aborts_sent += o.aborts_sent;
+        self.aborts_succeeded += o.aborts_succeeded;
+        self.aborts_declined += o.aborts_declined;
+        self.timeout_resets += o.timeout_resets;
     }
 }
 

@@ -422,8 +422,16 @@ impl Report {
             let _ = writeln!(
                 out,
                 "  recovery: {} controller resets, {} I/Os retried, {} submissions refused \
-                 while resetting, {} I/Os timed out",
-                r.resets, r.retried_ios, r.refused_submissions, r.timed_out_ios
+                 while resetting, {} I/Os timed out; aborts {} sent, {} succeeded, {} declined; \
+                 {} resets after a timeout",
+                r.resets,
+                r.retried_ios,
+                r.refused_submissions,
+                r.timed_out_ios,
+                r.aborts_sent,
+                r.aborts_succeeded,
+                r.aborts_declined,
+                r.timeout_resets
             );
         }
         if histogram {

@@ -278,6 +278,15 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
             ),
         }
     })?;
+    let mut results = results;
+    // The controller's abort outcomes and timeout-driven resets, counted once (first thread).
+    if let Some(r) = results.first_mut().and_then(|r| r.recovery.as_mut()) {
+        let a = ctrl.abort_stats();
+        r.aborts_sent = a.sent;
+        r.aborts_succeeded = a.aborted;
+        r.aborts_declined = a.not_aborted + a.failed;
+        r.timeout_resets = a.resets;
+    }
     drop(fault);
     drop(ctrl);
     drop(sim);
