@@ -72,6 +72,11 @@ pub struct ControllerOptions {
     pub shutdown_on_drop: bool,
     /// Use shadow doorbells (Doorbell Buffer Config) when the controller offers them.
     pub shadow_doorbells: bool,
+    /// Describe the data of reads, writes and compares with an SGL (one Data Block
+    /// descriptor in the command, NVMe Base 2.0 §4.1.2) when the controller offers SGLs for
+    /// I/O commands (Identify Controller SGLS bits 1:0); `false` forces PRPs (§4.1.1). Admin
+    /// commands always use PRPs. Decided once at bring-up: [`Controller::sgl`].
+    pub sgl: bool,
     /// Route MSI-X vectors to eventfds so queue pairs created with
     /// `QueuePairOptions::interrupts` can block while idle (vector = queue id).
     pub interrupts: bool,
@@ -119,6 +124,7 @@ impl Default for ControllerOptions {
             admin_timeout: Duration::from_secs(5),
             shutdown_on_drop: true,
             shadow_doorbells: true,
+            sgl: true,
             interrupts: false,
             timeout_action: TimeoutAction::AbortThenReset,
         }
@@ -182,6 +188,9 @@ pub(crate) struct Inner {
     pub(crate) cap: Cap,
     pub(crate) page_size: usize,
     pub(crate) max_transfer: usize,
+    /// I/O data pointers are SGLs (options and controller agree), with this alignment mask
+    /// for Data Block address and length (3: dword granularity, SGLS 10b; 0: none).
+    pub(crate) sgl: Option<u64>,
     version: Version,
     admin: Mutex<AdminQueue>,
     admin_timeout: Duration,
@@ -383,6 +392,7 @@ impl Controller {
             cap,
             page_size: HOST_PAGE_SIZE,
             max_transfer: prp::max_bytes_with_one_list(HOST_PAGE_SIZE),
+            sgl: None,
             version,
             admin: Mutex::new(admin),
             admin_timeout: options.admin_timeout,
@@ -415,6 +425,15 @@ impl Controller {
             "{name}: controller enabled (NVMe {version}, {admin_entries}-entry admin queue)"
         );
         partial.identify_all(options.io_queues)?;
+        let support = partial.identify.sgl_support();
+        partial.sgl = (options.sgl && support.supported()).then(|| support.alignment_mask());
+        log::info!(
+            "{}: I/O data pointers: {} (controller SGLS {:#x}, ControllerOptions::sgl {})",
+            partial.name,
+            if partial.sgl.is_some() { "SGL" } else { "PRP" },
+            partial.identify.sgls,
+            options.sgl
+        );
         if options.shadow_doorbells {
             partial.enable_shadow_doorbells()?;
         }
@@ -542,6 +561,13 @@ impl Controller {
     /// Allocates a zero-filled DMA buffer of `len` bytes for this controller.
     pub fn alloc_buffer(&self, len: usize) -> Result<DmaBuffer> {
         Ok(DmaBuffer::allocate(&self.inner.dma, len)?)
+    }
+
+    /// Whether reads, writes and compares describe their data with an SGL Data Block
+    /// descriptor (the controller offers SGLs and `ControllerOptions::sgl` is set) instead of
+    /// PRPs.
+    pub fn sgl(&self) -> bool {
+        self.inner.sgl.is_some()
     }
 
     /// Whether shadow doorbells (Doorbell Buffer Config) are in use.

@@ -266,6 +266,11 @@ pub struct Args {
     #[arg(long)]
     pub no_shadow_doorbells: bool,
 
+    /// A/B: describe data with PRPs even where the controller offers SGLs
+    /// (ControllerOptions::sgl = false: controller-wide). spdk-like engine only.
+    #[arg(long)]
+    pub no_sgl: bool,
+
     /// Call sched_yield after a poll that found nothing. For instruction counting under
     /// valgrind, which runs one thread at a time: the emulator's thread then runs at once
     /// instead of after the poller's time slice of empty polls. spdk-like engine only.
@@ -373,6 +378,8 @@ pub struct Config {
     pub batch_prefetch: bool,
     /// Shadow doorbells (A/B switch).
     pub shadow_doorbells: bool,
+    /// SGL data pointers where offered (A/B switch).
+    pub sgl: bool,
     /// sched_yield after an empty poll.
     pub yield_idle: bool,
     /// Step the emulator on the worker thread (sim, one thread).
@@ -442,6 +449,7 @@ impl Args {
             (self.no_request_cache, "--no-request-cache"),
             (self.no_batch_prefetch, "--no-batch-prefetch"),
             (self.no_shadow_doorbells, "--no-shadow-doorbells"),
+            (self.no_sgl, "--no-sgl"),
             (self.nsid.is_some(), "--nsid"),
             (self.yield_idle, "--yield-idle"),
             (self.interrupts, "--interrupts"),
@@ -577,6 +585,7 @@ impl Args {
             request_cache: !self.no_request_cache,
             batch_prefetch: !self.no_batch_prefetch,
             shadow_doorbells: !self.no_shadow_doorbells,
+            sgl: !self.no_sgl,
             yield_idle: self.yield_idle,
             inline_device: self.inline_device,
             latency: !self.no_latency,
@@ -619,7 +628,7 @@ mod tests {
             (1, Duration::from_secs(10), Duration::ZERO)
         );
         assert_eq!((c.pattern, c.mix), (Pattern::Random, Mix::Read));
-        assert!(c.request_cache && c.batch_prefetch && c.shadow_doorbells);
+        assert!(c.request_cache && c.batch_prefetch && c.shadow_doorbells && c.sgl);
         assert!(!c.json && !c.quiet && !c.histogram && c.ios.is_none());
     }
 
@@ -653,6 +662,7 @@ mod tests {
             "--no-request-cache",
             "--no-batch-prefetch",
             "--no-shadow-doorbells",
+            "--no-sgl",
             "--json",
             "--quiet",
             "--histogram",
@@ -674,7 +684,7 @@ mod tests {
             (Pattern::Sequential, Mix::ReadPercent(70))
         );
         assert_eq!((c.nsid, c.range_blocks, c.seed), (Some(2), Some(1000), 9));
-        assert!(!c.request_cache && !c.batch_prefetch && !c.shadow_doorbells);
+        assert!(!c.request_cache && !c.batch_prefetch && !c.shadow_doorbells && !c.sgl);
         assert!(c.json && c.quiet && c.histogram && c.pin);
 
         let u = parse(&[

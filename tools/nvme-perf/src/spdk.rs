@@ -116,6 +116,7 @@ pub fn sim_verify_config() -> SimConfig {
 fn open(config: &Config) -> Result<(Option<SimController>, Controller), PerfError> {
     let options = ControllerOptions {
         shadow_doorbells: config.shadow_doorbells,
+        sgl: config.sgl,
         interrupts: config.interrupts,
         ..ControllerOptions::default()
     };
@@ -256,6 +257,7 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
         lba_size: ns.block_size(),
         nsid: Some(ns.nsid()),
         shadow_doorbells: Some(shadow),
+        sgl: Some(ctrl.sgl()),
     };
     let ns = Arc::new(ns);
     if let Some(sim) = &inline {

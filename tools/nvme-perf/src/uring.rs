@@ -256,6 +256,7 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
         lba_size,
         nsid: None,
         shadow_doorbells: None,
+        sgl: None,
     };
     let results = runner::drive(config, workers, |w, control, live| {
         run_worker(config, lba_size, w, control, live)
