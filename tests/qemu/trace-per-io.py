@@ -62,15 +62,38 @@ def parse(path):
     return events
 
 
+IOS_REPORTED = re.compile(r"^@@TRACE-OUT (\S+) .*\bI/Os=(\d+)")
+
+
 def labels(serial):
-    out = []
+    """Run labels in order, and the I/O counts our nvme-perf reported (for aligning)."""
+    out, reported = [], {}
     with open(serial, errors="replace") as f:
         for line in f:
             if line.startswith("@@TRACE-RUN "):
                 label = line.split()[1]
                 if label != "end":
                     out.append(label)
-    return out
+            m = IOS_REPORTED.match(line)
+            if m:
+                reported[m.group(1)] = int(m.group(2))
+    return out, reported
+
+
+def align(segments, names, reported):
+    """Index of the segment of the first run: the kernel's own enables (boot, rebinding at the
+    end) come before and after the runs; choose the offset whose I/O counts best match what
+    nvme-perf reported (it fetches at most a few more commands than it completes in time)."""
+    ios = [sum(1 for e in seg if e[2] == "pci_nvme_io_cmd" and e[3]) for seg in segments]
+    best, best_score = len(segments) - len(names), None
+    for off in range(len(segments) - len(names) + 1):
+        score = 0.0
+        for i, name in enumerate(names):
+            if name in reported and reported[name]:
+                score += abs(ios[off + i] - reported[name]) / reported[name]
+        if best_score is None or score < best_score:
+            best, best_score = off, score
+    return best
 
 
 def med(xs):
@@ -147,6 +170,34 @@ def reduce(seg):
             if t1 is not None:
                 service.append(e[0] - t1)
                 completed_at = e[0]
+    # Rounds: from one SQ tail MMIO write to the next. In a round the device fetches and
+    # completes what the write announced (device time: doorbell -> the device thread's last
+    # event) and the guest reaps, resubmits and rings again (guest time: from there to the
+    # next doorbell). Tracing slows the device side (it emits most events), hardly the guest side.
+    dbs = [e[0] for e in seg if e[2] == "pci_nvme_mmio_doorbell_sq" and e[3]]
+    dev_per_io, guest_per_io, round_ios = [], [], []
+    j = 0
+    for a, b in zip(dbs, dbs[1:]):
+        fetched, last_dev = 0, None
+        while j < len(seg) and seg[j][0] < a:
+            j += 1
+        k = j
+        while k < len(seg) and seg[k][0] < b:
+            e = seg[k]
+            if e[2] == "pci_nvme_io_cmd" and e[3]:
+                fetched += 1
+            if e[1] == dev:
+                # The device thread's last event of the round: the last completion queued or,
+                # with shadow doorbells, the last CQ shadow head read while posting.
+                last_dev = e[0]
+            k += 1
+        if fetched and last_dev is not None:
+            round_ios.append(fetched)
+            dev_per_io.append((last_dev - a) / fetched)
+            guest_per_io.append((b - last_dev) / fetched)
+    row["ios_per_round_median"] = med(round_ios)
+    row["round_device_us_per_io_median"] = med(dev_per_io)
+    row["round_guest_us_per_io_median"] = med(guest_per_io)
     row["pickup_us_median"] = med(pickup)
     row["service_us_median"] = med(service)
     row["turnaround_us_median"] = med(turnaround)
@@ -165,20 +216,23 @@ def main():
     if len(args) != 2:
         sys.exit(__doc__)
     events = parse(args[0])
-    names = labels(args[1])
+    names, reported = labels(args[1])
     cuts = [i for i, e in enumerate(events) if e[2] == "pci_nvme_mmio_start_success"]
     segments = [events[a:b] for a, b in zip(cuts, cuts[1:] + [len(events)])]
     if len(segments) < len(names):
         sys.exit(f"trace-per-io.py: {len(segments)} controller enables in the trace but "
                  f"{len(names)} runs in the serial log; was pci_nvme_mmio_start_success traced?")
-    segments = segments[len(segments) - len(names):]
+    off = align(segments, names, reported)
+    segments = segments[off:off + len(names)]
     rows = {name: reduce(seg) for name, seg in zip(names, segments)}
     cols = [("ios", "I/Os"), ("mmio_sq_per_io", "MMIO SQ db"), ("mmio_cq_per_io", "MMIO CQ db"),
             ("shadow_sq_read_per_io", "shadow SQ rd"), ("shadow_cq_read_per_io", "shadow CQ rd"),
             ("eventidx_sq_write_per_io", "EvIdx SQ wr"), ("eventidx_cq_write_per_io", "EvIdx CQ wr"),
             ("map_prp_per_io", "PRP maps"), ("map_sgl_per_io", "SGL maps"),
             ("iotlb_miss_per_io", "IOTLB miss"), ("iotlb_hit_per_io", "IOTLB hit"),
-            ("fetches_per_pass_mean", "cmds/pass"),
+            ("fetches_per_pass_mean", "cmds/pass"), ("ios_per_round_median", "I/Os/round"),
+            ("round_device_us_per_io_median", "round: device µs/I/O"),
+            ("round_guest_us_per_io_median", "round: guest µs/I/O"),
             ("mmio_after_device_event_us_median", "MMIO after dev µs"),
             ("mmio_within_5us_of_device_event", "MMIO ≤5µs after dev"),
             ("pickup_us_median", "db→fetch µs"), ("service_us_median", "fetch→cqe µs"),

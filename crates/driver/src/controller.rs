@@ -30,6 +30,7 @@ use nvme_vfio::{DmaBuffer, DmaMapper, FunctionControl, InterruptController, Inte
 use crate::admin::AdminQueue;
 use crate::error::{Error, IoFailure, Result};
 use crate::namespace::Namespace;
+use crate::platform::CpuPlatform;
 use crate::prp;
 use crate::ring::ShadowBuffers;
 use crate::teardown::{DmaState, GuardedMapper};
@@ -70,8 +71,10 @@ pub struct ControllerOptions {
     pub admin_timeout: Duration,
     /// Send a normal shutdown notification (CC.SHN) when the controller is dropped.
     pub shutdown_on_drop: bool,
-    /// Use shadow doorbells (Doorbell Buffer Config) when the controller offers them.
-    pub shadow_doorbells: bool,
+    /// Shadow doorbells (Doorbell Buffer Config, NVMe Base 2.0 §5.8) where the controller
+    /// offers them: by the platform rule ([`ShadowDoorbells::Auto`], the default), always, or
+    /// never. In effect: [`Controller::shadow_doorbells`].
+    pub shadow_doorbells: ShadowDoorbells,
     /// Describe the data of reads, writes and compares with an SGL (one Data Block
     /// descriptor in the command, NVMe Base 2.0 §4.1.2) when the controller offers SGLs for
     /// I/O commands (Identify Controller SGLS bits 1:0); `false` forces PRPs (§4.1.1). Admin
@@ -82,6 +85,31 @@ pub struct ControllerOptions {
     pub interrupts: bool,
     /// What a queue pair does about a command that timed out (see [`TimeoutAction`]).
     pub timeout_action: TimeoutAction,
+}
+
+/// Whether to use shadow doorbells where the controller offers them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShadowDoorbells {
+    /// Where they pay: everywhere but under a software CPU emulator (QEMU TCG), where an MMIO
+    /// write does not trap and the controller's extra DMA per command is pure cost (the rule
+    /// and its measurements: [`crate::platform`], docs/performance.md).
+    #[default]
+    Auto,
+    /// Whenever the controller offers them.
+    Always,
+    /// Never: MMIO doorbells only.
+    Never,
+}
+
+impl ShadowDoorbells {
+    /// Whether to configure them on a controller that offers them, on `platform`.
+    pub fn wanted(self, platform: &CpuPlatform) -> bool {
+        match self {
+            ShadowDoorbells::Auto => platform.shadow_doorbells_pay(),
+            ShadowDoorbells::Always => true,
+            ShadowDoorbells::Never => false,
+        }
+    }
 }
 
 /// What happens to a command that times out. In every case the request is reported to the
@@ -123,7 +151,7 @@ impl Default for ControllerOptions {
             admin_entries: 32,
             admin_timeout: Duration::from_secs(5),
             shutdown_on_drop: true,
-            shadow_doorbells: true,
+            shadow_doorbells: ShadowDoorbells::Auto,
             sgl: true,
             interrupts: false,
             timeout_action: TimeoutAction::AbortThenReset,
@@ -434,8 +462,19 @@ impl Controller {
             partial.identify.sgls,
             options.sgl
         );
-        if options.shadow_doorbells {
+        let platform = CpuPlatform::detect();
+        if options.shadow_doorbells.wanted(&platform) {
             partial.enable_shadow_doorbells()?;
+        } else if partial
+            .identify
+            .oacs_flags()
+            .contains(Oacs::DOORBELL_BUFFER_CONFIG)
+        {
+            log::info!(
+                "{}: shadow doorbells offered but not used ({:?} on {platform:?})",
+                partial.name,
+                options.shadow_doorbells
+            );
         }
         if options.interrupts {
             partial.enable_interrupts()?;

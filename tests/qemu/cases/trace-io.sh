@@ -25,6 +25,8 @@ run() {
 
 echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)" \
     "(available: $(cat /sys/devices/system/clocksource/clocksource0/available_clocksource))"
+dmesg | grep -iE "hypervisor|clocksource|tsc" | sed 's/^/dmesg: /' || true
+grep -m1 -o -w hypervisor /proc/cpuinfo | sed 's/^/cpu flag: /' || true
 bind_vfio
 ours() {
     label=$1

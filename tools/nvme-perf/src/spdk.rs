@@ -251,7 +251,7 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
                 .then(|| Verifier::new(config, &geometry, t, run_id, fault.clone())),
         });
     }
-    let shadow = ctrl.shadow_doorbells() && config.shadow_doorbells;
+    let shadow = ctrl.shadow_doorbells();
     let setup = Setup {
         device: format!("{}", config.target),
         lba_size: ns.block_size(),
