@@ -3,7 +3,8 @@
 # from QEMU's own trace events in one guest boot (the layout of tests/bench.sh: one vCPU,
 # intel-iommu, a null-co 4 KiB-LBA namespace). Prints a table (tests/qemu/trace-per-io.py).
 #
-# Usage: [SPDK_PERF=...] [LIBVFN_PERF=...] [TRACE_TIME=2] [TRACE_IOTLB_HITS=1] tests/trace-io.sh
+# Usage: [SPDK_PERF=...] [LIBVFN_PERF=...] [TRACE_TIME=2] [TRACE_IOTLB_HITS=1] [TRACE_LIGHT=1]
+#        [NO_BUILD=1] tests/trace-io.sh
 #
 # Traced: MMIO doorbell writes, shadow doorbell reads and EventIdx writes, command fetches,
 # completions queued, PRP/SGL mappings, IOTLB misses (and hits with TRACE_IOTLB_HITS=1: about 8
@@ -27,6 +28,11 @@ TRACE=(
     --trace pci_nvme_mmio_start_success --trace vtd_iotlb_page_update
 )
 [ "${TRACE_IOTLB_HITS:-0}" != 1 ] || TRACE+=(--trace vtd_iotlb_page_hit)
+# TRACE_LIGHT=1: only doorbells, fetches and completions (less slow-down, for timing).
+[ "${TRACE_LIGHT:-0}" != 1 ] || TRACE=(
+    --trace 'pci_nvme_mmio_doorbell_*' --trace pci_nvme_io_cmd
+    --trace pci_nvme_enqueue_req_completion --trace pci_nvme_mmio_start_success
+)
 GUEST_EXTRA_BINS=${EXTRA# } GUEST_HUGEPAGES=$HUGEPAGES \
     "$ROOT/tests/qemu/run.sh" --ns 4096:8G:null --smp 1 --qpairs 4 \
     --append "TRACE_TIME=$T" --case-timeout 900 --timeout 1500 \
