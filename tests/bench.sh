@@ -39,9 +39,9 @@ fi
 
 AB=${BENCH_AB:-1}
 SWEEP=${BENCH_SWEEP:-0}
-# Time allowed per repetition: 30 * SECS for our and the kernel's 13 runs, and for each peer
+# Time allowed per repetition: 36 * SECS for our and the kernel's 16 runs, and for each peer
 # run twice its length plus 20 s of start-up (DPDK's takes seconds under TCG).
-PER_REP=$(((30 + 2 * PEER_RUNS) * SECS + 20 * PEER_RUNS))
+PER_REP=$(((36 + 2 * PEER_RUNS) * SECS + 20 * PEER_RUNS))
 CASE_TIMEOUT=$((REPS * PER_REP + 300))
 # The sweep: 9 depths, each run of ours, the kernel and the peers twice its length, the peers'
 # start-up 20 s.

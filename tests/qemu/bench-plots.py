@@ -180,6 +180,8 @@ def plot_ab(runs, out):
                 ("ours-qd128-no-request-cache", "no request\ncache"),
                 ("ours-qd128-no-batch-prefetch", "no batched\ntag prefetch"),
                 ("ours-qd128-no-shadow-doorbells", "no shadow\ndoorbells"),
+                ("ours-qd128-shadow-doorbells", "shadow doorbells\nforced on"),
+                ("ours-qd128-no-sgl", "PRP instead\nof SGL"),
                 ("ours-qd128-interrupts", "hybrid\ninterrupts")]
     bars = [(name, median(runs, label, "iops")) for label, name in variants]
     bars = [(name, v) for name, v in bars if v]

@@ -139,8 +139,8 @@ def report(runs, command):
         out.append(f"| {text} | {whole} | {paired(runs, num, den, key, invert)} |")
 
     row("QD128 IOPS: ours / kernel io_uring polled", "ours-qd128", "uring-polled-qd128", "iops")
-    row("QD128 IOPS: ours without shadow doorbells / kernel io_uring polled",
-        "ours-qd128-no-shadow-doorbells", "uring-polled-qd128", "iops")
+    row("QD128 IOPS: ours with shadow doorbells forced on / kernel io_uring polled",
+        "ours-qd128-shadow-doorbells", "uring-polled-qd128", "iops")
     row("QD128 IOPS, neither timing each I/O (--no-latency): ours / kernel io_uring polled",
         "ours-qd128-untimed", "uring-polled-qd128-untimed", "iops")
     row("QD128 IOPS: ours / kernel io_uring interrupts", "ours-qd128", "uring-irq-qd128", "iops")
@@ -157,13 +157,19 @@ def report(runs, command):
         row(f"QD1 IOPS: ours / {name}", "ours-qd1", f"{peer}-qd1", "iops")
         row(f"QD1 avg latency: {name} / ours (>1: ours is faster)",
             "ours-qd1", f"{peer}-qd1", "lat_ns.avg", invert=True)
-    for label, what in [
-        ("ours-qd128-no-request-cache", "request cache"),
-        ("ours-qd128-no-batch-prefetch", "batched tag prefetch"),
-        ("ours-qd128-no-shadow-doorbells", "shadow doorbells"),
-        ("ours-qd128-interrupts", "pure polling (vs hybrid interrupts, QD128)"),
+    for with_it, without, what in [
+        ("ours-qd128", "ours-qd128-no-request-cache", "request cache"),
+        ("ours-qd128", "ours-qd128-no-batch-prefetch", "batched tag prefetch"),
+        # Older logs ran the default with shadow doorbells and A/B'd them off.
+        ("ours-qd128", "ours-qd128-no-shadow-doorbells", "shadow doorbells (QD128)"),
+        ("ours-qd128-shadow-doorbells", "ours-qd128", "shadow doorbells forced on (QD128)"),
+        ("ours-qd1-shadow-doorbells", "ours-qd1", "shadow doorbells forced on (QD1)"),
+        ("ours-qd128", "ours-qd128-no-sgl", "SGL data pointers (QD128)"),
+        ("ours-qd1", "ours-qd1-no-sgl", "SGL data pointers (QD1)"),
+        ("ours-qd128", "ours-qd128-interrupts", "pure polling (vs hybrid interrupts, QD128)"),
     ]:
-        row(f"A/B {what}: IOPS with it / without it", "ours-qd128", label, "iops")
+        if with_it in runs and without in runs:
+            row(f"A/B {what}: IOPS with it / without it", with_it, without, "iops")
     out.append("")
     if command:
         out.append(f"Reproduce: `{command}`\n")

@@ -59,6 +59,8 @@ LOG=""
 BUILD=1
 CASES=()
 GUEST_ENV=()
+TRACE_PATTERNS=()
+TRACE_LOG=$ROOT/target/qemu-trace.log
 LAYOUT=""
 
 usage() {
@@ -100,6 +102,11 @@ Options:
                             guest printing "@@HOST device_del" hot-unplugs it (cases/hot-unplug.sh)
   --keep                    keep tests/qemu/work/ afterwards
   --log FILE                also write the serial log to FILE
+  --trace PATTERN           enable QEMU trace events matching PATTERN (repeatable; QEMU's
+                            -trace enable=PATTERN, e.g. 'pci_nvme_mmio_doorbell_*'), written
+                            with microsecond timestamps and thread ids (-msg timestamp=on) to
+                            the --trace-log file; tests/qemu/trace-per-io.py reduces it
+  --trace-log FILE          where --trace writes (default target/qemu-trace.log)
   --no-build                do not run cargo; use binaries from the last build
   -h, --help                this text
 
@@ -157,6 +164,8 @@ while [ $# -gt 0 ]; do
     --keep) KEEP=1; shift ;;
     --hotplug) HOTPLUG=1; shift ;;
     --log) LOG=${2:?}; shift 2 ;;
+    --trace) TRACE_PATTERNS+=("${2:?--trace needs a QEMU trace event PATTERN}"); shift 2 ;;
+    --trace-log) TRACE_LOG=${2:?}; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     -h | --help) usage; exit 0 ;;
     -*) usage >&2; die "unknown option $1" ;;
@@ -617,6 +626,14 @@ if [ "$HOTPLUG" = 1 ]; then
     QMP=1
 fi
 [ "$QMP" = 1 ] && HOTPLUG_ARGS+=(-qmp "unix:$QMP_SOCK,server=on,wait=off")
+TRACE_ARGS=()
+if [ ${#TRACE_PATTERNS[@]} -gt 0 ]; then
+    mkdir -p "$(dirname "$TRACE_LOG")"
+    : >"$TRACE_LOG"
+    for p in "${TRACE_PATTERNS[@]}"; do TRACE_ARGS+=(-trace "enable=$p"); done
+    TRACE_ARGS+=(-msg timestamp=on -D "$TRACE_LOG")
+    note "tracing ${TRACE_PATTERNS[*]} to $TRACE_LOG"
+fi
 # shellcheck disable=SC2054 # the commas belong to QEMU option values
 QEMU_CMD=(
     "${QEMU:-qemu-system-x86_64}" "${ACCEL_ARGS[@]}" -machine q35
@@ -628,6 +645,7 @@ QEMU_CMD=(
     "${HOTPLUG_ARGS[@]}"
     -device "nvme,serial=deadbeef,id=nvme0,mdts=$MDTS,max_ioqpairs=$QPAIRS$NVME_BUS"
     "${QEMU_NS_ARGS[@]}"
+    "${TRACE_ARGS[@]}"
 )
 note "layout=${LAYOUT:-custom} accel=$ACCEL kernel=$KERNEL namespaces='$NS_LAYOUT' mdts=$MDTS qpairs=$QPAIRS"
 note "cases: ${CASES[*]}"

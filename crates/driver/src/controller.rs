@@ -30,6 +30,7 @@ use nvme_vfio::{DmaBuffer, DmaMapper, FunctionControl, InterruptController, Inte
 use crate::admin::AdminQueue;
 use crate::error::{Error, IoFailure, Result};
 use crate::namespace::{Namespace, NamespaceChanges, NamespaceSet};
+use crate::platform::CpuPlatform;
 use crate::prp;
 use crate::ring::ShadowBuffers;
 use crate::teardown::{DmaState, GuardedMapper};
@@ -70,13 +71,45 @@ pub struct ControllerOptions {
     pub admin_timeout: Duration,
     /// Send a normal shutdown notification (CC.SHN) when the controller is dropped.
     pub shutdown_on_drop: bool,
-    /// Use shadow doorbells (Doorbell Buffer Config) when the controller offers them.
-    pub shadow_doorbells: bool,
+    /// Shadow doorbells (Doorbell Buffer Config, NVMe Base 2.0 §5.8) where the controller
+    /// offers them: by the platform rule ([`ShadowDoorbells::Auto`], the default), always, or
+    /// never. In effect: [`Controller::shadow_doorbells`].
+    pub shadow_doorbells: ShadowDoorbells,
+    /// Describe the data of reads, writes and compares with an SGL (one Data Block
+    /// descriptor in the command, NVMe Base 2.0 §4.1.2) when the controller offers SGLs for
+    /// I/O commands (Identify Controller SGLS bits 1:0); `false` forces PRPs (§4.1.1). Admin
+    /// commands always use PRPs. Decided once at bring-up: [`Controller::sgl`].
+    pub sgl: bool,
     /// Route MSI-X vectors to eventfds so queue pairs created with
     /// `QueuePairOptions::interrupts` can block while idle (vector = queue id).
     pub interrupts: bool,
     /// What a queue pair does about a command that timed out (see [`TimeoutAction`]).
     pub timeout_action: TimeoutAction,
+}
+
+/// Whether to use shadow doorbells where the controller offers them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShadowDoorbells {
+    /// Where they pay: everywhere but under a software CPU emulator (QEMU TCG), where an MMIO
+    /// write does not trap and the controller's extra DMA per command is pure cost (the rule
+    /// and its measurements: [`crate::platform`], docs/performance.md).
+    #[default]
+    Auto,
+    /// Whenever the controller offers them.
+    Always,
+    /// Never: MMIO doorbells only.
+    Never,
+}
+
+impl ShadowDoorbells {
+    /// Whether to configure them on a controller that offers them, on `platform`.
+    pub fn wanted(self, platform: &CpuPlatform) -> bool {
+        match self {
+            ShadowDoorbells::Auto => platform.shadow_doorbells_pay(),
+            ShadowDoorbells::Always => true,
+            ShadowDoorbells::Never => false,
+        }
+    }
 }
 
 /// What happens to a command that times out. In every case the request is reported to the
@@ -118,7 +151,8 @@ impl Default for ControllerOptions {
             admin_entries: 32,
             admin_timeout: Duration::from_secs(5),
             shutdown_on_drop: true,
-            shadow_doorbells: true,
+            shadow_doorbells: ShadowDoorbells::Auto,
+            sgl: true,
             interrupts: false,
             timeout_action: TimeoutAction::AbortThenReset,
         }
@@ -182,6 +216,9 @@ pub(crate) struct Inner {
     pub(crate) cap: Cap,
     pub(crate) page_size: usize,
     pub(crate) max_transfer: usize,
+    /// I/O data pointers are SGLs (options and controller agree), with this alignment mask
+    /// for Data Block address and length (3: dword granularity, SGLS 10b; 0: none).
+    pub(crate) sgl: Option<u64>,
     version: Version,
     admin: Mutex<AdminQueue>,
     admin_timeout: Duration,
@@ -387,6 +424,7 @@ impl Controller {
             cap,
             page_size: HOST_PAGE_SIZE,
             max_transfer: prp::max_bytes_with_one_list(HOST_PAGE_SIZE),
+            sgl: None,
             version,
             admin: Mutex::new(admin),
             admin_timeout: options.admin_timeout,
@@ -418,8 +456,28 @@ impl Controller {
             "{name}: controller enabled (NVMe {version}, {admin_entries}-entry admin queue)"
         );
         partial.identify_all(options.io_queues)?;
-        if options.shadow_doorbells {
+        let support = partial.identify.sgl_support();
+        partial.sgl = (options.sgl && support.supported()).then(|| support.alignment_mask());
+        log::info!(
+            "{}: I/O data pointers: {} (controller SGLS {:#x}, ControllerOptions::sgl {})",
+            partial.name,
+            if partial.sgl.is_some() { "SGL" } else { "PRP" },
+            partial.identify.sgls,
+            options.sgl
+        );
+        let platform = CpuPlatform::detect();
+        if options.shadow_doorbells.wanted(&platform) {
             partial.enable_shadow_doorbells()?;
+        } else if partial
+            .identify
+            .oacs_flags()
+            .contains(Oacs::DOORBELL_BUFFER_CONFIG)
+        {
+            log::info!(
+                "{}: shadow doorbells offered but not used ({:?} on {platform:?})",
+                partial.name,
+                options.shadow_doorbells
+            );
         }
         if options.interrupts {
             partial.enable_interrupts()?;
@@ -557,6 +615,13 @@ impl Controller {
     /// Allocates a zero-filled DMA buffer of `len` bytes for this controller.
     pub fn alloc_buffer(&self, len: usize) -> Result<DmaBuffer> {
         Ok(DmaBuffer::allocate(&self.inner.dma, len)?)
+    }
+
+    /// Whether reads, writes and compares describe their data with an SGL Data Block
+    /// descriptor (the controller offers SGLs and `ControllerOptions::sgl` is set) instead of
+    /// PRPs.
+    pub fn sgl(&self) -> bool {
+        self.inner.sgl.is_some()
     }
 
     /// Whether shadow doorbells (Doorbell Buffer Config) are in use.

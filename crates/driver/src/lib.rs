@@ -18,17 +18,19 @@ mod controller;
 pub mod device;
 mod error;
 mod namespace;
+pub mod platform;
 mod prp;
 mod queue_pair;
 mod ring;
 mod teardown;
 
 pub use controller::{
-    AbortStats, Controller, ControllerOptions, TimeoutAction, Transport, DEFAULT_IO_QUEUES,
-    HOST_PAGE_SIZE,
+    AbortStats, Controller, ControllerOptions, ShadowDoorbells, TimeoutAction, Transport,
+    DEFAULT_IO_QUEUES, HOST_PAGE_SIZE,
 };
 pub use error::{Error, IoFailure, Result};
 pub use namespace::{Namespace, NamespaceChanges};
+pub use platform::CpuPlatform;
 pub use queue_pair::{
     Completion, QueuePair, QueuePairOptions, QueuePairStats, DEFAULT_QUEUE_DEPTH,
     MAX_BLOCKS_PER_COMMAND, MAX_COMMANDS_PER_REQUEST,

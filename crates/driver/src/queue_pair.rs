@@ -35,6 +35,7 @@ use nvme_pool::{Tag, TagSet};
 use nvme_spec::queue::SubmissionEntry;
 use nvme_spec::queue::DSM_MAX_RANGES;
 use nvme_spec::regs::Csts;
+use nvme_spec::sgl::{self, Psdt};
 use nvme_spec::{command, opcode, regs, Status};
 use nvme_vfio::{DmaBuffer, DmaDomain, InterruptEvent};
 
@@ -176,6 +177,9 @@ pub struct QueuePair {
     pages: SlotPages,
     qid: u16,
     page_size: usize,
+    /// Low bits that must be clear in an SGL Data Block's address and length; `u64::MAX`
+    /// when data pointers are PRPs (no transfer passes the test).
+    sgl_mask: u64,
     max_transfer: usize,
     max_completions: usize,
     plugged: bool,
@@ -334,6 +338,7 @@ impl QueuePair {
             pages,
             qid,
             page_size: ctrl.page_size,
+            sgl_mask: ctrl.sgl.unwrap_or(u64::MAX),
             max_transfer: ctrl.max_transfer,
             max_completions: options.max_completions_per_poll.clamp(1, slots as usize),
             plugged: false,
@@ -689,6 +694,7 @@ impl QueuePair {
         };
         // The data pointer is always the driver's: none without a buffer.
         let mut sqe = sqe;
+        sqe.set_psdt(Psdt::Prp);
         sqe.prp1 = 0;
         sqe.prp2 = 0;
         sqe.mptr = 0;
@@ -892,8 +898,19 @@ impl QueuePair {
         Ok(head)
     }
 
+    /// Fills the data pointer: with SGLs one Data Block descriptor for the whole transfer (a
+    /// `DmaBuffer` is contiguous in IOVA space, so no segment list is ever needed; NVMe Base
+    /// 2.0 §4.1.2), otherwise PRP1/PRP2 or a PRP list in the slot's page (§4.1.1).
     #[inline(always)]
     fn set_data_pointer(&mut self, sqe: &mut SubmissionEntry, index: usize, addr: u64, len: usize) {
+        // `len` is at most `max_transfer` (a few MiB), so it fits the descriptor's 32 bits.
+        debug_assert!(len <= u32::MAX as usize);
+        if (addr | len as u64) & self.sgl_mask == 0 {
+            sqe.set_psdt(Psdt::SglMptrContiguous);
+            sqe.prp1 = addr;
+            sqe.prp2 = sgl::data_block_qword(len as u32);
+            return;
+        }
         match prp::layout(nvme_vfio::Iova(addr), len, self.page_size) {
             PrpLayout::Direct { prp1, prp2 } => {
                 sqe.prp1 = prp1;

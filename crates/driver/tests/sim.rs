@@ -561,7 +561,11 @@ fn shadow_doorbells_are_used_when_offered_and_can_be_turned_off() {
         let ctrl = Controller::new(
             Transport::new(sim.mmio(), sim.dma(), "sim"),
             ControllerOptions {
-                shadow_doorbells: shadow,
+                shadow_doorbells: if shadow {
+                    nvme_driver::ShadowDoorbells::Always
+                } else {
+                    nvme_driver::ShadowDoorbells::Never
+                },
                 ..ControllerOptions::default()
             },
         )

@@ -77,6 +77,10 @@ pub struct SimConfig {
     pub firmware: String,
     /// Advertise and implement Doorbell Buffer Config (OACS bit 8, shadow doorbells).
     pub shadow_doorbells: bool,
+    /// Advertise SGL support for I/O commands (Identify Controller SGLS bits 1:0 = 01b, like
+    /// QEMU's emulated controller) and accept PSDT 01b: Data Block, Segment and Last Segment
+    /// descriptors (NVMe Base 2.0 §4.1.2). `false` refuses any PSDT but 00b (PRPs).
+    pub sgl: bool,
     /// Skip the memory copies of Read/Write (PRPs are still validated): like QEMU's `null-co`
     /// backend, for measuring driver overhead.
     pub null_io: bool,
@@ -124,6 +128,7 @@ impl Default for SimConfig {
             serial: "SIM0001".to_string(),
             firmware: "1.0".to_string(),
             shadow_doorbells: true,
+            sgl: true,
             null_io: false,
             msix_vectors: DEFAULT_MSIX_VECTORS,
         }

@@ -8,8 +8,9 @@
 //! [`SimStats`] to see what the device observed, and direct access to the medium
 //! ([`SimController::read_disk`] / [`SimController::write_disk`]).
 //!
-//! Limits (by design): 4 KiB to 64 KiB memory pages, PRPs only (no SGLs), physically
-//! contiguous queues, metadata moved but protection information neither generated nor checked
+//! Limits (by design): 4 KiB to 64 KiB memory pages, SGLs for I/O commands with Data Block,
+//! Segment and Last Segment descriptors only (no Bit Bucket, no metadata SGLs; see
+//! [`SimConfig::sgl`]), physically contiguous queues, metadata moved but protection information neither generated nor checked
 //! (see [`SimNamespace`]), Asynchronous Event Requests never complete.
 //!
 //! Teardown hazards: [`Faults::delay_execution`] runs commands late and out of order (reading
@@ -35,6 +36,7 @@ mod faults;
 mod irq;
 mod prp;
 mod regs;
+mod sgl;
 mod stats;
 
 use std::sync::atomic::{AtomicBool, Ordering};

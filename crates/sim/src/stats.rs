@@ -17,6 +17,8 @@ pub struct SimStats {
     pub other_io: u64,
     /// I/O commands with an unknown opcode.
     pub invalid_io: u64,
+    /// I/O commands whose data pointer is an SGL (PSDT 01b), valid or not.
+    pub sgl_commands: u64,
     /// SQ tail doorbell register writes observed (changes of the register value).
     pub sq_doorbell_writes: u64,
     /// CQ head doorbell register writes observed (changes of the register value).
@@ -66,6 +68,7 @@ pub(crate) struct Counters {
     pub flushes: AtomicU64,
     pub other_io: AtomicU64,
     pub invalid_io: AtomicU64,
+    pub sgl_commands: AtomicU64,
     pub sq_doorbell_writes: AtomicU64,
     pub cq_doorbell_writes: AtomicU64,
     pub shadow_doorbell_updates: AtomicU64,
@@ -97,6 +100,7 @@ impl Counters {
             flushes: get(&self.flushes),
             other_io: get(&self.other_io),
             invalid_io: get(&self.invalid_io),
+            sgl_commands: get(&self.sgl_commands),
             sq_doorbell_writes: get(&self.sq_doorbell_writes),
             cq_doorbell_writes: get(&self.cq_doorbell_writes),
             shadow_doorbell_updates: get(&self.shadow_doorbell_updates),

@@ -276,6 +276,11 @@ impl IdentifyController {
         )
     }
 
+    /// SGL Support for I/O commands (SGLS bits 1:0, §4.1.2).
+    pub fn sgl_support(&self) -> crate::sgl::SglSupport {
+        crate::sgl::SglSupport::from_sgls(self.sgls)
+    }
+
     /// Optional Admin Command Support.
     pub fn oacs_flags(&self) -> Oacs {
         Oacs::from_bits_retain(self.oacs)

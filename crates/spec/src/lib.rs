@@ -22,6 +22,7 @@ pub mod log;
 pub mod opcode;
 pub mod queue;
 pub mod regs;
+pub mod sgl;
 pub mod status;
 
 pub use command::Cns;
@@ -30,4 +31,5 @@ pub use identify::{IdentifyController, IdentifyNamespace, LbaFormat, NamespaceLi
 pub use log::{CriticalWarning, ErrorLogEntry, ShortLogPage, SmartLog};
 pub use queue::{CompletionEntry, DsmRange, SubmissionEntry};
 pub use regs::{Aqa, Cap, Cc, Csts, Version};
+pub use sgl::{Psdt, SglDescriptor, SglSupport};
 pub use status::{Status, StatusCodeType};

@@ -106,9 +106,16 @@ impl SubmissionEntry {
         ((self.cdw0 >> Self::FUSE_SHIFT) & Self::FUSE_MASK) as u8
     }
 
-    /// PRP or SGL for Data Transfer (CDW0 bits 15:14): 0 means PRPs.
+    /// PRP or SGL for Data Transfer (CDW0 bits 15:14): 0 means PRPs (see [`crate::sgl::Psdt`]).
     pub const fn psdt(&self) -> u8 {
         ((self.cdw0 >> Self::PSDT_SHIFT) & Self::PSDT_MASK) as u8
+    }
+
+    /// Sets PSDT (CDW0 bits 15:14), leaving the rest of CDW0 unchanged.
+    #[inline(always)]
+    pub fn set_psdt(&mut self, psdt: crate::sgl::Psdt) {
+        self.cdw0 = (self.cdw0 & !(Self::PSDT_MASK << Self::PSDT_SHIFT))
+            | (psdt as u32) << Self::PSDT_SHIFT;
     }
 }
 
@@ -214,6 +221,10 @@ mod tests {
         assert_eq!(sqe.fuse(), 2);
         assert_eq!(sqe.psdt(), 1);
         assert_eq!(sqe.cid(), 1);
+        sqe.set_psdt(crate::sgl::Psdt::SglMptrSgl);
+        assert_eq!((sqe.psdt(), sqe.fuse(), sqe.cid()), (2, 2, 1));
+        sqe.set_psdt(crate::sgl::Psdt::Prp);
+        assert_eq!(sqe.psdt(), 0);
     }
 
     #[test]

@@ -56,7 +56,11 @@ run_ours() {
     if [ "$AB" = 1 ]; then
         ours ours-qd128-no-request-cache -q 128 --no-request-cache
         ours ours-qd128-no-batch-prefetch -q 128 --no-batch-prefetch
-        ours ours-qd128-no-shadow-doorbells -q 128 --no-shadow-doorbells
+        # Shadow doorbells: the driver's rule leaves them off under TCG; this forces them on.
+        ours ours-qd128-shadow-doorbells -q 128 --shadow-doorbells
+        ours ours-qd1-shadow-doorbells -q 1 --submit-batch 1 --complete-batch 1 --shadow-doorbells
+        ours ours-qd128-no-sgl -q 128 --no-sgl
+        ours ours-qd1-no-sgl -q 1 --submit-batch 1 --complete-batch 1 --no-sgl
         ours ours-qd128-interrupts -q 128 --interrupts
         ours ours-qd1-interrupts -q 1 --submit-batch 1 --complete-batch 1 --interrupts
     fi

@@ -272,9 +272,20 @@ pub struct Args {
     pub no_batch_prefetch: bool,
 
     /// A/B: write MMIO doorbells for every batch instead of shadow doorbells with EventIdx
-    /// (ControllerOptions::shadow_doorbells = false: controller-wide). spdk-like engine only.
-    #[arg(long)]
+    /// (ControllerOptions::shadow_doorbells = Never: controller-wide). spdk-like engine only.
+    #[arg(long, conflicts_with = "shadow_doorbells")]
     pub no_shadow_doorbells: bool,
+
+    /// A/B: use shadow doorbells wherever the controller offers them, even where the driver's
+    /// rule leaves them off (under a software CPU emulator such as QEMU TCG)
+    /// (ControllerOptions::shadow_doorbells = Always). spdk-like engine only.
+    #[arg(long)]
+    pub shadow_doorbells: bool,
+
+    /// A/B: describe data with PRPs even where the controller offers SGLs
+    /// (ControllerOptions::sgl = false: controller-wide). spdk-like engine only.
+    #[arg(long)]
+    pub no_sgl: bool,
 
     /// Call sched_yield after a poll that found nothing. For instruction counting under
     /// valgrind, which runs one thread at a time: the emulator's thread then runs at once
@@ -395,8 +406,10 @@ pub struct Config {
     pub request_cache: bool,
     /// Reserve the batch's slots with plug(n) (A/B switch).
     pub batch_prefetch: bool,
-    /// Shadow doorbells (A/B switch).
-    pub shadow_doorbells: bool,
+    /// Shadow doorbells (A/B switch: the driver's rule, always, never).
+    pub shadow_doorbells: nvme_driver::ShadowDoorbells,
+    /// SGL data pointers where offered (A/B switch).
+    pub sgl: bool,
     /// sched_yield after an empty poll.
     pub yield_idle: bool,
     /// Step the emulator on the worker thread (sim, one thread).
@@ -480,6 +493,8 @@ impl Args {
             (self.no_request_cache, "--no-request-cache"),
             (self.no_batch_prefetch, "--no-batch-prefetch"),
             (self.no_shadow_doorbells, "--no-shadow-doorbells"),
+            (self.shadow_doorbells, "--shadow-doorbells"),
+            (self.no_sgl, "--no-sgl"),
             (self.nsid.is_some(), "--nsid"),
             (self.yield_idle, "--yield-idle"),
             (self.interrupts, "--interrupts"),
@@ -620,7 +635,14 @@ impl Args {
             quiet: self.quiet,
             request_cache: !self.no_request_cache,
             batch_prefetch: !self.no_batch_prefetch,
-            shadow_doorbells: !self.no_shadow_doorbells,
+            shadow_doorbells: if self.no_shadow_doorbells {
+                nvme_driver::ShadowDoorbells::Never
+            } else if self.shadow_doorbells {
+                nvme_driver::ShadowDoorbells::Always
+            } else {
+                nvme_driver::ShadowDoorbells::Auto
+            },
+            sgl: !self.no_sgl,
             yield_idle: self.yield_idle,
             inline_device: self.inline_device,
             latency: !self.no_latency,
@@ -665,7 +687,8 @@ mod tests {
             (1, Duration::from_secs(10), Duration::ZERO)
         );
         assert_eq!((c.pattern, c.mix), (Pattern::Random, Mix::Read));
-        assert!(c.request_cache && c.batch_prefetch && c.shadow_doorbells);
+        assert!(c.request_cache && c.batch_prefetch && c.sgl);
+        assert_eq!(c.shadow_doorbells, nvme_driver::ShadowDoorbells::Auto);
         assert!(!c.json && !c.quiet && !c.histogram && c.ios.is_none());
     }
 
@@ -699,6 +722,7 @@ mod tests {
             "--no-request-cache",
             "--no-batch-prefetch",
             "--no-shadow-doorbells",
+            "--no-sgl",
             "--json",
             "--quiet",
             "--histogram",
@@ -720,7 +744,8 @@ mod tests {
             (Pattern::Sequential, Mix::ReadPercent(70))
         );
         assert_eq!((c.nsid, c.range_blocks, c.seed), (Some(2), Some(1000), 9));
-        assert!(!c.request_cache && !c.batch_prefetch && !c.shadow_doorbells);
+        assert!(!c.request_cache && !c.batch_prefetch && !c.sgl);
+        assert_eq!(c.shadow_doorbells, nvme_driver::ShadowDoorbells::Never);
         assert!(c.json && c.quiet && c.histogram && c.pin);
 
         let u = parse(&[

@@ -172,6 +172,8 @@ pub struct Report {
     pub pool: Option<PoolReport>,
     /// Shadow doorbells in effect (spdk-like).
     pub shadow_doorbells: Option<bool>,
+    /// SGL data pointers in effect (spdk-like).
+    pub sgl: Option<bool>,
     /// Per-I/O contexts recycled from the ObjectCache (spdk-like).
     pub request_cache: Option<bool>,
     /// Batch slots reserved with plug(n) (spdk-like).
@@ -299,6 +301,7 @@ impl Report {
             timeouts: driver.as_ref().map(|(d, _)| d.timeouts),
             pool: driver.map(|(_, p)| p),
             shadow_doorbells: outcome.setup.shadow_doorbells,
+            sgl: outcome.setup.sgl,
             request_cache: spdk.then_some(config.request_cache),
             batch_prefetch: spdk.then_some(config.batch_prefetch),
             lba_size: outcome.setup.lba_size,
@@ -365,10 +368,11 @@ impl Report {
         ) {
             let _ = writeln!(
                 out,
-                "  MMIO doorbell writes/IO: {per_io:.4} (SQ {sq} = {:.4}/IO, CQ {cq} = {:.4}/IO; shadow doorbells {})",
+                "  MMIO doorbell writes/IO: {per_io:.4} (SQ {sq} = {:.4}/IO, CQ {cq} = {:.4}/IO; shadow doorbells {}; data pointers {})",
                 per(sq, self.ios),
                 per(cq, self.ios),
-                if self.shadow_doorbells == Some(true) { "on" } else { "off" }
+                if self.shadow_doorbells == Some(true) { "on" } else { "off" },
+                if self.sgl == Some(true) { "SGL" } else { "PRP" }
             );
         }
         if let Some(bad) = self.bad_completions {

@@ -111,6 +111,8 @@ pub struct Setup {
     pub nsid: Option<u32>,
     /// Whether shadow doorbells are in effect (spdk-like).
     pub shadow_doorbells: Option<bool>,
+    /// Whether reads and writes use SGL data pointers (spdk-like).
+    pub sgl: Option<bool>,
 }
 
 /// What an engine hands back.

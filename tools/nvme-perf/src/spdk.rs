@@ -114,6 +114,7 @@ pub fn sim_verify_config() -> SimConfig {
 fn open(config: &Config) -> Result<(Option<SimController>, Controller), PerfError> {
     let options = ControllerOptions {
         shadow_doorbells: config.shadow_doorbells,
+        sgl: config.sgl,
         interrupts: config.interrupts,
         ..ControllerOptions::default()
     };
@@ -248,12 +249,13 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
                 .then(|| Verifier::new(config, &geometry, t, run_id, fault.clone())),
         });
     }
-    let shadow = ctrl.shadow_doorbells() && config.shadow_doorbells;
+    let shadow = ctrl.shadow_doorbells();
     let setup = Setup {
         device: format!("{}", config.target),
         lba_size: ns.block_size(),
         nsid: Some(ns.nsid()),
         shadow_doorbells: Some(shadow),
+        sgl: Some(ctrl.sgl()),
     };
     let ns = Arc::new(ns);
     if let Some(sim) = &inline {

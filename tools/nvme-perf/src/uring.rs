@@ -285,6 +285,7 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
         lba_size,
         nsid: None,
         shadow_doorbells: None,
+        sgl: None,
     };
     let results = runner::drive(config, workers, |mut w, control, live| {
         match w.verifier.take() {

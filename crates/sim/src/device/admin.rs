@@ -21,6 +21,7 @@ use nvme_spec::log::{ErrorLogEntry, SmartLog, ERROR_LOG_ENTRY_SIZE, SMART_LOG_SI
 use nvme_spec::opcode::{admin, feature, log_page, nvm};
 use nvme_spec::queue::{SubmissionEntry, CQES_LOG2, CQE_SIZE, SQES_LOG2, SQE_SIZE};
 use nvme_spec::regs::{Cap, Version};
+use nvme_spec::sgl::SglSupport;
 use nvme_spec::status::{command_specific, generic, Status, StatusCodeType};
 
 use super::{CqInterrupt, Device, Outcome, ShadowBuffers};
@@ -147,6 +148,11 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
         mdts: config.mdts,
         ver: VERSION.0,
         oacs: oacs.bits(),
+        sgls: if config.sgl {
+            SglSupport::Byte.to_sgls()
+        } else {
+            SglSupport::None.to_sgls()
+        },
         acl: ABORT_LIMIT - 1,
         aerl: (AER_LIMIT - 1) as u8,
         sqes: SQES_BOTH,

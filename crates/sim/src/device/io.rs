@@ -7,12 +7,14 @@
 use nvme_spec::command::{dsm_deallocate, dsm_ranges, nlb, slba};
 use nvme_spec::opcode::nvm;
 use nvme_spec::queue::{DsmRange, SubmissionEntry};
+use nvme_spec::sgl::Psdt;
 use nvme_spec::status::{generic, media, Status, StatusCodeType};
 
 use super::{Device, Outcome};
 use crate::disk::Disk;
 use crate::dma::GuestView;
-use crate::prp::{self, generic_status, Fail};
+use crate::prp::{generic_status, Fail};
+use crate::sgl::walk_data_pointer;
 use crate::stats::bump;
 
 /// Flush to every namespace (NVM CS §3.2.4: NSID FFFFFFFFh).
@@ -67,8 +69,19 @@ impl Device {
         if let Some(injected) = self.shared.faults.take_fail_io() {
             return Outcome::status(injected);
         }
-        let result = if sqe.psdt() != 0 || sqe.fuse() != 0 {
-            // SGLs and fused operations are not supported (Identify SGLS = 0, FUSES = 0).
+        if sqe.psdt() != 0 {
+            bump(&counters.sgl_commands);
+        }
+        // The data pointer (PRPs or an SGL, by PSDT) is checked where data moves.
+        let psdt_ok = match Psdt::from_raw(sqe.psdt()) {
+            Some(Psdt::Prp) => true,
+            Some(Psdt::SglMptrContiguous) => self.shared.config.sgl,
+            // Metadata SGLs are not offered; 11b is reserved.
+            Some(Psdt::SglMptrSgl) | None => false,
+        };
+        let result = if !psdt_ok || sqe.fuse() != 0 {
+            // Fused operations are not supported (Identify FUSES = 0), nor SGLs when
+            // `SimConfig::sgl` is off (Identify SGLS = 0).
             Err(status(generic::INVALID_FIELD))
         } else {
             match opcode {
@@ -124,27 +137,27 @@ impl Device {
         if disk.separate_metadata() != 0 && opcode != nvm::COMPARE {
             self.transfer_metadata(view, sqe, disk, first, count, opcode)?;
         }
-        let (prp1, prp2, page) = (sqe.prp1, sqe.prp2, self.page_size);
+        let (page, sgl) = (self.page_size, self.shared.config.sgl);
         let lost = opcode == nvm::WRITE && self.shared.faults.take_lost_write(sqe.nsid, first);
         if (self.shared.config.null_io || lost) && opcode != nvm::COMPARE {
             // Validate the data pointer like a real transfer would, but move nothing.
-            return prp::walk(view, prp1, prp2, len, page, |iova, n, _| {
+            return walk_data_pointer(view, sqe, sgl, len, page, |iova, n, _| {
                 view.probe(iova, n).map_err(Fail::from)
             });
         }
         let mut data = disk.lock();
         let bytes = &mut data[start..end];
         match opcode {
-            nvm::READ => prp::walk(view, prp1, prp2, len, page, |iova, n, off| {
+            nvm::READ => walk_data_pointer(view, sqe, sgl, len, page, |iova, n, off| {
                 view.write(iova, &bytes[off..off + n]).map_err(Fail::from)
             }),
-            nvm::WRITE => prp::walk(view, prp1, prp2, len, page, |iova, n, off| {
+            nvm::WRITE => walk_data_pointer(view, sqe, sgl, len, page, |iova, n, off| {
                 view.read(iova, &mut bytes[off..off + n])
                     .map_err(Fail::from)
             }),
             _ => {
                 let mut chunk = [0u8; COMPARE_CHUNK];
-                prp::walk(view, prp1, prp2, len, page, |iova, n, off| {
+                walk_data_pointer(view, sqe, sgl, len, page, |iova, n, off| {
                     let mut done = 0;
                     while done < n {
                         let step = (n - done).min(COMPARE_CHUNK);
@@ -212,10 +225,10 @@ impl Device {
         let count = dsm_ranges(sqe) as usize;
         let mut list = [0u8; DSM_LIST_MAX];
         let list = &mut list[..count * DSM_RANGE_SIZE];
-        prp::walk(
+        walk_data_pointer(
             view,
-            sqe.prp1,
-            sqe.prp2,
+            sqe,
+            self.shared.config.sgl,
             list.len(),
             self.page_size,
             |iova, n, off| view.read(iova, &mut list[off..off + n]).map_err(Fail::from),
