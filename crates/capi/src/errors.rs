@@ -73,6 +73,7 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         | Error::BufferMisaligned { .. }
         | Error::QueueDepth { .. }
         | Error::BadRangeCount { .. }
+        | Error::ForeignTransport { .. }
         | Error::InvalidRequest(_) => NVME_ERR_INVALID_ARGUMENT,
         Error::QueueFull { .. } => NVME_ERR_QUEUE_FULL,
         Error::TransferTooLarge { .. } => NVME_ERR_TOO_LARGE,

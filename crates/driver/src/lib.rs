@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 mod admin;
+mod context;
 mod controller;
 pub mod device;
 mod error;
@@ -23,6 +24,7 @@ mod queue_pair;
 mod ring;
 mod teardown;
 
+pub use context::DmaContext;
 pub use controller::{
     AbortStats, Controller, ControllerOptions, TimeoutAction, Transport, DEFAULT_IO_QUEUES,
     HOST_PAGE_SIZE,
