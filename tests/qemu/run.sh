@@ -23,6 +23,8 @@ LAYOUTS_FILE=$HERE/layouts
 
 # Our binaries copied into the guest when built.
 GUEST_BINS="nvme-identify nvme-hello nvme-dd nvme-perf guest-check blkexcl nvme-sqlite"
+# Examples of crates/driver/examples copied into the guest (as /bin/<name>) when built.
+GUEST_EXAMPLES="two_controllers"
 # Kernel modules the guest loads at boot (dependencies are added from modules.dep).
 GUEST_MODULES="nvme vfio vfio_iommu_type1 vfio-pci"
 # Modules copied but only loaded by cases that need them (in-use.sh mounts ext2 through ext4, which
@@ -40,6 +42,7 @@ DEBUG_EXIT_PORT=0xf4
 RUST_TARGET=x86_64-unknown-linux-gnu
 
 NS_SPECS=()
+NS2_SPECS=()
 MDTS=7
 QPAIRS=8
 MEM=2G
@@ -78,6 +81,11 @@ Options:
                             blkdebug=FILE: a QEMU blkdebug config ([inject-error] sections);
                             bad=rS,wS,...: EIO (errno 5, every time) on reads (r) or writes (w)
                             touching 512-byte sector S; e.g. --ns 4096:16M:bad=r2048,w4096
+  --ctrl2-ns LBASIZE:SIZE[:...]
+                            add a namespace to a second NVMe controller (nvme1, same MDTS and
+                            queue pairs; repeatable, same syntax as --ns). Without it there is
+                            one controller. The guest exports NVME2_BDF and keeps the second
+                            controller bound to vfio-pci, off the kernel driver, between cases
   --mdts N                  controller MDTS (default $MDTS: 2^N * 4 KiB)
   --qpairs N                controller max_ioqpairs (default $QPAIRS)
   --mem SIZE                guest memory (default $MEM)
@@ -138,6 +146,7 @@ while [ $# -gt 0 ]; do
             die "--guest-env needs NAME=VALUE (VALUE without blanks or quotes), not '${2:-}'"
         GUEST_ENV+=("$2"); shift 2 ;;
     --ns) NS_SPECS+=("${2:?--ns needs LBASIZE:SIZE[:null][:ms=N,mset=0|1][:blkdebug=FILE|:bad=rS,wS]}"); shift 2 ;;
+    --ctrl2-ns) NS2_SPECS+=("${2:?--ctrl2-ns needs LBASIZE:SIZE[:...] like --ns}"); shift 2 ;;
     --mdts) MDTS=${2:?}; shift 2 ;;
     --qpairs) QPAIRS=${2:?}; shift 2 ;;
     --mem) MEM=${2:?}; shift 2 ;;
@@ -228,6 +237,11 @@ build_guest_bins() {
                     note "note: $b does not build yet; the guest will not have it"
             done
         fi
+        local e
+        for e in $GUEST_EXAMPLES; do
+            (cd "$ROOT" && cargo build --release --target "$RUST_TARGET" -p nvme-driver --example "$e") ||
+                note "note: example $e does not build; the guest will not have it"
+        done
         unset RUSTFLAGS CARGO_TARGET_DIR
     fi
     mkdir -p "$INITRD_ROOT/bin"
@@ -239,6 +253,14 @@ build_guest_bins() {
             copied="$copied $b"
         else
             note "note: $b is not built yet; skipped"
+        fi
+    done
+    for b in $GUEST_EXAMPLES; do
+        if [ -x "$out/examples/$b" ]; then
+            strip -o "$INITRD_ROOT/bin/$b" "$out/examples/$b" 2>/dev/null || cp "$out/examples/$b" "$INITRD_ROOT/bin/$b"
+            copied="$copied $b"
+        else
+            note "note: example $b is not built yet; skipped"
         fi
     done
     note "guest binaries:${copied:- none}"
@@ -363,6 +385,8 @@ build_initramfs() {
         echo "DEBUG_EXIT_PORT=$((DEBUG_EXIT_PORT))"
         echo "NVME_NS_COUNT=${#NS_SPECS[@]}"
         echo "NVME_NS_LAYOUT='$NS_LAYOUT'"
+        echo "NVME2_NS_COUNT=${#NS2_SPECS[@]}"
+        echo "NVME2_NS_LAYOUT='$NS2_LAYOUT'"
         echo "NVME_MDTS=$MDTS"
         echo "NVME_QPAIRS=$QPAIRS"
         echo "NVME_LAYOUT=${LAYOUT:-custom}"
@@ -422,13 +446,17 @@ blkdebug_config() {
     BLKDEBUG_CFG=$out
 }
 
-# Builds the -drive/-device arguments for the namespaces into QEMU_NS_ARGS and NS_LAYOUT
-# ("nsid:lba:bytes ..." for the guest).
+# build_namespaces BUS SPEC...: appends the -drive/-device arguments of the namespaces SPEC...
+# on controller BUS (nvme0, nvme1) to QEMU_NS_ARGS and sets BUILT_LAYOUT ("nsid:lba:bytes ..."
+# for the guest).
 build_namespaces() {
-    QEMU_NS_ARGS=()
-    NS_LAYOUT=""
+    local bus=$1
+    shift
+    local pfx=""
+    [ "$bus" = nvme0 ] || pfx=$bus-
+    BUILT_LAYOUT=""
     local k=0 spec lba size kind bytes meta opt field debug fields nsid used=" "
-    for spec in "${NS_SPECS[@]}"; do
+    for spec in "$@"; do
         k=$((k + 1))
         IFS=: read -r -a fields <<<"$spec"
         lba=${fields[0]:-}
@@ -472,14 +500,14 @@ build_namespaces() {
         [ $((bytes % lba)) -eq 0 ] || die "--ns $spec: SIZE must be a multiple of LBASIZE"
         if [ "$kind" = null ]; then
             [ -z "$debug" ] || die "--ns $spec: blkdebug/bad= need the file backend, not 'null'"
-            QEMU_NS_ARGS+=(-drive "driver=null-co,size=$bytes,read-zeroes=on,id=ns$k,if=none")
+            QEMU_NS_ARGS+=(-drive "driver=null-co,size=$bytes,read-zeroes=on,id=${pfx}ns$k,if=none")
         else
-            local img=$WORK/ns$k.img
+            local img=$WORK/${pfx}ns$k.img
             rm -f "$img"
             truncate -s "$bytes" "$img"
             local file=$img
             if [ -n "$debug" ]; then
-                blkdebug_config "$spec" "$debug" "$WORK/ns$k.blkdebug"
+                blkdebug_config "$spec" "$debug" "$WORK/${pfx}ns$k.blkdebug"
                 # The legacy filename syntax: blkdebug:CONFIG:IMAGE, split at ':'; ',' would end
                 # the -drive option.
                 [[ "$BLKDEBUG_CFG$img" != *[:,]* ]] ||
@@ -487,12 +515,12 @@ build_namespaces() {
                 file="blkdebug:$BLKDEBUG_CFG:$img"
                 note "namespace $k: $debug ($file)"
             fi
-            QEMU_NS_ARGS+=(-drive "file=$file,if=none,id=ns$k,format=raw")
+            QEMU_NS_ARGS+=(-drive "file=$file,if=none,id=${pfx}ns$k,format=raw")
         fi
-        QEMU_NS_ARGS+=(-device "nvme-ns,drive=ns$k,bus=nvme0,nsid=$nsid,logical_block_size=$lba,physical_block_size=$lba$meta")
-        NS_LAYOUT="$NS_LAYOUT $nsid:$lba:$bytes"
+        QEMU_NS_ARGS+=(-device "nvme-ns,drive=${pfx}ns$k,bus=$bus,nsid=$nsid,logical_block_size=$lba,physical_block_size=$lba$meta")
+        BUILT_LAYOUT="$BUILT_LAYOUT $nsid:$lba:$bytes"
     done
-    NS_LAYOUT=${NS_LAYOUT# }
+    BUILT_LAYOUT=${BUILT_LAYOUT# }
 }
 
 pick_accel() {
@@ -562,7 +590,21 @@ INITRD_ROOT=$WORK/initramfs
 cleanup() { [ "$KEEP" = 1 ] || rm -rf "$WORK"; }
 trap cleanup EXIT
 
-build_namespaces
+# Each controller's nvme-ns devices follow it on the QEMU command line (QEMU_CMD below).
+QEMU_NS_ARGS=()
+build_namespaces nvme0 "${NS_SPECS[@]}"
+NS_LAYOUT=$BUILT_LAYOUT
+QEMU_NS1_ARGS=("${QEMU_NS_ARGS[@]}")
+QEMU_NS_ARGS=()
+NS2_LAYOUT=""
+CTRL2_ARGS=()
+if [ ${#NS2_SPECS[@]} -gt 0 ]; then
+    [ "$HOTPLUG" = 0 ] || die "--ctrl2-ns and --hotplug do not go together"
+    build_namespaces nvme1 "${NS2_SPECS[@]}"
+    NS2_LAYOUT=$BUILT_LAYOUT
+    # shellcheck disable=SC2054 # the commas belong to QEMU option values
+    CTRL2_ARGS=(-device "nvme,serial=cafebabe,id=nvme1,mdts=$MDTS,max_ioqpairs=$QPAIRS" "${QEMU_NS_ARGS[@]}")
+fi
 build_guest_bins
 build_initramfs
 pick_accel
@@ -586,9 +628,12 @@ QEMU_CMD=(
     -device "isa-debug-exit,iobase=$DEBUG_EXIT_PORT,iosize=0x04"
     "${HOTPLUG_ARGS[@]}"
     -device "nvme,serial=deadbeef,id=nvme0,mdts=$MDTS,max_ioqpairs=$QPAIRS$NVME_BUS"
-    "${QEMU_NS_ARGS[@]}"
+    "${QEMU_NS1_ARGS[@]}"
+    ${CTRL2_ARGS[@]+"${CTRL2_ARGS[@]}"}
 )
-note "layout=${LAYOUT:-custom} accel=$ACCEL kernel=$KERNEL namespaces='$NS_LAYOUT' mdts=$MDTS qpairs=$QPAIRS"
+ctrl2_note=""
+[ -z "$NS2_LAYOUT" ] || ctrl2_note=" second controller: '$NS2_LAYOUT'"
+note "layout=${LAYOUT:-custom} accel=$ACCEL kernel=$KERNEL namespaces='$NS_LAYOUT'$ctrl2_note mdts=$MDTS qpairs=$QPAIRS"
 note "cases: ${CASES[*]}"
 note "${QEMU_CMD[*]}"
 BOOT=$(date +%s)
