@@ -52,6 +52,7 @@ TIMEOUT=600
 CASE_TIMEOUT=300
 KEEP=0
 HOTPLUG=0
+SAME_GROUP=0
 LOG=""
 BUILD=1
 CASES=()
@@ -86,6 +87,9 @@ Options:
                             queue pairs; repeatable, same syntax as --ns). Without it there is
                             one controller. The guest exports NVME2_BDF and keeps the second
                             controller bound to vfio-pci, off the kernel driver, between cases
+  --ctrl2-same-group        put both controllers behind one conventional PCI bridge (pci-bridge,
+                            shpc=off): the IOMMU sees the bridge's requester id for both, so they
+                            share one IOMMU group (needs --ctrl2-ns)
   --mdts N                  controller MDTS (default $MDTS: 2^N * 4 KiB)
   --qpairs N                controller max_ioqpairs (default $QPAIRS)
   --mem SIZE                guest memory (default $MEM)
@@ -156,6 +160,7 @@ while [ $# -gt 0 ]; do
     --case-timeout) CASE_TIMEOUT=${2:?}; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --hotplug) HOTPLUG=1; shift ;;
+    --ctrl2-same-group) SAME_GROUP=1; shift ;;
     --log) LOG=${2:?}; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -598,12 +603,25 @@ QEMU_NS1_ARGS=("${QEMU_NS_ARGS[@]}")
 QEMU_NS_ARGS=()
 NS2_LAYOUT=""
 CTRL2_ARGS=()
+BRIDGE_ARGS=()
+CTRL1_BUS=""
 if [ ${#NS2_SPECS[@]} -gt 0 ]; then
     [ "$HOTPLUG" = 0 ] || die "--ctrl2-ns and --hotplug do not go together"
     build_namespaces nvme1 "${NS2_SPECS[@]}"
     NS2_LAYOUT=$BUILT_LAYOUT
+    CTRL2_BUS=""
+    if [ "$SAME_GROUP" = 1 ]; then
+        # Behind a conventional PCI bridge, DMA of both carries the bridge's requester id: one
+        # IOMMU group. No SHPC, so no hotplug driver claims the bridge (VFIO needs it driverless).
+        # shellcheck disable=SC2054 # the commas belong to QEMU option values
+        BRIDGE_ARGS=(-device pci-bridge,id=br0,chassis_nr=1,shpc=off)
+        CTRL1_BUS=",bus=br0,addr=1"
+        CTRL2_BUS=",bus=br0,addr=2"
+    fi
     # shellcheck disable=SC2054 # the commas belong to QEMU option values
-    CTRL2_ARGS=(-device "nvme,serial=cafebabe,id=nvme1,mdts=$MDTS,max_ioqpairs=$QPAIRS" "${QEMU_NS_ARGS[@]}")
+    CTRL2_ARGS+=(-device "nvme,serial=cafebabe,id=nvme1,mdts=$MDTS,max_ioqpairs=$QPAIRS$CTRL2_BUS" "${QEMU_NS_ARGS[@]}")
+elif [ "$SAME_GROUP" = 1 ]; then
+    die "--ctrl2-same-group needs a second controller (--ctrl2-ns)"
 fi
 build_guest_bins
 build_initramfs
@@ -618,6 +636,7 @@ if [ "$HOTPLUG" = 1 ]; then
     HOTPLUG_ARGS=(-device pcie-root-port,id=rp0,chassis=1,slot=1 -qmp "unix:$QMP_SOCK,server=on,wait=off")
     NVME_BUS=",bus=rp0"
 fi
+[ -z "$CTRL1_BUS" ] || NVME_BUS=$CTRL1_BUS
 # shellcheck disable=SC2054 # the commas belong to QEMU option values
 QEMU_CMD=(
     "${QEMU:-qemu-system-x86_64}" "${ACCEL_ARGS[@]}" -machine q35
@@ -627,6 +646,7 @@ QEMU_CMD=(
     -append "console=ttyS0 intel_iommu=on iommu=pt panic=-1 quiet $APPEND"
     -device "isa-debug-exit,iobase=$DEBUG_EXIT_PORT,iosize=0x04"
     "${HOTPLUG_ARGS[@]}"
+    ${BRIDGE_ARGS[@]+"${BRIDGE_ARGS[@]}"}
     -device "nvme,serial=deadbeef,id=nvme0,mdts=$MDTS,max_ioqpairs=$QPAIRS$NVME_BUS"
     "${QEMU_NS1_ARGS[@]}"
     ${CTRL2_ARGS[@]+"${CTRL2_ARGS[@]}"}

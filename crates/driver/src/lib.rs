@@ -23,6 +23,7 @@ mod prp;
 mod queue_pair;
 mod ring;
 mod teardown;
+mod typed;
 
 pub use context::DmaContext;
 pub use controller::{
@@ -35,6 +36,7 @@ pub use queue_pair::{
     Completion, QueuePair, QueuePairOptions, QueuePairStats, DEFAULT_QUEUE_DEPTH,
     MAX_BLOCKS_PER_COMMAND, MAX_COMMANDS_PER_REQUEST,
 };
+pub use typed::{TypedCompletion, TypedFailure, TypedQueuePair};
 
 pub use device::{parse_device, DeviceArgError};
 pub use nvme_spec as spec;
