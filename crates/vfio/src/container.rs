@@ -52,6 +52,9 @@ struct Group {
 pub struct VfioContainer {
     /// Declared first so that the groups drop (detach) before the container fd closes.
     groups: Mutex<Vec<Group>>,
+    /// Functions with a live [`crate::VfioPci`] in this container: each may be open once
+    /// (the kernel would hand out a second device fd of an attached group).
+    open: Mutex<Vec<PciAddress>>,
     fd: OwnedFd,
     /// Set when the first group joins and the IOMMU backend is chosen.
     iova: OnceLock<Mutex<IovaAllocator>>,
@@ -112,6 +115,7 @@ impl VfioContainer {
     pub(crate) fn open(dev_vfio: &Path) -> Result<Self, VfioError> {
         Ok(Self {
             groups: Mutex::new(Vec::new()),
+            open: Mutex::new(Vec::new()),
             fd: open_node(dev_vfio.join(CONTAINER_NODE))?,
             iova: OnceLock::new(),
             domain: DmaDomain::unique(),
@@ -121,6 +125,24 @@ impl VfioContainer {
     /// The IOMMU groups attached so far, in join order.
     pub fn group_ids(&self) -> Vec<u32> {
         self.lock_groups().iter().map(|g| g.id).collect()
+    }
+
+    /// Records `addr` as open in this container; fails if it already is.
+    pub(crate) fn claim(&self, addr: &PciAddress) -> Result<(), VfioError> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if open.contains(addr) {
+            return Err(VfioError::AlreadyOpen { addr: *addr });
+        }
+        open.push(*addr);
+        Ok(())
+    }
+
+    /// Forgets `addr` (its device closed, or opening it failed after [`Self::claim`]).
+    pub(crate) fn release(&self, addr: &PciAddress) {
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|a| a != addr);
     }
 
     fn lock_groups(&self) -> MutexGuard<'_, Vec<Group>> {
@@ -268,5 +290,36 @@ unsafe impl DmaMapper for VfioContainer {
             log::warn!("unmapped IOVA {iova} that this container's allocator never handed out");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_function_is_claimed_once_per_container() {
+        let dir = std::env::temp_dir().join(format!("nvme-vfio-claim-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(CONTAINER_NODE), b"").unwrap();
+        let (a, b): (PciAddress, PciAddress) = (
+            "0000:01:00.0".parse().unwrap(),
+            "0000:02:00.0".parse().unwrap(),
+        );
+        let c = VfioContainer::open(&dir).unwrap();
+        c.claim(&a).unwrap();
+        c.claim(&b).unwrap();
+        let err = c.claim(&a).unwrap_err();
+        assert!(
+            matches!(err, VfioError::AlreadyOpen { addr } if addr == a),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("already open"), "{err}");
+        // Another container (context) is another matter: the kernel refuses there instead.
+        let other = VfioContainer::open(&dir).unwrap();
+        other.claim(&a).unwrap();
+        c.release(&a);
+        c.claim(&a).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -81,8 +81,21 @@ impl VfioPci {
     /// DMA memory of the context is valid for this function too.
     pub fn open_in(ctx: &DmaContext, addr: &PciAddress) -> Result<Arc<VfioPci>, VfioError> {
         let group_id = ctx.sysfs().check_vfio_ready(addr)?;
-        let name = CString::new(addr.to_string()).expect("a PCI address has no NUL byte");
         let container = ctx.container().clone();
+        container.claim(addr)?;
+        Self::open_claimed(container, group_id, ctx, addr).inspect_err(|_| {
+            ctx.container().release(addr);
+        })
+    }
+
+    /// The rest of [`VfioPci::open_in`], once `addr` is claimed in `container`.
+    fn open_claimed(
+        container: Arc<VfioContainer>,
+        group_id: u32,
+        ctx: &DmaContext,
+        addr: &PciAddress,
+    ) -> Result<Arc<VfioPci>, VfioError> {
+        let name = CString::new(addr.to_string()).expect("a PCI address has no NUL byte");
         let device = container.join(addr, group_id, ctx.sysfs(), ctx.dev_vfio(), |group| {
             ioctl::group_device_fd(group, &name).map_err(ioctl_err("VFIO_GROUP_GET_DEVICE_FD"))
         })?;
@@ -297,6 +310,14 @@ impl VfioPci {
     /// device of its DMA context) can reach.
     pub fn dma_mapper(self: &Arc<Self>) -> Arc<dyn DmaMapper> {
         self.container.clone()
+    }
+}
+
+impl Drop for VfioPci {
+    fn drop(&mut self) {
+        // The device fd closes right after this (fields drop next); the function may then be
+        // opened again in this context.
+        self.container.release(&self.addr);
     }
 }
 

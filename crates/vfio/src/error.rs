@@ -80,6 +80,14 @@ pub enum VfioError {
     )]
     GroupNotViable { group: u32, others: Vec<String> },
 
+    /// The function is already open in this DMA context (two drivers on one controller would
+    /// undo each other's work).
+    #[error(
+        "{addr} is already open in this DMA context: use the controller already opened on it \
+         (it can be cloned and shared between threads), or close that one first"
+    )]
+    AlreadyOpen { addr: PciAddress },
+
     /// The kernel speaks another VFIO API version.
     #[error("the kernel's VFIO API version is {found}, this driver speaks version {expected}")]
     ApiVersion { found: i32, expected: u32 },

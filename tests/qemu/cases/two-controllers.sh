@@ -27,6 +27,9 @@ want=${TWO_CTRL_GROUPS:-2}
 set -- $groups
 [ "$#" = "$want" ] || fail "expected $want IOMMU group(s) in the context, the example reports '$groups'"
 grep -q "read back on B: OK" /tmp/two.out || fail "the example did not verify the copy on B"
+# One function twice in one context: refused (its group is attached already, so the kernel would
+# hand out a second device fd; two drivers on one controller would undo each other).
+expect_fail "already open in this DMA context" two_controllers "$NVME_BDF" "$NVME_BDF"
 
 echo "== the kernel reads the pattern on the first controller"
 bind_kernel
