@@ -1,10 +1,10 @@
 //! The VFIO container: one IOMMU address space (type1v2 backend) that one or more IOMMU groups
 //! join, and the [`DmaMapper`] that maps host memory into it.
 //!
-//! A container starts empty ([`VfioContainer::open`] opens `/dev/vfio/vfio` only). The first
-//! group to join ([`VfioContainer::join`]) checks the API version and the type1v2 extension,
-//! attaches, sets the IOMMU backend and builds the IOVA allocator from the ranges the IOMMU
-//! reports. Later groups attach to the same container: the type1 backend puts them in the
+//! A container starts empty (opening it opens `/dev/vfio/vfio` only; see
+//! [`crate::DmaContext::new`]). The first group to join (through [`crate::VfioPci::open_in`])
+//! checks the API version and the type1v2 extension, attaches, sets the IOMMU backend and
+//! builds the IOVA allocator from the ranges the IOMMU reports. Later groups attach to the same container: the type1 backend puts them in the
 //! existing IOMMU domain when compatible, or in a new one into which it replays every existing
 //! mapping, so an IOVA handed out before a group joined is valid for its devices too. After each
 //! join the allocator is narrowed to the ranges the IOMMU now reports (a new group can bring
