@@ -18,7 +18,18 @@ const OFFSET: u64 = 1 << 20;
 /// The first bytes of the pattern (a guest test finds them with the kernel driver).
 const MARKER: &[u8] = b"two-controllers pattern\n";
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // Display, not Debug: the driver's messages say how to fix the problem.
+            eprintln!("two_controllers: error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // Keep the emulators (if any) alive as long as the controllers.
     let (ctx, _sims, a, b) = if args.first().map_or(true, |a| a == "sim") {
