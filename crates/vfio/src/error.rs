@@ -164,7 +164,9 @@ fn node_hint(e: &io::Error) -> &'static str {
             " (is vfio-pci loaded? `sudo modprobe vfio-pci`, then bind the device to it)"
         }
         _ if e.raw_os_error() == Some(libc::EBUSY) => {
-            " (another process, or a VM, already has this IOMMU group open)"
+            " (another process, a VM, or another DMA context of this process already has this \
+             IOMMU group open; functions of one IOMMU group must be opened in one DMA context: \
+             `DmaContext::new` then `Controller::open_pci_in` for each)"
         }
         _ => "",
     }

@@ -30,6 +30,15 @@ grep -q "read back on B: OK" /tmp/two.out || fail "the example did not verify th
 # One function twice in one context: refused (its group is attached already, so the kernel would
 # hand out a second device fd; two drivers on one controller would undo each other).
 expect_fail "already open in this DMA context" two_controllers "$NVME_BDF" "$NVME_BDF"
+if [ "$want" = 1 ]; then
+    # One IOMMU group, two DMA contexts (two processes): the second cannot have the group, and
+    # the error says to open the group's functions in one context.
+    nvme-perf "$NVME_BDF" -n 1 -w randread -b 4096 -t 4 --quiet >/tmp/perf.out 2>&1 &
+    perf=$!
+    sleep 2
+    expect_fail "IOMMU group open;one DMA context" nvme-identify "$NVME2_BDF"
+    wait "$perf" || { cat /tmp/perf.out; fail "nvme-perf on $NVME_BDF failed"; }
+fi
 
 echo "== the kernel reads the pattern on the first controller"
 bind_kernel
