@@ -27,7 +27,8 @@ step "unit tests" cargo test --workspace
 # The Rust examples, run against the in-process emulator (the C examples run in nvme-capi's
 # tests above).
 step "examples" sh -c 'cargo run -q -p nvme-driver --example hello -- sim &&
-    cargo run -q -p nvme-driver --example per_thread -- sim 4 5000'
+    cargo run -q -p nvme-driver --example per_thread -- sim 4 5000 &&
+    cargo run -q -p nvme-driver --example two_controllers -- sim'
 
 # Per-I/O instruction counts (callgrind) against tests/instr-budget.txt: fails on +5 %.
 step "instruction budget" tests/instr-per-io.sh --check
@@ -51,14 +52,20 @@ step "qemu guest (metadata namespaces)" tests/qemu/run.sh --no-build \
 step "qemu guest (media errors)" tests/qemu/run.sh --no-build \
     --ns 4096:16M:bad=r2048,w4096 --ns 512:16M media-errors.sh
 # The core cases on every other controller layout of tests/qemu/layouts (many namespaces with
-# gaps in their ids, MDTS 1 and 0, one queue pair, 4 KiB-only namespaces), one boot each.
+# gaps in their ids, MDTS 1 and 0, one queue pair, 4 KiB-only namespaces, two controllers), one
+# boot each.
 # shellcheck disable=SC2317 # called through step
 qemu_layouts() {
-    local name t0 failed=()
+    local name t0 failed=() extra
     for name in $(tests/qemu/run.sh --list-layouts | awk '/^[^[:space:]]/ { print $1 }'); do
         [ "$name" = default ] && continue
         t0=$SECONDS
-        if tests/qemu/run.sh --no-build --layout "$name" identify.sh hello.sh integrity.sh bad-input.sh; then
+        extra=()
+        # A layout with a second controller also runs the two-controller case.
+        tests/qemu/run.sh --list-layouts | grep -A1 "^$name " | grep -q -- --ctrl2-ns &&
+            extra=(two-controllers.sh)
+        if tests/qemu/run.sh --no-build --layout "$name" identify.sh hello.sh integrity.sh bad-input.sh \
+            ${extra[@]+"${extra[@]}"}; then
             echo "==== layout $name: PASS ($((SECONDS - t0))s)"
         else
             echo "==== layout $name: FAIL ($((SECONDS - t0))s)"

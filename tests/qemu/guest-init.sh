@@ -10,7 +10,10 @@
 #   NVME_NS<NSID>_LBA, NVME_NS<NSID>_BYTES   the same per namespace (nsids may have gaps)
 #   NVME_SECTORS      size of namespace 1 in 512-byte sectors
 #   NVME_MDTS, NVME_QPAIRS             controller settings
-# Each case starts with the controller bound to the kernel nvme driver.
+#   NVME2_BDF, NVME2_NS_COUNT, NVME2_NS_LAYOUT, NVME2_NS<NSID>_LBA, NVME2_NS<NSID>_BYTES
+#                     the second controller (run.sh --ctrl2-ns), when there is one
+# Each case starts with the controller bound to the kernel nvme driver, and the second
+# controller (if any) bound to vfio-pci, so the kernel sees the first controller's namespaces only.
 
 export PATH=/bin:/sbin:/usr/local/bin
 mount -t proc proc /proc
@@ -42,22 +45,36 @@ for m in $(cat /etc/modules); do
 done
 echo "$GUEST_HUGEPAGES" >/proc/sys/vm/nr_hugepages
 
-find_nvme() {
+# Prints the QEMU NVMe functions, one a line, in PCI address order (the order of their -device
+# options: the first is run.sh's nvme0).
+find_nvmes() {
     for d in /sys/bus/pci/devices/*; do
         id="$(sed 's/^0x//' "$d/vendor"):$(sed 's/^0x//' "$d/device")"
-        if [ "$id" = "$QEMU_NVME_ID" ]; then
-            echo "${d##*/}"
-            return 0
-        fi
+        [ "$id" != "$QEMU_NVME_ID" ] || echo "${d##*/}"
     done
-    return 1
 }
-NVME_BDF=$(find_nvme) || {
+find_nvme() {
+    find_nvmes | sed -n "${1}p" | grep .
+}
+NVME_BDF=$(find_nvme 1) || {
     echo "@@ERROR no PCI function $QEMU_NVME_ID (QEMU NVMe) in the guest"
     FAILED=1
     finish
 }
-export NVME_BDF NVME_NS_COUNT NVME_NS_LAYOUT NVME_MDTS NVME_QPAIRS
+NVME2_BDF=""
+if [ "${NVME2_NS_COUNT:-0}" -gt 0 ]; then
+    NVME2_BDF=$(find_nvme 2) || {
+        echo "@@ERROR no second PCI function $QEMU_NVME_ID (QEMU NVMe) in the guest"
+        FAILED=1
+        finish
+    }
+    for ns in $NVME2_NS_LAYOUT; do
+        k=${ns%%:*}
+        rest=${ns#*:}
+        eval "export NVME2_NS${k}_LBA=${rest%%:*} NVME2_NS${k}_BYTES=${rest#*:}"
+    done
+fi
+export NVME_BDF NVME_NS_COUNT NVME_NS_LAYOUT NVME_MDTS NVME_QPAIRS NVME2_BDF NVME2_NS_COUNT NVME2_NS_LAYOUT
 for ns in $NVME_NS_LAYOUT; do
     k=${ns%%:*}
     rest=${ns#*:}
@@ -78,8 +95,16 @@ wait_kernel_namespaces() {
     return 1
 }
 
-# Puts the controller back on the kernel nvme driver if a case left it elsewhere.
+# Puts the controller back on the kernel nvme driver if a case left it elsewhere, and the second
+# controller (if any) on vfio-pci.
 restore_kernel_driver() {
+    if [ -n "$NVME2_BDF" ]; then
+        drv=$(readlink "/sys/bus/pci/devices/$NVME2_BDF/driver" 2>/dev/null)
+        if [ "${drv##*/}" != vfio-pci ]; then
+            PCI_ALLOWED=$NVME2_BDF HUGEMEM=2 hugepage-setup.sh config >/dev/null ||
+                echo "@@WARN binding the second controller to vfio-pci failed"
+        fi
+    fi
     drv=$(readlink "/sys/bus/pci/devices/$NVME_BDF/driver" 2>/dev/null)
     if [ "${drv##*/}" != nvme ]; then
         PCI_ALLOWED=$NVME_BDF hugepage-setup.sh reset >/dev/null || echo "@@WARN reset failed"
@@ -87,7 +112,7 @@ restore_kernel_driver() {
     wait_kernel_namespaces || echo "@@WARN namespaces did not appear under the nvme driver"
 }
 
-echo "@@GUEST up: kernel $(uname -r), NVMe at $NVME_BDF, namespaces: $NVME_NS_LAYOUT"
+echo "@@GUEST up: kernel $(uname -r), NVMe at $NVME_BDF, namespaces: $NVME_NS_LAYOUT${NVME2_BDF:+; second NVMe at $NVME2_BDF, namespaces: $NVME2_NS_LAYOUT}"
 restore_kernel_driver
 
 for c in $CASES; do

@@ -23,6 +23,8 @@ LAYOUTS_FILE=$HERE/layouts
 
 # Our binaries copied into the guest when built.
 GUEST_BINS="nvme-identify nvme-hello nvme-dd nvme-perf guest-check blkexcl nvme-sqlite"
+# Examples of crates/driver/examples copied into the guest (as /bin/<name>) when built.
+GUEST_EXAMPLES="two_controllers"
 # Kernel modules the guest loads at boot (dependencies are added from modules.dep).
 GUEST_MODULES="nvme vfio vfio_iommu_type1 vfio-pci"
 # Modules copied but only loaded by cases that need them (in-use.sh mounts ext2 through ext4, which
@@ -43,6 +45,7 @@ DEBUG_EXIT_PORT=0xf4
 RUST_TARGET=x86_64-unknown-linux-gnu
 
 NS_SPECS=()
+NS2_SPECS=()
 MDTS=7
 QPAIRS=8
 MEM=2G
@@ -55,6 +58,7 @@ HOTPLUG=0
 # QEMU listens on a QMP socket and the host carries out the guest's "@@HOST" requests (set by
 # --hotplug and by namespaces with ':throttle').
 QMP=0
+SAME_GROUP=0
 LOG=""
 BUILD=1
 CASES=()
@@ -89,6 +93,14 @@ Options:
                             throttle: the image behind a QEMU throttle filter (group tg<K>, K =
                             the --ns position), unlimited until the guest prints
                             "@@HOST throttle K IOPS" (0 = unlimited again; cases/stalled-device.sh)
+  --ctrl2-ns LBASIZE:SIZE[:...]
+                            add a namespace to a second NVMe controller (nvme1, same MDTS and
+                            queue pairs; repeatable, same syntax as --ns). Without it there is
+                            one controller. The guest exports NVME2_BDF and keeps the second
+                            controller bound to vfio-pci, off the kernel driver, between cases
+  --ctrl2-same-group        put both controllers behind one conventional PCI bridge (pci-bridge,
+                            shpc=off): the IOMMU sees the bridge's requester id for both, so they
+                            share one IOMMU group (needs --ctrl2-ns)
   --mdts N                  controller MDTS (default $MDTS: 2^N * 4 KiB)
   --qpairs N                controller max_ioqpairs (default $QPAIRS)
   --mem SIZE                guest memory (default $MEM)
@@ -154,6 +166,7 @@ while [ $# -gt 0 ]; do
             die "--guest-env needs NAME=VALUE (VALUE without blanks or quotes), not '${2:-}'"
         GUEST_ENV+=("$2"); shift 2 ;;
     --ns) NS_SPECS+=("${2:?--ns needs LBASIZE:SIZE[:null][:ms=N,mset=0|1][:blkdebug=FILE|:bad=rS,wS]}"); shift 2 ;;
+    --ctrl2-ns) NS2_SPECS+=("${2:?--ctrl2-ns needs LBASIZE:SIZE[:...] like --ns}"); shift 2 ;;
     --mdts) MDTS=${2:?}; shift 2 ;;
     --qpairs) QPAIRS=${2:?}; shift 2 ;;
     --mem) MEM=${2:?}; shift 2 ;;
@@ -163,6 +176,7 @@ while [ $# -gt 0 ]; do
     --case-timeout) CASE_TIMEOUT=${2:?}; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --hotplug) HOTPLUG=1; shift ;;
+    --ctrl2-same-group) SAME_GROUP=1; shift ;;
     --log) LOG=${2:?}; shift 2 ;;
     --trace) TRACE_PATTERNS+=("${2:?--trace needs a QEMU trace event PATTERN}"); shift 2 ;;
     --trace-log) TRACE_LOG=${2:?}; shift 2 ;;
@@ -247,6 +261,11 @@ build_guest_bins() {
                     note "note: $b does not build yet; the guest will not have it"
             done
         fi
+        local e
+        for e in $GUEST_EXAMPLES; do
+            (cd "$ROOT" && cargo build --release --target "$RUST_TARGET" -p nvme-driver --example "$e") ||
+                note "note: example $e does not build; the guest will not have it"
+        done
         unset RUSTFLAGS CARGO_TARGET_DIR
     fi
     mkdir -p "$INITRD_ROOT/bin"
@@ -258,6 +277,14 @@ build_guest_bins() {
             copied="$copied $b"
         else
             note "note: $b is not built yet; skipped"
+        fi
+    done
+    for b in $GUEST_EXAMPLES; do
+        if [ -x "$out/examples/$b" ]; then
+            strip -o "$INITRD_ROOT/bin/$b" "$out/examples/$b" 2>/dev/null || cp "$out/examples/$b" "$INITRD_ROOT/bin/$b"
+            copied="$copied $b"
+        else
+            note "note: example $b is not built yet; skipped"
         fi
     done
     note "guest binaries:${copied:- none}"
@@ -385,6 +412,8 @@ build_initramfs() {
         echo "DEBUG_EXIT_PORT=$((DEBUG_EXIT_PORT))"
         echo "NVME_NS_COUNT=${#NS_SPECS[@]}"
         echo "NVME_NS_LAYOUT='$NS_LAYOUT'"
+        echo "NVME2_NS_COUNT=${#NS2_SPECS[@]}"
+        echo "NVME2_NS_LAYOUT='$NS2_LAYOUT'"
         echo "NVME_MDTS=$MDTS"
         echo "NVME_QPAIRS=$QPAIRS"
         echo "NVME_LAYOUT=${LAYOUT:-custom}"
@@ -444,13 +473,17 @@ blkdebug_config() {
     BLKDEBUG_CFG=$out
 }
 
-# Builds the -drive/-device arguments for the namespaces into QEMU_NS_ARGS and NS_LAYOUT
-# ("nsid:lba:bytes ..." for the guest).
+# build_namespaces BUS SPEC...: appends the -drive/-device arguments of the namespaces SPEC...
+# on controller BUS (nvme0, nvme1) to QEMU_NS_ARGS and sets BUILT_LAYOUT ("nsid:lba:bytes ..."
+# for the guest).
 build_namespaces() {
-    QEMU_NS_ARGS=()
-    NS_LAYOUT=""
+    local bus=$1
+    shift
+    local pfx=""
+    [ "$bus" = nvme0 ] || pfx=$bus-
+    BUILT_LAYOUT=""
     local k=0 spec lba size kind bytes meta opt field debug throttle fields nsid used=" "
-    for spec in "${NS_SPECS[@]}"; do
+    for spec in "$@"; do
         k=$((k + 1))
         IFS=: read -r -a fields <<<"$spec"
         lba=${fields[0]:-}
@@ -495,14 +528,14 @@ build_namespaces() {
         [ $((bytes % lba)) -eq 0 ] || die "--ns $spec: SIZE must be a multiple of LBASIZE"
         if [ "$kind" = null ]; then
             [ -z "$debug$throttle" ] || die "--ns $spec: blkdebug/bad=/throttle need the file backend, not 'null'"
-            QEMU_NS_ARGS+=(-drive "driver=null-co,size=$bytes,read-zeroes=on,id=ns$k,if=none")
+            QEMU_NS_ARGS+=(-drive "driver=null-co,size=$bytes,read-zeroes=on,id=${pfx}ns$k,if=none")
         else
-            local img=$WORK/ns$k.img
+            local img=$WORK/${pfx}ns$k.img
             rm -f "$img"
             truncate -s "$bytes" "$img"
             local file=$img
             if [ -n "$debug" ]; then
-                blkdebug_config "$spec" "$debug" "$WORK/ns$k.blkdebug"
+                blkdebug_config "$spec" "$debug" "$WORK/${pfx}ns$k.blkdebug"
                 # The legacy filename syntax: blkdebug:CONFIG:IMAGE, split at ':'; ',' would end
                 # the -drive option.
                 [[ "$BLKDEBUG_CFG$img" != *[:,]* ]] ||
@@ -514,18 +547,18 @@ build_namespaces() {
                 [ -z "$debug" ] || die "--ns $spec: give throttle or blkdebug/bad=, not both"
                 # A throttle filter over the image, in throttle group tg<k> (no limits until the
                 # guest asks the host for some: "@@HOST throttle <k> <iops>").
-                QEMU_NS_ARGS+=(-object "throttle-group,id=tg$k"
-                    -drive "driver=throttle,throttle-group=tg$k,file.driver=raw,file.file.driver=file,file.file.filename=$img,if=none,id=ns$k")
+                QEMU_NS_ARGS+=(-object "throttle-group,id=${pfx}tg$k"
+                    -drive "driver=throttle,throttle-group=${pfx}tg$k,file.driver=raw,file.file.driver=file,file.file.filename=$img,if=none,id=${pfx}ns$k")
                 QMP=1
-                note "namespace $k: behind throttle group tg$k"
+                note "namespace $k: behind throttle group ${pfx}tg$k"
             else
-                QEMU_NS_ARGS+=(-drive "file=$file,if=none,id=ns$k,format=raw")
+                QEMU_NS_ARGS+=(-drive "file=$file,if=none,id=${pfx}ns$k,format=raw")
             fi
         fi
-        QEMU_NS_ARGS+=(-device "nvme-ns,drive=ns$k,bus=nvme0,nsid=$nsid,logical_block_size=$lba,physical_block_size=$lba$meta")
-        NS_LAYOUT="$NS_LAYOUT $nsid:$lba:$bytes"
+        QEMU_NS_ARGS+=(-device "nvme-ns,drive=${pfx}ns$k,bus=$bus,nsid=$nsid,logical_block_size=$lba,physical_block_size=$lba$meta")
+        BUILT_LAYOUT="$BUILT_LAYOUT $nsid:$lba:$bytes"
     done
-    NS_LAYOUT=${NS_LAYOUT# }
+    BUILT_LAYOUT=${BUILT_LAYOUT# }
 }
 
 pick_accel() {
@@ -611,7 +644,34 @@ INITRD_ROOT=$WORK/initramfs
 cleanup() { [ "$KEEP" = 1 ] || rm -rf "$WORK"; }
 trap cleanup EXIT
 
-build_namespaces
+# Each controller's nvme-ns devices follow it on the QEMU command line (QEMU_CMD below).
+QEMU_NS_ARGS=()
+build_namespaces nvme0 "${NS_SPECS[@]}"
+NS_LAYOUT=$BUILT_LAYOUT
+QEMU_NS1_ARGS=("${QEMU_NS_ARGS[@]}")
+QEMU_NS_ARGS=()
+NS2_LAYOUT=""
+CTRL2_ARGS=()
+BRIDGE_ARGS=()
+CTRL1_BUS=""
+if [ ${#NS2_SPECS[@]} -gt 0 ]; then
+    [ "$HOTPLUG" = 0 ] || die "--ctrl2-ns and --hotplug do not go together"
+    build_namespaces nvme1 "${NS2_SPECS[@]}"
+    NS2_LAYOUT=$BUILT_LAYOUT
+    CTRL2_BUS=""
+    if [ "$SAME_GROUP" = 1 ]; then
+        # Behind a conventional PCI bridge, DMA of both carries the bridge's requester id: one
+        # IOMMU group. No SHPC, so no hotplug driver claims the bridge (VFIO needs it driverless).
+        # shellcheck disable=SC2054 # the commas belong to QEMU option values
+        BRIDGE_ARGS=(-device pci-bridge,id=br0,chassis_nr=1,shpc=off)
+        CTRL1_BUS=",bus=br0,addr=1"
+        CTRL2_BUS=",bus=br0,addr=2"
+    fi
+    # shellcheck disable=SC2054 # the commas belong to QEMU option values
+    CTRL2_ARGS+=(-device "nvme,serial=cafebabe,id=nvme1,mdts=$MDTS,max_ioqpairs=$QPAIRS$CTRL2_BUS" "${QEMU_NS_ARGS[@]}")
+elif [ "$SAME_GROUP" = 1 ]; then
+    die "--ctrl2-same-group needs a second controller (--ctrl2-ns)"
+fi
 build_guest_bins
 build_initramfs
 pick_accel
@@ -634,6 +694,7 @@ if [ ${#TRACE_PATTERNS[@]} -gt 0 ]; then
     TRACE_ARGS+=(-msg timestamp=on -D "$TRACE_LOG")
     note "tracing ${TRACE_PATTERNS[*]} to $TRACE_LOG"
 fi
+[ -z "$CTRL1_BUS" ] || NVME_BUS=$CTRL1_BUS
 # shellcheck disable=SC2054 # the commas belong to QEMU option values
 QEMU_CMD=(
     "${QEMU:-qemu-system-x86_64}" "${ACCEL_ARGS[@]}" -machine q35
@@ -643,11 +704,15 @@ QEMU_CMD=(
     -append "console=ttyS0 intel_iommu=on iommu=pt panic=-1 quiet $APPEND"
     -device "isa-debug-exit,iobase=$DEBUG_EXIT_PORT,iosize=0x04"
     "${HOTPLUG_ARGS[@]}"
+    ${BRIDGE_ARGS[@]+"${BRIDGE_ARGS[@]}"}
     -device "nvme,serial=deadbeef,id=nvme0,mdts=$MDTS,max_ioqpairs=$QPAIRS$NVME_BUS"
-    "${QEMU_NS_ARGS[@]}"
+    "${QEMU_NS1_ARGS[@]}"
+    ${CTRL2_ARGS[@]+"${CTRL2_ARGS[@]}"}
     "${TRACE_ARGS[@]}"
 )
-note "layout=${LAYOUT:-custom} accel=$ACCEL kernel=$KERNEL namespaces='$NS_LAYOUT' mdts=$MDTS qpairs=$QPAIRS"
+ctrl2_note=""
+[ -z "$NS2_LAYOUT" ] || ctrl2_note=" second controller: '$NS2_LAYOUT'"
+note "layout=${LAYOUT:-custom} accel=$ACCEL kernel=$KERNEL namespaces='$NS_LAYOUT'$ctrl2_note mdts=$MDTS qpairs=$QPAIRS"
 note "cases: ${CASES[*]}"
 note "${QEMU_CMD[*]}"
 BOOT=$(date +%s)

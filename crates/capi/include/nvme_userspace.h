@@ -11,6 +11,9 @@
  *    that calls nvme_qpair_poll, from inside that call; they may submit on the same queue
  *    pair but must not poll or destroy it (NVME_ERR_BUSY).
  *  - struct nvme_buf is used by one thread at a time.
+ *  - struct nvme_dma_context is thread-safe. Controllers opened in one context
+ *    (nvme_ctrlr_open_in) share its IOMMU address space: a buffer from nvme_buf_alloc_in, or
+ *    from any controller of the context, may be submitted on any of them.
  *
  * BUFFER OWNERSHIP
  *  A buffer is idle or in flight. A successful nvme_qpair_submit_read/_write moves it into
@@ -117,6 +120,13 @@ typedef struct nvme_buf nvme_buf;
 // An open NVMe controller. Thread-safe: any thread may use it concurrently, except
 // `nvme_ctrlr_close`, which must be the last call on the handle.
 typedef struct nvme_ctrlr nvme_ctrlr;
+
+// A DMA context: one IOMMU address space (one VFIO container) that several controllers
+// join. A buffer allocated from the context (`nvme_buf_alloc_in`) or from any of its
+// controllers (`nvme_buf_alloc`) may be submitted on a queue pair of any controller of the
+// context; a buffer of another context is refused with `NVME_ERR_FOREIGN_BUFFER`.
+// Thread-safe.
+typedef struct nvme_dma_context nvme_dma_context;
 
 // An I/O queue pair with its requests. Belongs to one thread at a time: no two threads may
 // call functions on the same queue pair concurrently (it may move between threads).
@@ -400,6 +410,55 @@ int nvme_qpair_poll(struct nvme_qpair *qpair, uint32_t max_completions);
 // # Safety
 // `qpair` is NULL or a live handle used only by the calling thread.
 uint32_t nvme_qpair_outstanding(const struct nvme_qpair *qpair);
+
+// Creates an empty DMA context (a new VFIO container) and stores its handle in `*out`.
+// Open controllers in it with `nvme_ctrlr_open_in`; buffers can be allocated from it once
+// the first controller is open.
+//
+// # Safety
+// `out` is NULL or valid for a write.
+int nvme_dma_context_create(struct nvme_dma_context **out);
+
+// FOR TESTS AND EXAMPLES: creates a DMA context for emulated controllers
+// (`nvme_ctrlr_open_emulated_in`), which then share one emulated IOMMU.
+//
+// # Safety
+// `out` is NULL or valid for a write.
+int nvme_dma_context_create_emulated(struct nvme_dma_context **out);
+
+// Frees the context handle. Controllers and buffers of the context keep the address space
+// alive until the last of them is gone, so this may come before or after closing them.
+// Freeing NULL does nothing.
+//
+// # Safety
+// `ctx` is NULL or a handle from `nvme_dma_context_create*` not freed yet, and no other
+// thread uses it during or after this call.
+int nvme_dma_context_free(struct nvme_dma_context *ctx);
+
+// Opens the NVMe controller `device` (as for `nvme_ctrlr_open`) in the DMA context `ctx`
+// (from `nvme_dma_context_create`): its IOMMU group joins the context.
+//
+// # Safety
+// `ctx` is NULL or a live context handle; `device` is NULL or a NUL-terminated string;
+// `out` is NULL or valid for a write.
+int nvme_ctrlr_open_in(const struct nvme_dma_context *ctx,
+                       const char *device,
+                       struct nvme_ctrlr **out);
+
+// FOR TESTS AND EXAMPLES: starts an emulated controller (as `nvme_ctrlr_open_emulated`) in
+// the emulated DMA context `ctx` (from `nvme_dma_context_create_emulated`).
+//
+// # Safety
+// `ctx` is NULL or a live context handle; `out` is NULL or valid for a write.
+int nvme_ctrlr_open_emulated_in(const struct nvme_dma_context *ctx, struct nvme_ctrlr **out);
+
+// Allocates a zero-filled DMA buffer of at least `len` bytes (whole 4 KiB pages) from the
+// context `ctx`, valid on every controller of the context, and stores its handle in `*out`.
+// Free it with `nvme_buf_free`.
+//
+// # Safety
+// `ctx` is NULL or a live context handle; `out` is NULL or valid for a write.
+int nvme_buf_alloc_in(const struct nvme_dma_context *ctx, size_t len, struct nvme_buf **out);
 
 #ifdef __cplusplus
 }  // extern "C"

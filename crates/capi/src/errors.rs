@@ -73,6 +73,7 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         | Error::BufferMisaligned { .. }
         | Error::QueueDepth { .. }
         | Error::BadRangeCount { .. }
+        | Error::ForeignTransport { .. }
         | Error::InvalidRequest(_) => NVME_ERR_INVALID_ARGUMENT,
         Error::QueueFull { .. } => NVME_ERR_QUEUE_FULL,
         Error::TransferTooLarge { .. } => NVME_ERR_TOO_LARGE,
@@ -102,7 +103,9 @@ pub(crate) fn describe(code: c_int) -> &'static CStr {
         NVME_ERR_QUEUE_FULL => c"the queue pair is full: poll, then submit again",
         NVME_ERR_TOO_LARGE => c"the transfer needs more commands than the queue pair has slots",
         NVME_ERR_NO_QUEUES => c"all I/O queue pairs of the controller are in use",
-        NVME_ERR_FOREIGN_BUFFER => c"the buffer belongs to another controller",
+        NVME_ERR_FOREIGN_BUFFER => {
+            c"the buffer belongs to another DMA context (another controller)"
+        }
         NVME_ERR_BUFFER_IN_FLIGHT => c"the buffer is in flight",
         NVME_ERR_BUSY => c"not allowed from a completion callback of this queue pair",
         NVME_ERR_PANIC => c"internal error in the NVMe library",

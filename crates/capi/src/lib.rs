@@ -8,6 +8,7 @@
 //! | `struct nvme_ctrlr`  | [`nvme_driver::Controller`]            | thread-safe              |
 //! | `struct nvme_qpair`  | [`nvme_driver::QueuePair`] + callbacks | one thread at a time     |
 //! | `struct nvme_buf`    | [`nvme_driver::DmaBuffer`] slot        | one thread at a time     |
+//! | `struct nvme_dma_context` | [`nvme_driver::DmaContext`]       | thread-safe              |
 //!
 //! # Buffer ownership
 //!
@@ -1156,3 +1157,6 @@ fn completion_status(result: &Result<u32, Error>, buf: *mut nvme_buf) -> nvme_cp
         }
     }
 }
+
+mod context;
+pub use context::*;

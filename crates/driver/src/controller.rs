@@ -28,12 +28,13 @@ use nvme_spec::{
 use nvme_vfio::{DmaBuffer, DmaMapper, FunctionControl, InterruptController, InterruptEvent, Mmio};
 
 use crate::admin::AdminQueue;
+use crate::context::DmaContext;
 use crate::error::{Error, IoFailure, Result};
 use crate::namespace::{Namespace, NamespaceChanges, NamespaceSet};
 use crate::platform::CpuPlatform;
 use crate::prp;
 use crate::ring::ShadowBuffers;
-use crate::teardown::{DmaState, GuardedMapper};
+use crate::teardown::DmaState;
 
 /// The host memory page size the driver uses (CC.MPS = 0).
 pub const HOST_PAGE_SIZE: usize = 4096;
@@ -206,10 +207,11 @@ impl Transport {
 pub(crate) struct Inner {
     pub(crate) name: String,
     pub(crate) mmio: Mmio,
-    /// The guarded mapper (`guard`) as a trait object: every DMA allocation of this
+    /// The guarded mapper of `context` as a trait object: every DMA allocation of this
     /// controller goes through it.
     pub(crate) dma: Arc<dyn DmaMapper>,
-    guard: Arc<GuardedMapper>,
+    /// The DMA context (address space and its guard) this controller belongs to.
+    context: DmaContext,
     /// Whether DMA has been stopped (one attempt, under this lock).
     dma_state: Mutex<DmaState>,
     function: Option<Arc<dyn FunctionControl>>,
@@ -324,33 +326,81 @@ fn wait_ready(mmio: &Mmio, name: &str, cap: Cap, ready: bool) -> Result<()> {
 }
 
 impl Controller {
-    /// Opens the NVMe controller at a PCI address (e.g. `0000:01:00.0`) through vfio-pci.
+    /// Opens the NVMe controller at a PCI address (e.g. `0000:01:00.0`) through vfio-pci, in
+    /// a DMA context of its own. To share one buffer pool between controllers, open them in
+    /// one [`DmaContext`] with [`Controller::open_pci_in`].
     pub fn open_pci(address: &str, options: ControllerOptions) -> Result<Self> {
         let addr: nvme_vfio::PciAddress = address.parse()?;
         let device = nvme_vfio::VfioPci::open(&addr)?;
+        Self::new(Self::pci_transport(device)?, options)
+    }
+
+    /// Opens the NVMe controller at a PCI address through vfio-pci in the VFIO DMA context
+    /// `ctx` (made with [`DmaContext::new`]): its IOMMU group joins the context's container,
+    /// so buffers of the context (and of its other controllers) are valid on it.
+    pub fn open_pci_in(
+        ctx: &DmaContext,
+        address: &str,
+        options: ControllerOptions,
+    ) -> Result<Self> {
+        let addr: nvme_vfio::PciAddress = address.parse()?;
+        let Some(vfio) = ctx.vfio() else {
+            return Err(Error::InvalidRequest(format!(
+                "cannot open {addr} in {}: it is not a VFIO context (it was made with \
+                 DmaContext::with_mapper); make one with DmaContext::new",
+                ctx.domain()
+            )));
+        };
+        let device = vfio.open(&addr)?;
+        Self::new_in(ctx, Self::pci_transport(device)?, options)
+    }
+
+    /// The transport of a function opened through VFIO.
+    fn pci_transport(device: Arc<nvme_vfio::VfioPci>) -> Result<Transport> {
         device.enable_bus_master()?;
         let mmio = device.map_bar(0)?;
         let dma = device.dma_mapper();
+        let name = device.address().to_string();
         let interrupts: Arc<dyn InterruptController> = device.clone();
         let function: Arc<dyn FunctionControl> = device.clone();
         let keepalive: Arc<dyn std::any::Any + Send + Sync> = device;
-        let transport = Transport::new(mmio, dma, addr.to_string())
+        let transport = Transport::new(mmio, dma, name)
             .with_interrupts(interrupts)
             .with_function_control(function);
-        Self::new(
-            Transport {
-                keepalive: Some(keepalive),
-                ..transport
-            },
-            options,
-        )
+        Ok(Transport {
+            keepalive: Some(keepalive),
+            ..transport
+        })
     }
 
-    /// Brings up the controller behind `transport`.
+    /// Brings up the controller behind `transport`, in a DMA context of its own.
     pub fn new(transport: Transport, options: ControllerOptions) -> Result<Self> {
+        let ctx = DmaContext::with_mapper(transport.dma.clone());
+        Self::new_in(&ctx, transport, options)
+    }
+
+    /// Brings up the controller behind `transport` as a member of `ctx`. The transport must
+    /// map through the context's address space (its mapper is the one `ctx` was made from,
+    /// e.g. one `nvme_sim::SimDma` shared by several emulated controllers); otherwise fails
+    /// with [`Error::ForeignTransport`].
+    pub fn new_in(
+        ctx: &DmaContext,
+        transport: Transport,
+        options: ControllerOptions,
+    ) -> Result<Self> {
+        if !ctx.contains(&*transport.dma) {
+            return Err(Error::ForeignTransport {
+                controller: transport.name,
+                transport: transport.dma.domain(),
+                context: ctx.domain(),
+            });
+        }
+        let context = ctx;
+        // `transport.dma` maps into the context's space (checked above); allocations go through
+        // the context's guard over the same mapper.
         let Transport {
             mmio,
-            dma,
+            dma: _,
             name,
             keepalive,
             interrupts,
@@ -406,8 +456,7 @@ impl Controller {
             Some(f) => f.request_notifier()?,
             None => None,
         };
-        let guard = Arc::new(GuardedMapper::new(dma, name.clone()));
-        let dma: Arc<dyn DmaMapper> = guard.clone();
+        let dma: Arc<dyn DmaMapper> = context.dma().clone();
         let admin = AdminQueue::new(&mmio, &dma, admin_entries, stride, HOST_PAGE_SIZE)?;
         mmio.write32(regs::AQA, Aqa::new(admin_entries, admin_entries).0);
         mmio.write64(regs::ASQ, admin.sq_iova());
@@ -418,7 +467,7 @@ impl Controller {
             name,
             mmio,
             dma,
-            guard,
+            context: context.clone(),
             dma_state: Mutex::new(DmaState::Running),
             function,
             cap,
@@ -604,8 +653,14 @@ impl Controller {
         self.inner.cap.max_queue_entries()
     }
 
-    /// The DMA mapper of this controller, to allocate or register I/O buffers. Buffers from
-    /// it are accepted by this controller only (and by controllers sharing its DMA domain),
+    /// The DMA context this controller belongs to (its own, unless opened in a shared one).
+    pub fn dma_context(&self) -> &DmaContext {
+        &self.inner.context
+    }
+
+    /// The DMA mapper of this controller (its context's), to allocate or register I/O
+    /// buffers. Buffers from it are accepted by this controller and the other controllers of
+    /// its [`DmaContext`] only,
     /// and leak rather than return to the system if the controller fails and cannot be
     /// stopped.
     pub fn dma(&self) -> &Arc<dyn DmaMapper> {
@@ -818,7 +873,7 @@ impl Inner {
             log::debug!("{}: controller disabled, DMA stopped", self.name);
             DmaState::Stopped
         } else {
-            self.guard.retire();
+            self.context.guard().retire(&self.name);
             DmaState::Unstoppable
         };
         *state == DmaState::Stopped

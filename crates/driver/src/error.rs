@@ -137,12 +137,24 @@ pub enum Error {
     /// this controller would write to whatever its own domain has at that address.
     #[error(
         "buffer belongs to {buffer} but controller {controller} uses {controller_domain}: allocate \
-         it from this controller (Controller::alloc_buffer / Controller::dma)"
+         it from this controller or its DMA context (Controller::alloc_buffer / \
+         DmaContext::alloc_buffer), or open the controllers in one DmaContext"
     )]
     ForeignBuffer {
         buffer: nvme_vfio::DmaDomain,
         controller: String,
         controller_domain: nvme_vfio::DmaDomain,
+    },
+    /// A transport handed to [`Controller::new_in`](crate::Controller::new_in) maps into
+    /// another address space than the DMA context it should join.
+    #[error(
+        "controller {controller} maps into {transport}, not into the context's {context}: build \
+         its transport on the mapper the DmaContext was made from"
+    )]
+    ForeignTransport {
+        controller: String,
+        transport: nvme_vfio::DmaDomain,
+        context: nvme_vfio::DmaDomain,
     },
     /// The namespace exists but its format is one this driver cannot do I/O on.
     #[error("namespace {nsid} cannot be used: {reason}")]

@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 mod admin;
+mod context;
 mod controller;
 pub mod device;
 mod error;
@@ -23,7 +24,9 @@ mod prp;
 mod queue_pair;
 mod ring;
 mod teardown;
+mod typed;
 
+pub use context::DmaContext;
 pub use controller::{
     AbortStats, Controller, ControllerOptions, ShadowDoorbells, TimeoutAction, Transport,
     DEFAULT_IO_QUEUES, HOST_PAGE_SIZE,
@@ -35,6 +38,7 @@ pub use queue_pair::{
     Completion, QueuePair, QueuePairOptions, QueuePairStats, DEFAULT_QUEUE_DEPTH,
     MAX_BLOCKS_PER_COMMAND, MAX_COMMANDS_PER_REQUEST,
 };
+pub use typed::{TypedCompletion, TypedFailure, TypedQueuePair};
 
 pub use device::{parse_device, DeviceArgError};
 pub use nvme_spec as spec;

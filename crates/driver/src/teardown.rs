@@ -3,52 +3,57 @@
 //!
 //! Every DMA allocation a controller makes (rings, PRP-list pages, shadow doorbells, the
 //! identify page, and the buffers users allocate through [`crate::Controller::dma`]) goes
-//! through one [`GuardedMapper`]. While the controller is healthy it forwards to the platform's
+//! through one [`GuardedMapper`], the one of its [`crate::DmaContext`]: controllers that share
+//! a context share the guard, since a device that cannot be stopped may reach every IOVA of
+//! its IOMMU address space, whichever controller's buffer it was. While the controller is healthy it forwards to the platform's
 //! mapper. When a failure leaves commands the device may still run (an admin timeout, a fatal
 //! status, a queue that could not be deleted), the controller is stopped: CC.EN cleared and
 //! CSTS.RDY=0 awaited (bounded by CAP.TO), then PCI bus mastering cleared. If that cannot be
 //! confirmed, the mapper is *retired*: from then on it refuses to unmap, so every allocation
 //! of this controller leaks its memory when dropped and its IOVA range is never handed out
-//! again (see `nvme_vfio::DmaMapper::unmap`). Memory is thus only ever freed once no command
-//! can reach it.
+//! again (see `nvme_vfio::DmaMapper::unmap`); with a shared context that holds for the
+//! allocations of every controller in it. Memory is thus only ever freed once no command can
+//! reach it.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use nvme_vfio::{DmaDomain, DmaError, DmaMapper, Iova};
 
-/// A controller's view of the platform mapper that can be retired (see the module docs).
+/// A DMA context's view of the platform mapper that can be retired (see the module docs).
 pub(crate) struct GuardedMapper {
     inner: Arc<dyn DmaMapper>,
-    retired: AtomicBool,
-    /// Controller name, for the messages.
-    name: String,
+    /// The controller whose failure retired the mapper, once retired.
+    retired_by: OnceLock<String>,
 }
 
 impl GuardedMapper {
-    pub(crate) fn new(inner: Arc<dyn DmaMapper>, name: String) -> Self {
+    pub(crate) fn new(inner: Arc<dyn DmaMapper>) -> Self {
         Self {
             inner,
-            retired: AtomicBool::new(false),
-            name,
+            retired_by: OnceLock::new(),
         }
     }
 
-    /// From now on no mapping of this controller is removed: their memory leaks and their
-    /// IOVA ranges stay reserved.
-    pub(crate) fn retire(&self) {
-        if !self.retired.swap(true, Ordering::AcqRel) {
+    /// From now on no mapping of this context is removed: their memory leaks and their
+    /// IOVA ranges stay reserved. `controller` is the one that could not be stopped.
+    pub(crate) fn retire(&self, controller: &str) {
+        if self.retired_by.set(controller.to_string()).is_ok() {
             log::error!(
-                "{}: the controller could not be confirmed stopped; its DMA memory will be \
-                 leaked rather than freed (the device may still write it)",
-                self.name
+                "{controller}: the controller could not be confirmed stopped; the DMA memory of \
+                 its {} (every controller sharing it) will be leaked rather than freed (the \
+                 device may still write it)",
+                self.inner.domain()
             );
         }
     }
 
     pub(crate) fn is_retired(&self) -> bool {
-        self.retired.load(Ordering::Acquire)
+        self.retired_by.get().is_some()
+    }
+
+    fn retired_name(&self) -> &str {
+        self.retired_by.get().map_or("?", String::as_str)
     }
 }
 
@@ -62,8 +67,8 @@ unsafe impl DmaMapper for GuardedMapper {
                 iova: Iova(0),
                 len,
                 source: std::io::Error::other(format!(
-                    "controller {} could not be stopped after a failure",
-                    self.name
+                    "controller {} of this DMA context could not be stopped after a failure",
+                    self.retired_name()
                 )),
                 hint: "; close it and reset the PCI function before using it again",
             });
@@ -79,7 +84,7 @@ unsafe impl DmaMapper for GuardedMapper {
                 len,
                 source: std::io::Error::other(format!(
                     "controller {} may still access this memory (it could not be stopped)",
-                    self.name
+                    self.retired_name()
                 )),
             });
         }

@@ -2,7 +2,8 @@
 //!
 //! [`SimController::start`] creates a controller with its own register BAR ([`BAR_SIZE`]
 //! bytes of memory handed to the driver as an [`Mmio`]), its own IOMMU ([`SimDma`], an
-//! [`DmaMapper`] whose IOVAs are *not* host addresses) and a device thread that polls the
+//! [`DmaMapper`] whose IOVAs are *not* host addresses; [`SimController::start_in`] shares one
+//! between several controllers, like one VFIO container) and a device thread that polls the
 //! registers and doorbells like hardware would. The driver under test cannot tell it from a
 //! real controller except by speed; tests additionally get [`Faults`] to inject errors,
 //! [`SimStats`] to see what the device observed, and direct access to the medium
@@ -79,6 +80,13 @@ impl SimController {
     ///
     /// Panics if `config` is inconsistent (the message names the field).
     pub fn start(config: SimConfig) -> SimController {
+        Self::start_in(config, Arc::new(SimDma::new()))
+    }
+
+    /// As [`SimController::start`], but the device translates DMA through `dma`, an IOMMU
+    /// address space shared with other emulated controllers (as functions whose IOMMU groups
+    /// joined one VFIO container): a buffer mapped once is reachable by all of them.
+    pub fn start_in(config: SimConfig, dma: Arc<SimDma>) -> SimController {
         config.validate();
         let regs = RegisterBlock::new();
         let (cap, version) = device::capabilities(&config);
@@ -87,7 +95,7 @@ impl SimController {
         let shared = Arc::new(Shared {
             faults: Faults::new(regs.clone()),
             regs,
-            dma: Arc::new(SimDma::new()),
+            dma,
             counters: Default::default(),
             disks: Disks::new(&config.namespaces),
             msix: Arc::new(MsixTable::new(config.msix_vectors)),

@@ -2,30 +2,32 @@
 //!
 //! [`VfioPci::open`] walks the setup in the order the failures are easiest to explain: sysfs
 //! (exists, NVMe class, bound to vfio-pci, has an IOMMU group), then the device nodes, group
-//! viability, API version and IOMMU backend, and finally the device fd and its regions.
+//! viability, API version and IOMMU backend, and finally the device fd and its regions. It
+//! opens the function in a [`DmaContext`] of its own; [`VfioPci::open_in`] opens it in a
+//! shared one.
 //!
 //! INVARIANTS: `device` is the VFIO device fd of `addr`; `config` describes its configuration
 //! region. Fields drop in declaration order, so the device fd closes (and vfio-pci quiesces the
-//! function) before this value's reference to the container goes. The container owns the group
-//! fd. BAR mappings ([`Mmio`]) hold an `Arc` of the device and DMA memory one of the container,
-//! so each outlives whatever can still reach it.
+//! function) before this value's reference to the container goes. The container owns the fds
+//! of every group in the context. BAR mappings ([`Mmio`]) hold an `Arc` of the device and DMA
+//! memory one of the container, so each outlives whatever can still reach it.
 
 use std::any::Any;
 use std::ffi::CString;
 use std::fmt;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use vfio_bindings::bindings::vfio::{
-    vfio_region_info, VFIO_TYPE1v2_IOMMU, VFIO_API_VERSION, VFIO_DEVICE_FLAGS_PCI,
-    VFIO_DEVICE_FLAGS_RESET, VFIO_GROUP_FLAGS_VIABLE, VFIO_PCI_BAR5_REGION_INDEX,
+    vfio_region_info, VFIO_DEVICE_FLAGS_PCI, VFIO_DEVICE_FLAGS_RESET, VFIO_PCI_BAR5_REGION_INDEX,
     VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_REQ_IRQ_INDEX,
     VFIO_REGION_INFO_FLAG_MMAP,
 };
 
-use crate::container::VfioContainer;
+use crate::container::{ioctl_err, VfioContainer};
+use crate::context::DmaContext;
 use crate::dma::DmaMapper;
 use crate::error::VfioError;
 use crate::ioctl;
@@ -35,8 +37,6 @@ use crate::pci::{config, PciAddress, Sysfs};
 
 /// Where the VFIO character devices live.
 pub const DEV_VFIO: &str = "/dev/vfio";
-/// The container node inside [`DEV_VFIO`].
-const CONTAINER_NODE: &str = "vfio";
 
 /// An NVMe PCI function owned by this process through vfio-pci.
 pub struct VfioPci {
@@ -56,22 +56,11 @@ impl fmt::Debug for VfioPci {
     }
 }
 
-fn open_node(path: PathBuf) -> Result<OwnedFd, VfioError> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map(OwnedFd::from)
-        .map_err(|source| VfioError::DeviceNode { path, source })
-}
-
-fn ioctl_err(op: &'static str) -> impl FnOnce(std::io::Error) -> VfioError {
-    move |source| VfioError::Ioctl { op, source }
-}
-
 impl VfioPci {
-    /// Opens `addr` through VFIO: checks that it is an NVMe function bound to vfio-pci with a
-    /// viable IOMMU group, sets up a type1v2 container and resets the function if it can.
+    /// Opens `addr` through VFIO in a DMA context of its own: checks that it is an NVMe
+    /// function bound to vfio-pci with a viable IOMMU group, sets up a type1v2 container and
+    /// resets the function if it can. To share one IOMMU address space (and one buffer pool)
+    /// between several functions, open them with [`VfioPci::open_in`] instead.
     pub fn open(addr: &PciAddress) -> Result<Arc<VfioPci>, VfioError> {
         Self::open_at(addr, &Sysfs::default(), Path::new(DEV_VFIO))
     }
@@ -82,45 +71,34 @@ impl VfioPci {
         sysfs: &Sysfs,
         dev_vfio: &Path,
     ) -> Result<Arc<VfioPci>, VfioError> {
-        let group_id = sysfs.check_vfio_ready(addr)?;
+        // sysfs first: its failures are the easiest to explain and need no device node.
+        sysfs.check_vfio_ready(addr)?;
+        Self::open_in(&DmaContext::new_at(sysfs, dev_vfio)?, addr)
+    }
 
-        let container = open_node(dev_vfio.join(CONTAINER_NODE))?;
-        let group = open_node(dev_vfio.join(group_id.to_string()))?;
+    /// Opens `addr` through VFIO in `ctx`: as [`VfioPci::open`], but its IOMMU group joins
+    /// the context's container (once; a second function of an attached group reuses it), so
+    /// DMA memory of the context is valid for this function too.
+    pub fn open_in(ctx: &DmaContext, addr: &PciAddress) -> Result<Arc<VfioPci>, VfioError> {
+        let group_id = ctx.sysfs().check_vfio_ready(addr)?;
+        let container = ctx.container().clone();
+        container.claim(addr)?;
+        Self::open_claimed(container, group_id, ctx, addr).inspect_err(|_| {
+            ctx.container().release(addr);
+        })
+    }
 
-        let flags =
-            ioctl::group_status(group.as_fd()).map_err(ioctl_err("VFIO_GROUP_GET_STATUS"))?;
-        if flags & VFIO_GROUP_FLAGS_VIABLE == 0 {
-            let others = sysfs
-                .group_peers(addr, group_id)
-                .unwrap_or_else(|e| vec![format!("({e})")]);
-            return Err(VfioError::GroupNotViable {
-                group: group_id,
-                others,
-            });
-        }
-
-        let version =
-            ioctl::api_version(container.as_fd()).map_err(ioctl_err("VFIO_GET_API_VERSION"))?;
-        if u32::try_from(version) != Ok(VFIO_API_VERSION) {
-            return Err(VfioError::ApiVersion {
-                found: version,
-                expected: VFIO_API_VERSION,
-            });
-        }
-        if !ioctl::check_extension(container.as_fd(), VFIO_TYPE1v2_IOMMU)
-            .map_err(ioctl_err("VFIO_CHECK_EXTENSION"))?
-        {
-            return Err(VfioError::NoType1v2);
-        }
-
-        ioctl::group_set_container(group.as_fd(), container.as_fd())
-            .map_err(ioctl_err("VFIO_GROUP_SET_CONTAINER"))?;
-        ioctl::set_iommu(container.as_fd(), VFIO_TYPE1v2_IOMMU)
-            .map_err(ioctl_err("VFIO_SET_IOMMU(VFIO_TYPE1v2_IOMMU)"))?;
+    /// The rest of [`VfioPci::open_in`], once `addr` is claimed in `container`.
+    fn open_claimed(
+        container: Arc<VfioContainer>,
+        group_id: u32,
+        ctx: &DmaContext,
+        addr: &PciAddress,
+    ) -> Result<Arc<VfioPci>, VfioError> {
         let name = CString::new(addr.to_string()).expect("a PCI address has no NUL byte");
-        let device = ioctl::group_device_fd(group.as_fd(), &name)
-            .map_err(ioctl_err("VFIO_GROUP_GET_DEVICE_FD"))?;
-        let container = Arc::new(VfioContainer::new(container, group)?);
+        let device = container.join(addr, group_id, ctx.sysfs(), ctx.dev_vfio(), |group| {
+            ioctl::group_device_fd(group, &name).map_err(ioctl_err("VFIO_GROUP_GET_DEVICE_FD"))
+        })?;
         let info = ioctl::device_info(device.as_fd()).map_err(ioctl_err("VFIO_DEVICE_GET_INFO"))?;
         if info.flags & VFIO_DEVICE_FLAGS_PCI == 0
             || info.num_regions <= VFIO_PCI_CONFIG_REGION_INDEX
@@ -328,9 +306,18 @@ impl VfioPci {
         Ok(unsafe { Mmio::new(ptr, len, owner) })
     }
 
-    /// The container's DMA mapper, for allocating DMA memory this device can reach.
+    /// The container's DMA mapper, for allocating DMA memory this device (and every other
+    /// device of its DMA context) can reach.
     pub fn dma_mapper(self: &Arc<Self>) -> Arc<dyn DmaMapper> {
         self.container.clone()
+    }
+}
+
+impl Drop for VfioPci {
+    fn drop(&mut self) {
+        // The device fd closes right after this (fields drop next); the function may then be
+        // opened again in this context.
+        self.container.release(&self.addr);
     }
 }
 
@@ -464,6 +451,26 @@ mod tests {
             panic!("{err:?}")
         };
         assert_eq!(path, &dev.join("4"));
+    }
+
+    #[test]
+    fn an_empty_context_refuses_to_map_until_a_device_joins() {
+        let fake = FakeSysfs::new();
+        let dev = fake.root.join("dev-vfio");
+        std::fs::create_dir_all(&dev).unwrap();
+        // Without the container node the context cannot be made, and the error says why.
+        let err = DmaContext::new_at(&fake.sysfs(), &dev).unwrap_err();
+        assert!(matches!(&err, VfioError::DeviceNode { path, .. } if path == &dev.join("vfio")));
+        std::fs::write(dev.join("vfio"), b"").unwrap();
+        let ctx = DmaContext::new_at(&fake.sysfs(), &dev).unwrap();
+        assert!(ctx.iommu_groups().is_empty());
+        let err = crate::DmaBuffer::allocate(&ctx.mapper(), 4096).unwrap_err();
+        assert!(matches!(err, crate::DmaError::NoDevice), "{err:?}");
+        assert!(err.to_string().contains("open_pci_in"), "{err}");
+        // Two contexts are two address spaces.
+        let other = DmaContext::new_at(&fake.sysfs(), &dev).unwrap();
+        assert_ne!(ctx.domain(), other.domain());
+        assert_eq!(ctx.mapper().domain(), ctx.domain());
     }
 
     #[test]

@@ -87,6 +87,12 @@ pub enum DmaError {
     /// A requested size does not fit the address space.
     #[error("DMA allocation of {count} x {len} bytes overflows the address space; ask for less")]
     TooLarge { count: usize, len: usize },
+    /// The DMA context has no device yet, so no IOMMU backend to map into.
+    #[error(
+        "this DMA context has no device yet: open a controller in it (e.g. \
+         `Controller::open_pci_in`) before allocating or registering buffers"
+    )]
+    NoDevice,
 }
 
 /// One IOVA space (an IOMMU domain: a VFIO container, or the emulator's private space). Every

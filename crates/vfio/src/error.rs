@@ -80,6 +80,14 @@ pub enum VfioError {
     )]
     GroupNotViable { group: u32, others: Vec<String> },
 
+    /// The function is already open in this DMA context (two drivers on one controller would
+    /// undo each other's work).
+    #[error(
+        "{addr} is already open in this DMA context: use the controller already opened on it \
+         (it can be cloned and shared between threads), or close that one first"
+    )]
+    AlreadyOpen { addr: PciAddress },
+
     /// The kernel speaks another VFIO API version.
     #[error("the kernel's VFIO API version is {found}, this driver speaks version {expected}")]
     ApiVersion { found: i32, expected: u32 },
@@ -156,7 +164,9 @@ fn node_hint(e: &io::Error) -> &'static str {
             " (is vfio-pci loaded? `sudo modprobe vfio-pci`, then bind the device to it)"
         }
         _ if e.raw_os_error() == Some(libc::EBUSY) => {
-            " (another process, or a VM, already has this IOMMU group open)"
+            " (another process, a VM, or another DMA context of this process already has this \
+             IOMMU group open; functions of one IOMMU group must be opened in one DMA context: \
+             `DmaContext::new` then `Controller::open_pci_in` for each)"
         }
         _ => "",
     }

@@ -110,6 +110,28 @@ impl IovaAllocator {
         Some(size)
     }
 
+    /// Narrows the free space to `ranges` (the IOMMU's valid ranges changed, e.g. because
+    /// another IOMMU group joined the container): free bytes outside every range are dropped
+    /// for good; live allocations are untouched (the kernel refuses a join that would
+    /// invalidate them).
+    pub fn restrict(&mut self, ranges: &[Range<u64>]) {
+        let before = self.free_bytes();
+        let old = std::mem::take(&mut self.free);
+        for (start, end) in old {
+            for r in ranges {
+                let s = align_up(start.max(r.start), self.granule);
+                let e = end.min(r.end) & !(self.granule - 1);
+                if let Some(s) = s.filter(|&s| s < e) {
+                    self.insert_free(s, e);
+                }
+            }
+        }
+        let after = self.free_bytes();
+        if after != before {
+            log::debug!("IOVA space narrowed to {ranges:x?}: {before:#x} -> {after:#x} free bytes");
+        }
+    }
+
     /// Adds `[start, end)` to the free list, merging with overlapping or adjacent blocks.
     fn insert_free(&mut self, mut start: u64, mut end: u64) {
         // Absorb every block that overlaps or touches [start, end).
@@ -212,6 +234,27 @@ mod tests {
         got.sort();
         got.dedup();
         assert_eq!(got.len(), 23, "no IOVA handed out twice");
+    }
+
+    #[test]
+    fn restrict_drops_free_space_outside_the_new_ranges_only() {
+        let mut a = IovaAllocator::new(&[0x10_000..0x20_000], KIB4);
+        let live = a.allocate(PAGE_SIZE).unwrap();
+        assert_eq!(live.0, 0x10_000);
+        // A joining group reserves 0x14_000..0x16_000 (plus everything above 0x1f_000).
+        a.restrict(&[0x10_000..0x14_000, 0x16_000..0x1f_000]);
+        assert_eq!(a.free_bytes(), 0x3000 + 0x9000);
+        let mut got = Vec::new();
+        while let Ok(iova) = a.allocate(PAGE_SIZE) {
+            got.push(iova.0);
+        }
+        assert_eq!(got.len(), 12);
+        assert!(got
+            .iter()
+            .all(|&g| !(0x14_000..0x16_000).contains(&g) && g < 0x1f_000 && g != live.0));
+        // The live allocation comes back as free space.
+        assert_eq!(a.free(live), Some(KIB4));
+        assert_eq!(a.allocate(PAGE_SIZE).unwrap(), live);
     }
 
     #[test]

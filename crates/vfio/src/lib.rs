@@ -2,9 +2,11 @@
 //!
 //! - [`pci`]: PCI addresses, configuration-space constants, sysfs inspection.
 //! - [`device`]: [`VfioPci`], a PCI function opened through vfio-pci (config space, BAR mmap,
-//!   reset) in its own type1v2 [`container`].
-//! - [`container`]: the IOMMU address space; implements [`DmaMapper`] with the [`iova`]
-//!   allocator.
+//!   reset) in its own type1v2 [`container`], or in a shared [`DmaContext`].
+//! - [`context`]: [`DmaContext`], one IOMMU address space that several functions join, so one
+//!   buffer pool serves them all.
+//! - [`container`]: the IOMMU address space (one container, one or more IOMMU groups);
+//!   implements [`DmaMapper`] with the [`iova`] allocator.
 //! - [`mmio`]: volatile register windows and doorbells (the only place device registers are
 //!   dereferenced).
 //! - [`dma`]: DMA memory ([`dma::DmaRegion`] shared with the device, [`dma::DmaBuffer`] owned by
@@ -15,6 +17,7 @@
 
 pub mod barrier;
 pub mod container;
+pub mod context;
 pub mod device;
 pub mod dma;
 pub mod error;
@@ -26,6 +29,7 @@ pub mod mmio;
 pub mod pci;
 
 pub use container::VfioContainer;
+pub use context::DmaContext;
 pub use device::VfioPci;
 pub use dma::{DmaBuffer, DmaDomain, DmaError, DmaMapper, DmaRegion, Iova};
 pub use error::VfioError;
