@@ -1,4 +1,5 @@
-//! A PCI function opened through VFIO (legacy container/group interface, type1v2 IOMMU).
+//! A PCI function opened through VFIO: the legacy container/group interface (type1v2 IOMMU),
+//! or, by [`crate::mode`], the iommufd device cdev or a no-IOMMU group.
 //!
 //! [`VfioPci::open`] walks the setup in the order the failures are easiest to explain: sysfs
 //! (exists, NVMe class, bound to vfio-pci, has an IOMMU group), then the device nodes, group
@@ -31,6 +32,7 @@ use crate::error::VfioError;
 use crate::ioctl;
 use crate::irq::{InterruptController, InterruptEvent};
 use crate::mmio::Mmio;
+use crate::mode::{Availability, ModeRequest, VfioMode};
 use crate::pci::{config, PciAddress, Sysfs};
 
 /// Where the VFIO character devices live.
@@ -44,7 +46,9 @@ pub struct VfioPci {
     group_id: u32,
     config: vfio_region_info,
     device: OwnedFd,
-    container: Arc<VfioContainer>,
+    /// The DMA domain: a type1 container, an iommufd IOAS or a no-IOMMU mapper ([`VfioMode`]).
+    dma: Arc<dyn DmaMapper>,
+    mode: VfioMode,
 }
 
 impl fmt::Debug for VfioPci {
@@ -52,6 +56,7 @@ impl fmt::Debug for VfioPci {
         f.debug_struct("VfioPci")
             .field("addr", &self.addr)
             .field("iommu_group", &self.group_id)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
@@ -83,6 +88,27 @@ impl VfioPci {
         dev_vfio: &Path,
     ) -> Result<Arc<VfioPci>, VfioError> {
         let group_id = sysfs.check_vfio_ready(addr)?;
+        let available = Availability::probe(addr, group_id, sysfs, dev_vfio);
+        let mode = available.choose(addr, ModeRequest::from_env()?)?;
+        match (mode, &available) {
+            (VfioMode::Type1, _) => {}
+            (
+                VfioMode::Iommufd,
+                Availability {
+                    cdev: Some(cdev),
+                    iommufd: Some(iommu),
+                    ..
+                },
+            ) => {
+                let (device, ioas) = crate::iommufd::open_device(cdev, iommu)?;
+                return Self::finish(addr, group_id, mode, device, Arc::new(ioas));
+            }
+            (VfioMode::NoIommu, _) => {
+                let (device, mapper) = crate::noiommu::open_device(addr, group_id, dev_vfio)?;
+                return Self::finish(addr, group_id, mode, device, Arc::new(mapper));
+            }
+            (VfioMode::Iommufd, _) => unreachable!("choose() checked the nodes"),
+        }
 
         let container = open_node(dev_vfio.join(CONTAINER_NODE))?;
         let group = open_node(dev_vfio.join(group_id.to_string()))?;
@@ -121,6 +147,17 @@ impl VfioPci {
         let device = ioctl::group_device_fd(group.as_fd(), &name)
             .map_err(ioctl_err("VFIO_GROUP_GET_DEVICE_FD"))?;
         let container = Arc::new(VfioContainer::new(container, group)?);
+        Self::finish(addr, group_id, mode, device, container)
+    }
+
+    /// The part of opening common to all modes: device info, config region, reset.
+    fn finish(
+        addr: &PciAddress,
+        group_id: u32,
+        mode: VfioMode,
+        device: OwnedFd,
+        dma: Arc<dyn DmaMapper>,
+    ) -> Result<Arc<VfioPci>, VfioError> {
         let info = ioctl::device_info(device.as_fd()).map_err(ioctl_err("VFIO_DEVICE_GET_INFO"))?;
         if info.flags & VFIO_DEVICE_FLAGS_PCI == 0
             || info.num_regions <= VFIO_PCI_CONFIG_REGION_INDEX
@@ -144,7 +181,7 @@ impl VfioPci {
         }
 
         log::info!(
-            "{addr}: opened through VFIO (IOMMU group {group_id}, {} regions)",
+            "{addr}: opened through VFIO (VFIO mode {mode}, IOMMU group {group_id}, {} regions)",
             info.num_regions
         );
         Ok(Arc::new(VfioPci {
@@ -152,8 +189,14 @@ impl VfioPci {
             group_id,
             config,
             device,
-            container,
+            dma,
+            mode,
         }))
+    }
+
+    /// The VFIO interface the device was opened through.
+    pub fn mode(&self) -> VfioMode {
+        self.mode
     }
 
     /// The function's PCI address.
@@ -330,7 +373,7 @@ impl VfioPci {
 
     /// The container's DMA mapper, for allocating DMA memory this device can reach.
     pub fn dma_mapper(self: &Arc<Self>) -> Arc<dyn DmaMapper> {
-        self.container.clone()
+        self.dma.clone()
     }
 }
 
