@@ -16,7 +16,8 @@ group=$(readlink "/sys/bus/pci/devices/$NVME_BDF/iommu_group")
 group=${group##*/}
 cdev=""
 for c in "/sys/bus/pci/devices/$NVME_BDF"/vfio-dev/vfio*; do
-    [ -e "$c" ] && cdev=${c##*/}
+    # Linux 6.1-6.5 have the sysfs entry but no /dev/vfio/devices/ node (the cdev is 6.6+).
+    [ -e "/dev/vfio/devices/${c##*/}" ] && cdev=${c##*/}
 done
 
 expected=${EXPECT_VFIO_MODE:-}
