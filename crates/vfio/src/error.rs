@@ -159,7 +159,8 @@ pub enum VfioError {
 
     /// The device sits in a no-IOMMU group but no-IOMMU mode was not asked for.
     #[error(
-        "{addr} is in a VFIO no-IOMMU group (/dev/vfio/noiommu-*): the device could DMA to any          memory; set NVME_VFIO_MODE=noiommu to accept that, or bind it with an IOMMU enabled"
+        "{addr} is in a VFIO no-IOMMU group (/dev/vfio/noiommu-*): the device could DMA to any \
+         memory; set NVME_VFIO_MODE=noiommu to accept that, or bind it with an IOMMU enabled"
     )]
     NoIommuNotRequested { addr: PciAddress },
 }
