@@ -253,28 +253,40 @@ pub fn allocate_contiguous_hugepages(len: usize) -> Result<NonNull<u8>, DmaError
     if order.iter().enumerate().all(|(pos, &i)| pos == i) {
         return Ok(NonNull::new(base as *mut u8).expect("mmap returned null"));
     }
-    // Move the pages into physical order: reserve a 2 MiB-aligned window, then mremap each page
-    // onto its slot (hugetlb mremap needs aligned addresses).
-    let window = match mmap_anon(len + HUGEPAGE_SIZE, libc::MAP_NORESERVE, libc::PROT_NONE) {
+    let target = permute_pages(base, HUGEPAGE_SIZE, &order)?;
+    let ptr = NonNull::new(target as *mut u8).expect("aligned window is not null");
+    log::debug!("{count} hugepages reordered into physical order at {ptr:p}");
+    Ok(ptr)
+}
+
+/// Moves the `order.len()` pages of `page` bytes at `base` (our own mapping, `page`-aligned)
+/// into a fresh `page`-aligned range where position `pos` holds the page that was at index
+/// `order[pos]`; returns the new range's address. `order` must be a permutation. On failure
+/// everything (moved or not) is unmapped.
+fn permute_pages(base: usize, page: usize, order: &[usize]) -> Result<usize, DmaError> {
+    let len = order.len() * page;
+    // Reserve a `page`-aligned window (hugetlb mremap needs aligned addresses), then mremap
+    // each page onto its slot.
+    let window = match mmap_anon(len + page, libc::MAP_NORESERVE, libc::PROT_NONE) {
         Ok(w) => w,
         Err(e) => {
             unmap(base, len);
             return Err(refuse(format!("cannot reserve address space: {e}")));
         }
     };
-    let target = window.next_multiple_of(HUGEPAGE_SIZE);
+    let target = window.next_multiple_of(page);
     unmap(window, target - window);
-    unmap(target + len, window + len + HUGEPAGE_SIZE - (target + len));
+    unmap(target + len, window + len + page - (target + len));
     for (pos, &i) in order.iter().enumerate() {
-        // SAFETY: moves our own hugepage (base + i * 2 MiB, mapped above and not yet moved, as
-        // `order` is a permutation) onto our own reserved PROT_NONE slot, which it replaces.
+        // SAFETY: moves our own page (base + i * page, mapped by the caller and not yet moved,
+        // as `order` is a permutation) onto our own reserved PROT_NONE slot, which it replaces.
         let moved = unsafe {
             libc::mremap(
-                (base + i * HUGEPAGE_SIZE) as *mut libc::c_void,
-                HUGEPAGE_SIZE,
-                HUGEPAGE_SIZE,
+                (base + i * page) as *mut libc::c_void,
+                page,
+                page,
                 libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-                (target + pos * HUGEPAGE_SIZE) as *mut libc::c_void,
+                (target + pos * page) as *mut libc::c_void,
             )
         };
         if moved == libc::MAP_FAILED {
@@ -283,12 +295,10 @@ pub fn allocate_contiguous_hugepages(len: usize) -> Result<NonNull<u8>, DmaError
             // whole ranges releases everything (munmap of a hole is harmless).
             unmap(base, len);
             unmap(target, len);
-            return Err(refuse(format!("mremap of a hugepage failed: {e}")));
+            return Err(refuse(format!("mremap of a page failed: {e}")));
         }
     }
-    let ptr = NonNull::new(target as *mut u8).expect("aligned window is not null");
-    log::debug!("{count} hugepages reordered into physical order at {ptr:p}");
-    Ok(ptr)
+    Ok(target)
 }
 
 #[cfg(test)]
@@ -354,6 +364,31 @@ mod tests {
             Some(vec![2, 1, 0])
         );
         assert_eq!(contiguous_order(&[4 * step, 6 * step]), None);
+    }
+
+    #[test]
+    fn pages_are_moved_into_the_given_order() {
+        // The same mremap dance as for hugepages, on ordinary 4 KiB pages with markers.
+        let count = 5;
+        let base = mmap_anon(
+            count * PAGE_SIZE,
+            libc::MAP_POPULATE,
+            libc::PROT_READ | libc::PROT_WRITE,
+        )
+        .unwrap();
+        for i in 0..count {
+            // SAFETY: page i of our fresh read-write mapping.
+            unsafe { ((base + i * PAGE_SIZE) as *mut u8).write(i as u8 + 1) };
+        }
+        let order = [3, 0, 4, 2, 1];
+        let target = permute_pages(base, PAGE_SIZE, &order).unwrap();
+        assert_eq!(target % PAGE_SIZE, 0);
+        for (pos, &i) in order.iter().enumerate() {
+            // SAFETY: page `pos` of the permuted mapping, which we own now.
+            let marker = unsafe { ((target + pos * PAGE_SIZE) as *const u8).read() };
+            assert_eq!(marker, i as u8 + 1, "slot {pos}");
+        }
+        unmap(target, count * PAGE_SIZE);
     }
 
     #[test]

@@ -64,6 +64,17 @@ noiommu)
     [ -c "/dev/vfio/noiommu-$group" ] || fail "no /dev/vfio/noiommu-$group"
     n=$(grep -c "can read and write ALL memory" /tmp/mode.err || true)
     [ "$n" = 1 ] || { cat /tmp/mode.err; fail "the no-IOMMU warning appeared $n times, want once"; }
+    # 16 x 1 MiB buffers in one mapping (8 hugepages) must form one physical range: the pool
+    # reserved at boot is one, in some order, and pagemap.rs lays the pages out in physical
+    # order (it logs when it had to reorder them).
+    if ! RUST_LOG=nvme_vfio=debug nvme-dd --device "$NVME_BDF" --qd 16 if=nvme:1 of=/tmp/big \
+        bs=1048576 count=16 2>/tmp/big.err; then
+        cat /tmp/big.err
+        fail "a 16 MiB multi-hugepage DMA allocation failed in no-IOMMU mode"
+    fi
+    [ "$(wc -c </tmp/big)" = 16777216 ] || fail "nvme-dd read $(wc -c </tmp/big) bytes, not 16 MiB"
+    grep "reordered into physical order" /tmp/big.err || echo "(hugepages were already in physical order)"
+    rm -f /tmp/big
     # Opting in is explicit: automatic choice (and the other modes) refuse a no-IOMMU group.
     expect_fail "no-IOMMU group;NVME_VFIO_MODE=noiommu" env -u NVME_VFIO_MODE nvme-identify "$NVME_BDF"
     expect_fail "NVME_VFIO_MODE=noiommu" env NVME_VFIO_MODE=iommufd nvme-identify "$NVME_BDF"
