@@ -621,7 +621,7 @@ cmd_status() {
     if ! iommu_enabled; then
         warn "no IOMMU groups: VFIO cannot be used (enable VT-d/AMD-Vi, boot with intel_iommu=on or amd_iommu=on)"
     fi
-    printf '%-14s %-11s %-10s %-6s %s\n' BDF VENDOR:DEV DRIVER GROUP NAMESPACES
+    printf '%-14s %-11s %-10s %-10s %s\n' BDF VENDOR:DEV DRIVER GROUP NAMESPACES
     found=0
     for bdf in $(all_nvme_functions); do
         found=1
@@ -629,11 +629,13 @@ cmd_status() {
         ids="$(sed 's/^0x//' "$dev/vendor"):$(sed 's/^0x//' "$dev/device")"
         drv=$(driver_of "$bdf")
         grp=$(iommu_group_of "$bdf")
+        # A no-IOMMU group (NVME_VFIO_MODE=noiommu) shows as noiommu-N, its /dev/vfio node name.
+        if [ -n "$grp" ] && [ "$(group_node "$grp")" = "/dev/vfio/noiommu-$grp" ]; then grp=noiommu-$grp; fi
         ns=""
         if [ "$drv" = "$KERNEL_DRIVER" ]; then
             ns=$(namespaces_of "$bdf" | tr '\n' ' ')
         fi
-        printf '%-14s %-11s %-10s %-6s %s\n' "$bdf" "$ids" "${drv:--}" "${grp:--}" "${ns:--}"
+        printf '%-14s %-11s %-10s %-10s %s\n' "$bdf" "$ids" "${drv:--}" "${grp:--}" "${ns:--}"
     done
     [ "$found" = 1 ] || echo "(no NVMe controllers, PCI class $NVME_CLASS)"
     if [ -s "$STATE_FILE" ]; then

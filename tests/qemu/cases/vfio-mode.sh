@@ -62,6 +62,8 @@ noiommu)
     [ "$(cat /sys/module/vfio/parameters/enable_unsafe_noiommu_mode)" = Y ] ||
         fail "enable_unsafe_noiommu_mode is not set"
     [ -c "/dev/vfio/noiommu-$group" ] || fail "no /dev/vfio/noiommu-$group"
+    hugepage-setup.sh status | grep "^$NVME_BDF .* noiommu-$group " ||
+        fail "hugepage-setup.sh status does not show the no-IOMMU group noiommu-$group"
     n=$(grep -c "can read and write ALL memory" /tmp/mode.err || true)
     [ "$n" = 1 ] || { cat /tmp/mode.err; fail "the no-IOMMU warning appeared $n times, want once"; }
     # 16 x 1 MiB buffers in one mapping (8 hugepages) must form one physical range: the pool
