@@ -75,13 +75,15 @@ step "guest kernel (build or cache)" tests/qemu/guest-kernel.sh
 # The core cases in the VFIO modes Debian's stock kernel cannot run, on the default layout, one
 # boot each with that kernel: iommufd (device cdev + /dev/iommu, IOAS mappings) and no-IOMMU
 # (no emulated IOMMU, physical addresses, hugepage memory). vfio-mode.sh asserts the mode the
-# tools report; the first qemu step's boot covers type1 on the stock kernel.
+# tools report; perf-smoke and recovery add MSI-X interrupts, the device request interrupt and
+# controller resets in each mode. The first qemu step's boot covers type1 on the stock kernel.
 # shellcheck disable=SC2317 # called through step
 qemu_vfio_modes() {
     local mode t0 failed=()
     for mode in iommufd noiommu; do
         t0=$SECONDS
-        if tests/qemu/run.sh --no-build --vfio-mode "$mode" vfio-mode.sh identify.sh hello.sh integrity.sh bad-input.sh; then
+        if tests/qemu/run.sh --no-build --vfio-mode "$mode" vfio-mode.sh identify.sh hello.sh integrity.sh \
+            bad-input.sh perf-smoke.sh recovery.sh; then
             echo "==== vfio mode $mode: PASS ($((SECONDS - t0))s)"
         else
             echo "==== vfio mode $mode: FAIL ($((SECONDS - t0))s)"
