@@ -24,6 +24,10 @@ HUGEMEM=${HUGEMEM:-256}
 PCI_ALLOWED=${PCI_ALLOWED:-}
 TARGET_USER=${TARGET_USER:-}
 HUGETLBFS_MOUNT=${HUGETLBFS_MOUNT:-/dev/hugepages}
+# VFIO mode the driver will use (the driver reads the same variable): noiommu makes 'config'
+# enable VFIO's unsafe no-IOMMU mode for machines without an IOMMU.
+NVME_VFIO_MODE=${NVME_VFIO_MODE:-}
+NOIOMMU_PARAM=/sys/module/vfio/parameters/enable_unsafe_noiommu_mode
 # How long to wait for /dev/vfio/<group> or driver (re)binding to show up, in tenths of a second.
 SETTLE_TENTHS=50
 # Controllers that 'config' bound to vfio-pci, one BDF a line; 'reset' gives back only these.
@@ -52,6 +56,11 @@ Environment:
   TARGET_USER=name     make /dev/vfio/<group> and the hugetlbfs mount this script creates
                        usable by this user (who also needs a memlock limit, see 'ulimit -l')
   HUGETLBFS_MOUNT=dir  where to mount hugetlbfs if none is mounted (default /dev/hugepages)
+  NVME_VFIO_MODE=noiommu
+                       no IOMMU: 'config' sets vfio's enable_unsafe_noiommu_mode=1 (UNSAFE: the
+                       device can then DMA to all memory; the kernel needs CONFIG_VFIO_NOIOMMU),
+                       and the group node is /dev/vfio/noiommu-<group>. The driver must be run
+                       with the same NVME_VFIO_MODE=noiommu (as root).
 
 A controller is never bound while any namespace or partition on it is in use: mounted, active
 swap, held by dm/md/LVM/bcache (sysfs holders/), opened exclusively (ZFS vdev, btrfs member,
@@ -85,9 +94,42 @@ iommu_enabled() {
 }
 
 require_iommu() {
+    if [ "$NVME_VFIO_MODE" = noiommu ]; then
+        enable_noiommu
+        return 0
+    fi
     if ! iommu_enabled; then
         die "no IOMMU groups in /sys/kernel/iommu_groups: VFIO needs an IOMMU. Enable VT-d (Intel) or
-AMD-Vi (AMD) in the firmware setup and boot Linux with intel_iommu=on (Intel) or amd_iommu=on (AMD)."
+AMD-Vi (AMD) in the firmware setup and boot Linux with intel_iommu=on (Intel) or amd_iommu=on (AMD).
+Without an IOMMU (e.g. a cloud VM), NVME_VFIO_MODE=noiommu uses VFIO's unsafe no-IOMMU mode."
+    fi
+}
+
+# No-IOMMU mode: vfio must offer it (CONFIG_VFIO_NOIOMMU) and have it switched on before vfio-pci
+# probes the device, which then gets a no-IOMMU group (/dev/vfio/noiommu-<group>).
+enable_noiommu() {
+    [ -e "$NOIOMMU_PARAM" ] || modprobe vfio enable_unsafe_noiommu_mode=1 2>/dev/null
+    [ -e "$NOIOMMU_PARAM" ] || die "NVME_VFIO_MODE=noiommu: this kernel's vfio has no
+enable_unsafe_noiommu_mode parameter ($NOIOMMU_PARAM): it needs CONFIG_VFIO_NOIOMMU=y"
+    case "$(cat "$NOIOMMU_PARAM")" in
+    Y | 1) info "VFIO no-IOMMU mode is already enabled (UNSAFE: devices bound now can DMA to all memory)" ;;
+    *)
+        info "enabling VFIO's UNSAFE no-IOMMU mode ($NOIOMMU_PARAM = 1): a device bound to vfio-pci without an IOMMU can read and write all memory"
+        echo 1 >"$NOIOMMU_PARAM" || die "cannot write $NOIOMMU_PARAM"
+        ;;
+    esac
+    if iommu_enabled; then
+        warn "an IOMMU is enabled: devices behind it get ordinary IOMMU groups, not no-IOMMU ones"
+    fi
+}
+
+# The VFIO group node of IOMMU group $1 (/dev/vfio/noiommu-N for a no-IOMMU group).
+group_node() {
+    if [ "$(cat "/sys/kernel/iommu_groups/$1/name" 2>/dev/null)" = vfio-noiommu ] ||
+        [ -e "/dev/vfio/noiommu-$1" ]; then
+        echo "/dev/vfio/noiommu-$1"
+    else
+        echo "/dev/vfio/$1"
     fi
 }
 
@@ -464,12 +506,26 @@ bind_one() {
     fi
     group=$(iommu_group_of "$bdf")
     [ -n "$group" ] || die "$bdf has no IOMMU group; is the IOMMU enabled (intel_iommu=on / amd_iommu=on)?"
-    if ! wait_path "/dev/vfio/$group"; then
-        die "/dev/vfio/$group did not appear for $bdf"
+    node=$(group_node "$group")
+    if ! wait_path "$node"; then
+        die "$node did not appear for $bdf"
     fi
+    case "$node" in
+    */noiommu-*)
+        [ "$NVME_VFIO_MODE" = noiommu ] ||
+            warn "$bdf is in no-IOMMU group $node: the driver needs NVME_VFIO_MODE=noiommu to use it"
+        info "$bdf is in no-IOMMU group $node (no DMA isolation)"
+        ;;
+    esac
     if [ -n "$TARGET_USER" ]; then
-        chown "$TARGET_USER" "/dev/vfio/$group" || die "cannot chown /dev/vfio/$group to $TARGET_USER"
-        info "/dev/vfio/$group (IOMMU group $group) now owned by $TARGET_USER"
+        chown "$TARGET_USER" "$node" || die "cannot chown $node to $TARGET_USER"
+        info "$node (IOMMU group $group) now owned by $TARGET_USER"
+        # The VFIO device cdev and /dev/iommu (iommufd mode, Linux 6.6+), when present.
+        for c in "$dev"/vfio-dev/vfio*; do
+            [ -e "$c" ] || continue
+            chown "$TARGET_USER" "/dev/vfio/devices/${c##*/}" /dev/iommu 2>/dev/null &&
+                info "/dev/vfio/devices/${c##*/} and /dev/iommu now owned by $TARGET_USER"
+        done
     fi
     # Other functions in the same group must also be bound to vfio-pci (or to no driver) before
     # VFIO lets a process open the group.
@@ -565,7 +621,7 @@ cmd_status() {
     if ! iommu_enabled; then
         warn "no IOMMU groups: VFIO cannot be used (enable VT-d/AMD-Vi, boot with intel_iommu=on or amd_iommu=on)"
     fi
-    printf '%-14s %-11s %-10s %-6s %s\n' BDF VENDOR:DEV DRIVER GROUP NAMESPACES
+    printf '%-14s %-11s %-10s %-10s %s\n' BDF VENDOR:DEV DRIVER GROUP NAMESPACES
     found=0
     for bdf in $(all_nvme_functions); do
         found=1
@@ -573,11 +629,13 @@ cmd_status() {
         ids="$(sed 's/^0x//' "$dev/vendor"):$(sed 's/^0x//' "$dev/device")"
         drv=$(driver_of "$bdf")
         grp=$(iommu_group_of "$bdf")
+        # A no-IOMMU group (NVME_VFIO_MODE=noiommu) shows as noiommu-N, its /dev/vfio node name.
+        if [ -n "$grp" ] && [ "$(group_node "$grp")" = "/dev/vfio/noiommu-$grp" ]; then grp=noiommu-$grp; fi
         ns=""
         if [ "$drv" = "$KERNEL_DRIVER" ]; then
             ns=$(namespaces_of "$bdf" | tr '\n' ' ')
         fi
-        printf '%-14s %-11s %-10s %-6s %s\n' "$bdf" "$ids" "${drv:--}" "${grp:--}" "${ns:--}"
+        printf '%-14s %-11s %-10s %-10s %s\n' "$bdf" "$ids" "${drv:--}" "${grp:--}" "${ns:--}"
     done
     [ "$found" = 1 ] || echo "(no NVMe controllers, PCI class $NVME_CLASS)"
     if [ -s "$STATE_FILE" ]; then

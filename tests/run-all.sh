@@ -42,7 +42,7 @@ else
     RESULTS+=("SKIP  loom (no crates/pool/tests/loom.rs)")
 fi
 
-step "qemu guest" tests/qemu/run.sh bind.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh perf-smoke.sh recovery.sh sqlite.sh
+step "qemu guest" tests/qemu/run.sh bind.sh vfio-mode.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh perf-smoke.sh recovery.sh sqlite.sh
 # Its own boot: namespaces with metadata formats (2: 8 bytes inline, extended LBA; 3: 16 bytes in a
 # separate buffer) next to a plain one. The first qemu step built the guest binaries.
 step "qemu guest (metadata namespaces)" tests/qemu/run.sh --no-build \
@@ -79,6 +79,31 @@ step "qemu guest (layouts)" qemu_layouts
 # verifying run (past the I/O timeout) and released: aborts, resets, no lost acknowledged write.
 step "qemu guest (stalled device)" tests/qemu/run.sh --no-build \
     --ns 512:64M:throttle --ns 4096:16M stalled-device.sh
+# The harness's own guest kernel (Linux 6.12 from Debian's linux-source-6.12, tinyconfig plus
+# tests/qemu/guest-kernel.config): built once (see docs/testing.md for the cost), then cached
+# under target/guest-kernel/ keyed by package version and config.
+step "guest kernel (build or cache)" tests/qemu/guest-kernel.sh
+# The core cases in the VFIO modes Debian's stock kernel cannot run, on the default layout, one
+# boot each with that kernel: iommufd (device cdev + /dev/iommu, IOAS mappings) and no-IOMMU
+# (no emulated IOMMU, physical addresses, hugepage memory). vfio-mode.sh asserts the mode the
+# tools report; perf-smoke and recovery add MSI-X interrupts, the device request interrupt and
+# controller resets in each mode. The first qemu step's boot covers type1 on the stock kernel.
+# shellcheck disable=SC2317 # called through step
+qemu_vfio_modes() {
+    local mode t0 failed=()
+    for mode in iommufd noiommu; do
+        t0=$SECONDS
+        if tests/qemu/run.sh --no-build --vfio-mode "$mode" vfio-mode.sh identify.sh hello.sh integrity.sh \
+            bad-input.sh perf-smoke.sh recovery.sh; then
+            echo "==== vfio mode $mode: PASS ($((SECONDS - t0))s)"
+        else
+            echo "==== vfio mode $mode: FAIL ($((SECONDS - t0))s)"
+            failed+=("$mode")
+        fi
+    done
+    [ ${#failed[@]} -eq 0 ] || { echo "==== vfio modes failed: ${failed[*]}"; return 1; }
+}
+step "qemu guest (vfio modes)" qemu_vfio_modes
 # Its own boot: the controller behind a pcie-root-port, hot-unplugged (QMP device_del) under load;
 # it is gone afterwards, so nothing else can run in this boot.
 step "qemu guest (hot-unplug)" tests/qemu/run.sh --no-build --hotplug hot-unplug.sh

@@ -31,6 +31,7 @@ GUEST_MODULES="nvme vfio vfio_iommu_type1 vfio-pci"
 # needs crc32c, and puts a loop device over a namespace).
 GUEST_EXTRA_MODULES="ext4 crc32c_generic loop"
 # Hugepages (2 MiB) reserved in the guest before the cases run (environment may raise it).
+GUEST_HUGEPAGES_GIVEN=${GUEST_HUGEPAGES:-}
 GUEST_HUGEPAGES=${GUEST_HUGEPAGES:-64}
 # Other programs copied into the guest's /usr/local/bin with the shared libraries they load
 # (environment, space-separated): "PATH" or "NAME=PATH" (installed as NAME).
@@ -66,6 +67,7 @@ GUEST_ENV=()
 TRACE_PATTERNS=()
 TRACE_LOG=$ROOT/target/qemu-trace.log
 LAYOUT=""
+VFIO_MODE=""
 
 usage() {
     cat <<EOF
@@ -101,6 +103,12 @@ Options:
   --ctrl2-same-group        put both controllers behind one conventional PCI bridge (pci-bridge,
                             shpc=off): the IOMMU sees the bridge's requester id for both, so they
                             share one IOMMU group (needs --ctrl2-ns)
+  --vfio-mode MODE          type1|iommufd|noiommu: boot the harness's own Linux 6.12 guest kernel
+                            (tests/qemu/guest-kernel.sh builds it once and caches it under
+                            target/guest-kernel/) and make the cases' tools use this VFIO mode
+                            (NVME_VFIO_MODE in the guest; EXPECT_VFIO_MODE for vfio-mode.sh).
+                            noiommu: no emulated IOMMU, hugepages reserved at boot, and
+                            hugepage-setup.sh enables vfio's unsafe no-IOMMU mode
   --mdts N                  controller MDTS (default $MDTS: 2^N * 4 KiB)
   --qpairs N                controller max_ioqpairs (default $QPAIRS)
   --mem SIZE                guest memory (default $MEM)
@@ -123,7 +131,8 @@ Options:
   -h, --help                this text
 
 Environment: QEMU_ACCEL=kvm|tcg (default: kvm if the CPU has vmx/svm and /dev/kvm is usable),
-KERNEL=/boot/vmlinuz-VER (default: newest with modules in /lib/modules), QEMU=qemu-system-x86_64,
+KERNEL=/boot/vmlinuz-VER (default: newest with modules in /lib/modules; with --vfio-mode: the
+harness's own kernel; a KERNEL given then must have everything built in), QEMU=qemu-system-x86_64,
 GUEST_HUGEPAGES=N (2 MiB pages reserved at boot, default 64),
 GUEST_EXTRA_BINS="PATH|NAME=PATH ..." (other programs for the guest's /usr/local/bin, e.g. peer
 benchmarks; a dynamic one comes with its shared libraries and loader, as ldd lists them).
@@ -167,6 +176,11 @@ while [ $# -gt 0 ]; do
         GUEST_ENV+=("$2"); shift 2 ;;
     --ns) NS_SPECS+=("${2:?--ns needs LBASIZE:SIZE[:null][:ms=N,mset=0|1][:blkdebug=FILE|:bad=rS,wS]}"); shift 2 ;;
     --ctrl2-ns) NS2_SPECS+=("${2:?--ctrl2-ns needs LBASIZE:SIZE[:...] like --ns}"); shift 2 ;;
+    --vfio-mode)
+        case "${2:-}" in type1 | iommufd | noiommu) VFIO_MODE=$2 ;;
+        *) die "--vfio-mode needs type1, iommufd or noiommu, not '${2:-}'" ;;
+        esac
+        shift 2 ;;
     --mdts) MDTS=${2:?}; shift 2 ;;
     --qpairs) QPAIRS=${2:?}; shift 2 ;;
     --mem) MEM=${2:?}; shift 2 ;;
@@ -377,8 +391,10 @@ build_initramfs() {
     # The kernel runs /sbin/modprobe to load modules on demand (e.g. a filesystem on mount).
     ln -sf ../bin/busybox "$r/sbin/modprobe"
 
-    # Kernel modules with their dependencies, then depmod over the new tree.
+    # Kernel modules with their dependencies, then depmod over the new tree. The harness's own
+    # kernel (--vfio-mode) has everything built in and no modules.
     local m p
+    [ -z "$VFIO_MODE" ] || GUEST_MODULES="" GUEST_EXTRA_MODULES=""
     for m in $GUEST_MODULES $GUEST_EXTRA_MODULES; do
         for p in $(module_with_deps "$m"); do
             mkdir -p "$r/lib/modules/$KVER/$(dirname "$p")"
@@ -388,7 +404,7 @@ build_initramfs() {
     for f in modules.order modules.builtin modules.builtin.modinfo; do
         [ -f "$MODDIR/$f" ] && cp "$MODDIR/$f" "$r/lib/modules/$KVER/"
     done
-    depmod -b "$r" "$KVER"
+    [ -n "$VFIO_MODE" ] || depmod -b "$r" "$KVER"
     echo "$GUEST_MODULES" >"$r/etc/modules"
 
     cp "$ROOT/hugepage-setup.sh" "$r/bin/hugepage-setup.sh"
@@ -417,6 +433,11 @@ build_initramfs() {
         echo "NVME_MDTS=$MDTS"
         echo "NVME_QPAIRS=$QPAIRS"
         echo "NVME_LAYOUT=${LAYOUT:-custom}"
+        if [ -n "$VFIO_MODE" ]; then
+            echo "export NVME_VFIO_MODE=$VFIO_MODE EXPECT_VFIO_MODE=$VFIO_MODE"
+            # Every no-IOMMU DMA allocation is whole hugepages (see crates/vfio/src/noiommu.rs).
+            [ "$VFIO_MODE" != noiommu ] || echo "export CASE_HUGEMEM=$((GUEST_HUGEPAGES * 2))"
+        fi
         local e
         for e in ${GUEST_ENV[@]+"${GUEST_ENV[@]}"}; do
             echo "export ${e%%=*}='${e#*=}'"
@@ -631,11 +652,34 @@ watch_host_requests() {
 # ---------------------------------------------------------------- main
 START=$(date +%s)
 ensure_packages
-KERNEL=${KERNEL:-$(find_kernel)}
+# shellcheck disable=SC2054 # the commas belong to QEMU option values
+IOMMU_ARGS=(-device intel-iommu,intremap=on,caching-mode=on)
+IOMMU_APPEND="intel_iommu=on iommu=pt"
+if [ -n "$VFIO_MODE" ]; then
+    # The harness's own kernel: VFIO cdev, iommufd and no-IOMMU built in (guest-kernel.sh).
+    if [ -z "${KERNEL:-}" ]; then
+        KERNEL=$("$HERE/guest-kernel.sh") || die "building the guest kernel failed (tests/qemu/guest-kernel.sh)"
+    fi
+    KVER=${KVER:-$(cat "$(dirname "$KERNEL")/kernelrelease" 2>/dev/null || echo custom)}
+    MODDIR=""
+    if [ "$VFIO_MODE" = noiommu ]; then
+        # No IOMMU at all, as in a cloud VM without a virtual IOMMU; hugepages reserved at boot
+        # come from one physical range, so multi-hugepage DMA allocations can be contiguous.
+        IOMMU_ARGS=()
+        # Every DMA allocation takes whole 2 MiB pages then: a controller with 8 queue pairs
+        # needs ~30 of them before any data buffer.
+        [ -n "$GUEST_HUGEPAGES_GIVEN" ] || GUEST_HUGEPAGES=384
+        IOMMU_APPEND="hugepages=$GUEST_HUGEPAGES"
+    fi
+else
+    KERNEL=${KERNEL:-$(find_kernel)}
+fi
 { [ -n "$KERNEL" ] && [ -r "$KERNEL" ]; } || die "no readable kernel image (set KERNEL=/boot/vmlinuz-VER)"
-KVER=${KVER:-${KERNEL#*/vmlinuz-}}
-MODDIR=/lib/modules/$KVER
-[ -f "$MODDIR/modules.dep" ] || die "no $MODDIR/modules.dep for kernel $KERNEL (set KVER)"
+if [ -z "$VFIO_MODE" ]; then
+    KVER=${KVER:-${KERNEL#*/vmlinuz-}}
+    MODDIR=/lib/modules/$KVER
+    [ -f "$MODDIR/modules.dep" ] || die "no $MODDIR/modules.dep for kernel $KERNEL (set KVER)"
+fi
 
 rm -rf "$WORK"
 mkdir -p "$WORK"
@@ -698,10 +742,10 @@ fi
 # shellcheck disable=SC2054 # the commas belong to QEMU option values
 QEMU_CMD=(
     "${QEMU:-qemu-system-x86_64}" "${ACCEL_ARGS[@]}" -machine q35
-    -device intel-iommu,intremap=on,caching-mode=on
+    "${IOMMU_ARGS[@]}"
     -m "$MEM" -smp "$SMP" -nographic -no-reboot -nic none
     -kernel "$KERNEL" -initrd "$WORK/initramfs.cpio"
-    -append "console=ttyS0 intel_iommu=on iommu=pt panic=-1 quiet $APPEND"
+    -append "console=ttyS0 $IOMMU_APPEND panic=-1 quiet $APPEND"
     -device "isa-debug-exit,iobase=$DEBUG_EXIT_PORT,iosize=0x04"
     "${HOTPLUG_ARGS[@]}"
     ${BRIDGE_ARGS[@]+"${BRIDGE_ARGS[@]}"}
@@ -712,7 +756,7 @@ QEMU_CMD=(
 )
 ctrl2_note=""
 [ -z "$NS2_LAYOUT" ] || ctrl2_note=" second controller: '$NS2_LAYOUT'"
-note "layout=${LAYOUT:-custom} accel=$ACCEL kernel=$KERNEL namespaces='$NS_LAYOUT'$ctrl2_note mdts=$MDTS qpairs=$QPAIRS"
+note "layout=${LAYOUT:-custom} vfio-mode=${VFIO_MODE:-auto} accel=$ACCEL kernel=$KERNEL namespaces='$NS_LAYOUT'$ctrl2_note mdts=$MDTS qpairs=$QPAIRS"
 note "cases: ${CASES[*]}"
 note "${QEMU_CMD[*]}"
 BOOT=$(date +%s)

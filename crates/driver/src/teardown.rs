@@ -94,6 +94,10 @@ unsafe impl DmaMapper for GuardedMapper {
     fn domain(&self) -> DmaDomain {
         self.inner.domain()
     }
+
+    fn needs_physically_contiguous(&self) -> bool {
+        self.inner.needs_physically_contiguous()
+    }
 }
 
 /// Whether the controller's DMA has been stopped.

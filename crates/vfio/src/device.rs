@@ -1,10 +1,11 @@
-//! A PCI function opened through VFIO (legacy container/group interface, type1v2 IOMMU).
+//! A PCI function opened through VFIO: the legacy container/group interface (type1v2 IOMMU),
+//! or, by [`crate::mode`], the iommufd device cdev or a no-IOMMU group.
 //!
 //! [`VfioPci::open`] walks the setup in the order the failures are easiest to explain: sysfs
 //! (exists, NVMe class, bound to vfio-pci, has an IOMMU group), then the device nodes, group
 //! viability, API version and IOMMU backend, and finally the device fd and its regions. It
-//! opens the function in a [`DmaContext`] of its own; [`VfioPci::open_in`] opens it in a
-//! shared one.
+//! opens the function in a [`DmaContext`] of its own (type1) or in its own iommufd IOAS or
+//! no-IOMMU mapper; [`VfioPci::open_in`] opens it in a shared type1 context.
 //!
 //! INVARIANTS: `device` is the VFIO device fd of `addr`; `config` describes its configuration
 //! region. Fields drop in declaration order, so the device fd closes (and vfio-pci quiesces the
@@ -33,6 +34,7 @@ use crate::error::VfioError;
 use crate::ioctl;
 use crate::irq::{InterruptController, InterruptEvent};
 use crate::mmio::Mmio;
+use crate::mode::{Availability, ModeRequest, VfioMode};
 use crate::pci::{config, PciAddress, Sysfs};
 
 /// Where the VFIO character devices live.
@@ -44,7 +46,11 @@ pub struct VfioPci {
     group_id: u32,
     config: vfio_region_info,
     device: OwnedFd,
-    container: Arc<VfioContainer>,
+    /// The DMA domain: a type1 container, an iommufd IOAS or a no-IOMMU mapper ([`VfioMode`]).
+    dma: Arc<dyn DmaMapper>,
+    /// Type1: the context's container, where this function is claimed (released on drop).
+    container: Option<Arc<VfioContainer>>,
+    mode: VfioMode,
 }
 
 impl fmt::Debug for VfioPci {
@@ -52,6 +58,7 @@ impl fmt::Debug for VfioPci {
         f.debug_struct("VfioPci")
             .field("addr", &self.addr)
             .field("iommu_group", &self.group_id)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
@@ -72,12 +79,32 @@ impl VfioPci {
         dev_vfio: &Path,
     ) -> Result<Arc<VfioPci>, VfioError> {
         // sysfs first: its failures are the easiest to explain and need no device node.
-        sysfs.check_vfio_ready(addr)?;
-        Self::open_in(&DmaContext::new_at(sysfs, dev_vfio)?, addr)
+        let group_id = sysfs.check_vfio_ready(addr)?;
+        let available = Availability::probe(addr, group_id, sysfs, dev_vfio);
+        let mode = available.choose(addr, ModeRequest::from_env()?)?;
+        match (mode, &available) {
+            (VfioMode::Type1, _) => Self::open_in(&DmaContext::new_at(sysfs, dev_vfio)?, addr),
+            (
+                VfioMode::Iommufd,
+                Availability {
+                    cdev: Some(cdev),
+                    iommufd: Some(iommu),
+                    ..
+                },
+            ) => {
+                let (device, ioas) = crate::iommufd::open_device(cdev, iommu)?;
+                Self::finish(addr, group_id, mode, device, Arc::new(ioas), None)
+            }
+            (VfioMode::NoIommu, _) => {
+                let (device, mapper) = crate::noiommu::open_device(addr, group_id, dev_vfio)?;
+                Self::finish(addr, group_id, mode, device, Arc::new(mapper), None)
+            }
+            (VfioMode::Iommufd, _) => unreachable!("choose() checked the nodes"),
+        }
     }
 
-    /// Opens `addr` through VFIO in `ctx`: as [`VfioPci::open`], but its IOMMU group joins
-    /// the context's container (once; a second function of an attached group reuses it), so
+    /// Opens `addr` through VFIO in `ctx` (type1): as [`VfioPci::open`], but its IOMMU group
+    /// joins the context's container (once; a second function of an attached group reuses it), so
     /// DMA memory of the context is valid for this function too.
     pub fn open_in(ctx: &DmaContext, addr: &PciAddress) -> Result<Arc<VfioPci>, VfioError> {
         let group_id = ctx.sysfs().check_vfio_ready(addr)?;
@@ -99,6 +126,19 @@ impl VfioPci {
         let device = container.join(addr, group_id, ctx.sysfs(), ctx.dev_vfio(), |group| {
             ioctl::group_device_fd(group, &name).map_err(ioctl_err("VFIO_GROUP_GET_DEVICE_FD"))
         })?;
+        let dma: Arc<dyn DmaMapper> = container.clone();
+        Self::finish(addr, group_id, VfioMode::Type1, device, dma, Some(container))
+    }
+
+    /// The part of opening common to all modes: device info, config region, reset.
+    fn finish(
+        addr: &PciAddress,
+        group_id: u32,
+        mode: VfioMode,
+        device: OwnedFd,
+        dma: Arc<dyn DmaMapper>,
+        container: Option<Arc<VfioContainer>>,
+    ) -> Result<Arc<VfioPci>, VfioError> {
         let info = ioctl::device_info(device.as_fd()).map_err(ioctl_err("VFIO_DEVICE_GET_INFO"))?;
         if info.flags & VFIO_DEVICE_FLAGS_PCI == 0
             || info.num_regions <= VFIO_PCI_CONFIG_REGION_INDEX
@@ -122,7 +162,7 @@ impl VfioPci {
         }
 
         log::info!(
-            "{addr}: opened through VFIO (IOMMU group {group_id}, {} regions)",
+            "{addr}: opened through VFIO (VFIO mode {mode}, IOMMU group {group_id}, {} regions)",
             info.num_regions
         );
         Ok(Arc::new(VfioPci {
@@ -130,8 +170,15 @@ impl VfioPci {
             group_id,
             config,
             device,
+            dma,
             container,
+            mode,
         }))
+    }
+
+    /// The VFIO interface the device was opened through.
+    pub fn mode(&self) -> VfioMode {
+        self.mode
     }
 
     /// The function's PCI address.
@@ -309,7 +356,7 @@ impl VfioPci {
     /// The container's DMA mapper, for allocating DMA memory this device (and every other
     /// device of its DMA context) can reach.
     pub fn dma_mapper(self: &Arc<Self>) -> Arc<dyn DmaMapper> {
-        self.container.clone()
+        self.dma.clone()
     }
 }
 
@@ -317,7 +364,9 @@ impl Drop for VfioPci {
     fn drop(&mut self) {
         // The device fd closes right after this (fields drop next); the function may then be
         // opened again in this context.
-        self.container.release(&self.addr);
+        if let Some(container) = &self.container {
+            container.release(&self.addr);
+        }
     }
 }
 

@@ -84,6 +84,11 @@ pub enum DmaError {
     /// Registered user memory does not meet the mapping rules.
     #[error("memory to register must be page-aligned ({PAGE_SIZE} bytes) and non-empty: {what}")]
     BadRegistration { what: String },
+    /// No-IOMMU mode: the memory cannot be given to the device as physical addresses.
+    #[error(
+        "VFIO no-IOMMU mode needs pinned, physically contiguous hugepage memory for DMA: {reason}"
+    )]
+    NoIommuMemory { reason: String },
     /// A requested size does not fit the address space.
     #[error("DMA allocation of {count} x {len} bytes overflows the address space; ask for less")]
     TooLarge { count: usize, len: usize },
@@ -151,6 +156,13 @@ pub unsafe trait DmaMapper: Send + Sync {
 
     /// The IOVA space this mapper maps into.
     fn domain(&self) -> DmaDomain;
+
+    /// Whether the device sees physical addresses through this mapper (VFIO no-IOMMU mode): then
+    /// every allocation is made of pinned hugepages laid out in one physical range, and `map`
+    /// refuses memory that is not.
+    fn needs_physically_contiguous(&self) -> bool {
+        false
+    }
 }
 
 /// What to do when hugepages cannot be had.
@@ -264,7 +276,21 @@ impl Mapping {
         let len = round_up(len.max(1), PAGE_SIZE).ok_or(too_large)?;
         let policy = hugepage_policy();
         let want_huge = policy != HugepagePolicy::Off && len >= HUGEPAGE_THRESHOLD;
-        let (ptr, len, hugepages) = if want_huge {
+        let (ptr, len, hugepages) = if mapper.needs_physically_contiguous() {
+            let huge_len =
+                round_up(len, HUGEPAGE_SIZE).ok_or(DmaError::TooLarge { count: 1, len })?;
+            let ptr = crate::pagemap::allocate_contiguous_hugepages(huge_len)?;
+            if let Err(e) = dont_fork(ptr, huge_len) {
+                // SAFETY: our own fresh mapping, not yet shared with anyone.
+                unsafe { libc::munmap(ptr.as_ptr().cast(), huge_len) };
+                return Err(DmaError::Allocate {
+                    len: huge_len,
+                    kind: "2 MiB hugepages",
+                    source: e,
+                });
+            }
+            (ptr, huge_len, true)
+        } else if want_huge {
             let huge_len =
                 round_up(len, HUGEPAGE_SIZE).ok_or(DmaError::TooLarge { count: 1, len })?;
             match mmap_anonymous(huge_len, true) {

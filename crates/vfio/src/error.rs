@@ -150,6 +150,27 @@ pub enum VfioError {
     /// A DMA allocation or mapping failed.
     #[error(transparent)]
     Dma(#[from] DmaError),
+
+    /// `NVME_VFIO_MODE` holds something else than a mode name.
+    #[error(
+        "NVME_VFIO_MODE={value:?} is not a VFIO mode: use type1|iommufd|noiommu or auto (unset)"
+    )]
+    BadMode { value: String },
+
+    /// The mode asked for is not available for this device.
+    #[error("{addr}: VFIO mode {mode} is not available: {missing}")]
+    ModeUnavailable {
+        addr: PciAddress,
+        mode: crate::mode::VfioMode,
+        missing: String,
+    },
+
+    /// The device sits in a no-IOMMU group but no-IOMMU mode was not asked for.
+    #[error(
+        "{addr} is in a VFIO no-IOMMU group (/dev/vfio/noiommu-*): the device could DMA to any \
+         memory; set NVME_VFIO_MODE=noiommu to accept that, or bind it with an IOMMU enabled"
+    )]
+    NoIommuNotRequested { addr: PciAddress },
 }
 
 /// A hint for failing to open `/dev/vfio/*`.

@@ -14,6 +14,12 @@
 //! - [`barrier`]: CPU/device memory barriers for every supported architecture.
 //! - [`function`]: [`FunctionControl`], stopping a function's DMA at teardown.
 //! - `ioctl` (private): every VFIO system call of the crate, in one small audited module.
+//! - [`mode`]: which VFIO interface opens a device (type1 container, iommufd + device cdev,
+//!   no-IOMMU), chosen automatically or by `NVME_VFIO_MODE`.
+//! - [`iommufd`]: the iommufd backend (its own UAPI structures and ioctls, an IOAS as
+//!   [`DmaMapper`]).
+//! - [`noiommu`] and [`pagemap`]: no-IOMMU mode (physical addresses from `/proc/self/pagemap`,
+//!   pinned and contiguous hugepage memory).
 
 pub mod barrier;
 pub mod container;
@@ -23,9 +29,13 @@ pub mod dma;
 pub mod error;
 pub mod function;
 mod ioctl;
+pub mod iommufd;
 pub mod iova;
 pub mod irq;
 pub mod mmio;
+pub mod mode;
+pub mod noiommu;
+pub mod pagemap;
 pub mod pci;
 
 pub use container::VfioContainer;
@@ -37,4 +47,5 @@ pub use function::FunctionControl;
 pub use iova::IovaAllocator;
 pub use irq::{InterruptController, InterruptEvent};
 pub use mmio::{Doorbell, MappingOwner, Mmio};
+pub use mode::{VfioMode, MODE_ENV};
 pub use pci::{PciAddress, PciAddressError, Sysfs, NVME_CLASS_CODE};

@@ -1,0 +1,428 @@
+//! Physical addresses of this process's memory, for VFIO's no-IOMMU mode, where the device is
+//! given physical addresses instead of IOVAs.
+//!
+//! - [`PagemapEntry`]: one 64-bit entry of `/proc/self/pagemap` (see the kernel's
+//!   `Documentation/admin-guide/mm/pagemap.rst`): bit 63 present, bit 62 swapped, bits 0-54 the
+//!   page frame number. Reading PFNs needs CAP_SYS_ADMIN; without it the kernel reports 0.
+//! - [`physical_range`]: the physical address of a virtual range after checking that every 4 KiB
+//!   page of it is present and that the frames are consecutive (the device walks PRPs and rings
+//!   by adding to the first address, so a buffer must be contiguous in physical memory).
+//! - [`hugetlb_covers`]: whether `/proc/self/smaps` shows the range in hugetlb mappings only
+//!   (pinned: hugetlb pages are never swapped out or migrated while mapped).
+//! - [`allocate_contiguous_hugepages`]: hugetlb memory whose 2 MiB pages are laid out in
+//!   virtual memory in physical order, so that an allocation of several hugepages is one
+//!   contiguous physical range when the pages themselves are (typical of a pool reserved early).
+
+use std::fs::File;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::ptr::NonNull;
+
+use crate::dma::{DmaError, HUGEPAGE_SIZE, PAGE_SIZE};
+
+/// Where the kernel exposes this process's page table.
+const PAGEMAP: &str = "/proc/self/pagemap";
+/// Where the kernel lists this process's mappings with their page sizes.
+const SMAPS: &str = "/proc/self/smaps";
+/// Bytes per pagemap entry.
+const ENTRY_BYTES: usize = 8;
+const PRESENT_BIT: u32 = 63;
+const SWAPPED_BIT: u32 = 62;
+const PFN_MASK: u64 = (1 << 55) - 1;
+
+/// One entry of `/proc/self/pagemap`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PagemapEntry(pub u64);
+
+impl PagemapEntry {
+    /// The page is in RAM.
+    pub fn present(self) -> bool {
+        self.0 >> PRESENT_BIT & 1 == 1
+    }
+
+    /// The page is in swap.
+    pub fn swapped(self) -> bool {
+        self.0 >> SWAPPED_BIT & 1 == 1
+    }
+
+    /// The page frame number (0 when not present, or when the reader lacks CAP_SYS_ADMIN).
+    pub fn pfn(self) -> u64 {
+        if self.present() {
+            self.0 & PFN_MASK
+        } else {
+            0
+        }
+    }
+}
+
+fn refuse(reason: impl Into<String>) -> DmaError {
+    DmaError::NoIommuMemory {
+        reason: reason.into(),
+    }
+}
+
+/// Checks `entries` (one per 4 KiB page of a range starting at `vaddr`) for present,
+/// consecutive frames; returns the physical address of the first byte.
+pub fn contiguous_start(vaddr: usize, entries: &[PagemapEntry]) -> Result<u64, DmaError> {
+    let first = *entries.first().ok_or_else(|| refuse("empty range"))?;
+    for (i, e) in entries.iter().enumerate() {
+        let at = vaddr + i * PAGE_SIZE;
+        if !e.present() {
+            let state = if e.swapped() {
+                "swapped out"
+            } else {
+                "not populated"
+            };
+            return Err(refuse(format!("the page at {at:#x} is {state}")));
+        }
+        if e.pfn() == 0 {
+            return Err(refuse(
+                "/proc/self/pagemap shows no page frame numbers: reading them needs \
+                 CAP_SYS_ADMIN (run as root)",
+            ));
+        }
+        if e.pfn() != first.pfn() + i as u64 {
+            return Err(refuse(format!(
+                "{} bytes at {vaddr:#x} are not physically contiguous (the page at {at:#x} is \
+                 frame {:#x}, not {:#x}); reserve hugepages early (at boot: `hugepages=N` on the \
+                 kernel command line) or use smaller buffers (at most {HUGEPAGE_SIZE} bytes)",
+                entries.len() * PAGE_SIZE,
+                e.pfn(),
+                first.pfn() + i as u64
+            )));
+        }
+    }
+    Ok(first.pfn() * PAGE_SIZE as u64)
+}
+
+/// Reads the pagemap entries of the `len / PAGE_SIZE` pages at `vaddr` (page-aligned).
+fn read_entries(vaddr: usize, len: usize) -> Result<Vec<PagemapEntry>, DmaError> {
+    let file = File::open(PAGEMAP).map_err(|e| refuse(format!("cannot open {PAGEMAP}: {e}")))?;
+    let pages = len / PAGE_SIZE;
+    let mut raw = vec![0u8; pages * ENTRY_BYTES];
+    file.read_exact_at(&mut raw, (vaddr / PAGE_SIZE * ENTRY_BYTES) as u64)
+        .map_err(|e| refuse(format!("cannot read {PAGEMAP}: {e}")))?;
+    Ok(raw
+        .chunks_exact(ENTRY_BYTES)
+        .map(|c| PagemapEntry(u64::from_ne_bytes(c.try_into().expect("8 bytes"))))
+        .collect())
+}
+
+/// The physical address of `[vaddr, vaddr + len)` (page-aligned, whole pages), which must be
+/// present and physically contiguous.
+pub fn physical_range(vaddr: usize, len: usize) -> Result<u64, DmaError> {
+    if len == 0 || len % PAGE_SIZE != 0 || vaddr % PAGE_SIZE != 0 {
+        return Err(refuse(format!(
+            "{len} bytes at {vaddr:#x} are not whole pages"
+        )));
+    }
+    contiguous_start(vaddr, &read_entries(vaddr, len)?)
+}
+
+/// Whether `smaps` (the text of `/proc/self/smaps`) shows every byte of `range` in mappings
+/// whose kernel page size is at least [`HUGEPAGE_SIZE`] (hugetlb).
+pub fn hugetlb_covers(smaps: &str, range: Range<usize>) -> bool {
+    // (start, end, kernel page size in KiB) of each mapping overlapping the range.
+    let mut vmas: Vec<(usize, usize, Option<usize>)> = Vec::new();
+    for line in smaps.lines() {
+        let head = line.split_whitespace().next().unwrap_or("");
+        if let Some((lo, hi)) = head.split_once('-') {
+            if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+            {
+                vmas.push((lo, hi, None));
+                continue;
+            }
+        }
+        if let Some(rest) = line.strip_prefix("KernelPageSize:") {
+            let kib = rest.trim().trim_end_matches("kB").trim().parse().ok();
+            if let Some(last) = vmas.last_mut() {
+                last.2 = kib;
+            }
+        }
+    }
+    let mut at = range.start;
+    vmas.sort_unstable();
+    for (lo, hi, kib) in vmas {
+        if hi <= at || lo >= range.end {
+            continue;
+        }
+        if lo > at || kib.unwrap_or(0) * 1024 < HUGEPAGE_SIZE {
+            return false;
+        }
+        at = hi;
+        if at >= range.end {
+            return true;
+        }
+    }
+    at >= range.end && !range.is_empty()
+}
+
+/// Checks that `[vaddr, vaddr + len)` is pinned hugepage memory and physically contiguous;
+/// returns its physical address.
+pub fn pinned_physical_range(vaddr: usize, len: usize) -> Result<u64, DmaError> {
+    let smaps =
+        std::fs::read_to_string(SMAPS).map_err(|e| refuse(format!("cannot read {SMAPS}: {e}")))?;
+    if !hugetlb_covers(&smaps, vaddr..vaddr + len) {
+        return Err(refuse(format!(
+            "{len} bytes at {vaddr:#x} are not in hugetlb (2 MiB page) mappings, so the kernel \
+             may move them; allocate DMA memory with this crate, or register memory from a \
+             hugetlbfs mapping (MAP_HUGETLB)"
+        )));
+    }
+    physical_range(vaddr, len)
+}
+
+/// Orders `frames` (the first frame of each hugepage, in virtual order) by physical address:
+/// returns, for each position in the new layout, the index of the page that goes there, if the
+/// pages form one contiguous physical range; `None` otherwise.
+pub fn contiguous_order(frames: &[u64]) -> Option<Vec<usize>> {
+    let mut order: Vec<usize> = (0..frames.len()).collect();
+    order.sort_by_key(|&i| frames[i]);
+    let pages_per_huge = (HUGEPAGE_SIZE / PAGE_SIZE) as u64;
+    order
+        .windows(2)
+        .all(|w| frames[w[1]] == frames[w[0]] + pages_per_huge)
+        .then_some(order)
+}
+
+fn mmap_anon(len: usize, extra_flags: libc::c_int, prot: libc::c_int) -> std::io::Result<usize> {
+    // SAFETY: an anonymous mapping with no address hint; the kernel picks a fresh range, so no
+    // memory of this process is replaced.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(ptr as usize)
+}
+
+/// Unmaps a range this module mapped and still owns.
+fn unmap(addr: usize, len: usize) {
+    if len != 0 {
+        // SAFETY: callers pass only ranges they mapped here and that nothing else references.
+        unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+    }
+}
+
+/// `len` bytes (a multiple of [`HUGEPAGE_SIZE`]) of populated hugetlb memory that is one
+/// contiguous physical range, or an error saying why not. The caller owns the mapping (munmap).
+pub fn allocate_contiguous_hugepages(len: usize) -> Result<NonNull<u8>, DmaError> {
+    assert!(len > 0 && len % HUGEPAGE_SIZE == 0, "whole hugepages only");
+    let huge_log2 = HUGEPAGE_SIZE.trailing_zeros() as libc::c_int;
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let base = mmap_anon(
+        len,
+        libc::MAP_HUGETLB | (huge_log2 << libc::MAP_HUGE_SHIFT) | libc::MAP_POPULATE,
+        rw,
+    )
+    .map_err(|_| DmaError::NoHugepages { len })?;
+    let count = len / HUGEPAGE_SIZE;
+    let mut frames = Vec::with_capacity(count);
+    for i in 0..count {
+        match read_entries(base + i * HUGEPAGE_SIZE, PAGE_SIZE).map(|e| e[0]) {
+            Ok(e) if e.pfn() != 0 => frames.push(e.pfn()),
+            Ok(_) => {
+                unmap(base, len);
+                return Err(refuse(
+                    "/proc/self/pagemap shows no page frame numbers: reading them needs \
+                     CAP_SYS_ADMIN (run as root)",
+                ));
+            }
+            Err(e) => {
+                unmap(base, len);
+                return Err(e);
+            }
+        }
+    }
+    let Some(order) = contiguous_order(&frames) else {
+        unmap(base, len);
+        return Err(refuse(format!(
+            "the {count} hugepages of a {len}-byte allocation are not one physical range \
+             (frames {frames:#x?}); reserve hugepages early (at boot: `hugepages=N` on the kernel \
+             command line) or use smaller allocations (at most {HUGEPAGE_SIZE} bytes)"
+        )));
+    };
+    if order.iter().enumerate().all(|(pos, &i)| pos == i) {
+        return Ok(NonNull::new(base as *mut u8).expect("mmap returned null"));
+    }
+    let target = permute_pages(base, HUGEPAGE_SIZE, &order)?;
+    let ptr = NonNull::new(target as *mut u8).expect("aligned window is not null");
+    log::debug!("{count} hugepages reordered into physical order at {ptr:p}");
+    Ok(ptr)
+}
+
+/// Moves the `order.len()` pages of `page` bytes at `base` (our own mapping, `page`-aligned)
+/// into a fresh `page`-aligned range where position `pos` holds the page that was at index
+/// `order[pos]`; returns the new range's address. `order` must be a permutation. On failure
+/// everything (moved or not) is unmapped.
+fn permute_pages(base: usize, page: usize, order: &[usize]) -> Result<usize, DmaError> {
+    let len = order.len() * page;
+    // Reserve a `page`-aligned window (hugetlb mremap needs aligned addresses), then mremap
+    // each page onto its slot.
+    let window = match mmap_anon(len + page, libc::MAP_NORESERVE, libc::PROT_NONE) {
+        Ok(w) => w,
+        Err(e) => {
+            unmap(base, len);
+            return Err(refuse(format!("cannot reserve address space: {e}")));
+        }
+    };
+    let target = window.next_multiple_of(page);
+    unmap(window, target - window);
+    unmap(target + len, window + len + page - (target + len));
+    for (pos, &i) in order.iter().enumerate() {
+        // SAFETY: moves our own page (base + i * page, mapped by the caller and not yet moved,
+        // as `order` is a permutation) onto our own reserved PROT_NONE slot, which it replaces.
+        let moved = unsafe {
+            libc::mremap(
+                (base + i * page) as *mut libc::c_void,
+                page,
+                page,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                (target + pos * page) as *mut libc::c_void,
+            )
+        };
+        if moved == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            // Pages not moved yet are still at `base`; the window holds the rest. Unmapping both
+            // whole ranges releases everything (munmap of a hole is harmless).
+            unmap(base, len);
+            unmap(target, len);
+            return Err(refuse(format!("mremap of a page failed: {e}")));
+        }
+    }
+    Ok(target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: u64 = 1 << 63;
+
+    #[test]
+    fn entries_decode_present_swapped_and_pfn() {
+        let e = PagemapEntry(P | (1 << 56) | 0x12345);
+        assert!(e.present() && !e.swapped());
+        assert_eq!(e.pfn(), 0x12345);
+        let swapped = PagemapEntry((1 << 62) | 0x77);
+        assert!(!swapped.present() && swapped.swapped());
+        assert_eq!(
+            swapped.pfn(),
+            0,
+            "a swap entry's low bits are no frame number"
+        );
+        // Bits 55..=62 are flags, never part of the frame number.
+        assert_eq!(PagemapEntry(P | (0xff << 55) | 9).pfn(), 9);
+    }
+
+    #[test]
+    fn contiguity_is_checked_page_by_page() {
+        let run = |first: u64, n: u64| {
+            (0..n)
+                .map(|i| PagemapEntry(P | (first + i)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            contiguous_start(0x7000_0000, &run(0x500, 512)).unwrap(),
+            0x50_0000
+        );
+        let mut broken = run(0x500, 4);
+        broken[2] = PagemapEntry(P | 0x900);
+        let msg = contiguous_start(0x7000_0000, &broken)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("not physically contiguous") && msg.contains("0x70002000"),
+            "{msg}"
+        );
+        let mut absent = run(0x500, 2);
+        absent[1] = PagemapEntry(0);
+        let msg = contiguous_start(0, &absent).unwrap_err().to_string();
+        assert!(msg.contains("not populated"), "{msg}");
+        let unprivileged = vec![PagemapEntry(P); 2];
+        let msg = contiguous_start(0, &unprivileged).unwrap_err().to_string();
+        assert!(msg.contains("CAP_SYS_ADMIN"), "{msg}");
+        assert!(contiguous_start(0, &[]).is_err());
+    }
+
+    #[test]
+    fn hugepage_order_is_found_or_refused() {
+        let step = (HUGEPAGE_SIZE / PAGE_SIZE) as u64;
+        assert_eq!(contiguous_order(&[10 * step]), Some(vec![0]));
+        assert_eq!(contiguous_order(&[3 * step, 4 * step]), Some(vec![0, 1]));
+        // A pool handing out pages in descending order: reversed.
+        assert_eq!(
+            contiguous_order(&[6 * step, 5 * step, 4 * step]),
+            Some(vec![2, 1, 0])
+        );
+        assert_eq!(contiguous_order(&[4 * step, 6 * step]), None);
+    }
+
+    #[test]
+    fn pages_are_moved_into_the_given_order() {
+        // The same mremap dance as for hugepages, on ordinary 4 KiB pages with markers.
+        let count = 5;
+        let base = mmap_anon(
+            count * PAGE_SIZE,
+            libc::MAP_POPULATE,
+            libc::PROT_READ | libc::PROT_WRITE,
+        )
+        .unwrap();
+        for i in 0..count {
+            // SAFETY: page i of our fresh read-write mapping.
+            unsafe { ((base + i * PAGE_SIZE) as *mut u8).write(i as u8 + 1) };
+        }
+        let order = [3, 0, 4, 2, 1];
+        let target = permute_pages(base, PAGE_SIZE, &order).unwrap();
+        assert_eq!(target % PAGE_SIZE, 0);
+        for (pos, &i) in order.iter().enumerate() {
+            // SAFETY: page `pos` of the permuted mapping, which we own now.
+            let marker = unsafe { ((target + pos * PAGE_SIZE) as *const u8).read() };
+            assert_eq!(marker, i as u8 + 1, "slot {pos}");
+        }
+        unmap(target, count * PAGE_SIZE);
+    }
+
+    #[test]
+    fn smaps_coverage_needs_hugetlb_for_every_byte() {
+        let smaps = "\
+7f0000000000-7f0000400000 rw-s 00000000 00:10 123 /anon_hugepage (deleted)
+Size:               4096 kB
+KernelPageSize:     2048 kB
+MMUPageSize:        2048 kB
+7f0000400000-7f0000600000 rw-p 00000000 00:00 0
+Size:               2048 kB
+KernelPageSize:        4 kB
+MMUPageSize:           4 kB
+7f0000800000-7f0000a00000 rw-p 00000000 00:00 0
+KernelPageSize:     2048 kB
+";
+        assert!(hugetlb_covers(smaps, 0x7f00_0000_0000..0x7f00_0040_0000));
+        assert!(hugetlb_covers(smaps, 0x7f00_0020_0000..0x7f00_0030_0000));
+        // Runs into the 4 KiB mapping.
+        assert!(!hugetlb_covers(smaps, 0x7f00_0020_0000..0x7f00_0050_0000));
+        // A hole between mappings.
+        assert!(!hugetlb_covers(smaps, 0x7f00_0070_0000..0x7f00_0090_0000));
+        assert!(hugetlb_covers(smaps, 0x7f00_0080_0000..0x7f00_00a0_0000));
+        // Not mapped at all.
+        assert!(!hugetlb_covers(smaps, 0x1000..0x2000));
+    }
+
+    #[test]
+    fn ordinary_heap_memory_is_not_hugetlb() {
+        let v = vec![0u8; 3 * PAGE_SIZE];
+        let start = (v.as_ptr() as usize).next_multiple_of(PAGE_SIZE);
+        let smaps = std::fs::read_to_string(SMAPS).unwrap();
+        assert!(!hugetlb_covers(&smaps, start..start + PAGE_SIZE));
+        let err = pinned_physical_range(start, PAGE_SIZE).unwrap_err();
+        assert!(err.to_string().contains("hugetlb"), "{err}");
+    }
+}
