@@ -127,7 +127,14 @@ impl VfioPci {
             ioctl::group_device_fd(group, &name).map_err(ioctl_err("VFIO_GROUP_GET_DEVICE_FD"))
         })?;
         let dma: Arc<dyn DmaMapper> = container.clone();
-        Self::finish(addr, group_id, VfioMode::Type1, device, dma, Some(container))
+        Self::finish(
+            addr,
+            group_id,
+            VfioMode::Type1,
+            device,
+            dma,
+            Some(container),
+        )
     }
 
     /// The part of opening common to all modes: device info, config region, reset.
