@@ -59,6 +59,8 @@ HOTPLUG=0
 # QEMU listens on a QMP socket and the host carries out the guest's "@@HOST" requests (set by
 # --hotplug and by namespaces with ':throttle').
 QMP=0
+# Controller Memory Buffer size in MiB (--cmb; empty: none).
+CMB_MB=""
 SAME_GROUP=0
 LOG=""
 BUILD=1
@@ -111,6 +113,8 @@ Options:
                             hugepage-setup.sh enables vfio's unsafe no-IOMMU mode
   --mdts N                  controller MDTS (default $MDTS: 2^N * 4 KiB)
   --qpairs N                controller max_ioqpairs (default $QPAIRS)
+  --cmb MB                  give the controller a Controller Memory Buffer of MB MiB (QEMU
+                            cmb_size_mb; BAR 2); the driver leaves it unused
   --mem SIZE                guest memory (default $MEM)
   --smp N                   guest CPUs (default $SMP)
   --append "ARGS"           extra kernel command line, e.g. nvme.poll_queues=1
@@ -183,6 +187,7 @@ while [ $# -gt 0 ]; do
         shift 2 ;;
     --mdts) MDTS=${2:?}; shift 2 ;;
     --qpairs) QPAIRS=${2:?}; shift 2 ;;
+    --cmb) [[ "${2:-}" =~ ^[0-9]+$ ]] || die "--cmb needs a size in MiB"; CMB_MB=$2; shift 2 ;;
     --mem) MEM=${2:?}; shift 2 ;;
     --smp) SMP=${2:?}; shift 2 ;;
     --append) APPEND=${2?}; shift 2 ;;
@@ -749,7 +754,7 @@ QEMU_CMD=(
     -device "isa-debug-exit,iobase=$DEBUG_EXIT_PORT,iosize=0x04"
     "${HOTPLUG_ARGS[@]}"
     ${BRIDGE_ARGS[@]+"${BRIDGE_ARGS[@]}"}
-    -device "nvme,serial=deadbeef,id=nvme0,mdts=$MDTS,max_ioqpairs=$QPAIRS$NVME_BUS"
+    -device "nvme,serial=deadbeef,id=nvme0,mdts=$MDTS,max_ioqpairs=$QPAIRS${CMB_MB:+,cmb_size_mb=$CMB_MB}$NVME_BUS"
     "${QEMU_NS1_ARGS[@]}"
     ${CTRL2_ARGS[@]+"${CTRL2_ARGS[@]}"}
     "${TRACE_ARGS[@]}"

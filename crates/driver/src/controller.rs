@@ -21,7 +21,9 @@ use nvme_spec::log::{
 };
 use nvme_spec::opcode::log_page;
 use nvme_spec::queue::{CompletionEntry, SubmissionEntry, CQES_LOG2, SQES_LOG2};
-use nvme_spec::regs::{self, Aqa, Cap, Cc, Csts, ShutdownNotification, ShutdownStatus, Version};
+use nvme_spec::regs::{
+    self, Aqa, Cap, Cc, Cmbsz, Csts, ShutdownNotification, ShutdownStatus, Version,
+};
 use nvme_spec::{
     command, event, opcode, AsyncEvent, IdentifyController, IdentifyNamespace, NamespaceList, Oacs,
 };
@@ -222,6 +224,8 @@ pub(crate) struct Inner {
     /// for Data Block address and length (3: dword granularity, SGLS 10b; 0: none).
     pub(crate) sgl: Option<u64>,
     version: Version,
+    /// The Controller Memory Buffer's size register (0: none). The buffer is not used.
+    cmb: Cmbsz,
     admin: Mutex<AdminQueue>,
     admin_timeout: Duration,
     /// `STATE_*` bits and the reset generation (see [`ControllerState`]).
@@ -287,6 +291,25 @@ const MAX_PROBED_NAMESPACES: u32 = 1024;
 
 /// Registers read all ones when the device is gone (surprise removal, link down).
 pub(crate) const ALL_ONES: u32 = u32::MAX;
+
+/// Reads CMBSZ, first setting CMBMSC.CRE where CAP.CMBS says the size registers read 0 until
+/// it is set (NVMe 1.4+). CRE enables no memory space: the buffer stays unused.
+fn controller_memory_buffer(mmio: &Mmio, name: &str, cap: Cap) -> Cmbsz {
+    if cap.cmbs() {
+        mmio.write64(regs::CMBMSC, regs::CMBMSC_CRE);
+    }
+    let cmb = Cmbsz(mmio.read32(regs::CMBSZ));
+    if cmb.0 != ALL_ONES && cmb.bytes() != 0 {
+        log::info!(
+            "{name}: controller memory buffer of {} bytes (uses {:#x}) left unused",
+            cmb.bytes(),
+            cmb.uses()
+        );
+        cmb
+    } else {
+        Cmbsz(0)
+    }
+}
 
 /// Waits until CSTS.RDY equals `ready`, bounded by CAP.TO; fails early on CSTS.CFS when
 /// waiting for ready, and at once when CSTS reads all ones (no device answers).
@@ -447,6 +470,7 @@ impl Controller {
             mmio.write32(regs::CC, cc.with_en(false).0);
         }
         wait_ready(&mmio, &name, cap, false)?;
+        let cmb = controller_memory_buffer(&mmio, &name, cap);
 
         let admin_entries = options.admin_entries.clamp(
             2,
@@ -475,6 +499,7 @@ impl Controller {
             max_transfer: prp::max_bytes_with_one_list(HOST_PAGE_SIZE),
             sgl: None,
             version,
+            cmb,
             admin: Mutex::new(admin),
             admin_timeout: options.admin_timeout,
             state: AtomicU64::new(0),
@@ -582,6 +607,13 @@ impl Controller {
     /// Controller capabilities (CAP).
     pub fn cap(&self) -> Cap {
         self.inner.cap
+    }
+
+    /// The Controller Memory Buffer the controller offers (CMBSZ, NVMe Base 2.0 §3.1.4.12), if
+    /// any. This driver keeps queues and data in host memory and leaves the buffer unused
+    /// (its BAR is not mapped).
+    pub fn controller_memory_buffer(&self) -> Option<Cmbsz> {
+        (self.inner.cmb.bytes() != 0).then_some(self.inner.cmb)
     }
 
     /// NVMe version the controller reports (VS).

@@ -30,6 +30,6 @@ pub use event::{AsyncEvent, AsyncEventType};
 pub use identify::{IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs};
 pub use log::{CriticalWarning, ErrorLogEntry, ShortLogPage, SmartLog};
 pub use queue::{CompletionEntry, DsmRange, SubmissionEntry};
-pub use regs::{Aqa, Cap, Cc, Csts, Version};
+pub use regs::{Aqa, Cap, Cc, Cmbsz, Csts, Version};
 pub use sgl::{Psdt, SglDescriptor, SglSupport};
 pub use status::{Status, StatusCodeType};

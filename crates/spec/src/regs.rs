@@ -31,6 +31,12 @@ pub const ACQ: usize = 0x30;
 pub const CMBLOC: usize = 0x38;
 /// Controller Memory Buffer Size, 32 bits (§3.1.4.12).
 pub const CMBSZ: usize = 0x3C;
+/// Controller Memory Buffer Memory Space Control, 64 bits (§3.1.4.17, NVMe 1.4+).
+pub const CMBMSC: usize = 0x50;
+/// CMBMSC bit 0, Capabilities Registers Enabled: CMBLOC and CMBSZ report the buffer (when
+/// CAP.CMBS is set they read 0 until this is set). Enables no memory space by itself.
+pub const CMBMSC_CRE: u64 = 1;
+
 /// Offset of the first doorbell (admin SQ 0 tail), §3.1.4.20.
 pub const DOORBELL_BASE: usize = 0x1000;
 
@@ -369,6 +375,39 @@ pub enum ShutdownStatus {
     Reserved = 3,
 }
 
+/// Controller Memory Buffer Size (CMBSZ, §3.1.4.12).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cmbsz(pub u32);
+
+impl Cmbsz {
+    /// Bits 11:8, Size Units: 4 KiB << (4 * SZU).
+    const SZU_SHIFT: u32 = 8;
+    const SZU_MASK: u32 = 0xF;
+    /// Bits 31:12, Size, in Size Units.
+    const SZ_SHIFT: u32 = 12;
+    /// Largest defined SZU (64 GiB units).
+    const SZU_MAX: u32 = 6;
+    /// The 4 KiB base of the size units.
+    const UNIT_BASE_SHIFT: u32 = 12;
+    /// Bits 4:0: SQS, CQS, LISTS, RDS, WDS (what the buffer may hold).
+    const USES_MASK: u32 = 0x1F;
+
+    /// The buffer's size in bytes (0 when there is none or SZU is reserved).
+    pub const fn bytes(self) -> u64 {
+        let szu = (self.0 >> Self::SZU_SHIFT) & Self::SZU_MASK;
+        if szu > Self::SZU_MAX {
+            return 0;
+        }
+        ((self.0 >> Self::SZ_SHIFT) as u64) << (Self::UNIT_BASE_SHIFT + 4 * szu)
+    }
+
+    /// What the buffer supports holding: bit 0 SQs, 1 CQs, 2 PRP/SGL lists, 3 read data, 4
+    /// write data.
+    pub const fn uses(self) -> u32 {
+        self.0 & Self::USES_MASK
+    }
+}
+
 /// Controller Status (CSTS, §3.1.4.6, Figure 42).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Csts(pub u32);
@@ -477,6 +516,19 @@ pub const fn cq_head_doorbell(qid: u16, stride: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cmbsz_size_and_uses() {
+        // 16 MiB in 1 MiB units (SZU 2), all five uses.
+        let c = Cmbsz(16 << 12 | 2 << 8 | 0x1F);
+        assert_eq!(c.bytes(), 16 << 20);
+        assert_eq!(c.uses(), 0x1F);
+        // 4 KiB units.
+        assert_eq!(Cmbsz(3 << 12).bytes(), 3 * 4096);
+        // Reserved SZU: no size rather than a wrapped one.
+        assert_eq!(Cmbsz(1 << 12 | 7 << 8).bytes(), 0);
+        assert_eq!(Cmbsz(0).bytes(), 0);
+    }
 
     /// CAP as reported by QEMU's emulated NVMe controller (hw/nvme, 2047-entry queues).
     const QEMU_CAP: u64 = 0x0040_1820_0f01_07ff;
