@@ -17,12 +17,14 @@ mod le;
 
 pub mod command;
 pub mod event;
+pub mod fabrics;
 pub mod identify;
 pub mod log;
 pub mod opcode;
 pub mod queue;
 pub mod regs;
 pub mod status;
+pub mod tcp;
 
 pub use command::Cns;
 pub use event::{AsyncEvent, AsyncEventType};
