@@ -687,10 +687,7 @@ impl Inner {
     /// command another thread runs) or from [`TcpController::keep_alive`].
     pub(crate) fn keep_alive_tick(&self, try_only: bool) {
         let guard = if try_only {
-            match self.admin.try_lock() {
-                Ok(g) => Some(g),
-                Err(_) => None,
-            }
+            self.admin.try_lock().ok()
         } else {
             self.admin.lock().ok()
         };

@@ -104,6 +104,7 @@ impl TcpQueuePair {
         self.q.flush_tx();
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn rw(
         &mut self,
         op: u8,

@@ -290,6 +290,7 @@ enum Action {
 }
 
 impl Queue {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         stream: TcpStream,
         addr: SocketAddr,
@@ -457,18 +458,22 @@ impl Queue {
     pub(crate) fn flush_tx(&mut self) {
         while self.tx_head < self.tx.len() {
             match (&self.stream).write(&self.tx[self.tx_head..]) {
-                Ok(0) => {
-                    self.fail(TcpError::Closed {
-                        addr: self.addr,
-                        qid: self.qid,
-                    });
-                    return;
-                }
-                Ok(n) => self.tx_head += n,
+                Ok(n) if n > 0 => self.tx_head += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(source) => {
-                    let err = self.io_error(source);
+                other => {
+                    // The target may have said why before closing (C2HTermReq): read what
+                    // is left so that reason wins over a bare "connection reset".
+                    self.tx.clear();
+                    self.tx_head = 0;
+                    self.receive();
+                    let err = match other {
+                        Err(source) => self.io_error(source),
+                        _ => TcpError::Closed {
+                            addr: self.addr,
+                            qid: self.qid,
+                        },
+                    };
                     self.fail(err);
                     return;
                 }
