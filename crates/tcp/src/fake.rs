@@ -4,7 +4,7 @@
 //! It is written from the specification independently of the host code it tests (its own
 //! PDU assembly), so a shared misreading shows up as a failed handshake, not a silent pass.
 
-#![allow(clippy::field_reassign_with_default)]
+#![allow(clippy::field_reassign_with_default, missing_docs)]
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

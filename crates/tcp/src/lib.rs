@@ -25,8 +25,8 @@ mod qpair;
 mod queue;
 pub mod trid;
 
-#[cfg(test)]
-mod fake;
+#[cfg(any(test, feature = "fake-target"))]
+pub mod fake;
 #[cfg(test)]
 mod tests;
 
