@@ -117,7 +117,11 @@ impl FakeTarget {
                 let Ok(stream) = stream else { return };
                 let s = s.clone();
                 std::thread::spawn(move || {
-                    let _ = serve(stream, &s);
+                    if let Err(e) = serve(stream, &s) {
+                        if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                            eprintln!("fake target: connection closed: {e}");
+                        }
+                    }
                 });
             }
         });
@@ -156,6 +160,7 @@ struct Conn<'a> {
     ddgst: bool,
     qid: u16,
     io_seen: u64,
+    pending: std::collections::VecDeque<(SubmissionEntry, Vec<u8>)>,
 }
 
 type Res<T> = std::io::Result<T>;
@@ -259,6 +264,12 @@ impl Conn<'_> {
         let mut got = 0;
         loop {
             let (ch, hdr, data) = self.recv()?;
+            if ch.pdu_type == pdu_type::CAPSULE_CMD && hdr.len() == 64 {
+                // A pipelined command: served after this one.
+                let sqe = SubmissionEntry::from_bytes(&hdr.try_into().unwrap());
+                self.pending.push_back((sqe, data));
+                continue;
+            }
             if ch.pdu_type != pdu_type::H2C_DATA {
                 return Err(bad("expected H2CData"));
             }
@@ -517,6 +528,7 @@ impl Conn<'_> {
 
 fn serve(mut s: TcpStream, st: &State) -> Res<()> {
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    s.set_nodelay(true)?;
     let mut req = [0u8; 128];
     s.read_exact(&mut req)?;
     let icreq = tcp::IcReq::from_bytes(&req);
@@ -545,8 +557,15 @@ fn serve(mut s: TcpStream, st: &State) -> Res<()> {
         ddgst: icreq.dgst & tcp::dgst::DATA != 0,
         qid: 0,
         io_seen: 0,
+        pending: Default::default(),
     };
     loop {
+        if let Some((sqe, data)) = c.pending.pop_front() {
+            if !c.command(sqe, data)? {
+                return Ok(());
+            }
+            continue;
+        }
         let (ch, hdr, data) = c.recv()?;
         if ch.pdu_type != pdu_type::CAPSULE_CMD || hdr.len() != 64 {
             return Err(bad("expected CapsuleCmd"));

@@ -132,6 +132,11 @@ impl AnyController {
         both!(self, c => c.max_transfer_bytes())
     }
 
+    /// The buffer allocator of this controller.
+    pub fn dma(&self) -> &std::sync::Arc<dyn nvme_driver::DmaMapper> {
+        both!(self, c => c.dma())
+    }
+
     /// A buffer for I/O on this controller.
     pub fn alloc_buffer(&self, len: usize) -> Result<DmaBuffer> {
         both!(self, c => c.alloc_buffer(len))
