@@ -428,12 +428,13 @@ impl Args {
                            add --engine io_uring",
                 })
             }
-            (Engine::IoUring, Target::Pci(_) | Target::Sim) => {
+            (Engine::IoUring, Target::Pci(_) | Target::Sim | Target::Tcp(_)) => {
                 return Err(PerfError::EngineDevice {
                     engine: Engine::IoUring.name(),
                     device: self.device.clone(),
                     hint: "it needs a block device path such as /dev/nvme0n1 (the controller \
-                           bound to the kernel's nvme driver)",
+                           bound to the kernel's nvme driver, or connected by the kernel's \
+                           NVMe/TCP host)",
                 })
             }
             _ => {}
