@@ -39,6 +39,11 @@ pub mod status {
     pub const CONNECT_INVALID_HOST: u8 = 0x84;
 }
 
+/// Connect Attributes bit 2 (§6.3, Figure 546): SQ flow control disabled. The controller then
+/// does not report SQ head pointers the host must wait for, and an NVMe/TCP controller may
+/// complete reads with the C2HData SUCCESS flag instead of a response capsule (NVMe/TCP
+/// §3.6.2.9).
+pub const CATTR_DISABLE_SQ_FLOW_CONTROL: u8 = 1 << 2;
 /// Connect Record Format 0 (§6.3, Figure 546).
 pub const CONNECT_RECFMT: u16 = 0;
 /// Controller id in the Connect data for the admin queue: the controller may pick any
@@ -132,12 +137,12 @@ pub fn fctype_of(sqe: &SubmissionEntry) -> u8 {
 }
 
 /// Connect (§6.3, Figure 546): queue `qid` (0 = admin) with `entries` entries
-/// (SQSIZE is 0's based), keep-alive timeout `kato_ms` (admin queue only; 0 = off).
-/// The 1024-byte [`ConnectData`] goes with it as data.
-pub fn connect(qid: u16, entries: u16, kato_ms: u32) -> SubmissionEntry {
+/// (SQSIZE is 0's based), connect attributes `cattr`, keep-alive timeout `kato_ms` (admin
+/// queue only; 0 = off). The 1024-byte [`ConnectData`] goes with it as data.
+pub fn connect(qid: u16, entries: u16, cattr: u8, kato_ms: u32) -> SubmissionEntry {
     let mut sqe = fabrics(fctype::CONNECT);
     sqe.cdw10 = u32::from(CONNECT_RECFMT) | u32::from(qid) << 16;
-    sqe.cdw11 = u32::from(entries.saturating_sub(1));
+    sqe.cdw11 = u32::from(entries.saturating_sub(1)) | u32::from(cattr) << 16;
     sqe.cdw12 = kato_ms;
     sqe
 }
@@ -195,6 +200,11 @@ pub fn connect_entries(sqe: &SubmissionEntry) -> u32 {
     (sqe.cdw11 & 0xFFFF) + 1
 }
 
+/// Connect attributes (CATTR) of a Connect SQE.
+pub fn connect_cattr(sqe: &SubmissionEntry) -> u8 {
+    (sqe.cdw11 >> 16) as u8
+}
+
 /// Keep-alive timeout in milliseconds of a Connect SQE.
 pub fn connect_kato_ms(sqe: &SubmissionEntry) -> u32 {
     sqe.cdw12
@@ -211,18 +221,20 @@ mod tests {
 
     #[test]
     fn connect_fields_land_where_the_spec_puts_them() {
-        let sqe = connect(3, 128, 10_000);
+        let sqe = connect(3, 128, CATTR_DISABLE_SQ_FLOW_CONTROL, 10_000);
         let b = sqe.to_bytes();
         assert_eq!(b[0], 0x7F);
         assert_eq!(b[4], fctype::CONNECT);
         assert_eq!(&b[40..42], &0u16.to_le_bytes()); // RECFMT
         assert_eq!(&b[42..44], &3u16.to_le_bytes()); // QID
         assert_eq!(&b[44..46], &127u16.to_le_bytes()); // SQSIZE, 0's based
+        assert_eq!(b[46], 0x04); // CATTR
         assert_eq!(&b[48..52], &10_000u32.to_le_bytes()); // KATO
         assert_eq!(fctype_of(&sqe), fctype::CONNECT);
         assert_eq!(connect_qid(&sqe), 3);
         assert_eq!(connect_entries(&sqe), 128);
         assert_eq!(connect_kato_ms(&sqe), 10_000);
+        assert_eq!(connect_cattr(&sqe), CATTR_DISABLE_SQ_FLOW_CONTROL);
     }
 
     #[test]

@@ -249,7 +249,15 @@ pub(crate) fn connect_queue(
     let mut buf = DmaBuffer::allocate(mapper, bytes.len())?;
     buf[..bytes.len()].copy_from_slice(&bytes);
     let kato_ms = u32::try_from(kato.as_millis()).unwrap_or(u32::MAX);
-    let sqe = fabrics::connect(q.qid, entries, if q.qid == 0 { kato_ms } else { 0 });
+    // I/O queues run without SQ flow control: this host never waits on SQ head pointers (it
+    // keeps at most entries - 1 commands outstanding), and the target may then finish reads
+    // with the C2HData SUCCESS flag, saving a response capsule per read (as SPDK does).
+    let (cattr, kato_ms) = if q.qid == 0 {
+        (0, kato_ms)
+    } else {
+        (fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL, 0)
+    };
+    let sqe = fabrics::connect(q.qid, entries, cattr, kato_ms);
     q.submit(sqe, Some(buf), bytes.len(), true, 0, true)
         .map_err(|f| f.error)?;
     let deadline = Instant::now() + q.timeout;

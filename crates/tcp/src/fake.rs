@@ -52,7 +52,8 @@ pub struct Config {
     pub cpda: u8,
     /// Largest C2HData payload per PDU.
     pub c2h_chunk: usize,
-    /// Use the SUCCESS flag instead of a CapsuleResp after read data.
+    /// Use the SUCCESS flag instead of a CapsuleResp after read data (on queues connected with
+    /// SQ flow control disabled, as the spec allows it only there).
     pub success_shortcut: bool,
     pub fault: Fault,
     /// I/O commands answered normally before the fault strikes.
@@ -159,6 +160,8 @@ struct Conn<'a> {
     hdgst: bool,
     ddgst: bool,
     qid: u16,
+    /// The queue was connected with SQ flow control disabled.
+    sqfc_disabled: bool,
     io_seen: u64,
     pending: std::collections::VecDeque<(SubmissionEntry, Vec<u8>)>,
 }
@@ -298,16 +301,12 @@ impl Conn<'_> {
     /// Sends read data in C2HData PDUs; with the shortcut the last one carries SUCCESS.
     fn push(&mut self, cid: u16, data: &[u8], fault: Fault) -> Res<()> {
         let chunk = self.st.config.c2h_chunk.max(1);
+        let shortcut = self.st.config.success_shortcut && self.sqfc_disabled;
         let n = data.len().div_ceil(chunk);
         for (i, part) in data.chunks(chunk).enumerate() {
             let last = i + 1 == n;
             let f = if last {
-                flags::LAST_PDU
-                    | if self.st.config.success_shortcut {
-                        flags::SUCCESS
-                    } else {
-                        0
-                    }
+                flags::LAST_PDU | if shortcut { flags::SUCCESS } else { 0 }
             } else {
                 0
             };
@@ -337,7 +336,7 @@ impl Conn<'_> {
             }
             self.send(h, Some(part), corrupt)?;
         }
-        if !self.st.config.success_shortcut {
+        if !shortcut {
             self.respond(cid, Status::SUCCESS, 0, 0)?;
         }
         Ok(())
@@ -404,6 +403,8 @@ impl Conn<'_> {
                     let data: [u8; 1024] = data.try_into().map_err(|_| bad("connect data"))?;
                     let cd = ConnectData::from_bytes(&data);
                     self.qid = fabrics::connect_qid(&sqe);
+                    self.sqfc_disabled =
+                        fabrics::connect_cattr(&sqe) & fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL != 0;
                     if cd.subnqn != fabrics::nqn_field(&self.st.config.subnqn).unwrap() {
                         return self
                             .respond(
@@ -556,6 +557,7 @@ fn serve(mut s: TcpStream, st: &State) -> Res<()> {
         hdgst: icreq.dgst & tcp::dgst::HEADER != 0,
         ddgst: icreq.dgst & tcp::dgst::DATA != 0,
         qid: 0,
+        sqfc_disabled: false,
         io_seen: 0,
         pending: Default::default(),
     };

@@ -271,6 +271,19 @@ impl TcpQueuePair {
 
 impl Drop for TcpQueuePair {
     fn drop(&mut self) {
+        let s = &self.q.stats;
+        log::info!(
+            "{}: queue {} closed after {} commands: {} success shortcuts, {} R2Ts, {} \
+             in-capsule writes, digests header {} data {}",
+            self.q.controller,
+            self.q.qid,
+            s.commands_submitted,
+            s.success_shortcuts,
+            s.r2ts,
+            s.in_capsule_writes,
+            self.q.neg.hdgst,
+            self.q.neg.ddgst
+        );
         self.q.close();
         self.ctrl.release_qid(self.q.qid);
     }

@@ -70,6 +70,19 @@ timeout 120 nvme-dd --device "$TRID" if=/tmp/in.bin of=nvme:1 bs=256k --qd 4 --n
 timeout 120 nvme-dd --device "$TRID" if=nvme:1 of=/tmp/out1.bin bs=256k count=4 --no-progress
 cmp /tmp/in.bin /tmp/out1.bin || fail "nvme-dd round trip on namespace 1 differs"
 
+echo "== header and data digests, and the C2HData SUCCESS shortcut (I/O queues connect without SQ flow control)"
+RUST_LOG=nvme_tcp=info timeout 120 nvme-dd --device "$TRID hdgst:1 ddgst:1" if=nvme:2 of=/tmp/dig.bin \
+    bs=64k skip=4 count=16 --no-progress 2>/tmp/dig.err
+cmp /tmp/in.bin /tmp/dig.bin || fail "a read with digests returned different data"
+grep "queue 1 closed" /tmp/dig.err | sed 's/^/    /'
+grep -q "digests header true data true" /tmp/dig.err || fail "the target did not enable both digests"
+grep "queue 1 closed" /tmp/dig.err | grep -qv " 0 success shortcuts" || fail "nvmet sent no C2HData with SUCCESS"
+RUST_LOG=nvme_tcp=info timeout 120 nvme-dd --device "$TRID hdgst:1 ddgst:1" if=/tmp/in.bin of=nvme:1 \
+    bs=64k seek=32 --no-progress 2>/tmp/dig.err
+grep "queue 1 closed" /tmp/dig.err | sed 's/^/    /'
+timeout 120 nvme-dd --device "$TRID" if=nvme:1 of=/tmp/dig1.bin bs=64k skip=32 count=16 --no-progress
+cmp /tmp/in.bin /tmp/dig1.bin || fail "a write with digests (in-capsule and R2T) stored different data"
+
 echo "== cross-check through the kernel's NVMe/TCP host"
 if modprobe nvme-tcp 2>/dev/null && [ -e /dev/nvme-fabrics ]; then
     { ls -d /sys/block/nvme* 2>/dev/null || true; } >/tmp/before
