@@ -77,11 +77,19 @@ cmp /tmp/in.bin /tmp/dig.bin || fail "a read with digests returned different dat
 grep "queue 1 closed" /tmp/dig.err | sed 's/^/    /'
 grep -q "digests header true data true" /tmp/dig.err || fail "the target did not enable both digests"
 grep "queue 1 closed" /tmp/dig.err | grep -qv " 0 success shortcuts" || fail "nvmet sent no C2HData with SUCCESS"
+# In-capsule writes (8 KiB records) to namespace 1, R2T/H2CData writes (64 KiB) to namespace 2.
 RUST_LOG=nvme_tcp=info timeout 120 nvme-dd --device "$TRID hdgst:1 ddgst:1" if=/tmp/in.bin of=nvme:1 \
-    bs=64k seek=32 --no-progress 2>/tmp/dig.err
+    bs=8k seek=32 --no-progress 2>/tmp/dig.err
 grep "queue 1 closed" /tmp/dig.err | sed 's/^/    /'
-timeout 120 nvme-dd --device "$TRID" if=nvme:1 of=/tmp/dig1.bin bs=64k skip=32 count=16 --no-progress
-cmp /tmp/in.bin /tmp/dig1.bin || fail "a write with digests (in-capsule and R2T) stored different data"
+grep "queue 1 closed" /tmp/dig.err | grep -qv " 0 in-capsule writes" || fail "no in-capsule write went out"
+timeout 120 nvme-dd --device "$TRID" if=nvme:1 of=/tmp/dig1.bin bs=64k skip=4 count=16 --no-progress
+cmp /tmp/in.bin /tmp/dig1.bin || fail "in-capsule writes with digests stored different data"
+RUST_LOG=nvme_tcp=info timeout 120 nvme-dd --device "$TRID hdgst:1 ddgst:1" if=/tmp/in.bin of=nvme:2 \
+    bs=64k seek=40 --no-progress 2>/tmp/dig.err
+grep "queue 1 closed" /tmp/dig.err | sed 's/^/    /'
+grep "queue 1 closed" /tmp/dig.err | grep -qv " 0 R2Ts" || fail "no write went by R2T"
+dd if=/tmp/ns2.img of=/tmp/dig2.bin bs=64k skip=40 count=16 2>/dev/null
+cmp /tmp/in.bin /tmp/dig2.bin || fail "R2T writes with digests stored different data"
 
 echo "== cross-check through the kernel's NVMe/TCP host"
 if modprobe nvme-tcp 2>/dev/null && [ -e /dev/nvme-fabrics ]; then
