@@ -215,6 +215,108 @@ pub fn keep_alive() -> SubmissionEntry {
     SubmissionEntry::new(crate::opcode::admin::KEEP_ALIVE)
 }
 
+/// Log Identifier of the Discovery log page (§5.16.1.23).
+pub const DISCOVERY_LOG_LID: u8 = 0x70;
+/// Size of the Discovery log page header and of each entry (§5.16.1.23, Figures 261-262).
+pub const DISCOVERY_RECORD_SIZE: usize = 1024;
+
+/// Transport types in a Discovery log entry (TRTYPE, §5.16.1.23 Figure 262).
+pub mod trtype {
+    /// RDMA.
+    pub const RDMA: u8 = 1;
+    /// Fibre Channel.
+    pub const FC: u8 = 2;
+    /// TCP.
+    pub const TCP: u8 = 3;
+    /// Intra-host (loop).
+    pub const LOOP: u8 = 254;
+
+    /// Name for messages (as SPDK writes trtype).
+    pub fn name(t: u8) -> &'static str {
+        match t {
+            RDMA => "RDMA",
+            FC => "FC",
+            TCP => "TCP",
+            LOOP => "loop",
+            _ => "unknown",
+        }
+    }
+}
+
+/// Address families in a Discovery log entry (ADRFAM).
+pub mod adrfam {
+    /// IPv4.
+    pub const IPV4: u8 = 1;
+    /// IPv6.
+    pub const IPV6: u8 = 2;
+}
+
+/// Subsystem types in a Discovery log entry (SUBTYPE).
+pub mod subtype {
+    /// A referral to another discovery service.
+    pub const DISCOVERY_REFERRAL: u8 = 1;
+    /// An NVM subsystem.
+    pub const NVM: u8 = 2;
+    /// The discovery subsystem answering (current discovery subsystem).
+    pub const CURRENT_DISCOVERY: u8 = 3;
+}
+
+wire_struct! {
+    /// Discovery log page header (§5.16.1.23, Figure 261).
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct DiscoveryLogHeader {
+        /// Generation counter: changes when the log changes.
+        genctr @ 0: u64,
+        /// Number of records.
+        numrec @ 8: u64,
+        /// Record format (0).
+        recfmt @ 16: u16,
+        /// Reserved.
+        rsvd @ 18: [u8; 1006],
+    }
+    size 1024;
+}
+
+wire_struct! {
+    /// Discovery log page entry (§5.16.1.23, Figure 262).
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct DiscoveryLogEntry {
+        /// Transport type (see [`trtype`]).
+        trtype @ 0: u8,
+        /// Address family (see [`adrfam`]).
+        adrfam @ 1: u8,
+        /// Subsystem type (see [`subtype`]).
+        subtype @ 2: u8,
+        /// Transport requirements.
+        treq @ 3: u8,
+        /// Port id.
+        portid @ 4: u16,
+        /// Controller id (0xFFFF: dynamic).
+        cntlid @ 6: u16,
+        /// Admin max SQ size.
+        asqsz @ 8: u16,
+        /// Reserved.
+        rsvd1 @ 10: [u8; 22],
+        /// Transport service id (the TCP port, ASCII, space or NUL padded).
+        trsvcid @ 32: [u8; 32],
+        /// Reserved.
+        rsvd2 @ 64: [u8; 192],
+        /// NVM subsystem NQN.
+        subnqn @ 256: [u8; 256],
+        /// Transport address (ASCII, space or NUL padded).
+        traddr @ 512: [u8; 256],
+        /// Transport specific address subtype.
+        tsas @ 768: [u8; 256],
+    }
+    size 1024;
+}
+
+/// The text of a NUL- or space-padded ASCII field.
+pub fn field_text(field: &[u8]) -> String {
+    let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
+    String::from_utf8_lossy(&field[..end]).trim_end().to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,5 +366,21 @@ mod tests {
         assert!(nqn_field(&"x".repeat(NQN_MAX_LEN + 1)).is_none());
         assert!(nqn_field("a\0b").is_none());
         assert_eq!(connect_invalid_parameter(0x0001_0100), (1, 256));
+    }
+
+    #[test]
+    fn discovery_entry_layout() {
+        let mut b = [0u8; DISCOVERY_RECORD_SIZE];
+        b[0] = trtype::TCP;
+        b[2] = subtype::NVM;
+        b[32..36].copy_from_slice(b"4420");
+        b[256..261].copy_from_slice(b"nqn.x");
+        b[512..521].copy_from_slice(b"127.0.0.1");
+        let e = DiscoveryLogEntry::from_bytes(&b);
+        assert_eq!(trtype::name(e.trtype), "TCP");
+        assert_eq!(field_text(&e.trsvcid), "4420");
+        assert_eq!(field_text(&e.subnqn), "nqn.x");
+        assert_eq!(field_text(&e.traddr), "127.0.0.1");
+        assert_eq!(field_text(b"4420    "), "4420");
     }
 }

@@ -322,6 +322,7 @@ fn bring_up(
     admin: &mut Admin,
     mapper: &Arc<dyn DmaMapper>,
     options: &TcpOptions,
+    discovery: bool,
 ) -> Result<BroughtUp> {
     let name = admin.q.controller.to_string();
     let cap = Cap(admin.property_get(regs::CAP, true)?);
@@ -366,6 +367,20 @@ fn bring_up(
     if identify.maxcmd != 0 {
         max_entries = max_entries.min(u32::from(identify.maxcmd));
     }
+    if discovery {
+        // A discovery controller has no I/O queues and no namespaces (§3.1.2.3).
+        return Ok(BroughtUp {
+            cap,
+            version,
+            identify,
+            namespaces: Vec::new(),
+            unsupported: Vec::new(),
+            io_in_capsule,
+            max_transfer,
+            max_entries,
+            granted: 0,
+        });
+    }
     let wanted = options.io_queues.max(1);
     let (dw0, _, _) = admin.execute(
         command::set_number_of_queues(wanted, wanted),
@@ -401,6 +416,175 @@ fn bring_up(
     })
 }
 
+/// A connected admin queue: the queue, its buffer allocator, the controller id, the host NQN
+/// presented, and what ICResp agreed.
+type OpenedAdmin = (
+    Admin,
+    Arc<dyn DmaMapper>,
+    u16,
+    String,
+    crate::queue::Negotiated,
+);
+
+/// Connects the admin queue: TCP connection, ICReq/ICResp, Fabrics Connect.
+fn open_admin(trid: &TransportId, options: &TcpOptions) -> Result<OpenedAdmin> {
+    let addr = trid.socket_addr();
+    let name: Arc<str> = format!("{addr}/{}", trid.subnqn).into();
+    let transport = |e: TcpError| Error::Transport {
+        controller: name.to_string(),
+        source: Arc::new(e),
+    };
+    let hostnqn = trid
+        .hostnqn
+        .clone()
+        .or_else(|| options.hostnqn.clone())
+        .unwrap_or_else(|| {
+            format!(
+                "nqn.2014-08.org.nvmexpress:uuid:{}",
+                uuid_text(&options.hostid)
+            )
+        });
+    let want_hdgst = trid.hdgst || options.header_digest;
+    let want_ddgst = trid.ddgst || options.data_digest;
+    let mapper: Arc<dyn DmaMapper> = Arc::new(HostMemory::new());
+    let (stream, neg) =
+        handshake(addr, 0, want_hdgst, want_ddgst, options.timeout).map_err(transport)?;
+    let mut q = Queue::new(
+        stream,
+        addr,
+        0,
+        name.clone(),
+        neg,
+        ADMIN_QUEUE_ENTRIES - 1,
+        ADMIN_IN_CAPSULE,
+        options.timeout,
+    );
+    let cntlid = connect_queue(
+        &mut q,
+        &mapper,
+        ADMIN_QUEUE_ENTRIES,
+        options.kato,
+        fabrics::CNTLID_DYNAMIC,
+        &trid.subnqn,
+        &hostnqn,
+        options.hostid,
+    )?;
+    Ok((
+        Admin {
+            q,
+            last_keep_alive: Instant::now(),
+            keep_alive_outstanding: false,
+        },
+        mapper,
+        cntlid,
+        hostnqn,
+        neg,
+    ))
+}
+
+/// Normal shutdown notification (CC.SHN through Property Set, best effort within 1 s), then
+/// the connection closes.
+fn shutdown(admin: &mut Admin, name: &str) {
+    if admin.q.failed.is_none() {
+        admin.q.timeout = Duration::from_secs(1);
+        let cc = Cc(0)
+            .with_iosqes(SQES_LOG2)
+            .with_iocqes(CQES_LOG2)
+            .with_en(true)
+            .with_shn(ShutdownNotification::Normal);
+        if let Err(e) = admin.property_set(regs::CC, cc.0) {
+            log::debug!("{name}: shutdown notification: {e}");
+        }
+    }
+    admin.q.close();
+}
+
+/// One record of a discovery log page: a subsystem (or referral) and where to reach it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiscoveryEntry {
+    /// Transport type (`nvme_spec::fabrics::trtype`).
+    pub trtype: u8,
+    /// Address family (`nvme_spec::fabrics::adrfam`).
+    pub adrfam: u8,
+    /// Subsystem type (`nvme_spec::fabrics::subtype`).
+    pub subtype: u8,
+    /// Port id.
+    pub portid: u16,
+    /// Transport service id (the port).
+    pub trsvcid: String,
+    /// Transport address.
+    pub traddr: String,
+    /// Subsystem NQN.
+    pub subnqn: String,
+}
+
+impl DiscoveryEntry {
+    /// The entry as an SPDK-style transport id.
+    pub fn transport_id(&self) -> String {
+        let adrfam = match self.adrfam {
+            fabrics::adrfam::IPV4 => "IPv4",
+            fabrics::adrfam::IPV6 => "IPv6",
+            _ => "unknown",
+        };
+        format!(
+            "trtype:{} adrfam:{adrfam} traddr:{} trsvcid:{} subnqn:{}",
+            fabrics::trtype::name(self.trtype),
+            self.traddr,
+            self.trsvcid,
+            self.subnqn
+        )
+    }
+}
+
+/// Most discovery records read (a log page of 1 MiB).
+const MAX_DISCOVERY_RECORDS: u64 = 1023;
+
+/// Lists what the discovery controller at `trid` (its subnqn is ignored: the discovery NQN is
+/// used) knows: Connect, CC.EN/CSTS.RDY, then the Discovery log page (LID 70h).
+pub fn discover(trid: &TransportId, options: TcpOptions) -> Result<Vec<DiscoveryEntry>> {
+    let mut trid = trid.clone();
+    trid.subnqn = fabrics::DISCOVERY_NQN.to_owned();
+    let (mut admin, mapper, _, _, _) = open_admin(&trid, &options)?;
+    let name = admin.q.controller.clone();
+    let result = (|| {
+        bring_up(&mut admin, &mapper, &options, true)?;
+        let read = |admin: &mut Admin, bytes: usize| -> Result<DmaBuffer> {
+            let buf = DmaBuffer::allocate(&mapper, bytes)?;
+            let sqe = command::get_log_page(fabrics::DISCOVERY_LOG_LID, 0, bytes as u32);
+            let (_, _, buf) = admin.execute(sqe, Some(buf), bytes, false)?;
+            Ok(buf.expect("a completed read returns its buffer"))
+        };
+        let size = fabrics::DISCOVERY_RECORD_SIZE;
+        let mut page = read(&mut admin, 4 * size)?;
+        let header =
+            fabrics::DiscoveryLogHeader::from_bytes(page[..size].try_into().expect("1024 bytes"));
+        let records = header.numrec.min(MAX_DISCOVERY_RECORDS) as usize;
+        if records > 3 {
+            page = read(&mut admin, (records + 1) * size)?;
+        }
+        Ok((1..=records)
+            .map(|i| {
+                let e = fabrics::DiscoveryLogEntry::from_bytes(
+                    page[i * size..(i + 1) * size]
+                        .try_into()
+                        .expect("1024 bytes"),
+                );
+                DiscoveryEntry {
+                    trtype: e.trtype,
+                    adrfam: e.adrfam,
+                    subtype: e.subtype,
+                    portid: e.portid,
+                    trsvcid: fabrics::field_text(&e.trsvcid),
+                    traddr: fabrics::field_text(&e.traddr),
+                    subnqn: fabrics::field_text(&e.subnqn),
+                }
+            })
+            .collect())
+    })();
+    shutdown(&mut admin, &name);
+    result
+}
+
 /// An NVMe/TCP controller (the admin queue's connection). `Send + Sync`; queue pairs keep
 /// it alive.
 pub struct TcpController {
@@ -422,53 +606,20 @@ impl TcpController {
     /// Identify Controller, Set Features Number of Queues and Identify of every active
     /// namespace.
     pub fn connect(trid: &TransportId, options: TcpOptions) -> Result<Self> {
+        if trid.is_discovery() {
+            return Err(Error::InvalidRequest(format!(
+                "{} is the discovery subsystem, which has no namespaces: list the subsystems \
+                 with `nvme-identify trtype:TCP traddr:{} trsvcid:{}` (TcpController::discover) \
+                 and give one of them as subnqn:",
+                trid.subnqn, trid.traddr, trid.trsvcid
+            )));
+        }
+        let (mut admin, mapper, cntlid, hostnqn, neg) = open_admin(trid, &options)?;
         let addr = trid.socket_addr();
-        let name: Arc<str> = format!("{addr}/{}", trid.subnqn).into();
-        let transport = |e: TcpError| Error::Transport {
-            controller: name.to_string(),
-            source: Arc::new(e),
-        };
-        let hostnqn = trid
-            .hostnqn
-            .clone()
-            .or_else(|| options.hostnqn.clone())
-            .unwrap_or_else(|| {
-                format!(
-                    "nqn.2014-08.org.nvmexpress:uuid:{}",
-                    uuid_text(&options.hostid)
-                )
-            });
+        let name = admin.q.controller.clone();
         let want_hdgst = trid.hdgst || options.header_digest;
         let want_ddgst = trid.ddgst || options.data_digest;
-        let mapper: Arc<dyn DmaMapper> = Arc::new(HostMemory::new());
-        let (stream, neg) =
-            handshake(addr, 0, want_hdgst, want_ddgst, options.timeout).map_err(transport)?;
-        let mut q = Queue::new(
-            stream,
-            addr,
-            0,
-            name.clone(),
-            neg,
-            ADMIN_QUEUE_ENTRIES - 1,
-            ADMIN_IN_CAPSULE,
-            options.timeout,
-        );
-        let cntlid = connect_queue(
-            &mut q,
-            &mapper,
-            ADMIN_QUEUE_ENTRIES,
-            options.kato,
-            fabrics::CNTLID_DYNAMIC,
-            &trid.subnqn,
-            &hostnqn,
-            options.hostid,
-        )?;
-        let mut admin = Admin {
-            q,
-            last_keep_alive: Instant::now(),
-            keep_alive_outstanding: false,
-        };
-        let up = bring_up(&mut admin, &mapper, &options)?;
+        let up = bring_up(&mut admin, &mapper, &options, false)?;
         log::info!(
             "{name}: connected, controller id {cntlid}, {} namespace(s), {} I/O queue(s), \
              in-capsule data up to {} bytes, digests header {} data {}",
@@ -714,20 +865,8 @@ impl Inner {
 impl Drop for Inner {
     /// Normal shutdown (CC.SHN through Property Set), then the connection closes.
     fn drop(&mut self) {
-        let Ok(admin) = self.admin.get_mut() else {
-            return;
-        };
-        if admin.q.failed.is_none() {
-            admin.q.timeout = Duration::from_secs(1);
-            let cc = Cc(0)
-                .with_iosqes(SQES_LOG2)
-                .with_iocqes(CQES_LOG2)
-                .with_en(true)
-                .with_shn(ShutdownNotification::Normal);
-            if let Err(e) = admin.property_set(regs::CC, cc.0) {
-                log::debug!("{}: shutdown notification: {e}", self.name);
-            }
+        if let Ok(admin) = self.admin.get_mut() {
+            shutdown(admin, &self.name);
         }
-        admin.q.close();
     }
 }

@@ -87,6 +87,7 @@ pub struct Counters {
 
 struct State {
     config: Config,
+    port: u16,
     disks: Mutex<HashMap<u32, Vec<u8>>>,
     cc: Mutex<u32>,
     counters: Counters,
@@ -108,6 +109,7 @@ impl FakeTarget {
             .collect();
         let state = Arc::new(State {
             config,
+            port: addr.port(),
             disks: Mutex::new(disks),
             cc: Mutex::new(0),
             counters: Counters::default(),
@@ -405,7 +407,11 @@ impl Conn<'_> {
                     self.qid = fabrics::connect_qid(&sqe);
                     self.sqfc_disabled =
                         fabrics::connect_cattr(&sqe) & fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL != 0;
-                    if cd.subnqn != fabrics::nqn_field(&self.st.config.subnqn).unwrap() {
+                    let discovery =
+                        cd.subnqn == fabrics::nqn_field(fabrics::DISCOVERY_NQN).unwrap();
+                    if cd.subnqn != fabrics::nqn_field(&self.st.config.subnqn).unwrap()
+                        && !discovery
+                    {
                         return self
                             .respond(
                                 cid,
@@ -453,6 +459,21 @@ impl Conn<'_> {
                         self.respond(cid, Status::new(0, generic::INVALID_FIELD, true), 0, 0)?
                     }
                 },
+                opcode::admin::GET_LOG_PAGE if sqe.cdw10 & 0xFF == 0x70 => {
+                    let mut page = vec![0u8; len.max(2048)];
+                    page[8] = 1; // NUMREC
+                    let e = &mut page[1024..2048];
+                    e[0] = fabrics::trtype::TCP;
+                    e[1] = fabrics::adrfam::IPV4;
+                    e[2] = fabrics::subtype::NVM;
+                    e[4] = 1; // PORTID
+                    let port = self.st.port.to_string();
+                    e[32..32 + port.len()].copy_from_slice(port.as_bytes());
+                    let nqn = self.st.config.subnqn.as_bytes();
+                    e[256..256 + nqn.len()].copy_from_slice(nqn);
+                    e[512..521].copy_from_slice(b"127.0.0.1");
+                    self.push(cid, &page[..len], Fault::None)?;
+                }
                 opcode::admin::SET_FEATURES => self.respond(cid, ok, 3 | 3 << 16, 0)?,
                 opcode::admin::KEEP_ALIVE => {
                     self.st.counters.keep_alives.fetch_add(1, Ordering::Relaxed);

@@ -30,7 +30,9 @@ pub mod fake;
 #[cfg(test)]
 mod tests;
 
-pub use controller::{TcpController, TcpOptions, DEFAULT_TCP_QUEUE_DEPTH, MAX_TRANSFER};
+pub use controller::{
+    discover, DiscoveryEntry, TcpController, TcpOptions, DEFAULT_TCP_QUEUE_DEPTH, MAX_TRANSFER,
+};
 pub use error::TcpError;
 pub use mapper::HostMemory;
 pub use qpair::TcpQueuePair;

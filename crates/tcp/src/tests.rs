@@ -363,3 +363,23 @@ fn queue_ids_are_granted_and_returned() {
     drop(pairs);
     c.create_queue_pair(QueuePairOptions::default()).unwrap();
 }
+
+#[test]
+fn discovery_lists_the_subsystem() {
+    let t = FakeTarget::start(Config::default());
+    let trid = TransportId::parse(&format!(
+        "trtype:TCP traddr:127.0.0.1 trsvcid:{}",
+        t.addr.port()
+    ))
+    .unwrap();
+    assert!(trid.is_discovery());
+    let entries = crate::discover(&trid, TcpOptions::default()).unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(
+        entries[0].transport_id(),
+        t.trid().to_string(),
+        "the entry reads back as the subsystem's transport id"
+    );
+    let e = TcpController::connect(&trid, TcpOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("discovery subsystem"), "{e}");
+}

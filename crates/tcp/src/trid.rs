@@ -3,7 +3,8 @@
 //! (and `hostnqn:NQN`). Keys are case-insensitive, `key=value` is accepted too, tokens are
 //! separated by white space, and only the first `:`/`=` of a token separates key from value
 //! (NQNs and IPv6 addresses contain colons). `hdgst:1` and `ddgst:1` ask for header and data
-//! digests (SPDK's perf takes these as flags).
+//! digests (SPDK's perf takes these as flags). Without `subnqn` the id names the discovery
+//! subsystem (`nqn.2014-08.org.nvmexpress.discovery`), as in SPDK.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -62,8 +63,6 @@ pub enum TridError {
     AdrfamMismatch { adrfam: String, traddr: String },
     #[error("trsvcid `{trsvcid}` is not a TCP port (1..=65535; NVMe/TCP uses 4420)")]
     BadPort { trsvcid: String },
-    #[error("transport id `{input}` has no subnqn: add the subsystem's NQN, e.g. `subnqn:nqn.2026-01.test:sub1` (the discovery subsystem {DISCOVERY_NQN} is not supported yet)")]
-    MissingSubnqn { input: String },
     #[error("{key} `{nqn}` is not a valid NQN: it must be 1..={NQN_MAX_LEN} bytes without NUL and start with `nqn.`")]
     BadNqn { key: &'static str, nqn: String },
     #[error("{key} `{value}` must be 0 or 1")]
@@ -186,14 +185,7 @@ impl TransportId {
                 }
             },
         };
-        let subnqn = subnqn.ok_or_else(|| TridError::MissingSubnqn {
-            input: input.to_owned(),
-        })?;
-        if subnqn == DISCOVERY_NQN {
-            return Err(TridError::MissingSubnqn {
-                input: input.to_owned(),
-            });
-        }
+        let subnqn = subnqn.unwrap_or(DISCOVERY_NQN);
         Ok(TransportId {
             adrfam,
             traddr,
@@ -209,6 +201,11 @@ impl TransportId {
                 .transpose()?
                 .unwrap_or(false),
         })
+    }
+
+    /// Whether the id names the discovery subsystem (no `subnqn`, or the well-known one).
+    pub fn is_discovery(&self) -> bool {
+        self.subnqn == DISCOVERY_NQN
     }
 
     /// The socket address to connect to.
@@ -303,10 +300,9 @@ mod tests {
             e("trtype:TCP traddr:1.2.3.4 trsvcid:99999 subnqn:nqn.x"),
             TridError::BadPort { .. }
         ));
-        assert!(matches!(
-            e("trtype:TCP traddr:1.2.3.4"),
-            TridError::MissingSubnqn { .. }
-        ));
+        let d = TransportId::parse("trtype:TCP traddr:1.2.3.4").unwrap();
+        assert!(d.is_discovery());
+        assert_eq!(d.subnqn, DISCOVERY_NQN);
         assert!(matches!(
             e("trtype:TCP traddr:1.2.3.4 subnqn:sub1"),
             TridError::BadNqn { .. }
@@ -332,8 +328,8 @@ mod tests {
             e("trtype:TCP traddr:1.2.3.4 subnqn:nqn.x hdgst:yes"),
             TridError::BadFlag { .. }
         ));
-        let msg = e("trtype:TCP traddr:1.2.3.4").to_string();
-        assert!(msg.contains("subnqn:"), "{msg}");
+        let msg = e("trtype:TCP subnqn:nqn.x").to_string();
+        assert!(msg.contains("traddr:127.0.0.1"), "{msg}");
     }
 
     proptest! {

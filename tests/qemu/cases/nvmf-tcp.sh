@@ -1,7 +1,7 @@
 # NVMe/TCP: our initiator against the kernel's NVMe-oF target (nvmet + nvmet-tcp) on
 # 127.0.0.1:4420, configured through configfs with two namespaces: a memory-backed null_blk
 # device with 4 KiB blocks (nsid 1) and a loop device over a file with 512-byte blocks (nsid 2).
-# Runs nvme-identify, nvme-hello, an nvme-dd round trip (checked against the backing file and
+# Runs discovery, nvme-identify, nvme-hello, an nvme-dd round trip (checked against the backing file and
 # through the kernel's own NVMe/TCP host), an nvme-perf smoke run, and bad input and faults:
 # nothing listening, a wrong subsystem NQN, the port removed mid-run. Each must fail with a
 # clear message, quickly, without a panic.
@@ -50,6 +50,10 @@ grep -A6 "^Namespace 2" /tmp/id.out | grep -q "Block size: *512 bytes" || fail "
 grep -q "Model: *Linux" /tmp/id.out || fail "the model is not the kernel target's"
 timeout 60 nvme-identify --json "$TRID" >/tmp/id.json
 grep -q '"nsid": *2' /tmp/id.json || fail "nvme-identify --json lacks namespace 2"
+
+echo "== discovery (no subnqn: the discovery subsystem lists the port's subsystems)"
+timeout 60 nvme-identify trtype:TCP traddr:127.0.0.1 trsvcid:$PORT | tee /tmp/disc.out
+grep -q "subsystem .*traddr:127.0.0.1 trsvcid:$PORT subnqn:$NQN\$" /tmp/disc.out || fail "discovery did not list $NQN"
 
 echo "== nvme-hello"
 timeout 60 nvme-hello --nsid 2 --write-lba 8 $TRID | tee /tmp/hello.out
@@ -135,7 +139,8 @@ expect_fail "cannot connect to 127.0.0.1:4421;listens there" \
     timeout 30 nvme-identify trtype:TCP traddr:127.0.0.1 trsvcid:4421 subnqn:$NQN
 expect_fail "no subsystem;nqn.2026-01.test:nope" \
     timeout 30 nvme-hello trtype:TCP traddr:127.0.0.1 trsvcid:$PORT subnqn:nqn.2026-01.test:nope
-expect_fail "has no subnqn" nvme-identify trtype:TCP traddr:127.0.0.1
+expect_fail "has no traddr" nvme-identify trtype:TCP subnqn:$NQN
+expect_fail "discovery subsystem;nvme-identify" nvme-hello trtype:TCP traddr:127.0.0.1 trsvcid:$PORT
 expect_fail "not an IPv4 or IPv6 address" nvme-identify trtype:TCP traddr:localhost subnqn:$NQN
 
 echo "== the port removed while nvme-perf runs"

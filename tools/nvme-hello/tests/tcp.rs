@@ -56,8 +56,12 @@ fn tcp_errors_are_clear() {
     let (rc, _, err) = hello(&[&nobody]);
     assert_eq!(rc, 1);
     assert!(err.contains("cannot connect to 127.0.0.1"), "{err}");
-    let (rc, _, err) = hello(&["trtype:TCP", "traddr:127.0.0.1"]);
+    let discovery = format!("trtype:TCP traddr:127.0.0.1 trsvcid:{}", t.addr.port());
+    let (rc, _, err) = hello(&[&discovery]);
     assert_eq!(rc, 1);
-    assert!(err.contains("has no subnqn"), "{err}");
+    assert!(err.contains("discovery subsystem"), "{err}");
+    let (rc, _, err) = hello(&["trtype:TCP", "subnqn:nqn.x:y"]);
+    assert_eq!(rc, 1);
+    assert!(err.contains("has no traddr"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }

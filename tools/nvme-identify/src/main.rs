@@ -2,6 +2,8 @@
 //! over NVMe/TCP when DEVICE is a TCP transport id) and
 //! prints its Identify Controller data, capabilities, and every active namespace with its LBA
 //! formats; with `--health`, its SMART / Health Information and Error Information logs instead.
+//! An NVMe/TCP transport id without `subnqn` (the discovery subsystem) lists the subsystems the
+//! target's discovery controller reports, one transport id each.
 //!
 //! Errors go to stderr as `error: <message>` (with the chain of causes) and exit with status 1;
 //! bad input never panics.
@@ -14,7 +16,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use nvme_driver::ControllerOptions;
-use nvme_tool_support::{parse_target, AnyController, TargetError};
+use nvme_tool_support::{parse_target, AnyController, Target, TargetError};
 
 use crate::health::HealthReport;
 use crate::report::{Registers, Report};
@@ -54,6 +56,11 @@ enum IdentifyError {
 
 fn run(cli: &Cli) -> Result<(), IdentifyError> {
     let target = parse_target(&cli.device.join(" "))?;
+    if let Target::Tcp(trid) = &target {
+        if trid.is_discovery() {
+            return discovery(cli, trid);
+        }
+    }
     let ctrl = AnyController::open(&target, ControllerOptions::default())?;
     if cli.health {
         let Some(ctrl) = ctrl.as_pcie() else {
@@ -88,6 +95,42 @@ fn run(cli: &Cli) -> Result<(), IdentifyError> {
     } else {
         report.to_text()
     };
+    print(&text)
+}
+
+/// Lists what an NVMe/TCP discovery controller knows, one transport id per subsystem.
+fn discovery(cli: &Cli, trid: &nvme_tcp::TransportId) -> Result<(), IdentifyError> {
+    let entries = nvme_tcp::discover(trid, nvme_tcp::TcpOptions::default())?;
+    if cli.json {
+        let list: Vec<serde_json::Value> = entries
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "trtype": nvme_driver::spec::fabrics::trtype::name(e.trtype),
+                    "subtype": e.subtype,
+                    "portid": e.portid,
+                    "traddr": e.traddr,
+                    "trsvcid": e.trsvcid,
+                    "subnqn": e.subnqn,
+                    "transport_id": e.transport_id(),
+                })
+            })
+            .collect();
+        return print(&(serde_json::to_string_pretty(&list)? + "\n"));
+    }
+    let mut text = format!(
+        "Discovery controller at {}: {} record(s)\n",
+        trid.socket_addr(),
+        entries.len()
+    );
+    for e in &entries {
+        let kind = match e.subtype {
+            nvme_driver::spec::fabrics::subtype::NVM => "subsystem",
+            nvme_driver::spec::fabrics::subtype::DISCOVERY_REFERRAL => "referral",
+            _ => "discovery",
+        };
+        text.push_str(&format!("  {kind:<9} {}\n", e.transport_id()));
+    }
     print(&text)
 }
 

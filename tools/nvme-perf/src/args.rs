@@ -743,7 +743,8 @@ mod tests {
                 "--inline-device",
             ),
             (&["zz:zz"][..], "bad DEVICE"),
-            (&["trtype:TCP traddr:1.2.3.4"][..], "not supported"),
+            (&["trtype:TCP subnqn:nqn.a:b"][..], "has no traddr"),
+            (&["trtype:RDMA traddr:1.2.3.4"][..], "not supported"),
         ] {
             let err = parse(line).unwrap_err();
             assert!(err.contains(needle), "{line:?}: {err}");

@@ -79,7 +79,7 @@ mod tests {
         let tcp = Target::parse("trtype:TCP traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.a:b").unwrap();
         assert!(matches!(tcp, Target::Tcp(ref t) if t.trsvcid == 4420));
         assert!(matches!(
-            Target::parse("trtype:TCP traddr:127.0.0.1"),
+            Target::parse("trtype:TCP subnqn:nqn.a:b"),
             Err(crate::PerfError::TransportId(_))
         ));
     }

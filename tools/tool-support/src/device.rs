@@ -296,7 +296,11 @@ mod tests {
         assert_eq!(t.subnqn, "nqn.2026-01.test:sub1");
         assert!(matches!(
             parse_target("trtype:tcp traddr:127.0.0.1"),
-            Err(TargetError::Tcp(TridError::MissingSubnqn { .. }))
+            Ok(Target::Tcp(t)) if t.is_discovery()
+        ));
+        assert!(matches!(
+            parse_target("trtype:tcp subnqn:nqn.x"),
+            Err(TargetError::Tcp(TridError::MissingTraddr { .. }))
         ));
         assert!(matches!(
             parse_target("trtype:RDMA traddr:1.2.3.4"),
