@@ -103,7 +103,7 @@ if modprobe nvme-tcp 2>/dev/null && [ -e /dev/nvme-fabrics ]; then
     i=0
     while [ -z "$dev" ] && [ "$i" -lt 100 ]; do
         for b in $(ls -d /sys/block/nvme* 2>/dev/null | grep -vxF -f /tmp/before); do
-            [ "$(cat "$b/size")" = $((NS2_MB * 2048)) ] && dev=/dev/${b##*/}
+            if [ "$(cat "$b/size")" = $((NS2_MB * 2048)) ]; then dev=/dev/${b##*/}; fi
         done
         [ -n "$dev" ] || sleep 0.1
         i=$((i + 1))
@@ -113,7 +113,7 @@ if modprobe nvme-tcp 2>/dev/null && [ -e /dev/nvme-fabrics ]; then
     cmp /tmp/in.bin /tmp/kernel.bin || fail "the kernel's NVMe/TCP host reads different data from $dev"
     echo "    ok: $dev (kernel host) reads what nvme-dd wrote"
     for c in /sys/class/nvme/nvme*; do
-        [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] && echo 1 >"$c/delete_controller"
+        if [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ]; then echo 1 >"$c/delete_controller"; fi
     done
 else
     echo "@@WARN nvme-tcp host module unavailable: kernel cross-check skipped"
