@@ -111,7 +111,7 @@ pub struct TcpQueueStats {
     pub r2ts: u64,
     /// Writes whose data went in the command capsule.
     pub in_capsule_writes: u64,
-    /// Calls to poll / polls that found nothing.
+    /// Calls to poll.
     pub polls: u64,
     /// Polls that found nothing.
     pub idle_polls: u64,
@@ -585,10 +585,8 @@ impl Queue {
         }
         if n == 0 {
             self.stats.idle_polls += 1;
-            self.polls_since_clock += 1;
-        } else {
-            self.polls_since_clock += 1;
         }
+        self.polls_since_clock += 1;
         n
     }
 
