@@ -383,3 +383,11 @@ fn discovery_lists_the_subsystem() {
     let e = TcpController::connect(&trid, TcpOptions::default()).unwrap_err();
     assert!(e.to_string().contains("discovery subsystem"), "{e}");
 }
+
+#[test]
+fn thread_safety_matches_the_pcie_types() {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+    send::<crate::TcpQueuePair>();
+    send_sync::<TcpController>();
+}
