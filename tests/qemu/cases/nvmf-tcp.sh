@@ -42,6 +42,7 @@ echo $PORT >"$CFG/ports/1/addr_trsvcid"
 ln -s "$CFG/subsystems/$NQN" "$CFG/ports/1/subsystems/$NQN"
 
 echo "== nvme-identify $TRID"
+# shellcheck disable=SC2086 # unquoted on purpose: the tools also take the id as several words
 timeout 60 nvme-identify $TRID | tee /tmp/id.out
 grep -q "^Namespace 1" /tmp/id.out || fail "nvme-identify did not list namespace 1"
 grep -q "^Namespace 2" /tmp/id.out || fail "nvme-identify did not list namespace 2"
@@ -56,6 +57,7 @@ timeout 60 nvme-identify trtype:TCP traddr:127.0.0.1 trsvcid:$PORT | tee /tmp/di
 grep -q "subsystem .*traddr:127.0.0.1 trsvcid:$PORT subnqn:$NQN\$" /tmp/disc.out || fail "discovery did not list $NQN"
 
 echo "== nvme-hello"
+# shellcheck disable=SC2086 # as above
 timeout 60 nvme-hello --nsid 2 --write-lba 8 $TRID | tee /tmp/hello.out
 grep -q "Hello world" /tmp/hello.out || fail "nvme-hello --write-lba 8 did not print the greeting"
 dd if=/tmp/ns2.img of=/tmp/blk8 bs=512 skip=8 count=1 2>/dev/null
@@ -97,13 +99,14 @@ cmp /tmp/in.bin /tmp/dig2.bin || fail "R2T writes with digests stored different 
 
 echo "== cross-check through the kernel's NVMe/TCP host"
 if modprobe nvme-tcp 2>/dev/null && [ -e /dev/nvme-fabrics ]; then
-    { ls -d /sys/block/nvme* 2>/dev/null || true; } >/tmp/before
+    for b in /sys/block/nvme*; do echo "$b"; done >/tmp/before
     echo "transport=tcp,traddr=127.0.0.1,trsvcid=$PORT,nqn=$NQN" >/dev/nvme-fabrics
     dev=""
     i=0
     while [ -z "$dev" ] && [ "$i" -lt 100 ]; do
-        for b in $(ls -d /sys/block/nvme* 2>/dev/null | grep -vxF -f /tmp/before); do
-            if [ "$(cat "$b/size")" = $((NS2_MB * 2048)) ]; then dev=/dev/${b##*/}; fi
+        for b in /sys/block/nvme*; do
+            grep -qxF "$b" /tmp/before && continue
+            if [ "$(cat "$b/size" 2>/dev/null)" = $((NS2_MB * 2048)) ]; then dev=/dev/${b##*/}; fi
         done
         [ -n "$dev" ] || sleep 0.1
         i=$((i + 1))
