@@ -51,6 +51,10 @@ step "qemu guest (metadata namespaces)" tests/qemu/run.sh --no-build \
 # and writes of sector 4096 (LBA 512): media errors on exactly those requests.
 step "qemu guest (media errors)" tests/qemu/run.sh --no-build \
     --ns 4096:16M:bad=r2048,w4096 --ns 512:16M media-errors.sh
+# Its own boot: our NVMe/TCP initiator against the kernel's nvmet-tcp target on 127.0.0.1 (the
+# emulated NVMe controller is not used; a boot of its own keeps the target's configfs state and the
+# kernel host's nvme devices away from the other cases).
+step "qemu guest (NVMe/TCP)" tests/qemu/run.sh --no-build nvmf-tcp.sh
 # The core cases on every other controller layout of tests/qemu/layouts (many namespaces with
 # gaps in their ids, MDTS 1 and 0, one queue pair, 4 KiB-only namespaces, two controllers), one
 # boot each.

@@ -28,8 +28,9 @@ GUEST_EXAMPLES="two_controllers"
 # Kernel modules the guest loads at boot (dependencies are added from modules.dep).
 GUEST_MODULES="nvme vfio vfio_iommu_type1 vfio-pci"
 # Modules copied but only loaded by cases that need them (in-use.sh mounts ext2 through ext4, which
-# needs crc32c, and puts a loop device over a namespace).
-GUEST_EXTRA_MODULES="ext4 crc32c_generic loop"
+# needs crc32c, and puts a loop device over a namespace; nvmf-tcp.sh runs the kernel's NVMe/TCP
+# target over null_blk and loop, and its NVMe/TCP host for a cross-check).
+GUEST_EXTRA_MODULES="ext4 crc32c_generic loop null_blk nvmet nvmet-tcp nvme-tcp"
 # Hugepages (2 MiB) reserved in the guest before the cases run (environment may raise it).
 GUEST_HUGEPAGES_GIVEN=${GUEST_HUGEPAGES:-}
 GUEST_HUGEPAGES=${GUEST_HUGEPAGES:-64}

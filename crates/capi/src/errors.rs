@@ -80,6 +80,7 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         Error::NoQueuesLeft { .. } => NVME_ERR_NO_QUEUES,
         Error::ForeignBuffer { .. } => NVME_ERR_FOREIGN_BUFFER,
         Error::NoInterrupts { .. } | Error::InterruptWait { .. } => NVME_ERR_INTERRUPT,
+        Error::Transport { .. } => NVME_ERR_NO_DEVICE,
     }
 }
 

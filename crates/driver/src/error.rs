@@ -177,6 +177,15 @@ pub enum Error {
     /// A command that does not fit the request API (e.g. a raw command without a namespace).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// A fabrics transport failed (connection refused, reset or closed, a malformed PDU, a
+    /// digest mismatch, a Connect the target refused). The queue is closed: every request that
+    /// was on it completes with this error. The source says what happened and how to fix it.
+    #[error("controller {controller}: {source}")]
+    Transport {
+        controller: String,
+        #[source]
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 /// Whether the `count`-th occurrence of a repeated problem is logged: the first few, then

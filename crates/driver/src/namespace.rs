@@ -26,7 +26,8 @@ impl Namespace {
     /// used: zero size, a bogus LBA data size, blocks larger than the largest transfer
     /// (`max_transfer` bytes), or a format with metadata or protection information, which this
     /// driver does not transfer (a device would move more bytes than the data buffer holds).
-    pub(crate) fn from_identify(
+    /// Public for other transports (NVMe/TCP) that read Identify Namespace themselves.
+    pub fn from_identify(
         nsid: u32,
         data: IdentifyNamespace,
         max_transfer: usize,

@@ -17,6 +17,7 @@ mod le;
 
 pub mod command;
 pub mod event;
+pub mod fabrics;
 pub mod identify;
 pub mod log;
 pub mod opcode;
@@ -24,6 +25,7 @@ pub mod queue;
 pub mod regs;
 pub mod sgl;
 pub mod status;
+pub mod tcp;
 
 pub use command::Cns;
 pub use event::{AsyncEvent, AsyncEventType};

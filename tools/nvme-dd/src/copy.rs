@@ -22,7 +22,8 @@ use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
 use crate::operands::MAX_BYTE_OFFSET;
-use nvme_driver::{Completion, DmaBuffer, IoFailure, Namespace, QueuePair, MAX_BLOCKS_PER_COMMAND};
+use nvme_driver::{Completion, DmaBuffer, IoFailure, Namespace, MAX_BLOCKS_PER_COMMAND};
+use nvme_tool_support::AnyQueuePair;
 
 /// Upper bound on the DMA memory the record buffers may take (the queue depth is lowered to
 /// fit), so a large `bs` cannot exhaust hugepages. One record is one buffer, so `bs` itself may
@@ -354,10 +355,10 @@ pub trait IoQueue {
     fn in_flight(&self) -> usize;
 }
 
-/// A driver queue pair bound to one namespace.
+/// A driver queue pair (PCIe or NVMe/TCP) bound to one namespace.
 pub struct NamespaceQueue {
     /// The queue pair.
-    pub qp: QueuePair,
+    pub qp: AnyQueuePair,
     /// The namespace every request goes to.
     pub ns: Namespace,
 }
@@ -1343,7 +1344,13 @@ mod sim_tests {
             })
             .unwrap();
         let buffers = DmaBuffer::allocate_many(ctrl.dma(), shape.qd, bs).unwrap();
-        (NamespaceQueue { qp, ns }, buffers)
+        (
+            NamespaceQueue {
+                qp: AnyQueuePair::Pcie(qp),
+                ns,
+            },
+            buffers,
+        )
     }
 
     #[test]

@@ -19,11 +19,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use nvme_driver::{Controller, ControllerOptions, DmaBuffer, QueuePairOptions};
+use nvme_driver::{ControllerOptions, DmaBuffer, QueuePairOptions};
+use nvme_tool_support::{parse_target, AnyController, TargetError};
 
 use crate::copy::{CopyError, CopyOutcome, Geometry, NamespaceQueue, Output, Plan, Progress};
 use crate::operands::{byte_offset, parse_operands, Direction, OperandError, Stream, Transfer};
-use nvme_driver::{parse_device, DeviceArgError};
 
 /// Buffer size for writes to a stream output (stdout, pipes).
 const STREAM_BUFFER_BYTES: usize = 1 << 20;
@@ -53,7 +53,8 @@ fn parse_qd(value: &str) -> Result<u16, String> {
     after_help = "Operands: if=PATH|-|nvme:NSID  of=PATH|-|nvme:NSID  bs=BYTES (k/K, M, G suffixes; default 512)  count=N  skip=N  seek=N"
 )]
 struct Cli {
-    /// PCI address (0000:00:04.0) or transport id ("trtype:PCIe traddr:0000:00:04.0").
+    /// PCI address (0000:00:04.0) or transport id ("trtype:PCIe traddr:0000:00:04.0", or
+    /// "trtype:TCP traddr:127.0.0.1 trsvcid:4420 subnqn:NQN" for NVMe/TCP).
     #[arg(long)]
     device: String,
     /// Requests kept in flight (1 to 4096).
@@ -76,7 +77,7 @@ enum DdError {
     #[error(transparent)]
     Operand(#[from] OperandError),
     #[error(transparent)]
-    Device(#[from] DeviceArgError),
+    Device(#[from] TargetError),
     #[error(transparent)]
     Driver(#[from] nvme_driver::Error),
     #[error(transparent)]
@@ -220,7 +221,7 @@ fn run(cli: &Cli) -> Result<(), DdError> {
     // Operands first (every byte offset included), so a typo fails before the controller is
     // touched; nothing is opened for writing until the device and the plan are known to work.
     let transfer: Transfer = parse_operands(&cli.operands)?;
-    let address = parse_device(&cli.device)?;
+    let target = parse_target(&cli.device)?;
     let Transfer {
         bs,
         count,
@@ -237,7 +238,7 @@ fn run(cli: &Cli) -> Result<(), DdError> {
         Direction::ToNvme { nsid, .. } => *nsid,
     };
 
-    let ctrl = Controller::open_pci(&address.to_string(), ControllerOptions::default())?;
+    let ctrl = AnyController::open(&target, ControllerOptions::default())?;
     let ns = ctrl.namespace(nsid)?;
     let geo = Geometry::of(&ns);
     // The input is only read: opening it (and skipping) changes nothing on disk.

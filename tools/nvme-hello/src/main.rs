@@ -14,9 +14,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use nvme_driver::{Controller, ControllerOptions, IoFailure, Namespace, QueuePairOptions};
-
-use nvme_driver::{parse_device, DeviceArgError};
+use nvme_driver::{ControllerOptions, IoFailure, Namespace, QueuePairOptions};
+use nvme_tool_support::{parse_target, AnyController, TargetError};
 
 /// The message written to the device.
 const GREETING: &[u8] = b"Hello world!\n";
@@ -26,7 +25,8 @@ const GREETING: &[u8] = b"Hello world!\n";
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Cli {
-    /// PCI address (0000:00:04.0) or transport id (trtype:PCIe traddr:0000:00:04.0, quoted or not).
+    /// PCI address (0000:00:04.0) or transport id (trtype:PCIe traddr:0000:00:04.0, or
+    /// trtype:TCP traddr:127.0.0.1 trsvcid:4420 subnqn:NQN for NVMe/TCP; quoted or not).
     #[arg(required = true, num_args = 1..)]
     device: Vec<String>,
     /// Namespace to use (default: the first active one).
@@ -45,7 +45,7 @@ struct Cli {
 #[derive(Debug, thiserror::Error)]
 enum HelloError {
     #[error(transparent)]
-    Device(#[from] DeviceArgError),
+    Device(#[from] TargetError),
     #[error(transparent)]
     Driver(#[from] nvme_driver::Error),
     #[error("{what} of LBA {lba} on namespace {nsid} failed: {source}")]
@@ -130,8 +130,8 @@ fn block_text(block: &[u8]) -> String {
 }
 
 fn run(cli: &Cli) -> Result<(), HelloError> {
-    let address = parse_device(&cli.device.join(" "))?;
-    let ctrl = Controller::open_pci(&address.to_string(), ControllerOptions::default())?;
+    let target = parse_target(&cli.device.join(" "))?;
+    let ctrl = AnyController::open(&target, ControllerOptions::default())?;
     let id = ctrl.identify();
     let mut out = std::io::stdout().lock();
     writeln!(
@@ -291,8 +291,8 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            parse_device(&cli.device.join(" ")).unwrap().to_string(),
-            "0000:00:04.0"
+            parse_target(&cli.device.join(" ")).unwrap(),
+            nvme_tool_support::Target::Pcie("0000:00:04.0".parse().unwrap())
         );
         assert_eq!(cli.lba, 5);
     }

@@ -1,6 +1,9 @@
-//! `nvme-identify [--json] [--health] DEVICE`: opens an NVMe controller through vfio-pci and
+//! `nvme-identify [--json] [--health] DEVICE`: opens an NVMe controller through vfio-pci (or
+//! over NVMe/TCP when DEVICE is a TCP transport id) and
 //! prints its Identify Controller data, capabilities, and every active namespace with its LBA
 //! formats; with `--health`, its SMART / Health Information and Error Information logs instead.
+//! An NVMe/TCP transport id without `subnqn` (the discovery subsystem) lists the subsystems the
+//! target's discovery controller reports, one transport id each.
 //!
 //! Errors go to stderr as `error: <message>` (with the chain of causes) and exit with status 1;
 //! bad input never panics.
@@ -12,12 +15,12 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use nvme_driver::{Controller, ControllerOptions};
+use nvme_driver::ControllerOptions;
+use nvme_tool_support::{parse_target, AnyController, Target, TargetError};
 
 use crate::health::HealthReport;
 use crate::report::{Registers, Report};
 use nvme_driver::spec::log::NSID_BROADCAST;
-use nvme_driver::{parse_device, DeviceArgError};
 
 /// Print an NVMe controller's Identify data (the controller must be bound to vfio-pci).
 #[derive(Debug, Parser)]
@@ -30,7 +33,8 @@ struct Cli {
     /// nvme-cli's smart-log and error-log) instead of the Identify data.
     #[arg(long)]
     health: bool,
-    /// PCI address (0000:00:04.0) or transport id (trtype:PCIe traddr:0000:00:04.0, quoted or not).
+    /// PCI address (0000:00:04.0) or transport id (trtype:PCIe traddr:0000:00:04.0, or
+    /// trtype:TCP traddr:127.0.0.1 trsvcid:4420 subnqn:NQN for NVMe/TCP; quoted or not).
     #[arg(required = true, num_args = 1..)]
     device: Vec<String>,
 }
@@ -39,7 +43,9 @@ struct Cli {
 #[derive(Debug, thiserror::Error)]
 enum IdentifyError {
     #[error(transparent)]
-    Device(#[from] DeviceArgError),
+    Device(#[from] TargetError),
+    #[error("--health reads log pages through the PCIe driver; it is not supported over NVMe/TCP yet (controller {0})")]
+    HealthOverTcp(String),
     #[error(transparent)]
     Driver(#[from] nvme_driver::Error),
     #[error("cannot encode the report as JSON: {0}")]
@@ -49,9 +55,17 @@ enum IdentifyError {
 }
 
 fn run(cli: &Cli) -> Result<(), IdentifyError> {
-    let address = parse_device(&cli.device.join(" "))?;
-    let ctrl = Controller::open_pci(&address.to_string(), ControllerOptions::default())?;
+    let target = parse_target(&cli.device.join(" "))?;
+    if let Target::Tcp(trid) = &target {
+        if trid.is_discovery() {
+            return discovery(cli, trid);
+        }
+    }
+    let ctrl = AnyController::open(&target, ControllerOptions::default())?;
     if cli.health {
+        let Some(ctrl) = ctrl.as_pcie() else {
+            return Err(IdentifyError::HealthOverTcp(ctrl.name().to_owned()));
+        };
         let smart = ctrl.smart_log(NSID_BROADCAST)?;
         let errors = ctrl.error_log(usize::MAX)?;
         let report = HealthReport::new(ctrl.name(), &smart, &errors);
@@ -81,6 +95,42 @@ fn run(cli: &Cli) -> Result<(), IdentifyError> {
     } else {
         report.to_text()
     };
+    print(&text)
+}
+
+/// Lists what an NVMe/TCP discovery controller knows, one transport id per subsystem.
+fn discovery(cli: &Cli, trid: &nvme_tcp::TransportId) -> Result<(), IdentifyError> {
+    let entries = nvme_tcp::discover(trid, nvme_tcp::TcpOptions::default())?;
+    if cli.json {
+        let list: Vec<serde_json::Value> = entries
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "trtype": nvme_driver::spec::fabrics::trtype::name(e.trtype),
+                    "subtype": e.subtype,
+                    "portid": e.portid,
+                    "traddr": e.traddr,
+                    "trsvcid": e.trsvcid,
+                    "subnqn": e.subnqn,
+                    "transport_id": e.transport_id(),
+                })
+            })
+            .collect();
+        return print(&(serde_json::to_string_pretty(&list)? + "\n"));
+    }
+    let mut text = format!(
+        "Discovery controller at {}: {} record(s)\n",
+        trid.socket_addr(),
+        entries.len()
+    );
+    for e in &entries {
+        let kind = match e.subtype {
+            nvme_driver::spec::fabrics::subtype::NVM => "subsystem",
+            nvme_driver::spec::fabrics::subtype::DISCOVERY_REFERRAL => "referral",
+            _ => "discovery",
+        };
+        text.push_str(&format!("  {kind:<9} {}\n", e.transport_id()));
+    }
     print(&text)
 }
 

@@ -479,12 +479,13 @@ impl Args {
                            add --engine io_uring",
                 })
             }
-            (Engine::IoUring, Target::Pci(_) | Target::Sim) => {
+            (Engine::IoUring, Target::Pci(_) | Target::Sim | Target::Tcp(_)) => {
                 return Err(PerfError::EngineDevice {
                     engine: Engine::IoUring.name(),
                     device: self.device.clone(),
                     hint: "it needs a block device path such as /dev/nvme0n1 (the controller \
-                           bound to the kernel's nvme driver)",
+                           bound to the kernel's nvme driver, or connected by the kernel's \
+                           NVMe/TCP host)",
                 })
             }
             _ => {}
@@ -806,7 +807,8 @@ mod tests {
                 "--inline-device",
             ),
             (&["zz:zz"][..], "bad DEVICE"),
-            (&["trtype:TCP traddr:1.2.3.4"][..], "not supported"),
+            (&["trtype:TCP subnqn:nqn.a:b"][..], "has no traddr"),
+            (&["trtype:RDMA traddr:1.2.3.4"][..], "not supported"),
         ] {
             let err = parse(line).unwrap_err();
             assert!(err.contains(needle), "{line:?}: {err}");

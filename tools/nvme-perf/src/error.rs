@@ -19,6 +19,8 @@ pub enum PerfError {
     /// The DEVICE argument is malformed.
     #[error("bad DEVICE: {0}")]
     Device(#[from] DeviceArgError),
+    #[error("bad DEVICE: {0}")]
+    TransportId(#[from] nvme_tcp::TridError),
     /// The DEVICE kind does not suit the chosen engine.
     #[error("the {engine} engine cannot use DEVICE `{device}`: {hint}")]
     EngineDevice {

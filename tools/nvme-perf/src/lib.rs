@@ -4,6 +4,7 @@
 //! main thread: clock (warmup -> measure -> stop), progress line   [runner]
 //!   worker thread i (pinned with --pin): one queue pair / ring      [spdk, uring]
 //!     loop { phase check; plug(n); submit <= batch; unplug (1 doorbell); poll(<= batch) }
+//!   (an NVMe/TCP DEVICE runs the same loop shape on a TcpQueuePair)               [tcp]
 //!   -> per-thread Tally (HDR histogram, counters) -> Report        [report]
 //! ```
 //!
@@ -19,6 +20,7 @@ pub mod rng;
 pub mod runner;
 pub mod spdk;
 pub mod target;
+pub mod tcp;
 pub mod uring;
 pub mod verify;
 
@@ -29,6 +31,7 @@ pub use report::Report;
 /// Runs the benchmark `config` describes and summarises it.
 pub fn run(config: &Config) -> Result<Report, PerfError> {
     let outcome = match config.engine {
+        Engine::SpdkLike if matches!(config.target, target::Target::Tcp(_)) => tcp::run(config)?,
         Engine::SpdkLike => spdk::run(config)?,
         Engine::IoUring => uring::run(config)?,
     };

@@ -142,7 +142,9 @@ fn open(config: &Config) -> Result<(Option<SimController>, Controller), PerfErro
             })?;
             Ok((None, ctrl))
         }
-        Target::Path(_) => unreachable!("Args::validate sends paths to the io_uring engine"),
+        Target::Path(_) | Target::Tcp(_) => {
+            unreachable!("Args::validate sends paths to io_uring, lib::run TCP to crate::tcp")
+        }
     }
 }
 

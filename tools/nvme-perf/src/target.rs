@@ -1,9 +1,10 @@
-//! What DEVICE names: a PCI function (plain address or SPDK-style transport id), the in-process
-//! emulator (`sim`), or a block device / file path for the io_uring engine.
+//! What DEVICE names: a PCI function (plain address or SPDK-style transport id), an NVMe/TCP
+//! subsystem (`trtype:TCP ...` transport id), the in-process emulator (`sim`), or a block
+//! device / file path for the io_uring engine.
 
 use std::path::PathBuf;
 
-use nvme_driver::{parse_device, DeviceArgError, PciAddress};
+use nvme_driver::{parse_device, PciAddress};
 
 /// DEVICE word that selects the in-process emulator.
 pub const SIM_DEVICE: &str = "sim";
@@ -17,20 +18,25 @@ pub enum Target {
     Sim,
     /// A block device (or a file, for testing) opened by the io_uring engine.
     Path(PathBuf),
+    /// An NVMe/TCP subsystem (the spdk-like engine's TCP loop, `crate::tcp`).
+    Tcp(nvme_tcp::TransportId),
 }
 
 impl Target {
     /// Parses DEVICE. A word starting with `/` or `.` is a path; `sim` the emulator; anything
     /// else must be a PCI address or transport id.
-    pub fn parse(arg: &str) -> Result<Self, DeviceArgError> {
+    pub fn parse(arg: &str) -> Result<Self, crate::PerfError> {
         let trimmed = arg.trim();
+        if nvme_tcp::is_tcp_transport_id(trimmed) {
+            return Ok(Target::Tcp(nvme_tcp::TransportId::parse(trimmed)?));
+        }
         if trimmed.eq_ignore_ascii_case(SIM_DEVICE) {
             return Ok(Target::Sim);
         }
         if trimmed.starts_with('/') || trimmed.starts_with('.') {
             return Ok(Target::Path(PathBuf::from(trimmed)));
         }
-        parse_device(trimmed).map(Target::Pci)
+        Ok(parse_device(trimmed).map(Target::Pci)?)
     }
 }
 
@@ -40,6 +46,7 @@ impl std::fmt::Display for Target {
             Target::Pci(a) => write!(f, "{a}"),
             Target::Sim => f.write_str(SIM_DEVICE),
             Target::Path(p) => write!(f, "{}", p.display()),
+            Target::Tcp(t) => write!(f, "{t}"),
         }
     }
 }
@@ -47,6 +54,7 @@ impl std::fmt::Display for Target {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nvme_driver::DeviceArgError;
 
     #[test]
     fn device_forms() {
@@ -66,7 +74,13 @@ mod tests {
         assert!(Target::parse("nvme0n1").is_err());
         assert!(matches!(
             Target::parse("trtype:RDMA traddr:1.2.3.4"),
-            Err(DeviceArgError::Transport { .. })
+            Err(crate::PerfError::Device(DeviceArgError::Transport { .. }))
+        ));
+        let tcp = Target::parse("trtype:TCP traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.a:b").unwrap();
+        assert!(matches!(tcp, Target::Tcp(ref t) if t.trsvcid == 4420));
+        assert!(matches!(
+            Target::parse("trtype:TCP subnqn:nqn.a:b"),
+            Err(crate::PerfError::TransportId(_))
         ));
     }
 }

@@ -1,9 +1,13 @@
 //! The entry point the tools share: logging from `RUST_LOG` (default `warn`), command-line
 //! parsing where a usage error exits with status 1 (never a panic), and errors printed as
-//! `error: <message>` followed by each distinct cause.
+//! `error: <message>` followed by each distinct cause; and the DEVICE argument, a PCI address
+//! or an NVMe/TCP transport id ([`device`]).
 
 use std::error::Error;
 use std::process::ExitCode;
+
+pub mod device;
+pub use device::{parse_target, AnyController, AnyQueuePair, Target, TargetError};
 
 /// Runs a tool's `run` with its parsed command line and turns the outcome into an exit status:
 /// 0 on success, 1 on a usage error or a failure (`--help`/`--version` exit 0).

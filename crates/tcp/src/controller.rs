@@ -1,0 +1,872 @@
+//! The NVMe/TCP controller: admin queue bring-up over Fabrics (Connect, Property Get/Set
+//! for CAP, VS, CC.EN and CSTS.RDY), Identify, Keep Alive, and I/O queue pairs each on a
+//! TCP connection of its own.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nvme_driver::{DmaBuffer, DmaMapper, Error, Namespace, QueuePairOptions, Result};
+use nvme_spec::command::{self, Cns};
+use nvme_spec::fabrics::{self, ConnectData};
+use nvme_spec::identify::IDENTIFY_DATA_SIZE;
+use nvme_spec::queue::{CQES_LOG2, SQES_LOG2, SQE_SIZE};
+use nvme_spec::regs::{self, Cap, Cc, Csts, ShutdownNotification, Version};
+use nvme_spec::{IdentifyController, IdentifyNamespace, NamespaceList, StatusCodeType};
+
+use crate::error::TcpError;
+use crate::mapper::HostMemory;
+use crate::qpair::TcpQueuePair;
+use crate::queue::{handshake, Queue};
+use crate::trid::TransportId;
+
+/// Entries of the admin queue.
+const ADMIN_QUEUE_ENTRIES: u16 = 32;
+/// In-capsule data every NVMe/TCP controller takes on its admin queue (8 KiB; the I/O queue
+/// size comes from Identify Controller IOCCSZ).
+const ADMIN_IN_CAPSULE: usize = 8192;
+/// Default entries of an I/O queue pair (clamped to CAP.MQES+1 and MAXCMD).
+pub const DEFAULT_TCP_QUEUE_DEPTH: u32 = 128;
+/// Largest transfer of one command when the controller reports no MDTS limit.
+pub const MAX_TRANSFER: usize = 1 << 20;
+/// Unit of IOCCSZ (NVMe Base 2.0 Figure 275: 16 bytes).
+const CCSZ_UNIT: usize = 16;
+
+/// Options of an NVMe/TCP connection.
+#[derive(Clone, Debug)]
+pub struct TcpOptions {
+    /// Host NQN (a transport id's `hostnqn:` wins); default derived from `hostid`.
+    pub hostnqn: Option<String>,
+    /// Host identifier sent in every Connect.
+    pub hostid: [u8; 16],
+    /// Keep Alive Timeout asked of the controller (0 turns it off). Keep Alive commands go
+    /// out every half of it from the owner threads' polls ([`TcpQueuePair::poll`]) or
+    /// [`TcpController::keep_alive`].
+    pub kato: Duration,
+    /// I/O queue pairs to ask for.
+    pub io_queues: u16,
+    /// Limit for connecting, the handshake and each admin command.
+    pub timeout: Duration,
+    /// Ask for header digests (also `hdgst:1` in the transport id).
+    pub header_digest: bool,
+    /// Ask for data digests (also `ddgst:1` in the transport id).
+    pub data_digest: bool,
+}
+
+impl Default for TcpOptions {
+    fn default() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        let mut hostid = [0u8; 16];
+        for (i, chunk) in hostid.chunks_mut(8).enumerate() {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_usize(i);
+            h.write_u32(std::process::id());
+            chunk.copy_from_slice(&h.finish().to_le_bytes());
+        }
+        Self {
+            hostnqn: None,
+            hostid,
+            kato: Duration::from_secs(10),
+            io_queues: 4,
+            timeout: Duration::from_secs(10),
+            header_digest: false,
+            data_digest: false,
+        }
+    }
+}
+
+fn uuid_text(id: &[u8; 16]) -> String {
+    let h: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// State shared by the controller handle and its queue pairs.
+pub(crate) struct Inner {
+    pub trid: TransportId,
+    pub addr: SocketAddr,
+    pub name: Arc<str>,
+    pub hostnqn: String,
+    pub options: TcpOptions,
+    pub want_hdgst: bool,
+    pub want_ddgst: bool,
+    pub admin: Mutex<Admin>,
+    pub cntlid: u16,
+    pub cap: Cap,
+    pub version: Version,
+    pub identify: IdentifyController,
+    pub namespaces: Vec<Namespace>,
+    pub unsupported: Vec<(u32, String)>,
+    pub mapper: Arc<dyn DmaMapper>,
+    pub io_in_capsule: usize,
+    pub max_transfer: usize,
+    pub max_entries: u32,
+    pub granted: u16,
+    pub free_qids: Mutex<Vec<u16>>,
+}
+
+/// The admin queue and its keep-alive state.
+pub(crate) struct Admin {
+    pub q: Queue,
+    last_keep_alive: Instant,
+    keep_alive_outstanding: bool,
+}
+
+/// Marks the asynchronous Keep Alive's completion.
+const KEEP_ALIVE_TAG: u64 = u64::MAX;
+
+impl Admin {
+    /// Runs one admin command to completion: completion dword 0 (and dword 1) and the buffer.
+    fn execute(
+        &mut self,
+        sqe: nvme_spec::SubmissionEntry,
+        buffer: Option<DmaBuffer>,
+        len: usize,
+        to_device: bool,
+    ) -> std::result::Result<(u32, u32, Option<DmaBuffer>), Error> {
+        self.q
+            .submit(sqe, buffer, len, to_device, 0, true)
+            .map_err(|f| f.error)?;
+        let deadline = Instant::now() + self.q.timeout;
+        let c = self.q.wait_sync(deadline, "waiting for an admin command");
+        self.reap();
+        let dw0 = c.result?;
+        Ok((dw0, self.q.sync_dw1, c.buffer))
+    }
+
+    /// Consumes asynchronous admin completions (Keep Alive).
+    fn reap(&mut self) {
+        let name = self.q.controller.clone();
+        let mut done = false;
+        self.q.poll(usize::MAX, |c| {
+            if c.user_data == KEEP_ALIVE_TAG {
+                done = true;
+                if let Err(e) = c.result {
+                    log::warn!("{name}: Keep Alive failed: {e}");
+                }
+            }
+        });
+        if done {
+            self.keep_alive_outstanding = false;
+        }
+    }
+
+    /// Sends a Keep Alive if half the KATO has passed since the last one, and reaps.
+    fn tick(&mut self, kato: Duration) {
+        self.reap();
+        if kato.is_zero() || self.keep_alive_outstanding || self.q.failed.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        if now.duration_since(self.last_keep_alive) < kato / 2 {
+            return;
+        }
+        self.last_keep_alive = now;
+        if self
+            .q
+            .submit(fabrics::keep_alive(), None, 0, false, KEEP_ALIVE_TAG, false)
+            .is_ok()
+        {
+            self.keep_alive_outstanding = true;
+        }
+    }
+}
+
+/// Explains a refused Connect.
+fn connect_refused(q: &Queue, subnqn: &str, hostnqn: &str, error: Error, dw0: u32) -> Error {
+    let Error::Command { status, .. } = &error else {
+        return error;
+    };
+    let reason = if status.sct() == StatusCodeType::CommandSpecific {
+        match status.sc() {
+            fabrics::status::CONNECT_INVALID_PARAMETERS => {
+                let (iattr, ipo) = fabrics::connect_invalid_parameter(dw0);
+                match (iattr, ipo) {
+                    (1, fabrics::CONNECT_DATA_SUBNQN_OFFSET) => format!(
+                        "the target has no subsystem `{subnqn}` on this port: check subnqn, and \
+                         that the subsystem is linked to the port (nvmet: ln -s \
+                         /sys/kernel/config/nvmet/subsystems/{subnqn} \
+                         /sys/kernel/config/nvmet/ports/N/subsystems/)"
+                    ),
+                    (1, fabrics::CONNECT_DATA_HOSTNQN_OFFSET) => format!(
+                        "host NQN `{hostnqn}` is not accepted: give hostnqn: in the transport id"
+                    ),
+                    _ => format!(
+                        "Connect Invalid Parameters (parameter at byte {ipo} of the {})",
+                        if iattr == 1 { "Connect data" } else { "command" }
+                    ),
+                }
+            }
+            fabrics::status::CONNECT_INVALID_HOST => format!(
+                "host `{hostnqn}` may not use this subsystem: allow it on the target (nvmet: echo 1 > \
+                 /sys/kernel/config/nvmet/subsystems/{subnqn}/attr_allow_any_host, or add the host)"
+            ),
+            fabrics::status::CONTROLLER_BUSY => "controller busy: try again later".into(),
+            _ => status.to_string(),
+        }
+    } else {
+        status.to_string()
+    };
+    Error::Transport {
+        controller: q.controller.to_string(),
+        source: Arc::new(TcpError::ConnectRefused {
+            addr: q.addr,
+            qid: q.qid,
+            subnqn: subnqn.to_owned(),
+            reason,
+        }),
+    }
+}
+
+/// Fabrics Connect on a fresh queue; returns the controller id.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn connect_queue(
+    q: &mut Queue,
+    mapper: &Arc<dyn DmaMapper>,
+    entries: u16,
+    kato: Duration,
+    cntlid: u16,
+    subnqn: &str,
+    hostnqn: &str,
+    hostid: [u8; 16],
+) -> Result<u16> {
+    let data = ConnectData::new(
+        hostid,
+        cntlid,
+        fabrics::nqn_field(subnqn).ok_or_else(|| {
+            Error::InvalidRequest(format!("subsystem NQN `{subnqn}` is too long"))
+        })?,
+        fabrics::nqn_field(hostnqn)
+            .ok_or_else(|| Error::InvalidRequest(format!("host NQN `{hostnqn}` is too long")))?,
+    );
+    let bytes = data.to_bytes();
+    let mut buf = DmaBuffer::allocate(mapper, bytes.len())?;
+    buf[..bytes.len()].copy_from_slice(&bytes);
+    let kato_ms = u32::try_from(kato.as_millis()).unwrap_or(u32::MAX);
+    // I/O queues run without SQ flow control: this host never waits on SQ head pointers (it
+    // keeps at most entries - 1 commands outstanding), and the target may then finish reads
+    // with the C2HData SUCCESS flag, saving a response capsule per read (as SPDK does).
+    let (cattr, kato_ms) = if q.qid == 0 {
+        (0, kato_ms)
+    } else {
+        (fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL, 0)
+    };
+    let sqe = fabrics::connect(q.qid, entries, cattr, kato_ms);
+    q.submit(sqe, Some(buf), bytes.len(), true, 0, true)
+        .map_err(|f| f.error)?;
+    let deadline = Instant::now() + q.timeout;
+    let c = q.wait_sync(deadline, "waiting for the Connect response");
+    // A refused Connect names the bad parameter in dword 0, which `Error::Command` does not
+    // carry: the queue keeps it for synchronous commands.
+    match c.result {
+        Ok(dw0) => Ok(fabrics::connect_cntlid(dw0)),
+        Err(e) => Err(connect_refused(q, subnqn, hostnqn, e, q.sync_dw0)),
+    }
+}
+
+impl Admin {
+    fn property_get(&mut self, offset: usize, eight: bool) -> Result<u64> {
+        let (dw0, dw1, _) =
+            self.execute(fabrics::property_get(offset as u32, eight), None, 0, false)?;
+        Ok(if eight {
+            u64::from(dw0) | u64::from(dw1) << 32
+        } else {
+            u64::from(dw0)
+        })
+    }
+
+    fn property_set(&mut self, offset: usize, value: u32) -> Result<()> {
+        self.execute(fabrics::property_set(offset as u32, value), None, 0, false)?;
+        Ok(())
+    }
+
+    fn identify(
+        &mut self,
+        mapper: &Arc<dyn DmaMapper>,
+        cns: Cns,
+        nsid: u32,
+    ) -> Result<[u8; IDENTIFY_DATA_SIZE]> {
+        let buf = DmaBuffer::allocate(mapper, IDENTIFY_DATA_SIZE)?;
+        let (_, _, buf) = self.execute(
+            command::identify(cns, nsid),
+            Some(buf),
+            IDENTIFY_DATA_SIZE,
+            false,
+        )?;
+        let buf = buf.expect("a completed read returns its buffer");
+        Ok(buf[..IDENTIFY_DATA_SIZE].try_into().expect("4096 bytes"))
+    }
+}
+
+/// What bring-up learns about the controller.
+struct BroughtUp {
+    cap: Cap,
+    version: Version,
+    identify: IdentifyController,
+    namespaces: Vec<Namespace>,
+    unsupported: Vec<(u32, String)>,
+    io_in_capsule: usize,
+    max_transfer: usize,
+    max_entries: u32,
+    granted: u16,
+}
+
+/// CC.EN = 1 through Property Set, CSTS.RDY through Property Get, then Identify and queues.
+fn bring_up(
+    admin: &mut Admin,
+    mapper: &Arc<dyn DmaMapper>,
+    options: &TcpOptions,
+    discovery: bool,
+) -> Result<BroughtUp> {
+    let name = admin.q.controller.to_string();
+    let cap = Cap(admin.property_get(regs::CAP, true)?);
+    let version = Version(admin.property_get(regs::VS, false)? as u32);
+    let cc = Cc(admin.property_get(regs::CC, false)? as u32);
+    if !cc.en() {
+        let cc = Cc(0)
+            .with_css(regs::CC_CSS_NVM)
+            .with_mps(0)
+            .with_iosqes(SQES_LOG2)
+            .with_iocqes(CQES_LOG2)
+            .with_en(true);
+        admin.property_set(regs::CC, cc.0)?;
+    }
+    let limit = cap.timeout().max(Duration::from_millis(500));
+    let deadline = Instant::now() + limit;
+    loop {
+        let csts = Csts(admin.property_get(regs::CSTS, false)? as u32);
+        if csts.cfs() {
+            return Err(Error::ControllerFatal { controller: name });
+        }
+        if csts.rdy() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::NotReady {
+                controller: name,
+                state: "ready",
+                timeout: limit,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let identify = IdentifyController::from_bytes(&admin.identify(mapper, Cns::Controller, 0)?);
+    let page = 1usize << (regs::PAGE_SIZE_SHIFT_BASE + u32::from(cap.mpsmin()));
+    let max_transfer = identify
+        .mdts_bytes(page)
+        .unwrap_or(MAX_TRANSFER)
+        .min(MAX_TRANSFER);
+    let io_in_capsule = (identify.ioccsz as usize * CCSZ_UNIT).saturating_sub(SQE_SIZE);
+    let mut max_entries = cap.max_queue_entries();
+    if identify.maxcmd != 0 {
+        max_entries = max_entries.min(u32::from(identify.maxcmd));
+    }
+    if discovery {
+        // A discovery controller has no I/O queues and no namespaces (§3.1.2.3).
+        return Ok(BroughtUp {
+            cap,
+            version,
+            identify,
+            namespaces: Vec::new(),
+            unsupported: Vec::new(),
+            io_in_capsule,
+            max_transfer,
+            max_entries,
+            granted: 0,
+        });
+    }
+    let wanted = options.io_queues.max(1);
+    let (dw0, _, _) = admin.execute(
+        command::set_number_of_queues(wanted, wanted),
+        None,
+        0,
+        false,
+    )?;
+    let (sq, cq) = command::number_of_queues_allocated(dw0);
+    let granted = sq.min(cq).min(wanted);
+    let list = NamespaceList::from_bytes(&admin.identify(mapper, Cns::ActiveNamespaceList, 0)?);
+    let mut namespaces = Vec::new();
+    let mut unsupported = Vec::new();
+    for nsid in list.active() {
+        let data = IdentifyNamespace::from_bytes(&admin.identify(mapper, Cns::Namespace, nsid)?);
+        match Namespace::from_identify(nsid, data, max_transfer) {
+            Ok(ns) => namespaces.push(ns),
+            Err(why) => {
+                log::warn!("{name}: namespace {nsid} skipped: {why}");
+                unsupported.push((nsid, why));
+            }
+        }
+    }
+    Ok(BroughtUp {
+        cap,
+        version,
+        identify,
+        namespaces,
+        unsupported,
+        io_in_capsule,
+        max_transfer,
+        max_entries,
+        granted,
+    })
+}
+
+/// A connected admin queue: the queue, its buffer allocator, the controller id, the host NQN
+/// presented, and what ICResp agreed.
+type OpenedAdmin = (
+    Admin,
+    Arc<dyn DmaMapper>,
+    u16,
+    String,
+    crate::queue::Negotiated,
+);
+
+/// Connects the admin queue: TCP connection, ICReq/ICResp, Fabrics Connect.
+fn open_admin(trid: &TransportId, options: &TcpOptions) -> Result<OpenedAdmin> {
+    let addr = trid.socket_addr();
+    let name: Arc<str> = format!("{addr}/{}", trid.subnqn).into();
+    let transport = |e: TcpError| Error::Transport {
+        controller: name.to_string(),
+        source: Arc::new(e),
+    };
+    let hostnqn = trid
+        .hostnqn
+        .clone()
+        .or_else(|| options.hostnqn.clone())
+        .unwrap_or_else(|| {
+            format!(
+                "nqn.2014-08.org.nvmexpress:uuid:{}",
+                uuid_text(&options.hostid)
+            )
+        });
+    let want_hdgst = trid.hdgst || options.header_digest;
+    let want_ddgst = trid.ddgst || options.data_digest;
+    let mapper: Arc<dyn DmaMapper> = Arc::new(HostMemory::new());
+    let (stream, neg) =
+        handshake(addr, 0, want_hdgst, want_ddgst, options.timeout).map_err(transport)?;
+    let mut q = Queue::new(
+        stream,
+        addr,
+        0,
+        name.clone(),
+        neg,
+        ADMIN_QUEUE_ENTRIES - 1,
+        ADMIN_IN_CAPSULE,
+        options.timeout,
+    );
+    let cntlid = connect_queue(
+        &mut q,
+        &mapper,
+        ADMIN_QUEUE_ENTRIES,
+        options.kato,
+        fabrics::CNTLID_DYNAMIC,
+        &trid.subnqn,
+        &hostnqn,
+        options.hostid,
+    )?;
+    Ok((
+        Admin {
+            q,
+            last_keep_alive: Instant::now(),
+            keep_alive_outstanding: false,
+        },
+        mapper,
+        cntlid,
+        hostnqn,
+        neg,
+    ))
+}
+
+/// Normal shutdown notification (CC.SHN through Property Set, best effort within 1 s), then
+/// the connection closes.
+fn shutdown(admin: &mut Admin, name: &str) {
+    if admin.q.failed.is_none() {
+        admin.q.timeout = Duration::from_secs(1);
+        let cc = Cc(0)
+            .with_iosqes(SQES_LOG2)
+            .with_iocqes(CQES_LOG2)
+            .with_en(true)
+            .with_shn(ShutdownNotification::Normal);
+        if let Err(e) = admin.property_set(regs::CC, cc.0) {
+            log::debug!("{name}: shutdown notification: {e}");
+        }
+    }
+    admin.q.close();
+}
+
+/// One record of a discovery log page: a subsystem (or referral) and where to reach it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiscoveryEntry {
+    /// Transport type (`nvme_spec::fabrics::trtype`).
+    pub trtype: u8,
+    /// Address family (`nvme_spec::fabrics::adrfam`).
+    pub adrfam: u8,
+    /// Subsystem type (`nvme_spec::fabrics::subtype`).
+    pub subtype: u8,
+    /// Port id.
+    pub portid: u16,
+    /// Transport service id (the port).
+    pub trsvcid: String,
+    /// Transport address.
+    pub traddr: String,
+    /// Subsystem NQN.
+    pub subnqn: String,
+}
+
+impl DiscoveryEntry {
+    /// The entry as an SPDK-style transport id.
+    pub fn transport_id(&self) -> String {
+        let adrfam = match self.adrfam {
+            fabrics::adrfam::IPV4 => "IPv4",
+            fabrics::adrfam::IPV6 => "IPv6",
+            _ => "unknown",
+        };
+        format!(
+            "trtype:{} adrfam:{adrfam} traddr:{} trsvcid:{} subnqn:{}",
+            fabrics::trtype::name(self.trtype),
+            self.traddr,
+            self.trsvcid,
+            self.subnqn
+        )
+    }
+}
+
+/// Most discovery records read (a log page of 1 MiB).
+const MAX_DISCOVERY_RECORDS: u64 = 1023;
+
+/// Lists what the discovery controller at `trid` (its subnqn is ignored: the discovery NQN is
+/// used) knows: Connect, CC.EN/CSTS.RDY, then the Discovery log page (LID 70h).
+pub fn discover(trid: &TransportId, options: TcpOptions) -> Result<Vec<DiscoveryEntry>> {
+    let mut trid = trid.clone();
+    trid.subnqn = fabrics::DISCOVERY_NQN.to_owned();
+    let (mut admin, mapper, _, _, _) = open_admin(&trid, &options)?;
+    let name = admin.q.controller.clone();
+    let result = (|| {
+        bring_up(&mut admin, &mapper, &options, true)?;
+        let read = |admin: &mut Admin, bytes: usize| -> Result<DmaBuffer> {
+            let buf = DmaBuffer::allocate(&mapper, bytes)?;
+            let sqe = command::get_log_page(fabrics::DISCOVERY_LOG_LID, 0, bytes as u32);
+            let (_, _, buf) = admin.execute(sqe, Some(buf), bytes, false)?;
+            Ok(buf.expect("a completed read returns its buffer"))
+        };
+        let size = fabrics::DISCOVERY_RECORD_SIZE;
+        let mut page = read(&mut admin, 4 * size)?;
+        let header =
+            fabrics::DiscoveryLogHeader::from_bytes(page[..size].try_into().expect("1024 bytes"));
+        let records = header.numrec.min(MAX_DISCOVERY_RECORDS) as usize;
+        if records > 3 {
+            page = read(&mut admin, (records + 1) * size)?;
+        }
+        Ok((1..=records)
+            .map(|i| {
+                let e = fabrics::DiscoveryLogEntry::from_bytes(
+                    page[i * size..(i + 1) * size]
+                        .try_into()
+                        .expect("1024 bytes"),
+                );
+                DiscoveryEntry {
+                    trtype: e.trtype,
+                    adrfam: e.adrfam,
+                    subtype: e.subtype,
+                    portid: e.portid,
+                    trsvcid: fabrics::field_text(&e.trsvcid),
+                    traddr: fabrics::field_text(&e.traddr),
+                    subnqn: fabrics::field_text(&e.subnqn),
+                }
+            })
+            .collect())
+    })();
+    shutdown(&mut admin, &name);
+    result
+}
+
+/// An NVMe/TCP controller (the admin queue's connection). `Send + Sync`; queue pairs keep
+/// it alive.
+pub struct TcpController {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for TcpController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpController")
+            .field("name", &self.inner.name)
+            .field("cntlid", &self.inner.cntlid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TcpController {
+    /// Connects to the subsystem `trid` names: TCP connection, ICReq/ICResp, Fabrics
+    /// Connect of the admin queue, CC.EN = 1 and CSTS.RDY = 1 through Property Set/Get,
+    /// Identify Controller, Set Features Number of Queues and Identify of every active
+    /// namespace.
+    pub fn connect(trid: &TransportId, options: TcpOptions) -> Result<Self> {
+        if trid.is_discovery() {
+            return Err(Error::InvalidRequest(format!(
+                "{} is the discovery subsystem, which has no namespaces: list the subsystems \
+                 with `nvme-identify trtype:TCP traddr:{} trsvcid:{}` (TcpController::discover) \
+                 and give one of them as subnqn:",
+                trid.subnqn, trid.traddr, trid.trsvcid
+            )));
+        }
+        let (mut admin, mapper, cntlid, hostnqn, neg) = open_admin(trid, &options)?;
+        let addr = trid.socket_addr();
+        let name = admin.q.controller.clone();
+        let want_hdgst = trid.hdgst || options.header_digest;
+        let want_ddgst = trid.ddgst || options.data_digest;
+        let up = bring_up(&mut admin, &mapper, &options, false)?;
+        log::info!(
+            "{name}: connected, controller id {cntlid}, {} namespace(s), {} I/O queue(s), \
+             in-capsule data up to {} bytes, digests header {} data {}",
+            up.namespaces.len(),
+            up.granted,
+            up.io_in_capsule,
+            neg.hdgst,
+            neg.ddgst
+        );
+        let inner = Inner {
+            trid: trid.clone(),
+            addr,
+            name,
+            hostnqn,
+            want_hdgst,
+            want_ddgst,
+            admin: Mutex::new(admin),
+            cntlid,
+            cap: up.cap,
+            version: up.version,
+            identify: up.identify,
+            namespaces: up.namespaces,
+            unsupported: up.unsupported,
+            mapper,
+            io_in_capsule: up.io_in_capsule,
+            max_transfer: up.max_transfer,
+            max_entries: up.max_entries,
+            granted: up.granted,
+            free_qids: Mutex::new((1..=up.granted).rev().collect()),
+            options,
+        };
+        Ok(TcpController {
+            inner: Arc::new(inner),
+        })
+    }
+}
+
+impl TcpController {
+    /// Name for messages: `ADDRESS:PORT/SUBNQN`.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The transport id this controller was reached by.
+    pub fn transport_id(&self) -> &TransportId {
+        &self.inner.trid
+    }
+
+    /// Host NQN presented in Connect.
+    pub fn hostnqn(&self) -> &str {
+        &self.inner.hostnqn
+    }
+
+    /// Controller id the target assigned.
+    pub fn cntlid(&self) -> u16 {
+        self.inner.cntlid
+    }
+
+    /// Identify Controller data.
+    pub fn identify(&self) -> &IdentifyController {
+        &self.inner.identify
+    }
+
+    /// CAP property.
+    pub fn cap(&self) -> Cap {
+        self.inner.cap
+    }
+
+    /// VS property.
+    pub fn version(&self) -> Version {
+        self.inner.version
+    }
+
+    /// Usable active namespaces.
+    pub fn namespaces(&self) -> Vec<Namespace> {
+        self.inner.namespaces.clone()
+    }
+
+    /// Active namespaces that cannot be used, with the reason.
+    pub fn unsupported_namespaces(&self) -> Vec<(u32, String)> {
+        self.inner.unsupported.clone()
+    }
+
+    /// The active namespace `nsid`.
+    pub fn namespace(&self, nsid: u32) -> Result<Namespace> {
+        if let Some(ns) = self.inner.namespaces.iter().find(|n| n.nsid() == nsid) {
+            return Ok(ns.clone());
+        }
+        if let Some((_, reason)) = self.inner.unsupported.iter().find(|(n, _)| *n == nsid) {
+            return Err(Error::UnsupportedNamespace {
+                nsid,
+                reason: reason.clone(),
+            });
+        }
+        Err(Error::InactiveNamespace {
+            nsid,
+            active: self.inner.namespaces.iter().map(|n| n.nsid()).collect(),
+        })
+    }
+
+    /// I/O queue pairs the controller granted.
+    pub fn io_queue_pairs(&self) -> u16 {
+        self.inner.granted
+    }
+
+    /// Largest transfer of one command in bytes.
+    pub fn max_transfer_bytes(&self) -> usize {
+        self.inner.max_transfer
+    }
+
+    /// Largest I/O queue (entries): CAP.MQES+1, bounded by MAXCMD.
+    pub fn max_queue_entries(&self) -> u32 {
+        self.inner.max_entries
+    }
+
+    /// Largest write sent as in-capsule data on I/O queues (IOCCSZ * 16 - 64 bytes);
+    /// larger writes wait for R2T.
+    pub fn in_capsule_data_size(&self) -> usize {
+        self.inner.io_in_capsule
+    }
+
+    /// The buffer allocator (ordinary memory: the transport copies to the socket).
+    pub fn dma(&self) -> &Arc<dyn DmaMapper> {
+        &self.inner.mapper
+    }
+
+    /// A buffer of at least `len` bytes for I/O on this controller.
+    pub fn alloc_buffer(&self, len: usize) -> Result<DmaBuffer> {
+        Ok(DmaBuffer::allocate(&self.inner.mapper, len)?)
+    }
+
+    /// Sends a Keep Alive if one is due and reaps admin completions. Queue pairs do this from
+    /// `poll`; call it when no queue pair is polled for longer than half the KATO.
+    pub fn keep_alive(&self) {
+        self.inner.keep_alive_tick(false);
+    }
+
+    /// Whether the admin connection has failed (target gone, keep-alive expired, ...).
+    pub fn is_failed(&self) -> bool {
+        self.inner
+            .admin
+            .lock()
+            .map(|a| a.q.failed.is_some())
+            .unwrap_or(true)
+    }
+
+    /// Creates an I/O queue pair on a new connection: ICReq/ICResp, then Connect with this
+    /// controller's id. `options.depth` 0 means [`DEFAULT_TCP_QUEUE_DEPTH`] (clamped);
+    /// `options.timeout` is the per-command timeout.
+    pub fn create_queue_pair(&self, options: QueuePairOptions) -> Result<TcpQueuePair> {
+        let inner = &self.inner;
+        let max = inner.max_entries.min(4096);
+        let depth = match options.depth {
+            0 => DEFAULT_TCP_QUEUE_DEPTH.min(max),
+            d if (2..=max).contains(&d) => d,
+            d => return Err(Error::QueueDepth { requested: d, max }),
+        };
+        let qid =
+            inner
+                .free_qids
+                .lock()
+                .expect("qid list lock")
+                .pop()
+                .ok_or(Error::NoQueuesLeft {
+                    granted: inner.granted,
+                })?;
+        let release = |inner: &Inner| {
+            inner.free_qids.lock().expect("qid list lock").push(qid);
+        };
+        let (stream, neg) = match handshake(
+            inner.addr,
+            qid,
+            inner.want_hdgst,
+            inner.want_ddgst,
+            inner.options.timeout,
+        ) {
+            Ok(v) => v,
+            Err(e) => {
+                release(inner);
+                return Err(Error::Transport {
+                    controller: inner.name.to_string(),
+                    source: Arc::new(e),
+                });
+            }
+        };
+        let mut q = Queue::new(
+            stream,
+            inner.addr,
+            qid,
+            inner.name.clone(),
+            neg,
+            (depth - 1) as u16,
+            inner.io_in_capsule,
+            options.timeout,
+        );
+        // Connect is an admin-type command: it gets the connection timeout.
+        q.timeout = inner.options.timeout;
+        if let Err(e) = connect_queue(
+            &mut q,
+            &inner.mapper,
+            depth as u16,
+            Duration::ZERO,
+            inner.cntlid,
+            &inner.trid.subnqn,
+            &inner.hostnqn,
+            inner.options.hostid,
+        ) {
+            release(inner);
+            return Err(e);
+        }
+        q.timeout = options.timeout;
+        q.reset_clock();
+        Ok(TcpQueuePair::new(
+            q,
+            inner.clone(),
+            depth,
+            options.max_completions_per_poll,
+        ))
+    }
+}
+
+impl Inner {
+    /// Keep Alive duty, from queue pairs' polls (`try_lock`: never waits for an admin
+    /// command another thread runs) or from [`TcpController::keep_alive`].
+    pub(crate) fn keep_alive_tick(&self, try_only: bool) {
+        let guard = if try_only {
+            self.admin.try_lock().ok()
+        } else {
+            self.admin.lock().ok()
+        };
+        if let Some(mut admin) = guard {
+            admin.tick(self.options.kato);
+        }
+    }
+
+    pub(crate) fn release_qid(&self, qid: u16) {
+        if let Ok(mut free) = self.free_qids.lock() {
+            free.push(qid);
+        }
+    }
+}
+
+impl Drop for Inner {
+    /// Normal shutdown (CC.SHN through Property Set), then the connection closes.
+    fn drop(&mut self) {
+        if let Ok(admin) = self.admin.get_mut() {
+            shutdown(admin, &self.name);
+        }
+    }
+}

@@ -1,0 +1,601 @@
+//! An in-process NVMe/TCP target for tests: a listener thread and one thread per connection,
+//! serving Connect, Property Get/Set, Identify, Set Features (queues), Keep Alive, Read,
+//! Write (in-capsule and R2T/H2CData) and Flush on in-memory namespaces, with fault modes.
+//! It is written from the specification independently of the host code it tests (its own
+//! PDU assembly), so a shared misreading shows up as a failed handshake, not a silent pass.
+
+#![allow(clippy::field_reassign_with_default, missing_docs)]
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nvme_spec::fabrics::{self, fctype, ConnectData};
+use nvme_spec::identify::fill_ascii_field;
+use nvme_spec::opcode;
+use nvme_spec::regs::{self, Cap, Cc, Csts, ShutdownStatus};
+use nvme_spec::status::generic;
+use nvme_spec::tcp::{self, flags, pdu_type, CommonHeader};
+use nvme_spec::{
+    CompletionEntry, IdentifyController, IdentifyNamespace, NamespaceList, Status, SubmissionEntry,
+};
+
+/// What the fake target does wrong, on I/O queues' Read/Write commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    /// Read data with a wrong data digest.
+    BadDataDigest,
+    /// A PDU header with a wrong header digest in answer to a read.
+    BadHeaderDigest,
+    /// 32 bytes of garbage instead of an answer.
+    Garbage,
+    /// The connection is closed instead of an answer.
+    Reset,
+    /// The command is swallowed (never answered).
+    Silent,
+    /// A C2HTermReq instead of an answer.
+    TermReq,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub subnqn: String,
+    /// (nsid, log2 block size, blocks)
+    pub namespaces: Vec<(u32, u8, u64)>,
+    /// IOCCSZ in 16-byte units (4 = no in-capsule data on I/O queues).
+    pub ioccsz: u32,
+    pub maxh2cdata: u32,
+    pub cpda: u8,
+    /// Largest C2HData payload per PDU.
+    pub c2h_chunk: usize,
+    /// Use the SUCCESS flag instead of a CapsuleResp after read data (on queues connected with
+    /// SQ flow control disabled, as the spec allows it only there).
+    pub success_shortcut: bool,
+    pub fault: Fault,
+    /// I/O commands answered normally before the fault strikes.
+    pub fault_after: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            subnqn: "nqn.2026-01.test:sub1".into(),
+            namespaces: vec![(1, 12, 256), (2, 9, 2048)],
+            ioccsz: 4 + 8192 / 16,
+            maxh2cdata: 8192,
+            cpda: 0,
+            c2h_chunk: 4096,
+            success_shortcut: true,
+            fault: Fault::None,
+            fault_after: 0,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Counters {
+    pub connects: AtomicU64,
+    pub keep_alives: AtomicU64,
+    pub io_commands: AtomicU64,
+    pub r2ts: AtomicU64,
+    pub in_capsule_writes: AtomicU64,
+}
+
+struct State {
+    config: Config,
+    port: u16,
+    disks: Mutex<HashMap<u32, Vec<u8>>>,
+    cc: Mutex<u32>,
+    counters: Counters,
+}
+
+pub struct FakeTarget {
+    pub addr: SocketAddr,
+    state: Arc<State>,
+}
+
+impl FakeTarget {
+    pub fn start(config: Config) -> FakeTarget {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let disks = config
+            .namespaces
+            .iter()
+            .map(|&(nsid, shift, blocks)| (nsid, vec![0u8; (blocks << shift) as usize]))
+            .collect();
+        let state = Arc::new(State {
+            config,
+            port: addr.port(),
+            disks: Mutex::new(disks),
+            cc: Mutex::new(0),
+            counters: Counters::default(),
+        });
+        let s = state.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    if let Err(e) = serve(stream, &s) {
+                        if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                            eprintln!("fake target: connection closed: {e}");
+                        }
+                    }
+                });
+            }
+        });
+        FakeTarget { addr, state }
+    }
+
+    pub fn trid(&self) -> crate::TransportId {
+        crate::TransportId::parse(&format!(
+            "trtype:TCP traddr:{} trsvcid:{} subnqn:{}",
+            self.addr.ip(),
+            self.addr.port(),
+            self.state.config.subnqn
+        ))
+        .expect("valid")
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.state.counters
+    }
+
+    /// The bytes of namespace `nsid` at `offset`.
+    pub fn disk(&self, nsid: u32, offset: usize, len: usize) -> Vec<u8> {
+        self.state.disks.lock().unwrap()[&nsid][offset..offset + len].to_vec()
+    }
+
+    pub fn fill(&self, nsid: u32, offset: usize, data: &[u8]) {
+        self.state.disks.lock().unwrap().get_mut(&nsid).unwrap()[offset..offset + data.len()]
+            .copy_from_slice(data);
+    }
+}
+
+struct Conn<'a> {
+    s: TcpStream,
+    st: &'a State,
+    hdgst: bool,
+    ddgst: bool,
+    qid: u16,
+    /// The queue was connected with SQ flow control disabled.
+    sqfc_disabled: bool,
+    io_seen: u64,
+    pending: std::collections::VecDeque<(SubmissionEntry, Vec<u8>)>,
+}
+
+type Res<T> = std::io::Result<T>;
+
+fn bad(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned())
+}
+
+impl Conn<'_> {
+    /// Builds and sends a PDU: header bytes (common header included), optional data.
+    fn send(&mut self, mut header: Vec<u8>, data: Option<&[u8]>, corrupt_data: bool) -> Res<()> {
+        let hlen = header.len();
+        let hd = if self.hdgst { 4 } else { 0 };
+        let dd = if self.ddgst && data.is_some() { 4 } else { 0 };
+        let pdo = if data.is_some() { hlen + hd } else { 0 };
+        let plen = hlen + hd + data.map_or(0, |d| d.len()) + dd;
+        header[1] |=
+            if self.hdgst { flags::HDGSTF } else { 0 } | if dd != 0 { flags::DDGSTF } else { 0 };
+        header[2] = hlen as u8;
+        header[3] = pdo as u8;
+        header[4..8].copy_from_slice(&(plen as u32).to_le_bytes());
+        let mut out = header.clone();
+        if self.hdgst {
+            out.extend_from_slice(&crc32c::crc32c(&header).to_le_bytes());
+        }
+        if let Some(d) = data {
+            out.extend_from_slice(d);
+            if dd != 0 {
+                let mut crc = crc32c::crc32c(d);
+                if corrupt_data {
+                    crc ^= 1;
+                }
+                out.extend_from_slice(&crc.to_le_bytes());
+            }
+        }
+        self.s.write_all(&out)
+    }
+
+    fn respond(&mut self, cid: u16, status: Status, dw0: u32, dw1: u32) -> Res<()> {
+        let mut cqe = CompletionEntry::new(dw0, 0, self.qid, cid, status, false);
+        cqe.dw1 = dw1;
+        let mut h = vec![pdu_type::CAPSULE_RESP, 0, 0, 0, 0, 0, 0, 0];
+        h.extend_from_slice(&cqe.to_bytes());
+        self.send(h, None, false)
+    }
+
+    /// Reads one PDU: (common header, header bytes after the common header, data).
+    fn recv(&mut self) -> Res<(CommonHeader, Vec<u8>, Vec<u8>)> {
+        let mut ch = [0u8; 8];
+        self.s.read_exact(&mut ch)?;
+        let ch = CommonHeader::from_bytes(&ch);
+        if ch.plen < 8 || ch.plen > 1 << 24 {
+            return Err(bad("plen"));
+        }
+        let mut rest = vec![0u8; ch.plen as usize - 8];
+        self.s.read_exact(&mut rest)?;
+        let hlen = ch.hlen as usize;
+        let hd = if self.hdgst { 4 } else { 0 };
+        if hlen < 8 || rest.len() < hlen - 8 + hd {
+            return Err(bad("hlen"));
+        }
+        if self.hdgst {
+            let mut full = ch.to_bytes().to_vec();
+            full.extend_from_slice(&rest[..hlen - 8]);
+            let got = u32::from_le_bytes(rest[hlen - 8..hlen - 8 + 4].try_into().unwrap());
+            if got != crc32c::crc32c(&full) {
+                return Err(bad("host header digest"));
+            }
+        }
+        let mut data = Vec::new();
+        if ch.pdo != 0 {
+            let dd = if self.ddgst { 4 } else { 0 };
+            let start = ch.pdo as usize - 8;
+            let end = rest.len() - dd;
+            data = rest[start..end].to_vec();
+            if self.ddgst {
+                let got = u32::from_le_bytes(rest[end..].try_into().unwrap());
+                if got != crc32c::crc32c(&data) {
+                    return Err(bad("host data digest"));
+                }
+            }
+            if ch.pdo as usize % ((self.st.config.cpda as usize + 1) * 4) != 0 {
+                return Err(bad("host ignored CPDA"));
+            }
+        }
+        rest.truncate(hlen - 8);
+        Ok((ch, rest, data))
+    }
+
+    /// Gets a command's data by R2T/H2CData.
+    fn pull(&mut self, cid: u16, len: usize) -> Res<Vec<u8>> {
+        self.st.counters.r2ts.fetch_add(1, Ordering::Relaxed);
+        let mut h = vec![pdu_type::R2T, 0, 0, 0, 0, 0, 0, 0];
+        h.extend_from_slice(&cid.to_le_bytes());
+        h.extend_from_slice(&0x55u16.to_le_bytes()); // ttag
+        h.extend_from_slice(&0u32.to_le_bytes());
+        h.extend_from_slice(&(len as u32).to_le_bytes());
+        h.extend_from_slice(&[0; 4]);
+        self.send(h, None, false)?;
+        let mut out = vec![0u8; len];
+        let mut got = 0;
+        loop {
+            let (ch, hdr, data) = self.recv()?;
+            if ch.pdu_type == pdu_type::CAPSULE_CMD && hdr.len() == 64 {
+                // A pipelined command: served after this one.
+                let sqe = SubmissionEntry::from_bytes(&hdr.try_into().unwrap());
+                self.pending.push_back((sqe, data));
+                continue;
+            }
+            if ch.pdu_type != pdu_type::H2C_DATA {
+                return Err(bad("expected H2CData"));
+            }
+            let cccid = u16::from_le_bytes([hdr[0], hdr[1]]);
+            let ttag = u16::from_le_bytes([hdr[2], hdr[3]]);
+            let datao = u32::from_le_bytes(hdr[4..8].try_into().unwrap()) as usize;
+            let datal = u32::from_le_bytes(hdr[8..12].try_into().unwrap()) as usize;
+            if cccid != cid || ttag != 0x55 || datao != got || datal != data.len() {
+                return Err(bad("H2CData fields"));
+            }
+            if datal > self.st.config.maxh2cdata as usize {
+                return Err(bad("H2CData above MAXH2CDATA"));
+            }
+            out[datao..datao + datal].copy_from_slice(&data);
+            got += datal;
+            let last = ch.flags & flags::LAST_PDU != 0;
+            if last != (got == len) {
+                return Err(bad("LAST_PDU"));
+            }
+            if last {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Sends read data in C2HData PDUs; with the shortcut the last one carries SUCCESS.
+    fn push(&mut self, cid: u16, data: &[u8], fault: Fault) -> Res<()> {
+        let chunk = self.st.config.c2h_chunk.max(1);
+        let shortcut = self.st.config.success_shortcut && self.sqfc_disabled;
+        let n = data.len().div_ceil(chunk);
+        for (i, part) in data.chunks(chunk).enumerate() {
+            let last = i + 1 == n;
+            let f = if last {
+                flags::LAST_PDU | if shortcut { flags::SUCCESS } else { 0 }
+            } else {
+                0
+            };
+            let mut h = vec![pdu_type::C2H_DATA, f, 0, 0, 0, 0, 0, 0];
+            h.extend_from_slice(&cid.to_le_bytes());
+            h.extend_from_slice(&[0, 0]);
+            h.extend_from_slice(&((i * chunk) as u32).to_le_bytes());
+            h.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            h.extend_from_slice(&[0; 4]);
+            let corrupt = last && fault == Fault::BadDataDigest;
+            if last && fault == Fault::BadHeaderDigest && self.hdgst {
+                // Same PDU with a flipped header digest.
+                let hlen = h.len();
+                let mut out = h.clone();
+                let dd = if self.ddgst { 4 } else { 0 };
+                out[1] |= flags::HDGSTF | if dd != 0 { flags::DDGSTF } else { 0 };
+                out[2] = hlen as u8;
+                out[3] = (hlen + 4) as u8;
+                out[4..8].copy_from_slice(&((hlen + 4 + part.len() + dd) as u32).to_le_bytes());
+                let crc = crc32c::crc32c(&out) ^ 0x8000_0000;
+                out.extend_from_slice(&crc.to_le_bytes());
+                out.extend_from_slice(part);
+                if dd != 0 {
+                    out.extend_from_slice(&crc32c::crc32c(part).to_le_bytes());
+                }
+                return self.s.write_all(&out);
+            }
+            self.send(h, Some(part), corrupt)?;
+        }
+        if !shortcut {
+            self.respond(cid, Status::SUCCESS, 0, 0)?;
+        }
+        Ok(())
+    }
+
+    fn identify(&self, sqe: &SubmissionEntry) -> Option<[u8; 4096]> {
+        let cfg = &self.st.config;
+        match sqe.cdw10 & 0xFF {
+            1 => {
+                let mut id = IdentifyController::default();
+                id.vid = 0x1b36;
+                fill_ascii_field(&mut id.sn, "FAKE0001");
+                fill_ascii_field(&mut id.mn, "fake NVMe/TCP target");
+                fill_ascii_field(&mut id.fr, "1.0");
+                id.ioccsz = cfg.ioccsz;
+                id.iorcsz = 1;
+                id.maxcmd = 128;
+                id.nn = 8;
+                id.sqes = 0x66;
+                id.cqes = 0x44;
+                let nqn = fabrics::nqn_field(&cfg.subnqn).unwrap();
+                id.subnqn = nqn;
+                Some(id.to_bytes())
+            }
+            2 => {
+                let mut list = NamespaceList::default();
+                for (i, &(nsid, ..)) in cfg.namespaces.iter().enumerate() {
+                    list.ids[i] = nsid;
+                }
+                Some(list.to_bytes())
+            }
+            0 => {
+                let &(_, shift, blocks) = cfg.namespaces.iter().find(|n| n.0 == sqe.nsid)?;
+                let mut ns = IdentifyNamespace::default();
+                ns.nsze = blocks;
+                ns.ncap = blocks;
+                ns.nuse = blocks;
+                ns.lbaf[0].lbads = shift;
+                Some(ns.to_bytes())
+            }
+            _ => None,
+        }
+    }
+
+    fn command(&mut self, sqe: SubmissionEntry, data: Vec<u8>) -> Res<bool> {
+        let cid = sqe.cid();
+        let len = sqe.sgl_len() as usize;
+        let in_capsule = sqe.sgl_id() == tcp::sgl::IN_CAPSULE_DATA;
+        if sqe.sgl_id() != tcp::sgl::IN_CAPSULE_DATA && sqe.sgl_id() != tcp::sgl::TRANSPORT_DATA {
+            return Err(bad("SGL identifier"));
+        }
+        if in_capsule && data.len() != len {
+            return Err(bad("in-capsule length"));
+        }
+        let ok = Status::SUCCESS;
+        if sqe.opcode() == fabrics::FABRICS_OPCODE {
+            match fabrics::fctype_of(&sqe) {
+                fctype::CONNECT => {
+                    let data = if in_capsule {
+                        data
+                    } else {
+                        self.pull(cid, len)?
+                    };
+                    let data: [u8; 1024] = data.try_into().map_err(|_| bad("connect data"))?;
+                    let cd = ConnectData::from_bytes(&data);
+                    self.qid = fabrics::connect_qid(&sqe);
+                    self.sqfc_disabled =
+                        fabrics::connect_cattr(&sqe) & fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL != 0;
+                    let discovery =
+                        cd.subnqn == fabrics::nqn_field(fabrics::DISCOVERY_NQN).unwrap();
+                    if cd.subnqn != fabrics::nqn_field(&self.st.config.subnqn).unwrap()
+                        && !discovery
+                    {
+                        return self
+                            .respond(
+                                cid,
+                                Status::new(1, fabrics::status::CONNECT_INVALID_PARAMETERS, true),
+                                1 << 16 | 256,
+                                0,
+                            )
+                            .map(|_| true);
+                    }
+                    self.st.counters.connects.fetch_add(1, Ordering::Relaxed);
+                    self.respond(cid, ok, 7, 0)?;
+                }
+                fctype::PROPERTY_GET => {
+                    let cc = Cc(*self.st.cc.lock().unwrap());
+                    let v: u64 = match fabrics::property_offset(&sqe) as usize {
+                        regs::CAP => Cap::new(127, true, 2, 0, true, 0, 0).0,
+                        regs::VS => 0x0001_0400,
+                        regs::CC => u64::from(cc.0),
+                        regs::CSTS => {
+                            u64::from(Csts::new(cc.en(), false, ShutdownStatus::Normal).0)
+                        }
+                        _ => {
+                            return self
+                                .respond(cid, Status::new(0, generic::INVALID_FIELD, true), 0, 0)
+                                .map(|_| true)
+                        }
+                    };
+                    self.respond(cid, ok, v as u32, (v >> 32) as u32)?;
+                }
+                fctype::PROPERTY_SET => {
+                    if fabrics::property_offset(&sqe) as usize == regs::CC {
+                        *self.st.cc.lock().unwrap() = sqe.cdw12;
+                    }
+                    self.respond(cid, ok, 0, 0)?;
+                }
+                _ => self.respond(cid, Status::new(0, generic::INVALID_OPCODE, true), 0, 0)?,
+            }
+            return Ok(true);
+        }
+        if self.qid == 0 {
+            match sqe.opcode() {
+                opcode::admin::IDENTIFY => match self.identify(&sqe) {
+                    Some(page) => self.push(cid, &page[..len.min(4096)], Fault::None)?,
+                    None => {
+                        self.respond(cid, Status::new(0, generic::INVALID_FIELD, true), 0, 0)?
+                    }
+                },
+                opcode::admin::GET_LOG_PAGE if sqe.cdw10 & 0xFF == 0x70 => {
+                    let mut page = vec![0u8; len.max(2048)];
+                    page[8] = 1; // NUMREC
+                    let e = &mut page[1024..2048];
+                    e[0] = fabrics::trtype::TCP;
+                    e[1] = fabrics::adrfam::IPV4;
+                    e[2] = fabrics::subtype::NVM;
+                    e[4] = 1; // PORTID
+                    let port = self.st.port.to_string();
+                    e[32..32 + port.len()].copy_from_slice(port.as_bytes());
+                    let nqn = self.st.config.subnqn.as_bytes();
+                    e[256..256 + nqn.len()].copy_from_slice(nqn);
+                    e[512..521].copy_from_slice(b"127.0.0.1");
+                    self.push(cid, &page[..len], Fault::None)?;
+                }
+                opcode::admin::SET_FEATURES => self.respond(cid, ok, 3 | 3 << 16, 0)?,
+                opcode::admin::KEEP_ALIVE => {
+                    self.st.counters.keep_alives.fetch_add(1, Ordering::Relaxed);
+                    self.respond(cid, ok, 0, 0)?
+                }
+                _ => self.respond(cid, Status::new(0, generic::INVALID_OPCODE, true), 0, 0)?,
+            }
+            return Ok(true);
+        }
+        // I/O queue.
+        self.st.counters.io_commands.fetch_add(1, Ordering::Relaxed);
+        let op = sqe.opcode();
+        let fault = if op != opcode::nvm::FLUSH && self.io_seen >= self.st.config.fault_after {
+            self.st.config.fault
+        } else {
+            Fault::None
+        };
+        self.io_seen += 1;
+        match fault {
+            Fault::Garbage => {
+                self.s.write_all(&[0xA5; 32])?;
+                return Ok(true);
+            }
+            Fault::Reset => return Ok(false),
+            Fault::Silent => return Ok(true),
+            Fault::TermReq => {
+                let mut h = vec![pdu_type::C2H_TERM_REQ, 0, 24, 0, 24, 0, 0, 0];
+                h.extend_from_slice(&tcp::fes::INVALID_HEADER_FIELD.to_le_bytes());
+                h.extend_from_slice(&4u32.to_le_bytes());
+                h.extend_from_slice(&[0; 10]);
+                self.s.write_all(&h)?;
+                return Ok(false);
+            }
+            _ => {}
+        }
+        let Some(&(_, shift, blocks)) = self.st.config.namespaces.iter().find(|n| n.0 == sqe.nsid)
+        else {
+            self.respond(cid, Status::new(0, 0x0B, true), 0, 0)?; // Invalid Namespace
+            return Ok(true);
+        };
+        let slba = nvme_spec::command::slba(&sqe);
+        let nlb = u64::from(nvme_spec::command::nlb(&sqe));
+        let bytes = (nlb << shift) as usize;
+        let offset = (slba << shift) as usize;
+        if op != opcode::nvm::FLUSH && (slba + nlb > blocks || bytes != len) {
+            self.respond(cid, Status::new(0, 0x80, true), 0, 0)?; // LBA Out of Range
+            return Ok(true);
+        }
+        match op {
+            opcode::nvm::READ => {
+                let d = self.st.disks.lock().unwrap()[&sqe.nsid][offset..offset + bytes].to_vec();
+                self.push(cid, &d, fault)?;
+            }
+            opcode::nvm::WRITE => {
+                let d = if in_capsule {
+                    self.st
+                        .counters
+                        .in_capsule_writes
+                        .fetch_add(1, Ordering::Relaxed);
+                    data
+                } else {
+                    self.pull(cid, len)?
+                };
+                self.st.disks.lock().unwrap().get_mut(&sqe.nsid).unwrap()[offset..offset + bytes]
+                    .copy_from_slice(&d);
+                self.respond(cid, ok, 0, 0)?;
+            }
+            opcode::nvm::FLUSH => self.respond(cid, ok, 0, 0)?,
+            _ => self.respond(cid, Status::new(0, generic::INVALID_OPCODE, true), 0, 0)?,
+        }
+        Ok(true)
+    }
+}
+
+fn serve(mut s: TcpStream, st: &State) -> Res<()> {
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    s.set_nodelay(true)?;
+    let mut req = [0u8; 128];
+    s.read_exact(&mut req)?;
+    let icreq = tcp::IcReq::from_bytes(&req);
+    if icreq.ch.pdu_type != pdu_type::IC_REQ || icreq.ch.hlen != 128 || icreq.ch.plen != 128 {
+        return Err(bad("ICReq"));
+    }
+    let resp = tcp::IcResp {
+        ch: CommonHeader {
+            pdu_type: pdu_type::IC_RESP,
+            flags: 0,
+            hlen: 128,
+            pdo: 0,
+            plen: 128,
+        },
+        pfv: 0,
+        cpda: st.config.cpda,
+        dgst: icreq.dgst,
+        maxh2cdata: st.config.maxh2cdata,
+        rsvd: [0; 112],
+    };
+    s.write_all(&resp.to_bytes())?;
+    let mut c = Conn {
+        s,
+        st,
+        hdgst: icreq.dgst & tcp::dgst::HEADER != 0,
+        ddgst: icreq.dgst & tcp::dgst::DATA != 0,
+        qid: 0,
+        sqfc_disabled: false,
+        io_seen: 0,
+        pending: Default::default(),
+    };
+    loop {
+        if let Some((sqe, data)) = c.pending.pop_front() {
+            if !c.command(sqe, data)? {
+                return Ok(());
+            }
+            continue;
+        }
+        let (ch, hdr, data) = c.recv()?;
+        if ch.pdu_type != pdu_type::CAPSULE_CMD || hdr.len() != 64 {
+            return Err(bad("expected CapsuleCmd"));
+        }
+        let sqe = SubmissionEntry::from_bytes(&hdr.try_into().unwrap());
+        if !c.command(sqe, data)? {
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! NVMe/TCP initiator (host side), NVMe over TCP Transport Specification 1.0 with NVMe over
+//! Fabrics (NVMe Base 2.0 §6).
+//!
+//! ```text
+//! TcpController (Send + Sync)                 TcpQueuePair (Send, one owner thread)
+//!   admin connection (Mutex): Connect,          its own TCP connection: ICReq/ICResp,
+//!   Property Get/Set, Identify, Keep Alive      Connect(qid), submit_* -> CapsuleCmd,
+//!                                               poll -> C2HData / R2T / CapsuleResp
+//! ```
+//!
+//! The queue pair keeps the PCIe `QueuePair`'s API and types (`Completion`, `Error`,
+//! `IoFailure`, `Namespace`, `DmaBuffer`), so callers change only how they open the
+//! controller; the PCIe hot path is untouched (two separate concrete types, no dispatch).
+//! Sockets are non-blocking and driven by `poll`, the same polling model as PCIe. A malformed
+//! PDU, digest mismatch or lost connection closes the queue and completes every outstanding
+//! request with `Error::Transport`; nothing in the receive path panics on target input.
+
+#![warn(missing_docs)]
+#![forbid(unsafe_op_in_unsafe_fn)]
+
+mod controller;
+mod error;
+mod mapper;
+mod qpair;
+mod queue;
+pub mod trid;
+
+#[cfg(any(test, feature = "fake-target"))]
+pub mod fake;
+#[cfg(test)]
+mod tests;
+
+pub use controller::{
+    discover, DiscoveryEntry, TcpController, TcpOptions, DEFAULT_TCP_QUEUE_DEPTH, MAX_TRANSFER,
+};
+pub use error::TcpError;
+pub use mapper::HostMemory;
+pub use qpair::TcpQueuePair;
+pub use queue::TcpQueueStats;
+pub use trid::{is_tcp_transport_id, AddressFamily, TransportId, TridError};

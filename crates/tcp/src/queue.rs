@@ -1,0 +1,1131 @@
+//! One NVMe/TCP queue: a non-blocking TCP connection, the PDU codec, and the request slots
+//! (command id = slot index). The admin queue and every I/O queue pair are one of these.
+//!
+//! Receive path (no allocation): bytes are read into a fixed buffer; a PDU header is parsed
+//! once it is complete (header digest checked), then C2HData payload is copied straight into
+//! the caller's buffer as it arrives (data digest accumulated), so a PDU of any size passes
+//! through a buffer of fixed size. Send path: PDUs are appended to a reusable byte vector and
+//! written as far as the socket takes them; the rest goes out on the next submit or poll.
+//!
+//! Any protocol violation, digest mismatch, connection reset or end of stream fails the
+//! queue: the socket is shut down, every outstanding request completes with
+//! `Error::Transport` (its buffer given back: no device can touch it), and later
+//! submissions fail with the same error.
+
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme_driver::{Completion, DmaBuffer, Error, IoFailure};
+use nvme_spec::tcp::{
+    self, dgst, flags, pdu_type, C2HData, CapsuleCmd, CapsuleResp, CommonHeader, H2CData, IcReq,
+    IcResp, TermReq, DIGEST_SIZE, R2T,
+};
+use nvme_spec::{Status, SubmissionEntry};
+
+use crate::error::TcpError;
+
+/// Receive buffer size: holds any non-data PDU with room to batch many small ones.
+const RX_BUFFER: usize = 64 * 1024;
+/// Largest PLEN accepted (a C2HData PDU carries at most the transfer; 16 MiB is far above
+/// what this host asks for), so a garbage length is caught at once.
+const MAX_PLEN: u32 = 16 << 20;
+/// Polls without progress between clock reads (timeouts, keep-alive).
+pub(crate) const IDLE_POLLS_PER_CLOCK_CHECK: u32 = 32;
+
+/// CRC32C as NVMe/TCP digests use it (NVMe/TCP §3.3.2: CRC-32C, Castagnoli).
+pub(crate) fn crc32c(data: &[u8]) -> u32 {
+    crc32c::crc32c(data)
+}
+
+/// Rounds `v` up to a multiple of `align` (a power of two or any positive number).
+fn align_up(v: usize, align: usize) -> usize {
+    v.div_ceil(align) * align
+}
+
+/// Connection parameters agreed by ICReq/ICResp.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Negotiated {
+    pub hdgst: bool,
+    pub ddgst: bool,
+    /// Data alignment the controller asks of host PDUs, bytes.
+    pub cpda_align: usize,
+    /// Largest H2CData payload.
+    pub maxh2cdata: usize,
+}
+
+/// Per-request state, recycled.
+struct Slot {
+    busy: bool,
+    /// Direction: data moves host to controller.
+    to_device: bool,
+    sync: bool,
+    opcode: u8,
+    /// Bytes of data the command moves.
+    len: usize,
+    /// C2HData bytes received so far.
+    received: usize,
+    /// Epoch at submission (timeouts).
+    epoch: u32,
+    user_data: u64,
+    buffer: Option<DmaBuffer>,
+}
+
+/// Receive state.
+#[derive(Clone, Copy, Debug)]
+enum Rx {
+    /// Waiting for a complete PDU header.
+    Header,
+    /// Copying C2HData payload into slot `cid` at `pos`.
+    Data {
+        cid: u16,
+        pos: usize,
+        remaining: usize,
+        datal: usize,
+        pdu_flags: u8,
+        crc: u32,
+    },
+    /// Waiting for the data digest of a finished C2HData payload.
+    DataDigest {
+        cid: u16,
+        datal: usize,
+        pdu_flags: u8,
+        crc: u32,
+    },
+}
+
+/// Counters of one queue.
+#[derive(Clone, Debug, Default)]
+pub struct TcpQueueStats {
+    /// Command capsules sent.
+    pub commands_submitted: u64,
+    /// Requests completed (successfully or not).
+    pub requests_completed: u64,
+    /// PDUs received.
+    pub pdus_received: u64,
+    /// C2HData PDUs that completed their command with the SUCCESS flag (no CapsuleResp).
+    pub success_shortcuts: u64,
+    /// R2T PDUs answered.
+    pub r2ts: u64,
+    /// Writes whose data went in the command capsule.
+    pub in_capsule_writes: u64,
+    /// Calls to poll.
+    pub polls: u64,
+    /// Polls that found nothing.
+    pub idle_polls: u64,
+}
+
+/// The common core of the admin queue and I/O queue pairs.
+pub(crate) struct Queue {
+    stream: TcpStream,
+    pub addr: SocketAddr,
+    pub qid: u16,
+    pub controller: Arc<str>,
+    pub neg: Negotiated,
+    /// Largest in-capsule data this queue may send (admin: 8 KiB; I/O: IOCCSZ * 16 - 64).
+    pub in_capsule_max: usize,
+    rx: Box<[u8]>,
+    rx_head: usize,
+    rx_tail: usize,
+    rx_state: Rx,
+    tx: Vec<u8>,
+    tx_head: usize,
+    /// Don't write to the socket at each submission (plugged batch).
+    pub plugged: bool,
+    slots: Vec<Slot>,
+    free: Vec<u16>,
+    pub in_flight: u16,
+    pub failed: Option<Arc<TcpError>>,
+    pub deferred: VecDeque<Completion>,
+    sync_done: Option<Completion>,
+    /// Completion dword 0 of the last synchronous command, kept also when it failed (a
+    /// refused Connect names the bad parameter there).
+    pub sync_dw0: u32,
+    /// Completion dword 1 of the last synchronous command (Property Get of 8 bytes).
+    pub sync_dw1: u32,
+    pub stats: TcpQueueStats,
+    // Timeouts: the clock is read every few polls; a command older than `TIMEOUT_EPOCHS`
+    // epochs has timed out.
+    pub epoch: u32,
+    epoch_started: Instant,
+    epoch_length: Duration,
+    pub timeout: Duration,
+    pub polls_since_clock: u32,
+}
+
+/// Epochs a command may live (the timeout is split into `TIMEOUT_EPOCHS - 1` epochs).
+const TIMEOUT_EPOCHS: u32 = 4;
+
+/// Connects, sends ICReq and checks ICResp (blocking, with `timeout`), then switches the socket
+/// to non-blocking mode.
+pub(crate) fn handshake(
+    addr: SocketAddr,
+    qid: u16,
+    want_hdgst: bool,
+    want_ddgst: bool,
+    timeout: Duration,
+) -> Result<(TcpStream, Negotiated), TcpError> {
+    let stream = TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|source| TcpError::Connect { addr, source })?;
+    let io = |source| TcpError::Io { addr, qid, source };
+    stream.set_nodelay(true).map_err(io)?;
+    stream.set_read_timeout(Some(timeout)).map_err(io)?;
+    stream.set_write_timeout(Some(timeout)).map_err(io)?;
+    let req = IcReq {
+        ch: CommonHeader {
+            pdu_type: pdu_type::IC_REQ,
+            flags: 0,
+            hlen: tcp::IC_HLEN,
+            pdo: 0,
+            plen: u32::from(tcp::IC_HLEN),
+        },
+        pfv: tcp::PFV_1_0,
+        hpda: 0,
+        dgst: if want_hdgst { dgst::HEADER } else { 0 } | if want_ddgst { dgst::DATA } else { 0 },
+        maxr2t: 0,
+        rsvd: [0; 112],
+    };
+    (&stream).write_all(&req.to_bytes()).map_err(io)?;
+    let mut raw = [0u8; IcResp::SIZE];
+    (&stream)
+        .read_exact(&mut raw)
+        .map_err(|source| match source.kind() {
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => TcpError::Timeout {
+                addr,
+                qid,
+                what: "waiting for ICResp",
+                timeout,
+            },
+            ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset => TcpError::Closed { addr, qid },
+            _ => TcpError::Io { addr, qid, source },
+        })?;
+    let handshake_err = |what: String| TcpError::Handshake { addr, qid, what };
+    let ch = CommonHeader::from_bytes(raw[..CommonHeader::SIZE].try_into().expect("8 bytes"));
+    if ch.pdu_type == pdu_type::C2H_TERM_REQ {
+        let t = TermReq::from_bytes(raw[..TermReq::SIZE].try_into().expect("24 bytes"));
+        return Err(TcpError::Terminated {
+            addr,
+            qid,
+            fes: t.fes,
+            fei: t.fei(),
+            name: tcp::fes::name(t.fes),
+        });
+    }
+    if ch.pdu_type != pdu_type::IC_RESP
+        || ch.hlen != tcp::IC_HLEN
+        || ch.plen != u32::from(tcp::IC_HLEN)
+    {
+        return Err(handshake_err(format!(
+            "a {} PDU (type {:#x}, hlen {}, plen {}) instead of ICResp",
+            pdu_type::name(ch.pdu_type),
+            ch.pdu_type,
+            ch.hlen,
+            ch.plen
+        )));
+    }
+    let resp = IcResp::from_bytes(&raw);
+    if resp.pfv != tcp::PFV_1_0 {
+        return Err(handshake_err(format!(
+            "PDU format version {} (this host speaks version 1.0)",
+            resp.pfv
+        )));
+    }
+    if resp.cpda > tcp::PDA_MAX {
+        return Err(handshake_err(format!(
+            "CPDA {} (at most {})",
+            resp.cpda,
+            tcp::PDA_MAX
+        )));
+    }
+    if resp.maxh2cdata < tcp::MIN_MAXH2CDATA {
+        return Err(handshake_err(format!(
+            "MAXH2CDATA {} (at least {})",
+            resp.maxh2cdata,
+            tcp::MIN_MAXH2CDATA
+        )));
+    }
+    let hdgst = resp.dgst & dgst::HEADER != 0;
+    let ddgst = resp.dgst & dgst::DATA != 0;
+    if (hdgst && !want_hdgst) || (ddgst && !want_ddgst) {
+        return Err(handshake_err(format!(
+            "digests {:#x} enabled that were not asked for",
+            resp.dgst
+        )));
+    }
+    if hdgst != want_hdgst || ddgst != want_ddgst {
+        log::info!(
+            "{addr} queue {qid}: target enabled header digest {hdgst}, data digest {ddgst} \
+             (asked {want_hdgst}, {want_ddgst})"
+        );
+    }
+    stream.set_nonblocking(true).map_err(io)?;
+    Ok((
+        stream,
+        Negotiated {
+            hdgst,
+            ddgst,
+            cpda_align: (usize::from(resp.cpda) + 1) * tcp::PDA_UNIT,
+            maxh2cdata: resp.maxh2cdata as usize,
+        },
+    ))
+}
+
+/// What a PDU header asks of the queue, decided while the header bytes are borrowed.
+enum Action {
+    Complete {
+        cid: u16,
+        status: Status,
+        dw0: u32,
+        dw1: u32,
+    },
+    R2t(R2T),
+    Data {
+        cid: u16,
+        datao: usize,
+        datal: usize,
+        pdu_flags: u8,
+    },
+}
+
+impl Queue {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        stream: TcpStream,
+        addr: SocketAddr,
+        qid: u16,
+        controller: Arc<str>,
+        neg: Negotiated,
+        slots: u16,
+        in_capsule_max: usize,
+        timeout: Duration,
+    ) -> Self {
+        let epoch_length = (timeout / (TIMEOUT_EPOCHS - 1)).max(Duration::from_millis(1));
+        Queue {
+            stream,
+            addr,
+            qid,
+            controller,
+            neg,
+            in_capsule_max,
+            rx: vec![0u8; RX_BUFFER].into_boxed_slice(),
+            rx_head: 0,
+            rx_tail: 0,
+            rx_state: Rx::Header,
+            tx: Vec::with_capacity(RX_BUFFER),
+            tx_head: 0,
+            plugged: false,
+            slots: (0..slots)
+                .map(|_| Slot {
+                    busy: false,
+                    to_device: false,
+                    sync: false,
+                    opcode: 0,
+                    len: 0,
+                    received: 0,
+                    epoch: 0,
+                    user_data: 0,
+                    buffer: None,
+                })
+                .collect(),
+            free: (0..slots).rev().collect(),
+            in_flight: 0,
+            failed: None,
+            deferred: VecDeque::with_capacity(usize::from(slots)),
+            sync_done: None,
+            sync_dw0: 0,
+            sync_dw1: 0,
+            stats: TcpQueueStats::default(),
+            epoch: 0,
+            epoch_started: Instant::now(),
+            epoch_length,
+            timeout,
+            polls_since_clock: 0,
+        }
+    }
+
+    /// Restarts the timeout clock (after the timeout was changed).
+    pub(crate) fn reset_clock(&mut self) {
+        self.epoch_length = (self.timeout / (TIMEOUT_EPOCHS - 1)).max(Duration::from_millis(1));
+        self.epoch_started = Instant::now();
+    }
+
+    /// Slots (most commands in flight at once).
+    pub(crate) fn capacity(&self) -> u16 {
+        self.slots.len() as u16
+    }
+
+    fn transport_error(&self, source: Arc<TcpError>) -> Error {
+        Error::Transport {
+            controller: self.controller.to_string(),
+            source,
+        }
+    }
+
+    /// The error every request gets once the queue has failed.
+    pub(crate) fn closed_error(&self) -> Option<Error> {
+        self.failed.clone().map(|s| self.transport_error(s))
+    }
+
+    // ----- submission ------------------------------------------------------------------
+
+    /// Sends a command capsule. `buffer` holds `len` bytes of data moving in the direction
+    /// `to_device` says (ignored when `len` is 0). On a refusal the buffer comes back.
+    pub(crate) fn submit(
+        &mut self,
+        mut sqe: SubmissionEntry,
+        buffer: Option<DmaBuffer>,
+        len: usize,
+        to_device: bool,
+        user_data: u64,
+        sync: bool,
+    ) -> Result<(), IoFailure> {
+        if let Some(error) = self.closed_error() {
+            return Err(IoFailure { error, buffer });
+        }
+        let Some(cid) = self.free.pop() else {
+            return Err(IoFailure {
+                error: Error::QueueFull {
+                    qid: self.qid,
+                    depth: u32::from(self.capacity()) + 1,
+                },
+                buffer,
+            });
+        };
+        sqe.set_cid(cid);
+        let hd = if self.neg.hdgst { DIGEST_SIZE } else { 0 };
+        let dd = if self.neg.ddgst { DIGEST_SIZE } else { 0 };
+        let hlen = usize::from(tcp::CAPSULE_CMD_HLEN);
+        let in_capsule = to_device && len > 0 && len <= self.in_capsule_max;
+        let (pdo, plen) = if in_capsule {
+            sqe.set_sgl(tcp::sgl::IN_CAPSULE_DATA, 0, len as u32);
+            let pdo = align_up(hlen + hd, self.neg.cpda_align);
+            (pdo, pdo + len + dd)
+        } else {
+            sqe.set_sgl(tcp::sgl::TRANSPORT_DATA, 0, len as u32);
+            (0, hlen + hd)
+        };
+        let pdu = CapsuleCmd {
+            ch: CommonHeader {
+                pdu_type: pdu_type::CAPSULE_CMD,
+                flags: if self.neg.hdgst { flags::HDGSTF } else { 0 }
+                    | if in_capsule && self.neg.ddgst {
+                        flags::DDGSTF
+                    } else {
+                        0
+                    },
+                hlen: tcp::CAPSULE_CMD_HLEN,
+                pdo: pdo as u8,
+                plen: plen as u32,
+            },
+            sqe,
+        };
+        let start = self.tx.len();
+        self.tx.extend_from_slice(&pdu.to_bytes());
+        if self.neg.hdgst {
+            let d = crc32c(&self.tx[start..start + hlen]);
+            self.tx.extend_from_slice(&d.to_le_bytes());
+        }
+        if in_capsule {
+            let data = &buffer.as_ref().expect("in-capsule data has a buffer")[..len];
+            self.tx.resize(start + pdo, 0);
+            self.tx.extend_from_slice(data);
+            if self.neg.ddgst {
+                self.tx.extend_from_slice(&crc32c(data).to_le_bytes());
+            }
+            self.stats.in_capsule_writes += 1;
+        }
+        let slot = &mut self.slots[usize::from(cid)];
+        slot.busy = true;
+        slot.to_device = to_device;
+        slot.sync = sync;
+        slot.opcode = sqe.opcode();
+        slot.len = if buffer.is_some() { len } else { 0 };
+        slot.received = 0;
+        slot.epoch = self.epoch;
+        slot.user_data = user_data;
+        slot.buffer = buffer;
+        self.in_flight += 1;
+        self.stats.commands_submitted += 1;
+        if !self.plugged {
+            self.flush_tx();
+        }
+        Ok(())
+    }
+
+    /// Writes queued PDUs as far as the socket takes them.
+    pub(crate) fn flush_tx(&mut self) {
+        while self.tx_head < self.tx.len() {
+            match (&self.stream).write(&self.tx[self.tx_head..]) {
+                Ok(n) if n > 0 => self.tx_head += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                other => {
+                    // The target may have said why before closing (C2HTermReq): read what
+                    // is left so that reason wins over a bare "connection reset".
+                    self.tx.clear();
+                    self.tx_head = 0;
+                    self.receive();
+                    let err = match other {
+                        Err(source) => self.io_error(source),
+                        _ => TcpError::Closed {
+                            addr: self.addr,
+                            qid: self.qid,
+                        },
+                    };
+                    self.fail(err);
+                    return;
+                }
+            }
+        }
+        self.tx.clear();
+        self.tx_head = 0;
+    }
+
+    fn io_error(&self, source: std::io::Error) -> TcpError {
+        match source.kind() {
+            ErrorKind::ConnectionReset | ErrorKind::BrokenPipe | ErrorKind::ConnectionAborted => {
+                TcpError::Closed {
+                    addr: self.addr,
+                    qid: self.qid,
+                }
+            }
+            _ => TcpError::Io {
+                addr: self.addr,
+                qid: self.qid,
+                source,
+            },
+        }
+    }
+
+    // ----- failure ---------------------------------------------------------------------
+
+    /// Closes the queue: later submissions fail, and every outstanding request is completed
+    /// with the error (delivered by the next poll, or to a synchronous waiter).
+    pub(crate) fn fail(&mut self, error: TcpError) {
+        if self.failed.is_some() {
+            return;
+        }
+        log::error!("{}: {error}", self.controller);
+        let error = Arc::new(error);
+        self.failed = Some(error.clone());
+        let _ = self.stream.shutdown(Shutdown::Both);
+        self.tx.clear();
+        self.tx_head = 0;
+        self.rx_state = Rx::Header;
+        self.rx_head = 0;
+        self.rx_tail = 0;
+        for cid in 0..self.slots.len() as u16 {
+            if self.slots[usize::from(cid)].busy {
+                let e = self.transport_error(error.clone());
+                self.finish(cid, Err(e));
+            }
+        }
+    }
+
+    /// Fails the queue because commands timed out: those complete with `Error::Timeout`,
+    /// the others with the transport error.
+    fn fail_timed_out(&mut self) {
+        let timeout = self.timeout;
+        let epoch = self.epoch;
+        for cid in 0..self.slots.len() as u16 {
+            let s = &self.slots[usize::from(cid)];
+            if s.busy && epoch.wrapping_sub(s.epoch) >= TIMEOUT_EPOCHS {
+                let e = Error::Timeout {
+                    command: command_name(s.opcode),
+                    cid,
+                    timeout,
+                };
+                self.finish(cid, Err(e));
+            }
+        }
+        self.fail(TcpError::ClosedAfterTimeout {
+            addr: self.addr,
+            qid: self.qid,
+        });
+    }
+
+    /// Completes slot `cid`: frees it and hands the completion to a synchronous waiter or to
+    /// the ready list that `poll` delivers (preallocated: no allocation).
+    fn finish(&mut self, cid: u16, result: Result<u32, Error>) {
+        let slot = &mut self.slots[usize::from(cid)];
+        debug_assert!(slot.busy);
+        slot.busy = false;
+        let c = Completion {
+            user_data: slot.user_data,
+            result,
+            buffer: slot.buffer.take(),
+        };
+        let sync = slot.sync;
+        self.free.push(cid);
+        self.in_flight -= 1;
+        self.stats.requests_completed += 1;
+        if sync {
+            self.sync_done = Some(c);
+        } else {
+            self.deferred.push_back(c);
+        }
+    }
+
+    // ----- polling ---------------------------------------------------------------------
+
+    /// Sends what is queued, receives and handles every complete PDU, checks timeouts every
+    /// few polls, and hands up to `max` completions to `f`. Returns how many it handed.
+    pub(crate) fn poll<F: FnMut(Completion)>(&mut self, max: usize, mut f: F) -> usize {
+        self.stats.polls += 1;
+        self.progress();
+        let mut n = 0;
+        while n < max {
+            let Some(c) = self.deferred.pop_front() else {
+                break;
+            };
+            f(c);
+            n += 1;
+        }
+        if n == 0 {
+            self.stats.idle_polls += 1;
+        }
+        self.polls_since_clock += 1;
+        n
+    }
+
+    /// Network progress without delivering completions: send, receive, parse, timeouts.
+    pub(crate) fn progress(&mut self) {
+        if self.failed.is_some() {
+            return;
+        }
+        if self.tx_head < self.tx.len() {
+            self.flush_tx();
+        }
+        if self.in_flight > 0 {
+            self.receive();
+        }
+        if self.polls_since_clock >= IDLE_POLLS_PER_CLOCK_CHECK {
+            self.polls_since_clock = 0;
+            self.check_clock();
+        }
+    }
+
+    /// Advances the epoch when its time is up and fails the queue if a command is older
+    /// than its timeout.
+    pub(crate) fn check_clock(&mut self) {
+        if self.in_flight == 0 || self.failed.is_some() {
+            self.epoch_started = Instant::now();
+            return;
+        }
+        let now = Instant::now();
+        if now.duration_since(self.epoch_started) < self.epoch_length {
+            return;
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        self.epoch_started = now;
+        let epoch = self.epoch;
+        if self
+            .slots
+            .iter()
+            .any(|s| s.busy && epoch.wrapping_sub(s.epoch) >= TIMEOUT_EPOCHS)
+        {
+            self.fail_timed_out();
+        }
+    }
+
+    /// Runs until the synchronous request completes (or `deadline` passes: then the queue
+    /// is failed and the request completes with the error). Other completions wait in the
+    /// ready list for the next `poll`.
+    pub(crate) fn wait_sync(&mut self, deadline: Instant, what: &'static str) -> Completion {
+        let mut idle = 0u32;
+        loop {
+            if let Some(c) = self.sync_done.take() {
+                return c;
+            }
+            let before = self.stats.pdus_received;
+            self.progress();
+            if self.sync_done.is_some() {
+                continue;
+            }
+            if self.stats.pdus_received == before {
+                idle += 1;
+                if idle > 64 {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                if idle % 64 == 0 && Instant::now() >= deadline {
+                    let timeout = self.timeout;
+                    self.fail(TcpError::Timeout {
+                        addr: self.addr,
+                        qid: self.qid,
+                        what,
+                        timeout,
+                    });
+                }
+            } else {
+                idle = 0;
+            }
+        }
+    }
+
+    fn malformed(&mut self, pdu: u8, what: String) {
+        self.fail(TcpError::Malformed {
+            addr: self.addr,
+            qid: self.qid,
+            pdu: pdu_type::name(pdu),
+            what,
+        });
+    }
+
+    /// Reads what the socket has and handles it.
+    fn receive(&mut self) {
+        // A few reads per poll at most: a busy connection cannot starve the caller.
+        for _ in 0..4 {
+            if self.rx_head == self.rx_tail {
+                self.rx_head = 0;
+                self.rx_tail = 0;
+            } else if self.rx_tail == self.rx.len() {
+                self.rx.copy_within(self.rx_head..self.rx_tail, 0);
+                self.rx_tail -= self.rx_head;
+                self.rx_head = 0;
+            }
+            match (&self.stream).read(&mut self.rx[self.rx_tail..]) {
+                Ok(0) => {
+                    self.fail(TcpError::Closed {
+                        addr: self.addr,
+                        qid: self.qid,
+                    });
+                    return;
+                }
+                Ok(n) => {
+                    self.rx_tail += n;
+                    self.parse();
+                    if self.failed.is_some() || self.rx_tail < self.rx.len() {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(source) => {
+                    let err = self.io_error(source);
+                    self.fail(err);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Handles every complete PDU (and partial C2HData payload) in the receive buffer.
+    fn parse(&mut self) {
+        while self.failed.is_none() {
+            let avail = self.rx_tail - self.rx_head;
+            match self.rx_state {
+                Rx::Header => {
+                    if avail < CommonHeader::SIZE {
+                        return;
+                    }
+                    match self.parse_header(avail) {
+                        Some(true) => {}
+                        Some(false) | None => return,
+                    }
+                }
+                Rx::Data {
+                    cid,
+                    pos,
+                    remaining,
+                    datal,
+                    pdu_flags,
+                    crc,
+                } => {
+                    if avail == 0 {
+                        return;
+                    }
+                    let n = avail.min(remaining);
+                    let src = &self.rx[self.rx_head..self.rx_head + n];
+                    let crc = if self.neg.ddgst {
+                        crc32c::crc32c_append(crc, src)
+                    } else {
+                        crc
+                    };
+                    let buf = self.slots[usize::from(cid)]
+                        .buffer
+                        .as_mut()
+                        .expect("validated: a read slot has a buffer");
+                    buf[pos..pos + n].copy_from_slice(src);
+                    self.rx_head += n;
+                    self.rx_state = if n < remaining {
+                        Rx::Data {
+                            cid,
+                            pos: pos + n,
+                            remaining: remaining - n,
+                            datal,
+                            pdu_flags,
+                            crc,
+                        }
+                    } else if self.neg.ddgst {
+                        Rx::DataDigest {
+                            cid,
+                            datal,
+                            pdu_flags,
+                            crc,
+                        }
+                    } else {
+                        self.data_done(cid, datal, pdu_flags);
+                        Rx::Header
+                    };
+                }
+                Rx::DataDigest {
+                    cid,
+                    datal,
+                    pdu_flags,
+                    crc,
+                } => {
+                    if avail < DIGEST_SIZE {
+                        return;
+                    }
+                    let received = u32::from_le_bytes(
+                        self.rx[self.rx_head..self.rx_head + 4]
+                            .try_into()
+                            .expect("sized"),
+                    );
+                    self.rx_head += DIGEST_SIZE;
+                    if received != crc {
+                        self.fail(TcpError::Digest {
+                            addr: self.addr,
+                            qid: self.qid,
+                            kind: "data",
+                            pdu: "C2HData",
+                            computed: crc,
+                            received,
+                        });
+                        return;
+                    }
+                    self.rx_state = Rx::Header;
+                    self.data_done(cid, datal, pdu_flags);
+                }
+            }
+        }
+    }
+
+    /// The payload of a C2HData PDU has arrived (and its digest matched).
+    fn data_done(&mut self, cid: u16, datal: usize, pdu_flags: u8) {
+        let slot = &mut self.slots[usize::from(cid)];
+        slot.received += datal;
+        if pdu_flags & flags::SUCCESS != 0 {
+            if slot.received != slot.len {
+                let what = format!(
+                    "SUCCESS flag after {} of the command's {} bytes",
+                    slot.received, slot.len
+                );
+                self.malformed(pdu_type::C2H_DATA, what);
+                return;
+            }
+            self.stats.success_shortcuts += 1;
+            self.finish(cid, Ok(0));
+        }
+    }
+
+    /// Parses one PDU header at `rx_head`. `Some(true)`: consumed, go on; `Some(false)`:
+    /// incomplete, wait for more bytes; `None`: the queue failed.
+    fn parse_header(&mut self, avail: usize) -> Option<bool> {
+        let h = self.rx_head;
+        let ch = CommonHeader::from_bytes(
+            &self.rx[h..h + CommonHeader::SIZE]
+                .try_into()
+                .expect("sized"),
+        );
+        let t = ch.pdu_type;
+        let Some(hlen) = tcp::expected_hlen(t) else {
+            self.malformed(t, format!("unknown PDU type {t:#04x}"));
+            return None;
+        };
+        if !matches!(
+            t,
+            pdu_type::CAPSULE_RESP | pdu_type::C2H_DATA | pdu_type::R2T | pdu_type::C2H_TERM_REQ
+        ) {
+            self.malformed(
+                t,
+                "a controller must not send this PDU type after ICResp".into(),
+            );
+            return None;
+        }
+        if ch.hlen != hlen {
+            self.malformed(t, format!("HLEN {} (must be {hlen})", ch.hlen));
+            return None;
+        }
+        let hlen = usize::from(hlen);
+        if t == pdu_type::C2H_TERM_REQ {
+            if avail < hlen {
+                return Some(false);
+            }
+            let term =
+                TermReq::from_bytes(&self.rx[h..h + TermReq::SIZE].try_into().expect("sized"));
+            self.fail(TcpError::Terminated {
+                addr: self.addr,
+                qid: self.qid,
+                fes: term.fes,
+                fei: term.fei(),
+                name: tcp::fes::name(term.fes),
+            });
+            return None;
+        }
+        let hd = if self.neg.hdgst { DIGEST_SIZE } else { 0 };
+        if (ch.flags & flags::HDGSTF != 0) != self.neg.hdgst {
+            self.malformed(
+                t,
+                format!(
+                    "HDGSTF flag is {} but header digests are {}",
+                    ch.flags & flags::HDGSTF != 0,
+                    if self.neg.hdgst { "on" } else { "off" }
+                ),
+            );
+            return None;
+        }
+        if ch.plen > MAX_PLEN {
+            self.malformed(t, format!("PLEN {} is beyond any transfer", ch.plen));
+            return None;
+        }
+        let plen = ch.plen as usize;
+        // Bytes of this PDU that must be in the buffer before it is handled: everything for
+        // PDUs without data, the header (and digest and padding) for C2HData.
+        let need = if t == pdu_type::C2H_DATA {
+            let pdo = usize::from(ch.pdo);
+            if pdo < hlen + hd {
+                self.malformed(
+                    t,
+                    format!("PDO {pdo} overlaps the header ({} bytes)", hlen + hd),
+                );
+                return None;
+            }
+            pdo
+        } else {
+            if plen != hlen + hd {
+                self.malformed(t, format!("PLEN {plen} (must be {})", hlen + hd));
+                return None;
+            }
+            plen
+        };
+        if avail < need {
+            if self.rx.len() - self.rx_head < need {
+                // Make room for the whole header.
+                self.rx.copy_within(self.rx_head..self.rx_tail, 0);
+                self.rx_tail -= self.rx_head;
+                self.rx_head = 0;
+            }
+            return Some(false);
+        }
+        if self.neg.hdgst {
+            let computed = crc32c(&self.rx[h..h + hlen]);
+            let received =
+                u32::from_le_bytes(self.rx[h + hlen..h + hlen + 4].try_into().expect("sized"));
+            if computed != received {
+                self.fail(TcpError::Digest {
+                    addr: self.addr,
+                    qid: self.qid,
+                    kind: "header",
+                    pdu: pdu_type::name(t),
+                    computed,
+                    received,
+                });
+                return None;
+            }
+        }
+        self.stats.pdus_received += 1;
+        let action = match t {
+            pdu_type::CAPSULE_RESP => {
+                let r = CapsuleResp::from_bytes(
+                    &self.rx[h..h + CapsuleResp::SIZE].try_into().expect("sized"),
+                );
+                Action::Complete {
+                    cid: r.cqe.cid,
+                    status: r.cqe.status(),
+                    dw0: r.cqe.dw0,
+                    dw1: r.cqe.dw1,
+                }
+            }
+            pdu_type::R2T => Action::R2t(R2T::from_bytes(
+                &self.rx[h..h + R2T::SIZE].try_into().expect("sized"),
+            )),
+            _ => {
+                let d =
+                    C2HData::from_bytes(&self.rx[h..h + C2HData::SIZE].try_into().expect("sized"));
+                let dd = if self.neg.ddgst { DIGEST_SIZE } else { 0 };
+                if (ch.flags & flags::DDGSTF != 0) != self.neg.ddgst {
+                    self.malformed(
+                        t,
+                        "DDGSTF flag disagrees with the negotiated data digest".into(),
+                    );
+                    return None;
+                }
+                if d.datal == 0 || plen != usize::from(ch.pdo) + d.datal as usize + dd {
+                    self.malformed(
+                        t,
+                        format!(
+                            "DATAL {} does not fit PLEN {plen} and PDO {}",
+                            d.datal, ch.pdo
+                        ),
+                    );
+                    return None;
+                }
+                if ch.flags & flags::SUCCESS != 0 && ch.flags & flags::LAST_PDU == 0 {
+                    self.malformed(t, "SUCCESS without LAST_PDU".into());
+                    return None;
+                }
+                Action::Data {
+                    cid: d.cccid,
+                    datao: d.datao as usize,
+                    datal: d.datal as usize,
+                    pdu_flags: ch.flags,
+                }
+            }
+        };
+        self.rx_head += need;
+        match action {
+            Action::Complete {
+                cid,
+                status,
+                dw0,
+                dw1,
+            } => {
+                if !self.slot_busy(cid) {
+                    self.malformed(t, format!("command id {cid:#x} is not outstanding"));
+                    return None;
+                }
+                if self.slots[usize::from(cid)].sync {
+                    self.sync_dw0 = dw0;
+                    self.sync_dw1 = dw1;
+                }
+                let result = if status.is_success() {
+                    Ok(dw0)
+                } else {
+                    Err(Error::Command {
+                        command: command_name(self.slots[usize::from(cid)].opcode),
+                        status,
+                    })
+                };
+                self.finish(cid, result);
+            }
+            Action::R2t(r2t) => self.answer_r2t(r2t)?,
+            Action::Data {
+                cid,
+                datao,
+                datal,
+                pdu_flags,
+            } => {
+                if !self.slot_busy(cid) {
+                    self.malformed(t, format!("command id {cid:#x} is not outstanding"));
+                    return None;
+                }
+                let s = &self.slots[usize::from(cid)];
+                if s.to_device || s.buffer.is_none() {
+                    self.malformed(t, format!("command id {cid:#x} reads no data"));
+                    return None;
+                }
+                if datao != s.received || datao + datal > s.len {
+                    let what = format!(
+                        "data at {datao}..{} for a {}-byte transfer ({} bytes received so far)",
+                        datao + datal,
+                        s.len,
+                        s.received
+                    );
+                    self.malformed(t, what);
+                    return None;
+                }
+                self.rx_state = Rx::Data {
+                    cid,
+                    pos: datao,
+                    remaining: datal,
+                    datal,
+                    pdu_flags,
+                    crc: 0,
+                };
+            }
+        }
+        Some(true)
+    }
+
+    fn slot_busy(&self, cid: u16) -> bool {
+        self.slots.get(usize::from(cid)).is_some_and(|s| s.busy)
+    }
+
+    /// Queues the H2CData PDUs an R2T asks for (at most MAXH2CDATA bytes each).
+    fn answer_r2t(&mut self, r2t: R2T) -> Option<()> {
+        let t = pdu_type::R2T;
+        let cid = r2t.cccid;
+        if !self.slot_busy(cid) {
+            self.malformed(t, format!("command id {cid:#x} is not outstanding"));
+            return None;
+        }
+        let (offset, len) = (r2t.r2to as usize, r2t.r2tl as usize);
+        let s = &self.slots[usize::from(cid)];
+        if !s.to_device || s.buffer.is_none() || len == 0 || offset + len > s.len {
+            let what = format!(
+                "asks for bytes {offset}..{} of command {cid:#x}, which sends {} bytes",
+                offset + len,
+                if s.to_device { s.len } else { 0 }
+            );
+            self.malformed(t, what);
+            return None;
+        }
+        self.stats.r2ts += 1;
+        let hd = if self.neg.hdgst { DIGEST_SIZE } else { 0 };
+        let dd = if self.neg.ddgst { DIGEST_SIZE } else { 0 };
+        let hlen = H2CData::SIZE;
+        let pdo = align_up(hlen + hd, self.neg.cpda_align);
+        let mut done = 0;
+        while done < len {
+            let chunk = (len - done).min(self.neg.maxh2cdata);
+            let last = done + chunk == len;
+            let pdu = H2CData {
+                ch: CommonHeader {
+                    pdu_type: pdu_type::H2C_DATA,
+                    flags: if self.neg.hdgst { flags::HDGSTF } else { 0 }
+                        | if self.neg.ddgst { flags::DDGSTF } else { 0 }
+                        | if last { flags::LAST_PDU } else { 0 },
+                    hlen: hlen as u8,
+                    pdo: pdo as u8,
+                    plen: (pdo + chunk + dd) as u32,
+                },
+                cccid: cid,
+                ttag: r2t.ttag,
+                datao: (offset + done) as u32,
+                datal: chunk as u32,
+                rsvd: 0,
+            };
+            let start = self.tx.len();
+            self.tx.extend_from_slice(&pdu.to_bytes());
+            if self.neg.hdgst {
+                let d = crc32c(&self.tx[start..start + hlen]);
+                self.tx.extend_from_slice(&d.to_le_bytes());
+            }
+            self.tx.resize(start + pdo, 0);
+            let buf = self.slots[usize::from(cid)]
+                .buffer
+                .as_ref()
+                .expect("checked");
+            let data = &buf[offset + done..offset + done + chunk];
+            self.tx.extend_from_slice(data);
+            if self.neg.ddgst {
+                self.tx.extend_from_slice(&crc32c(data).to_le_bytes());
+            }
+            done += chunk;
+        }
+        self.flush_tx();
+        Some(())
+    }
+
+    /// Closes the connection (the queue is being dropped).
+    pub(crate) fn close(&mut self) {
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// Name of an opcode for messages (admin and I/O opcodes overlap; I/O names are used for
+/// the data commands this host issues on I/O queues).
+pub(crate) fn command_name(op: u8) -> &'static str {
+    match op {
+        nvme_spec::opcode::nvm::READ => "Read",
+        nvme_spec::opcode::nvm::WRITE => "Write",
+        nvme_spec::opcode::nvm::FLUSH => "Flush",
+        nvme_spec::opcode::admin::IDENTIFY => "Identify",
+        nvme_spec::opcode::admin::KEEP_ALIVE => "Keep Alive",
+        nvme_spec::fabrics::FABRICS_OPCODE => "Fabrics command",
+        _ => "command",
+    }
+}

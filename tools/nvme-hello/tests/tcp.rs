@@ -1,0 +1,67 @@
+//! nvme-hello over NVMe/TCP against the in-process fake target: the transport id on the
+//! command line, a write/read-back round trip that lands on the target, and the errors for
+//! nothing listening and a wrong subsystem NQN.
+
+use std::process::Command;
+
+use nvme_tcp::fake::{Config, FakeTarget};
+
+fn hello(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nvme-hello"))
+        .args(args)
+        .output()
+        .expect("run nvme-hello");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn hello_writes_and_reads_back_over_tcp() {
+    let t = FakeTarget::start(Config::default());
+    let trid = t.trid().to_string();
+    let mut args: Vec<&str> = trid.split(' ').collect();
+    args.extend(["--nsid", "2", "--write-lba", "9"]);
+    let (rc, out, err) = hello(&args);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(out.ends_with("Hello world!\n"), "{out}");
+    assert_eq!(&t.disk(2, 9 * 512, 13), b"Hello world!\n");
+    // The quoted single-argument form works too.
+    let (rc, out, err) = hello(&[&trid, "--lba", "9", "--nsid", "2"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(out.contains("|Hello world!....|"), "{out}");
+}
+
+#[test]
+fn tcp_errors_are_clear() {
+    let t = FakeTarget::start(Config::default());
+    let wrong = format!(
+        "trtype:TCP traddr:127.0.0.1 trsvcid:{} subnqn:nqn.2026-01.test:other",
+        t.addr.port()
+    );
+    let (rc, _, err) = hello(&[&wrong]);
+    assert_eq!(rc, 1);
+    assert!(
+        err.contains("no subsystem `nqn.2026-01.test:other`"),
+        "{err}"
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nobody = format!("trtype:TCP traddr:127.0.0.1 trsvcid:{port} subnqn:nqn.x:y");
+    let (rc, _, err) = hello(&[&nobody]);
+    assert_eq!(rc, 1);
+    assert!(err.contains("cannot connect to 127.0.0.1"), "{err}");
+    let discovery = format!("trtype:TCP traddr:127.0.0.1 trsvcid:{}", t.addr.port());
+    let (rc, _, err) = hello(&[&discovery]);
+    assert_eq!(rc, 1);
+    assert!(err.contains("discovery subsystem"), "{err}");
+    let (rc, _, err) = hello(&["trtype:TCP", "subnqn:nqn.x:y"]);
+    assert_eq!(rc, 1);
+    assert!(err.contains("has no traddr"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -1,0 +1,215 @@
+//! The spdk-like loop over NVMe/TCP: one `TcpQueuePair` (one TCP connection) per worker
+//! thread, preallocated buffers indexed by the request's user data, submissions batched with
+//! plug/unplug (one socket write per batch), completions reaped by `poll`.
+//!
+//! Options that only mean something on a PCI function (interrupts, shadow doorbells, resets,
+//! the emulator's verify mode) are refused with a message.
+
+use std::time::Instant;
+
+use nvme_driver::{DmaBuffer, Namespace, QueuePairOptions};
+use nvme_tcp::{TcpController, TcpOptions, TcpQueuePair};
+
+use crate::args::Config;
+use crate::control::{Control, Live, LiveSample, Pacer, Tally, WorkerResult};
+use crate::error::PerfError;
+use crate::rng::LbaGen;
+use crate::runner::{self, Geometry, Setup};
+use crate::target::Target;
+
+/// One thread's connection, buffers and address stream.
+struct Worker {
+    qp: TcpQueuePair,
+    ns: Namespace,
+    buffers: Vec<Option<DmaBuffer>>,
+    gen: LbaGen,
+}
+
+/// Runs the benchmark against an NVMe/TCP subsystem.
+pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
+    let Target::Tcp(trid) = &config.target else {
+        unreachable!("lib::run sends only TCP transport ids here");
+    };
+    let refused = [
+        (config.interrupts, "--interrupts"),
+        (config.verify, "--verify"),
+        (config.reset_interval.is_some(), "--reset-interval"),
+        (
+            config.shadow_doorbells != nvme_driver::ShadowDoorbells::default(),
+            "--shadow-doorbells / --no-shadow-doorbells",
+        ),
+        (!config.sgl, "--no-sgl"),
+        (config.tolerate_timeouts, "--tolerate-timeouts"),
+        (
+            config.io_timeout != crate::args::DEFAULT_IO_TIMEOUT,
+            "--io-timeout",
+        ),
+        (config.yield_idle, "--yield-idle"),
+    ];
+    if let Some((_, option)) = refused.iter().find(|(set, _)| *set) {
+        return Err(PerfError::InvalidOption {
+            option,
+            value: "set".into(),
+            reason: "it applies to PCI functions only, not to NVMe/TCP".into(),
+        });
+    }
+    let ctrl = TcpController::connect(
+        trid,
+        TcpOptions {
+            io_queues: config.threads as u16,
+            ..TcpOptions::default()
+        },
+    )
+    .map_err(|e| PerfError::driver(format!("connecting to {trid}"), e))?;
+    let ns = match config.nsid {
+        Some(nsid) => ctrl.namespace(nsid),
+        None => ctrl.namespaces().first().cloned().ok_or_else(|| {
+            nvme_driver::Error::InvalidRequest(format!(
+                "subsystem {} has no usable namespace",
+                trid.subnqn
+            ))
+        }),
+    }
+    .map_err(|e| PerfError::driver("choosing the namespace", e))?;
+    let geometry = Geometry::new(config, ns.nsid(), ns.block_size(), ns.blocks())?;
+    let mut workers = Vec::with_capacity(config.threads as usize);
+    for t in 0..config.threads as usize {
+        let qp = ctrl
+            .create_queue_pair(QueuePairOptions {
+                depth: (config.queue_depth + 1).min(ctrl.max_queue_entries()),
+                max_completions_per_poll: config.complete_batch as usize,
+                ..QueuePairOptions::default()
+            })
+            .map_err(|e| PerfError::driver(format!("creating queue pair {t}"), e))?;
+        let qd = config.queue_depth.min(u32::from(qp.capacity())) as usize;
+        let buffers = (0..qd)
+            .map(|_| ctrl.alloc_buffer(config.block_size).map(Some))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| PerfError::driver("allocating buffers", e))?;
+        workers.push(Worker {
+            qp,
+            ns: ns.clone(),
+            buffers,
+            gen: geometry.generator(config, t),
+        });
+    }
+    let setup = Setup {
+        device: trid.to_string(),
+        lba_size: ns.block_size(),
+        nsid: Some(ns.nsid()),
+        shadow_doorbells: None,
+        sgl: None,
+    };
+    let blocks = geometry.blocks_per_io as u32;
+    let results = runner::drive(config, workers, |w, control, live| {
+        run_worker(config, blocks, w, control, live)
+    })?;
+    drop(ctrl);
+    Ok(runner::Outcome { setup, results })
+}
+
+fn run_worker(
+    config: &Config,
+    blocks: u32,
+    worker: Worker,
+    control: &Control,
+    live: &Live,
+) -> Result<WorkerResult, PerfError> {
+    let Worker {
+        mut qp,
+        ns,
+        mut buffers,
+        mut gen,
+    } = worker;
+    let qd = buffers.len() as u32;
+    let mut submitted_at = vec![Instant::now(); buffers.len()];
+    let mut lbas = vec![0u64; buffers.len()];
+    let mut free: Vec<u32> = (0..qd).rev().collect();
+    let mut tally = Tally::new();
+    let mut totals = LiveSample::default();
+    let mut pacer = Pacer::new(control, live, config.ios);
+    let timed = config.latency;
+    loop {
+        let in_flight = qd - free.len() as u32;
+        let _ = pacer.step(&mut tally);
+        if pacer.finished(in_flight, &tally) {
+            break;
+        }
+        let want = pacer.allowance((qd - in_flight).min(config.submit_batch), &tally);
+        if want > 0 {
+            let now = Instant::now();
+            let _ = qp.plug(want as u16);
+            let mut queued = 0u64;
+            for _ in 0..want {
+                let Some(index) = free.pop() else { break };
+                let i = index as usize;
+                let buf = buffers[i].take().expect("a free index has its buffer");
+                let (lba, is_write) = gen.next_io();
+                submitted_at[i] = now;
+                lbas[i] = lba;
+                let r = if is_write {
+                    qp.submit_write(&ns, lba, blocks, buf, false, u64::from(index))
+                } else {
+                    qp.submit_read(&ns, lba, blocks, buf, u64::from(index))
+                };
+                match r {
+                    Ok(()) => queued += 1,
+                    Err(f) => {
+                        buffers[i] = f.buffer;
+                        if buffers[i].is_none() {
+                            return Err(PerfError::driver("a refused submission", f.error));
+                        }
+                        free.push(index);
+                        tally.fail(|| format!("submitting I/O at LBA {lba}: {}", f.error));
+                        if qp.closed_error().is_some() {
+                            qp.unplug();
+                            return Err(PerfError::driver("the NVMe/TCP queue closed", f.error));
+                        }
+                        break;
+                    }
+                }
+            }
+            qp.unplug();
+            tally.submitted += queued;
+            tally.submit_calls += 1;
+            totals.submitted += queued;
+            totals.submit_calls += 1;
+        }
+        let mut now = None;
+        let reaped = qp.poll(|c| {
+            let i = c.user_data as usize;
+            let t = *now.get_or_insert_with(Instant::now);
+            match c.result {
+                Ok(_) if timed => tally.complete(submitted_at[i], t),
+                Ok(_) => tally.complete_untimed(),
+                Err(e) => {
+                    tally.reaped += 1;
+                    tally.fail(|| format!("I/O at LBA {} failed: {e}", lbas[i]));
+                }
+            }
+            buffers[i] = c.buffer;
+            free.push(i as u32);
+        });
+        if reaped > 0 {
+            tally.reap_calls += 1;
+            totals.ios += reaped as u64;
+            totals.reap_calls += 1;
+        }
+        if let Some(e) = qp.closed_error() {
+            if qp.in_flight() == 0 && free.len() as u32 == qd {
+                return Err(PerfError::driver("the NVMe/TCP queue closed", e));
+            }
+        }
+        pacer.publish(&totals);
+    }
+    let (elapsed, cpu) = pacer.measured();
+    tally.finish();
+    Ok(WorkerResult {
+        tally,
+        elapsed,
+        cpu,
+        driver: None,
+        verify: None,
+        recovery: None,
+    })
+}
