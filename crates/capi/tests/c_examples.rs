@@ -107,3 +107,27 @@ fn qd_loop_verifies_data_at_queue_depth_on_the_emulated_controller() {
         "{out}"
     );
 }
+
+#[test]
+fn qd_loop_rate_mode_reports_random_reads_on_the_emulated_controller() {
+    let exe = build_example("qd_loop");
+    let out = run(&exe, &["emulated", "--randread", "16", "0.2"]);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("qd_loop: randread QD 16: "))
+        .unwrap_or_else(|| panic!("no rate line in:\n{out}"));
+    let ios: u64 = line["qd_loop: randread QD 16: ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no I/O count in {line:?}"));
+    assert!(ios > 16, "{line}");
+    assert!(line.ends_with(" IOPS"), "{line}");
+    // Bad arguments are refused with a usage message.
+    let output = Command::new(&exe)
+        .args(["emulated", "--randread", "0", "1"])
+        .output()
+        .expect("run example");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("needs QD >= 1"));
+}
