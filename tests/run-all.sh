@@ -28,7 +28,8 @@ step "unit tests" cargo test --workspace
 # tests above).
 step "examples" sh -c 'cargo run -q -p nvme-driver --example hello -- sim &&
     cargo run -q -p nvme-driver --example per_thread -- sim 4 5000 &&
-    cargo run -q -p nvme-driver --example two_controllers -- sim'
+    cargo run -q -p nvme-driver --example two_controllers -- sim &&
+    cargo run -q -p nvme-poll --example tokio_local -- sim 8 200'
 
 # Per-I/O instruction counts (callgrind) against tests/instr-budget.txt: fails on +5 %.
 step "instruction budget" tests/instr-per-io.sh --check
