@@ -43,7 +43,7 @@ else
     RESULTS+=("SKIP  loom (no crates/pool/tests/loom.rs)")
 fi
 
-step "qemu guest" tests/qemu/run.sh bind.sh vfio-mode.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh perf-smoke.sh recovery.sh sqlite.sh
+step "qemu guest" tests/qemu/run.sh bind.sh vfio-mode.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh perf-smoke.sh recovery.sh sqlite.sh c-api.sh
 # Its own boot: namespaces with metadata formats (2: 8 bytes inline, extended LBA; 3: 16 bytes in a
 # separate buffer) next to a plain one. The first qemu step built the guest binaries.
 step "qemu guest (metadata namespaces)" tests/qemu/run.sh --no-build \

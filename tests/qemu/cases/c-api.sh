@@ -34,7 +34,7 @@ while [ "$i" -lt "$RUNS" ]; do
     nvme-perf "$NVME_BDF" -n 1 -w randread -b 4096 -q 128 -t "$SECS" --quiet --json >/tmp/perf.json 2>/tmp/perf.err ||
         { cat /tmp/perf.err; fail "nvme-perf failed"; }
     grep -q '"errors": *0' /tmp/perf.json || { cat /tmp/perf.json; fail "nvme-perf reported errors"; }
-    r=$(sed -n 's/.*"iops": *\([0-9.][0-9.]*\).*/\1/p' /tmp/perf.json | head -n1)
+    r=$(sed -n 's/.*"iops": *\([0-9][0-9]*\).*/\1/p' /tmp/perf.json | head -n1)
     [ -n "$r" ] || { cat /tmp/perf.json; fail "no iops in nvme-perf's JSON"; }
     qd_loop "$NVME_BDF" --randread 128 "$SECS" >/tmp/rate.out || fail "qd_loop --randread failed"
     c=$(sed -n 's/^qd_loop: randread QD 128: .*: \([0-9][0-9]*\) IOPS$/\1/p' /tmp/rate.out)
