@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -36,10 +37,13 @@ fn staticlib() -> PathBuf {
         })
 }
 
-/// Compiles `examples/c/<name>.c` and returns the executable.
+/// Compiles `examples/c/<name>.c` and returns the executable (one file per call: tests run in
+/// parallel, and executing a file another test is rewriting fails with ETXTBSY).
 fn build_example(name: &str) -> PathBuf {
+    static BUILDS: AtomicUsize = AtomicUsize::new(0);
     let root = repo_root();
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("c-example-{name}"));
+    let n = BUILDS.fetch_add(1, Ordering::Relaxed);
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("c-example-{name}-{n}"));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
     let output = Command::new(&cc)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
