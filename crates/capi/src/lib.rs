@@ -61,7 +61,7 @@ use std::time::Duration;
 
 use nvme_driver::{
     Completion, Controller, ControllerOptions, DmaBuffer, Error, IoFailure, Namespace, QueuePair,
-    QueuePairOptions, Transport,
+    QueuePairOptions, Transport, WriteFlags,
 };
 use nvme_sim::{SimConfig, SimController};
 
@@ -830,9 +830,14 @@ unsafe fn submit_data(
         });
         let result = match op {
             DataOp::Read => q.qp.submit_read(&ns, lba, blocks, dma, u64::from(index)),
-            DataOp::Write { fua } => {
-                q.qp.submit_write(&ns, lba, blocks, dma, fua, u64::from(index))
-            }
+            DataOp::Write { fua } => q.qp.submit_write(
+                &ns,
+                lba,
+                blocks,
+                dma,
+                WriteFlags::NONE.with_fua(fua),
+                u64::from(index),
+            ),
         };
         match result {
             Ok(()) => NVME_OK,

@@ -17,7 +17,7 @@
 //! `Controller::open_pci("0000:01:00.0", ..)`), write one block and read it back:
 //!
 //! ```
-//! use nvme_driver::{Controller, ControllerOptions, QueuePairOptions, Transport};
+//! use nvme_driver::{Controller, ControllerOptions, QueuePairOptions, Transport, WriteFlags};
 //! use nvme_sim::{SimConfig, SimController};
 //!
 //! let sim = SimController::start(SimConfig::default());
@@ -26,7 +26,7 @@
 //! let mut qp = ctrl.create_queue_pair(QueuePairOptions::default())?; // one per thread
 //! let mut buf = ctrl.alloc_buffer(ns.block_size() as usize)?;
 //! buf[..5].copy_from_slice(b"hello");
-//! let mut buf = qp.write(&ns, 7, 1, buf, false).map_err(|f| f.error)?; // the buffer comes back
+//! let mut buf = qp.write(&ns, 7, 1, buf, WriteFlags::NONE).map_err(|f| f.error)?; // the buffer comes back
 //! buf.fill(0);
 //! let buf = qp.read(&ns, 7, 1, buf).map_err(|f| f.error)?;
 //! assert_eq!(&buf[..5], b"hello");
@@ -40,6 +40,7 @@ mod context;
 mod controller;
 pub mod device;
 mod error;
+mod flags;
 mod namespace;
 pub mod platform;
 mod prp;
@@ -54,6 +55,7 @@ pub use controller::{
     DEFAULT_IO_QUEUES, HOST_PAGE_SIZE,
 };
 pub use error::{Error, IoFailure, Result};
+pub use flags::WriteFlags;
 pub use namespace::{Namespace, NamespaceChanges};
 pub use platform::CpuPlatform;
 pub use queue_pair::{

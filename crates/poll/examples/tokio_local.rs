@@ -14,6 +14,7 @@
 //! `... -- 0000:01:00.0 --write [TASKS [IOS]]` on a controller bound to vfio-pci (overwrites
 //! the first blocks of namespace 1).
 
+use nvme_driver::WriteFlags;
 use std::cell::Cell;
 use std::rc::Rc;
 
@@ -112,7 +113,7 @@ async fn worker(
             chunk.copy_from_slice(&tag);
         }
         buf = qp
-            .write(ns, lba, 1, buf, false)
+            .write(ns, lba, 1, buf, WriteFlags::NONE)
             .await
             .map_err(|f| f.error)?;
         buf.fill(0);

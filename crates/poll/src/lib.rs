@@ -24,7 +24,7 @@
 //! reactor (any single-threaded executor can call the reactor instead):
 //!
 //! ```
-//! use nvme_driver::{Controller, ControllerOptions, QueuePairOptions, Transport};
+//! use nvme_driver::{Controller, ControllerOptions, QueuePairOptions, Transport, WriteFlags};
 //! use nvme_poll::{block_on, AsyncQueuePair};
 //! use nvme_sim::{SimConfig, SimController};
 //!
@@ -37,7 +37,7 @@
 //! buf.fill(0x5a);
 //! let buf = block_on(
 //!     async {
-//!         let mut buf = qp.write(&ns, 0, 1, buf, false).await.map_err(|f| f.error)?;
+//!         let mut buf = qp.write(&ns, 0, 1, buf, WriteFlags::NONE).await.map_err(|f| f.error)?;
 //!         buf.fill(0);
 //!         qp.read(&ns, 0, 1, buf).await.map_err(|f| f.error)
 //!     },

@@ -47,8 +47,9 @@ impl fmt::Display for Iova {
     }
 }
 
-/// Errors of DMA allocation and mapping.
+/// Errors of DMA allocation and mapping. New variants may be added (`#[non_exhaustive]`).
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum DmaError {
     /// mmap of host memory failed.
     #[error("cannot allocate {len} bytes of DMA memory ({kind}): {source}")]

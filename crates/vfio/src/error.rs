@@ -11,8 +11,10 @@ use thiserror::Error;
 use crate::dma::DmaError;
 use crate::pci::{PciAddress, PciAddressError, NVME_CLASS_CODE};
 
-/// Errors of opening and driving a PCI function through VFIO.
+/// Errors of opening and driving a PCI function through VFIO. New variants may be added
+/// (`#[non_exhaustive]`).
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum VfioError {
     /// The text given as a PCI address is malformed.
     #[error(transparent)]
