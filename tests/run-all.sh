@@ -28,7 +28,8 @@ step "unit tests" cargo test --workspace
 # tests above).
 step "examples" sh -c 'cargo run -q -p nvme-driver --example hello -- sim &&
     cargo run -q -p nvme-driver --example per_thread -- sim 4 5000 &&
-    cargo run -q -p nvme-driver --example two_controllers -- sim'
+    cargo run -q -p nvme-driver --example two_controllers -- sim &&
+    cargo run -q -p nvme-poll --example tokio_local -- sim 8 200'
 
 # Per-I/O instruction counts (callgrind) against tests/instr-budget.txt: fails on +5 %.
 step "instruction budget" tests/instr-per-io.sh --check
@@ -42,7 +43,7 @@ else
     RESULTS+=("SKIP  loom (no crates/pool/tests/loom.rs)")
 fi
 
-step "qemu guest" tests/qemu/run.sh bind.sh vfio-mode.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh perf-smoke.sh recovery.sh sqlite.sh
+step "qemu guest" tests/qemu/run.sh bind.sh vfio-mode.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh perf-smoke.sh recovery.sh sqlite.sh c-api.sh
 # Its own boot: namespaces with metadata formats (2: 8 bytes inline, extended LBA; 3: 16 bytes in a
 # separate buffer) next to a plain one. The first qemu step built the guest binaries.
 step "qemu guest (metadata namespaces)" tests/qemu/run.sh --no-build \

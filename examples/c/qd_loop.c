@@ -7,11 +7,17 @@
  *   qd_loop emulated [QD [IOS]]                 in-process emulated controller
  *   qd_loop 0000:01:00.0 --write [QD [IOS]]     a vfio-pci controller: DESTROYS the first
  *                                               namespace's data at the start of the device
+ *   qd_loop DEVICE --randread QD SECONDS        rate mode: 4 KiB random reads over the whole
+ *                                               first namespace at queue depth QD for SECONDS
+ *                                               (read-only), prints the I/O rate; the same
+ *                                               workload as `nvme-perf -w randread -b 4096`
  */
+#define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "nvme_userspace.h"
 
@@ -142,10 +148,126 @@ static void wait_sync(struct nvme_qpair *qp, struct sync_io *io, const char *wha
     }
 }
 
+/* ---- rate mode: random reads, resubmitted from their callbacks ---- */
+
+struct rate {
+    struct nvme_qpair *qp;
+    uint32_t nsid;
+    uint32_t blocks_per_io;
+    uint64_t ios_per_ns; /* 4 KiB units in the namespace */
+    uint64_t rng;
+    uint64_t done;
+    int stop, failed;
+};
+
+static uint64_t next_rand(struct rate *r) { /* xorshift64* */
+    r->rng ^= r->rng >> 12;
+    r->rng ^= r->rng << 25;
+    r->rng ^= r->rng >> 27;
+    return r->rng * 0x2545F4914F6CDD1DULL;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void on_rand_read(void *arg, const struct nvme_cpl_status *st);
+
+static int submit_rand(struct rate *r, struct nvme_buf *buf) {
+    uint64_t lba = (next_rand(r) % r->ios_per_ns) * r->blocks_per_io;
+    return nvme_qpair_submit_read(r->qp, r->nsid, lba, r->blocks_per_io, buf, on_rand_read, r);
+}
+
+static void on_rand_read(void *arg, const struct nvme_cpl_status *st) {
+    struct rate *r = arg;
+    if (!st->success) {
+        fprintf(stderr, "read failed: %s (sct %u sc %u)\n", nvme_strerror(st->error), st->sct,
+                st->sc);
+        r->failed = 1;
+        return;
+    }
+    r->done++;
+    if (r->stop) return;
+    if (submit_rand(r, st->buf) != NVME_OK) {
+        fprintf(stderr, "submit read: %s\n", nvme_last_error_message());
+        r->failed = 1;
+    }
+}
+
+static int run_rate(const char *device, unsigned qd, double seconds) {
+    struct nvme_ctrlr *ctrlr = NULL;
+    if (strcmp(device, "emulated") == 0) {
+        CHECK(nvme_ctrlr_open_emulated(&ctrlr));
+    } else {
+        CHECK(nvme_ctrlr_open(device, &ctrlr));
+    }
+    struct rate r = {0};
+    struct nvme_ns_info ns;
+    if (nvme_ctrlr_namespace_ids(ctrlr, &r.nsid, 1) < 1) {
+        fprintf(stderr, "no usable namespace\n");
+        return 1;
+    }
+    CHECK(nvme_ctrlr_get_ns_info(ctrlr, r.nsid, &ns));
+    if (ns.block_size > IO_BYTES) {
+        fprintf(stderr, "block size %u above %d\n", ns.block_size, IO_BYTES);
+        return 1;
+    }
+    r.blocks_per_io = IO_BYTES / ns.block_size;
+    r.ios_per_ns = ns.blocks / r.blocks_per_io;
+    r.rng = 0x9E3779B97F4A7C15ULL ^ (uint64_t)now_s();
+    if (r.ios_per_ns == 0) {
+        fprintf(stderr, "namespace smaller than %d bytes\n", IO_BYTES);
+        return 1;
+    }
+    CHECK(nvme_qpair_create(ctrlr, qd + 1, 10000, &r.qp));
+    struct nvme_buf **bufs = calloc(qd, sizeof *bufs);
+    for (unsigned i = 0; i < qd; i++) CHECK(nvme_buf_alloc(ctrlr, IO_BYTES, &bufs[i]));
+
+    double start = now_s(), end = start + seconds, stopped = start;
+    for (unsigned i = 0; i < qd; i++) CHECK(submit_rand(&r, bufs[i]));
+    while (!r.failed) {
+        int n = nvme_qpair_poll(r.qp, 0);
+        if (n < 0) {
+            fprintf(stderr, "poll: %s\n", nvme_last_error_message());
+            return 1;
+        }
+        if (!r.stop && now_s() >= end) {
+            r.stop = 1; /* the rate counts what completed until here */
+            stopped = now_s();
+            uint64_t counted = r.done;
+            while (nvme_qpair_outstanding(r.qp) > 0 && !r.failed) {
+                if (nvme_qpair_poll(r.qp, 0) < 0) return 1;
+            }
+            r.done = counted;
+            break;
+        }
+    }
+    if (r.failed) return 1;
+    double elapsed = stopped - start;
+    printf("qd_loop: randread QD %u: %" PRIu64 " IOs in %.3f s: %.0f IOPS\n", qd, r.done, elapsed,
+           (double)r.done / elapsed);
+    for (unsigned i = 0; i < qd; i++) CHECK(nvme_buf_free(bufs[i]));
+    free(bufs);
+    CHECK(nvme_qpair_destroy(r.qp));
+    CHECK(nvme_ctrlr_close(ctrlr));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s emulated | <device> --write [QD [IOS]]\n", argv[0]);
+        fprintf(stderr, "usage: %s emulated | <device> --write [QD [IOS]] | <device> --randread QD SECONDS\n", argv[0]);
         return 2;
+    }
+    if (argc >= 3 && strcmp(argv[2], "--randread") == 0) {
+        unsigned qd = argc > 3 ? (unsigned)strtoul(argv[3], NULL, 0) : 0;
+        double seconds = argc > 4 ? strtod(argv[4], NULL) : 0;
+        if (qd == 0 || !(seconds > 0)) {
+            fprintf(stderr, "--randread needs QD >= 1 and SECONDS > 0\n");
+            return 2;
+        }
+        return run_rate(argv[1], qd, seconds);
     }
     int emulated = strcmp(argv[1], "emulated") == 0;
     int next = 2;

@@ -287,6 +287,9 @@ build_guest_bins() {
                 note "note: example $e does not build; the guest will not have it"
         done
         unset RUSTFLAGS CARGO_TARGET_DIR
+        # The C API examples (examples/c), static, against the C library built for the guest.
+        "$ROOT/tests/qemu/build-c-guest.sh" "$target_dir/c-examples" "$RUST_TARGET" ||
+            note "note: the C examples do not build; the guest will not have them"
     fi
     mkdir -p "$INITRD_ROOT/bin"
     local b copied=""
@@ -305,6 +308,15 @@ build_guest_bins() {
             copied="$copied $b"
         else
             note "note: example $b is not built yet; skipped"
+        fi
+    done
+    for b in hello_c qd_loop; do
+        if [ -x "$target_dir/c-examples/$b" ]; then
+            strip -o "$INITRD_ROOT/bin/$b" "$target_dir/c-examples/$b" 2>/dev/null ||
+                cp "$target_dir/c-examples/$b" "$INITRD_ROOT/bin/$b"
+            copied="$copied $b"
+        else
+            note "note: C example $b is not built yet; skipped"
         fi
     done
     note "guest binaries:${copied:- none}"

@@ -81,6 +81,10 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         Error::ForeignBuffer { .. } => NVME_ERR_FOREIGN_BUFFER,
         Error::NoInterrupts { .. } | Error::InterruptWait { .. } => NVME_ERR_INTERRUPT,
         Error::Transport { .. } => NVME_ERR_NO_DEVICE,
+        // `Error` is #[non_exhaustive]: a variant added later without a code of its own here
+        // reads as an unsupported request; nvme_last_error_message() has its message. Give
+        // new variants their own arm above.
+        _ => NVME_ERR_UNSUPPORTED,
     }
 }
 

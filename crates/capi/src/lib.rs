@@ -24,6 +24,28 @@
 //! Every exported function catches panics (`NVME_ERR_PANIC`) and checks its pointers
 //! (`NVME_ERR_NULL_POINTER`). Failing calls store a message readable with
 //! `nvme_last_error_message` on the same thread.
+//!
+//! # Example
+//!
+//! The functions are meant for C (see `examples/c/`), but they are Rust functions too; this
+//! opens the emulated controller and reads the geometry of its first namespace:
+//!
+//! ```
+//! use nvme_userspace::*;
+//!
+//! let mut ctrlr = std::ptr::null_mut();
+//! // SAFETY: `ctrlr` is a valid place for the handle.
+//! assert_eq!(unsafe { nvme_ctrlr_open_emulated(&mut ctrlr) }, NVME_OK);
+//! let mut nsid = 0u32;
+//! // SAFETY: `ctrlr` is live and `nsid` has room for one id.
+//! assert_eq!(unsafe { nvme_ctrlr_namespace_ids(ctrlr, &mut nsid, 1) }, 2); // two namespaces
+//! let mut info = nvme_ns_info { nsid: 0, block_size: 0, blocks: 0 };
+//! // SAFETY: `ctrlr` is live and `info` is a valid place for the result.
+//! assert_eq!(unsafe { nvme_ctrlr_get_ns_info(ctrlr, nsid, &mut info) }, NVME_OK);
+//! assert_eq!((info.nsid, info.block_size), (1, 512));
+//! // SAFETY: `ctrlr` is live and not used after this.
+//! assert_eq!(unsafe { nvme_ctrlr_close(ctrlr) }, NVME_OK);
+//! ```
 
 #![deny(missing_docs)]
 // The C names (`nvme_ctrlr`, `nvme_cpl_status`, ...) are the API.
@@ -39,7 +61,7 @@ use std::time::Duration;
 
 use nvme_driver::{
     Completion, Controller, ControllerOptions, DmaBuffer, Error, IoFailure, Namespace, QueuePair,
-    QueuePairOptions, Transport,
+    QueuePairOptions, Transport, WriteFlags,
 };
 use nvme_sim::{SimConfig, SimController};
 
@@ -808,9 +830,14 @@ unsafe fn submit_data(
         });
         let result = match op {
             DataOp::Read => q.qp.submit_read(&ns, lba, blocks, dma, u64::from(index)),
-            DataOp::Write { fua } => {
-                q.qp.submit_write(&ns, lba, blocks, dma, fua, u64::from(index))
-            }
+            DataOp::Write { fua } => q.qp.submit_write(
+                &ns,
+                lba,
+                blocks,
+                dma,
+                WriteFlags::NONE.with_fua(fua),
+                u64::from(index),
+            ),
         };
         match result {
             Ok(()) => NVME_OK,

@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -36,10 +37,13 @@ fn staticlib() -> PathBuf {
         })
 }
 
-/// Compiles `examples/c/<name>.c` and returns the executable.
+/// Compiles `examples/c/<name>.c` and returns the executable (one file per call: tests run in
+/// parallel, and executing a file another test is rewriting fails with ETXTBSY).
 fn build_example(name: &str) -> PathBuf {
+    static BUILDS: AtomicUsize = AtomicUsize::new(0);
     let root = repo_root();
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("c-example-{name}"));
+    let n = BUILDS.fetch_add(1, Ordering::Relaxed);
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("c-example-{name}-{n}"));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
     let output = Command::new(&cc)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
@@ -106,4 +110,28 @@ fn qd_loop_verifies_data_at_queue_depth_on_the_emulated_controller() {
         out.contains("qd_loop: QD 1: 20 writes, 20 reads verified"),
         "{out}"
     );
+}
+
+#[test]
+fn qd_loop_rate_mode_reports_random_reads_on_the_emulated_controller() {
+    let exe = build_example("qd_loop");
+    let out = run(&exe, &["emulated", "--randread", "16", "0.2"]);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("qd_loop: randread QD 16: "))
+        .unwrap_or_else(|| panic!("no rate line in:\n{out}"));
+    let ios: u64 = line["qd_loop: randread QD 16: ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no I/O count in {line:?}"));
+    assert!(ios > 16, "{line}");
+    assert!(line.ends_with(" IOPS"), "{line}");
+    // Bad arguments are refused with a usage message.
+    let output = Command::new(&exe)
+        .args(["emulated", "--randread", "0", "1"])
+        .output()
+        .expect("run example");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("needs QD >= 1"));
 }

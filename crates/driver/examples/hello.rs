@@ -3,6 +3,7 @@
 //! `cargo run -p nvme-driver --example hello -- sim` (the in-process emulator) or
 //! `-- 0000:01:00.0` (a controller bound to vfio-pci; this WRITES LBA 1000 of namespace 1).
 
+use nvme_driver::WriteFlags;
 use nvme_driver::{Controller, ControllerOptions, QueuePairOptions, Transport};
 use nvme_sim::{SimConfig, SimController};
 
@@ -33,7 +34,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut qp = ctrl.create_queue_pair(QueuePairOptions::default())?;
     let mut buf = ctrl.alloc_buffer(ns.block_size() as usize)?;
     buf[..13].copy_from_slice(b"Hello world!\n");
-    let mut buf = qp.write(&ns, 1000, 1, buf, false).map_err(|f| f.error)?;
+    let mut buf = qp
+        .write(&ns, 1000, 1, buf, WriteFlags::NONE)
+        .map_err(|f| f.error)?;
     buf.fill(0);
     let buf = qp.read(&ns, 1000, 1, buf).map_err(|f| f.error)?;
     print!("{}", String::from_utf8_lossy(&buf[..13]));

@@ -6,6 +6,7 @@
 //! controllers sharing one emulated IOMMU) or `-- 0000:01:00.0 0000:02:00.0` (two controllers
 //! bound to vfio-pci; this WRITES 64 KiB at byte offset 1 MiB of namespace 1 of both).
 
+use nvme_driver::WriteFlags;
 use std::sync::Arc;
 
 use nvme_driver::{Controller, ControllerOptions, DmaContext, QueuePairOptions, Transport};
@@ -104,14 +105,14 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let ((lba_a, n_a), (lba_b, n_b)) = (blocks(&ns_a)?, blocks(&ns_b)?);
 
     let source = qa
-        .write(&ns_a, lba_a, n_a, source, false)
+        .write(&ns_a, lba_a, n_a, source, WriteFlags::NONE)
         .map_err(|f| f.error)?;
     let copy = qa.read(&ns_a, lba_a, n_a, copy).map_err(|f| f.error)?;
     if copy[..] != pattern[..] {
         return Err("read back on A differs from what was written".into());
     }
     let copy = qb
-        .write(&ns_b, lba_b, n_b, copy, false)
+        .write(&ns_b, lba_b, n_b, copy, WriteFlags::NONE)
         .map_err(|f| f.error)?;
     let check = qb.read(&ns_b, lba_b, n_b, check).map_err(|f| f.error)?;
     if check[..] != pattern[..] {

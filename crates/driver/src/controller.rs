@@ -90,6 +90,66 @@ pub struct ControllerOptions {
     pub timeout_action: TimeoutAction,
 }
 
+/// Builder-style setters: `ControllerOptions::default().io_queues(..)`. The fields stay public for now;
+/// prefer the setters, which keep working if the fields become private.
+impl ControllerOptions {
+    /// Sets [`ControllerOptions::io_queues`]: I/O queue pairs to ask for.
+    #[must_use]
+    pub fn io_queues(mut self, io_queues: u16) -> Self {
+        self.io_queues = io_queues;
+        self
+    }
+
+    /// Sets [`ControllerOptions::admin_entries`]: admin queue entries.
+    #[must_use]
+    pub fn admin_entries(mut self, admin_entries: u32) -> Self {
+        self.admin_entries = admin_entries;
+        self
+    }
+
+    /// Sets [`ControllerOptions::admin_timeout`]: the timeout of each admin command.
+    #[must_use]
+    pub fn admin_timeout(mut self, admin_timeout: Duration) -> Self {
+        self.admin_timeout = admin_timeout;
+        self
+    }
+
+    /// Sets [`ControllerOptions::shutdown_on_drop`]: normal shutdown when the controller is dropped.
+    #[must_use]
+    pub fn shutdown_on_drop(mut self, shutdown_on_drop: bool) -> Self {
+        self.shutdown_on_drop = shutdown_on_drop;
+        self
+    }
+
+    /// Sets [`ControllerOptions::shadow_doorbells`]: when to use shadow doorbells.
+    #[must_use]
+    pub fn shadow_doorbells(mut self, shadow_doorbells: ShadowDoorbells) -> Self {
+        self.shadow_doorbells = shadow_doorbells;
+        self
+    }
+
+    /// Sets [`ControllerOptions::sgl`]: SGLs for I/O data where offered (`false`: PRPs).
+    #[must_use]
+    pub fn sgl(mut self, sgl: bool) -> Self {
+        self.sgl = sgl;
+        self
+    }
+
+    /// Sets [`ControllerOptions::interrupts`]: route MSI-X vectors to eventfds.
+    #[must_use]
+    pub fn interrupts(mut self, interrupts: bool) -> Self {
+        self.interrupts = interrupts;
+        self
+    }
+
+    /// Sets [`ControllerOptions::timeout_action`]: what a timed-out command leads to.
+    #[must_use]
+    pub fn timeout_action(mut self, timeout_action: TimeoutAction) -> Self {
+        self.timeout_action = timeout_action;
+        self
+    }
+}
+
 /// Whether to use shadow doorbells where the controller offers them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ShadowDoorbells {

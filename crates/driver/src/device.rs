@@ -14,22 +14,37 @@ const KEY_TRADDR: &str = "traddr";
 
 /// A DEVICE argument that names no usable controller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[allow(missing_docs)]
 pub enum DeviceArgError {
     /// A transport other than PCIe.
     #[error("transport type `{trtype}` is not supported: these tools drive local PCI functions (trtype:PCIe)")]
-    Transport { trtype: String },
+    Transport {
+        /// The transport type given.
+        trtype: String,
+    },
     /// A transport id without `traddr`.
     #[error(
         "transport id `{input}` names no address: write it as `trtype:PCIe traddr:0000:00:04.0`"
     )]
-    MissingAddress { input: String },
+    MissingAddress {
+        /// The whole argument as given.
+        input: String,
+    },
     /// A key other than `trtype` and `traddr`, or a token that is not `key:value`.
     #[error("`{token}` in transport id `{input}` is not understood: only trtype:VALUE and traddr:VALUE are accepted")]
-    UnknownKey { token: String, input: String },
+    UnknownKey {
+        /// The token not understood.
+        token: String,
+        /// The whole argument as given.
+        input: String,
+    },
     /// The same key twice.
     #[error("`{key}` appears more than once in transport id `{input}`")]
-    Duplicate { key: String, input: String },
+    Duplicate {
+        /// The repeated key.
+        key: String,
+        /// The whole argument as given.
+        input: String,
+    },
     /// The address is not a PCI address.
     #[error(transparent)]
     Address(#[from] PciAddressError),

@@ -7,9 +7,12 @@ use nvme_spec::Status;
 use nvme_vfio::{DmaBuffer, DmaError};
 use thiserror::Error;
 
-/// Driver errors. (Variant fields are described by the messages.)
-#[allow(missing_docs)]
+/// Driver errors.
+///
+/// New variants may be added in minor releases (`#[non_exhaustive]`): match the ones you act on
+/// and keep a `_` arm (`Error::is_retryable` classifies all of them).
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum Error {
     /// Opening or using the PCI function through VFIO failed.
     #[error(transparent)]
@@ -27,8 +30,11 @@ pub enum Error {
          or power-cycle the machine"
     )]
     NotReady {
+        /// The controller's name (PCI address or transport name).
         controller: String,
+        /// The state CSTS.RDY should have reached.
         state: &'static str,
+        /// How long the driver waited.
         timeout: Duration,
     },
     /// CSTS.CFS is set: the controller hit a fatal error.
@@ -36,21 +42,34 @@ pub enum Error {
         "controller {controller} reports Controller Fatal Status (CSTS.CFS=1); all I/O on it fails \
          until it is reset: reset the PCI function or power-cycle the machine"
     )]
-    ControllerFatal { controller: String },
+    ControllerFatal {
+        /// The controller's name (PCI address or transport name).
+        controller: String,
+    },
     /// The controller lacks something this driver needs.
     #[error("controller {controller} is not supported: {what}")]
-    Unsupported { controller: String, what: String },
+    Unsupported {
+        /// The controller's name (PCI address or transport name).
+        controller: String,
+        /// What is missing.
+        what: String,
+    },
     /// A command completed with an error status.
     #[error("{command} failed: {status}")]
     Command {
+        /// The command's name.
         command: &'static str,
+        /// The NVMe status it completed with.
         status: Status,
     },
     /// A command did not complete in time.
     #[error("{command} (command id {cid:#x}) timed out after {timeout:?}")]
     Timeout {
+        /// The command's name.
         command: &'static str,
+        /// Its command identifier.
         cid: u16,
+        /// How long the driver waited.
         timeout: Duration,
     },
     /// An earlier admin timeout or fatal status left the controller unusable.
@@ -58,27 +77,43 @@ pub enum Error {
         "controller {controller} failed earlier: reset it (Controller::reset) or re-open it \
          before use"
     )]
-    Failed { controller: String },
+    Failed {
+        /// The controller's name (PCI address or transport name).
+        controller: String,
+    },
     /// The request was in flight when the controller was reset; it may or may not have been
     /// executed. Retryable: submit it again.
     #[error(
         "the request was in flight when controller {controller} was reset; it may or may not \
          have run: submit it again"
     )]
-    Reset { controller: String },
+    Reset {
+        /// The controller's name (PCI address or transport name).
+        controller: String,
+    },
     /// A reset of the controller is running; the submission was refused. Retryable.
     #[error("controller {controller} is being reset: submit again once the reset is done")]
-    Resetting { controller: String },
+    Resetting {
+        /// The controller's name (PCI address or transport name).
+        controller: String,
+    },
     /// The device is gone: registers read all ones (surprise removal, link down) or the
     /// kernel asked for it back (unbind, hot-unplug request). Not retryable on this controller.
     #[error("controller {controller} was removed ({why}); close it: its I/O cannot complete")]
     Removed {
+        /// The controller's name (PCI address or transport name).
         controller: String,
+        /// Why the driver considers the device gone.
         why: &'static str,
     },
     /// The namespace id is not an active namespace of the controller.
     #[error("namespace {nsid} is not active on this controller (active namespaces: {active:?})")]
-    InactiveNamespace { nsid: u32, active: Vec<u32> },
+    InactiveNamespace {
+        /// The namespace id.
+        nsid: u32,
+        /// The active namespace ids.
+        active: Vec<u32>,
+    },
     /// The LBA range falls outside the namespace.
     #[error(
         "LBA range {lba}..{end} is outside namespace {nsid}, which has {capacity} blocks \
@@ -87,9 +122,13 @@ pub enum Error {
         last = capacity.saturating_sub(1)
     )]
     LbaOutOfRange {
+        /// The namespace id.
         nsid: u32,
+        /// First LBA asked for.
         lba: u64,
+        /// Number of blocks asked for.
         blocks: u64,
+        /// Capacity (blocks of the namespace, or entries of the queue).
         capacity: u64,
     },
     /// A transfer of zero blocks or bytes.
@@ -98,21 +137,39 @@ pub enum Error {
     /// A byte length that is not a whole number of blocks.
     #[error("length {len} is not a multiple of namespace {nsid}'s block size {block_size}")]
     NotBlockMultiple {
+        /// The namespace id.
         nsid: u32,
+        /// Length in bytes.
         len: usize,
+        /// The namespace's block size in bytes.
         block_size: u32,
     },
     /// The buffer cannot hold the transfer.
     #[error("buffer of {len} bytes is smaller than the {needed}-byte transfer")]
-    BufferTooSmall { needed: usize, len: usize },
+    BufferTooSmall {
+        /// Bytes the transfer needs.
+        needed: usize,
+        /// Length in bytes.
+        len: usize,
+    },
     /// The buffer's device address is not dword aligned (PRP rule, NVMe Base §4.1.1).
     #[error("buffer at IOVA {iova:#x} is not {align}-byte aligned (NVMe PRP entries must be dword aligned)")]
-    BufferMisaligned { iova: u64, align: usize },
+    BufferMisaligned {
+        /// The buffer's device address.
+        iova: u64,
+        /// The alignment required in bytes.
+        align: usize,
+    },
     /// No free slot (command id) or submission queue entry.
     #[error(
         "queue full: all {depth} slots of queue {qid} are in flight; poll for completions first"
     )]
-    QueueFull { qid: u16, depth: u32 },
+    QueueFull {
+        /// The queue id.
+        qid: u16,
+        /// The queue's depth.
+        depth: u32,
+    },
     /// A transfer needs more commands than the queue can ever hold at once (or has free now).
     #[error(
         "queue too small for this transfer: {bytes} bytes need {commands} commands of at most \
@@ -120,10 +177,15 @@ pub enum Error {
          use a deeper queue or a smaller transfer"
     )]
     TransferTooLarge {
+        /// Bytes of the transfer.
         bytes: usize,
+        /// Commands it needs.
         commands: usize,
+        /// Most bytes one command moves (MDTS).
         max_per_command: usize,
+        /// Free slots now.
         free: u32,
+        /// Capacity (blocks of the namespace, or entries of the queue).
         capacity: u32,
     },
     /// Asked for a queue deeper than CAP.MQES (or the driver's slot limit) allows, or too
@@ -132,7 +194,12 @@ pub enum Error {
         "queue depth {requested} is not supported: choose 2..={max} (the lower of the \
          controller's CAP.MQES+1 and the driver's limit of 4096 entries)"
     )]
-    QueueDepth { requested: u32, max: u32 },
+    QueueDepth {
+        /// The depth asked for.
+        requested: u32,
+        /// The largest allowed.
+        max: u32,
+    },
     /// The buffer was mapped for another controller's DMA domain (another IOMMU address space):
     /// this controller would write to whatever its own domain has at that address.
     #[error(
@@ -141,8 +208,11 @@ pub enum Error {
          DmaContext::alloc_buffer), or open the controllers in one DmaContext"
     )]
     ForeignBuffer {
+        /// The buffer's DMA domain.
         buffer: nvme_vfio::DmaDomain,
+        /// The controller's name (PCI address or transport name).
         controller: String,
+        /// The controller's DMA domain.
         controller_domain: nvme_vfio::DmaDomain,
     },
     /// A transport handed to [`Controller::new_in`](crate::Controller::new_in) maps into
@@ -152,28 +222,52 @@ pub enum Error {
          its transport on the mapper the DmaContext was made from"
     )]
     ForeignTransport {
+        /// The controller's name (PCI address or transport name).
         controller: String,
+        /// The transport's DMA domain.
         transport: nvme_vfio::DmaDomain,
+        /// The context's DMA domain.
         context: nvme_vfio::DmaDomain,
     },
     /// The namespace exists but its format is one this driver cannot do I/O on.
     #[error("namespace {nsid} cannot be used: {reason}")]
-    UnsupportedNamespace { nsid: u32, reason: String },
+    UnsupportedNamespace {
+        /// The namespace id.
+        nsid: u32,
+        /// Why the driver cannot use it.
+        reason: String,
+    },
     /// All I/O queues the controller granted are in use.
     #[error("all {granted} I/O queue pairs granted by the controller are in use; drop one first")]
-    NoQueuesLeft { granted: u16 },
+    NoQueuesLeft {
+        /// I/O queues the controller granted.
+        granted: u16,
+    },
     /// Too many Dataset Management ranges, or none.
     #[error("dataset management takes 1..={max} ranges, got {count}")]
-    BadRangeCount { count: usize, max: usize },
+    BadRangeCount {
+        /// The number given.
+        count: usize,
+        /// The largest allowed.
+        max: usize,
+    },
     /// The queue pair has no interrupt vector to wait on.
     #[error(
         "queue pair {qid} has no interrupt vector: open the controller with \
          ControllerOptions::interrupts and create the pair with QueuePairOptions::interrupts"
     )]
-    NoInterrupts { qid: u16 },
+    NoInterrupts {
+        /// The queue id.
+        qid: u16,
+    },
     /// Waiting on an interrupt eventfd failed.
     #[error("waiting for an interrupt on queue {qid}: {source}")]
-    InterruptWait { qid: u16, source: std::io::Error },
+    InterruptWait {
+        /// The queue id.
+        qid: u16,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
     /// A command that does not fit the request API (e.g. a raw command without a namespace).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
@@ -182,7 +276,9 @@ pub enum Error {
     /// was on it completes with this error. The source says what happened and how to fix it.
     #[error("controller {controller}: {source}")]
     Transport {
+        /// The controller (its transport id).
         controller: String,
+        /// What failed, with the fix.
         #[source]
         source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
     },

@@ -10,14 +10,37 @@
 //! Safety contract of the public API: a `DmaBuffer` handed to a submission is owned by the
 //! queue pair until its completion gives it back, so safe code can neither free nor touch
 //! memory the controller may be accessing.
+//!
+//! # Example
+//!
+//! Bring up a controller (here the in-process emulator `nvme-sim`; on hardware
+//! `Controller::open_pci("0000:01:00.0", ..)`), write one block and read it back:
+//!
+//! ```
+//! use nvme_driver::{Controller, ControllerOptions, QueuePairOptions, Transport, WriteFlags};
+//! use nvme_sim::{SimConfig, SimController};
+//!
+//! let sim = SimController::start(SimConfig::default());
+//! let ctrl = Controller::new(Transport::new(sim.mmio(), sim.dma(), "sim"), ControllerOptions::default())?;
+//! let ns = ctrl.namespace(1)?;
+//! let mut qp = ctrl.create_queue_pair(QueuePairOptions::default())?; // one per thread
+//! let mut buf = ctrl.alloc_buffer(ns.block_size() as usize)?;
+//! buf[..5].copy_from_slice(b"hello");
+//! let mut buf = qp.write(&ns, 7, 1, buf, WriteFlags::NONE).map_err(|f| f.error)?; // the buffer comes back
+//! buf.fill(0);
+//! let buf = qp.read(&ns, 7, 1, buf).map_err(|f| f.error)?;
+//! assert_eq!(&buf[..5], b"hello");
+//! # Ok::<(), nvme_driver::Error>(())
+//! ```
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod admin;
 mod context;
 mod controller;
 pub mod device;
 mod error;
+mod flags;
 mod namespace;
 pub mod platform;
 mod prp;
@@ -32,6 +55,7 @@ pub use controller::{
     DEFAULT_IO_QUEUES, HOST_PAGE_SIZE,
 };
 pub use error::{Error, IoFailure, Result};
+pub use flags::WriteFlags;
 pub use namespace::{Namespace, NamespaceChanges};
 pub use platform::CpuPlatform;
 pub use queue_pair::{

@@ -30,6 +30,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::flags::WriteFlags;
 use nvme_pool::MAX_DEPTH;
 use nvme_pool::{Tag, TagSet};
 use nvme_spec::queue::SubmissionEntry;
@@ -88,6 +89,61 @@ impl Default for QueuePairOptions {
             software_queue: 0,
             resubmit_after_reset: false,
         }
+    }
+}
+
+/// Builder-style setters: `QueuePairOptions::default().depth(..)`. The fields stay public for now;
+/// prefer the setters, which keep working if the fields become private.
+///
+/// ```
+/// use std::time::Duration;
+/// use nvme_driver::QueuePairOptions;
+///
+/// let opts = QueuePairOptions::default().depth(64).software_queue(16).timeout(Duration::from_secs(5));
+/// assert_eq!((opts.depth, opts.software_queue), (64, 16));
+/// assert_eq!(opts.timeout, Duration::from_secs(5));
+/// ```
+impl QueuePairOptions {
+    /// Sets [`QueuePairOptions::depth`]: ring entries (0: the default depth, clamped to the controller).
+    #[must_use]
+    pub fn depth(mut self, depth: u32) -> Self {
+        self.depth = depth;
+        self
+    }
+
+    /// Sets [`QueuePairOptions::timeout`]: the per-command timeout.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets [`QueuePairOptions::max_completions_per_poll`]: the completion batch cap of one poll.
+    #[must_use]
+    pub fn max_completions_per_poll(mut self, max_completions_per_poll: usize) -> Self {
+        self.max_completions_per_poll = max_completions_per_poll;
+        self
+    }
+
+    /// Sets [`QueuePairOptions::interrupts`]: give the completion queue an MSI-X vector.
+    #[must_use]
+    pub fn interrupts(mut self, interrupts: bool) -> Self {
+        self.interrupts = interrupts;
+        self
+    }
+
+    /// Sets [`QueuePairOptions::software_queue`]: the software queue's capacity (0: off).
+    #[must_use]
+    pub fn software_queue(mut self, software_queue: usize) -> Self {
+        self.software_queue = software_queue;
+        self
+    }
+
+    /// Sets [`QueuePairOptions::resubmit_after_reset`]: resubmit in-flight requests after a reset.
+    #[must_use]
+    pub fn resubmit_after_reset(mut self, resubmit_after_reset: bool) -> Self {
+        self.resubmit_after_reset = resubmit_after_reset;
+        self
     }
 }
 
@@ -460,8 +516,8 @@ impl QueuePair {
         self.queue_if_full(r, opcode::nvm::READ, ns, lba, blocks, false, user_data)
     }
 
-    /// Queues a write of `blocks` blocks at `lba` from `buf`; `fua` forces the data to
-    /// non-volatile media before completion.
+    /// Queues a write of `blocks` blocks at `lba` from `buf`; [`WriteFlags::FUA`] forces the
+    /// data to non-volatile media before completion.
     #[inline]
     pub fn submit_write(
         &mut self,
@@ -469,9 +525,10 @@ impl QueuePair {
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
-        fua: bool,
+        flags: WriteFlags,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
+        let fua = flags.fua();
         let r = self.submit_rw(opcode::nvm::WRITE, ns, lba, blocks, buf, fua, user_data);
         self.queue_if_full(r, opcode::nvm::WRITE, ns, lba, blocks, fua, user_data)
     }
@@ -1612,9 +1669,9 @@ impl QueuePair {
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
-        fua: bool,
+        flags: WriteFlags,
     ) -> std::result::Result<DmaBuffer, IoFailure> {
-        self.rw_sync(opcode::nvm::WRITE, ns, lba, blocks, buf, fua)
+        self.rw_sync(opcode::nvm::WRITE, ns, lba, blocks, buf, flags.fua())
     }
 
     /// Compares `blocks` blocks at `lba` with `buf`; a mismatch is an error with the

@@ -14,7 +14,7 @@
 //! index this pair never handed out.
 
 use crate::{Completion, Controller, DmaBuffer, Error, IoFailure, Namespace, QueuePair};
-use crate::{QueuePairOptions, QueuePairStats, Result};
+use crate::{QueuePairOptions, QueuePairStats, Result, WriteFlags};
 
 /// A finished request with its typed context.
 #[derive(Debug)]
@@ -155,11 +155,11 @@ impl<C> TypedQueuePair<C> {
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
-        fua: bool,
+        flags: WriteFlags,
         context: C,
     ) -> std::result::Result<(), TypedFailure<C>> {
         let index = self.park(context);
-        let r = self.qp.submit_write(ns, lba, blocks, buf, fua, index);
+        let r = self.qp.submit_write(ns, lba, blocks, buf, flags, index);
         self.submitted(index, r)
     }
 
@@ -252,8 +252,8 @@ impl<C> TypedQueuePair<C> {
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
-        fua: bool,
+        flags: WriteFlags,
     ) -> std::result::Result<DmaBuffer, IoFailure> {
-        self.qp.write(ns, lba, blocks, buf, fua)
+        self.qp.write(ns, lba, blocks, buf, flags)
     }
 }

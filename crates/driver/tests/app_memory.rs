@@ -2,6 +2,7 @@
 //! registered once, carved into per-request buffers, used for I/O, put back together and
 //! unregistered.
 
+use nvme_driver::WriteFlags;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 
@@ -34,8 +35,8 @@ fn an_application_allocated_pool_serves_io_and_is_unregistered() {
     let (mut a, mut b) = pool.split_at(4 * 4096).unwrap();
     a.fill(0x61);
     b.fill(0x62);
-    let a = q.write(&ns, 10, 4, a, false).unwrap();
-    let b = q.write(&ns, 20, 4, b, false).unwrap();
+    let a = q.write(&ns, 10, 4, a, WriteFlags::NONE).unwrap();
+    let b = q.write(&ns, 20, 4, b, WriteFlags::NONE).unwrap();
     let mut whole = a.join(b).expect("adjacent pieces of one registration");
     assert_eq!(whole.len(), 8 * 4096);
     whole.fill(0);

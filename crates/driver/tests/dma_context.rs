@@ -3,6 +3,7 @@
 //! buffer pool serves both; a buffer of another context is refused; a controller that cannot
 //! be stopped retires the whole context.
 
+use nvme_driver::WriteFlags;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,11 +52,11 @@ fn one_pool_serves_two_controllers() {
     let data = pattern(4 * BLOCK, 0x5a);
     let mut buf = ctx.alloc_buffer(4 * BLOCK).unwrap();
     buf.copy_from_slice(&data);
-    let mut buf = qa.write(&ns_a, 100, 4, buf, false).unwrap();
+    let mut buf = qa.write(&ns_a, 100, 4, buf, WriteFlags::NONE).unwrap();
     buf.fill(0);
     let buf = qa.read(&ns_a, 100, 4, buf).unwrap();
     assert_eq!(&buf[..], &data[..], "read back on A");
-    let buf = qb.write(&ns_b, 300, 4, buf, false).unwrap();
+    let buf = qb.write(&ns_b, 300, 4, buf, WriteFlags::NONE).unwrap();
     // A buffer A allocated is valid on B too (same domain).
     let from_a = a.alloc_buffer(4 * BLOCK).unwrap();
     let from_a = qb.read(&ns_b, 300, 4, from_a).unwrap();
@@ -100,7 +101,9 @@ fn a_buffer_of_another_context_is_refused_and_given_back() {
     ] {
         let mut foreign = foreign;
         foreign.fill(0xee);
-        let failure = qb.write(&ns_b, 7, 1, foreign, false).unwrap_err();
+        let failure = qb
+            .write(&ns_b, 7, 1, foreign, WriteFlags::NONE)
+            .unwrap_err();
         match &failure.error {
             Error::ForeignBuffer {
                 buffer,
@@ -127,7 +130,7 @@ fn a_buffer_of_another_context_is_refused_and_given_back() {
     );
     // The buffer of B's own context works.
     let own = ctx2.alloc_buffer(BLOCK).unwrap();
-    qb.write(&ns_b, 7, 1, own, false).unwrap();
+    qb.write(&ns_b, 7, 1, own, WriteFlags::NONE).unwrap();
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Asynchronous events (issue 10): requests stay posted, events reach the user, the log page
 //! each names is read, and all of it survives a controller reset.
 
+use nvme_driver::WriteFlags;
 use std::time::{Duration, Instant};
 
 use nvme_driver::spec::{AsyncEvent, AsyncEventType};
@@ -132,7 +133,7 @@ fn namespace_attribute_notice_rescans_the_namespaces() {
     let mut buf = ctrl.alloc_buffer(4096).unwrap();
     buf.fill(0x5A);
     let buf = q
-        .write(&ns2, 7, 1, buf, false)
+        .write(&ns2, 7, 1, buf, WriteFlags::NONE)
         .expect("write to the attached namespace");
     assert_eq!(sim.read_disk(2, 7 * 4096, 4096), vec![0x5A; 4096]);
 

@@ -3,6 +3,7 @@
 //! in-process emulator with the fault that reproduces the hazard; each failed on the code
 //! before the fix.
 
+use nvme_driver::WriteFlags;
 use std::time::{Duration, Instant};
 
 use nvme_driver::spec::command;
@@ -112,7 +113,13 @@ fn item1_timed_out_command_keeps_slot_and_prp_page_until_late_completion() {
         ExecutionDelay::new(Duration::from_millis(700)).not_abortable(),
     );
     let f = q
-        .write(&ns, 0, LIST_BLOCKS, filled(&ctrl, LIST_BYTES, 0xaa), false)
+        .write(
+            &ns,
+            0,
+            LIST_BLOCKS,
+            filled(&ctrl, LIST_BYTES, 0xaa),
+            WriteFlags::NONE,
+        )
         .unwrap_err();
     assert!(matches!(f.error, Error::Timeout { .. }), "{}", f.error);
     assert!(f.buffer.is_none(), "the device may still read the buffer");
@@ -125,7 +132,7 @@ fn item1_timed_out_command_keeps_slot_and_prp_page_until_late_completion() {
         100,
         LIST_BLOCKS,
         filled(&ctrl, LIST_BYTES, 0x55),
-        false,
+        WriteFlags::NONE,
     )
     .unwrap();
 
@@ -159,7 +166,7 @@ fn item1_successful_abort_releases_the_slot_and_the_command_never_runs() {
     let mut q = qp(&ctrl, 4, Duration::from_millis(150));
     sim.faults().delay_execution(1, Duration::from_secs(3600));
     let f = q
-        .write(&ns, 8, 1, filled(&ctrl, BLOCK, 0xee), false)
+        .write(&ns, 8, 1, filled(&ctrl, BLOCK, 0xee), WriteFlags::NONE)
         .unwrap_err();
     assert!(matches!(f.error, Error::Timeout { .. }), "{}", f.error);
     wait_for("the aborted command's completion", || {
@@ -194,7 +201,7 @@ fn item2_teardown_of_failed_controller_disables_it_before_freeing() {
             .without_completion()
             .not_abortable(),
     );
-    q.submit_write(&ns, 16, 1, filled(&ctrl, BLOCK, 0x77), false, 1)
+    q.submit_write(&ns, 16, 1, filled(&ctrl, BLOCK, 0x77), WriteFlags::NONE, 1)
         .unwrap();
     wait_for("the command to be deferred", || {
         sim.stats().commands_deferred == 1
@@ -250,7 +257,7 @@ fn item2_unstoppable_controller_leaks_its_memory() {
             .without_completion()
             .not_abortable(),
     );
-    q.submit_write(&ns, 24, 1, filled(&ctrl, BLOCK, 0x99), false, 1)
+    q.submit_write(&ns, 24, 1, filled(&ctrl, BLOCK, 0x99), WriteFlags::NONE, 1)
         .unwrap();
     wait_for("the command to be deferred", || {
         sim.stats().commands_deferred == 1
@@ -292,7 +299,8 @@ fn item2_controller_drop_disables_and_clears_bus_master() {
     let (sim, ctrl) = start();
     let ns = ctrl.namespace(NS).unwrap();
     let mut q = qp(&ctrl, 8, Duration::from_secs(5));
-    q.write(&ns, 0, 1, filled(&ctrl, BLOCK, 1), false).unwrap();
+    q.write(&ns, 0, 1, filled(&ctrl, BLOCK, 1), WriteFlags::NONE)
+        .unwrap();
     drop(q);
     assert!(cc_enabled(&sim));
     drop(ctrl);
@@ -326,7 +334,7 @@ fn item3_buffer_of_another_controller_is_refused() {
     let ns = a.namespace(NS).unwrap();
     let mut q = qp(&a, 8, Duration::from_secs(5));
     let foreign = filled(&b, BLOCK, 0x42);
-    let f = q.write(&ns, 0, 1, foreign, false).unwrap_err();
+    let f = q.write(&ns, 0, 1, foreign, WriteFlags::NONE).unwrap_err();
     assert!(
         matches!(f.error, Error::ForeignBuffer { .. }),
         "{}",
@@ -340,7 +348,8 @@ fn item3_buffer_of_another_controller_is_refused() {
     let f = q.read(&ns, 0, 1, raw).unwrap_err();
     assert!(matches!(f.error, Error::ForeignBuffer { .. }));
     // Its own buffers still work.
-    q.write(&ns, 0, 1, filled(&a, BLOCK, 1), false).unwrap();
+    q.write(&ns, 0, 1, filled(&a, BLOCK, 1), WriteFlags::NONE)
+        .unwrap();
 }
 
 // ----- item 4: raw passthrough -------------------------------------------------------------
@@ -498,12 +507,15 @@ fn item9_sq_head_outside_the_submitted_window_is_ignored() {
     let ns = ctrl.namespace(NS).unwrap();
     let mut q = qp(&ctrl, 8, Duration::from_secs(5));
     sim.faults().bogus_sq_head(2);
-    q.write(&ns, 0, 1, filled(&ctrl, BLOCK, 3), false).unwrap();
-    q.write(&ns, 1, 1, filled(&ctrl, BLOCK, 4), false).unwrap();
+    q.write(&ns, 0, 1, filled(&ctrl, BLOCK, 3), WriteFlags::NONE)
+        .unwrap();
+    q.write(&ns, 1, 1, filled(&ctrl, BLOCK, 4), WriteFlags::NONE)
+        .unwrap();
     assert_eq!(q.stats().bad_sq_heads, 2);
     // The ignored heads leave the driver's view of free entries conservative (the ring looks
     // fuller than it is) until the next valid head, never optimistic.
-    q.write(&ns, 2, 1, filled(&ctrl, BLOCK, 5), false).unwrap();
+    q.write(&ns, 2, 1, filled(&ctrl, BLOCK, 5), WriteFlags::NONE)
+        .unwrap();
     for round in 0..4u8 {
         for i in 0..7u64 {
             q.submit_write(
@@ -511,7 +523,7 @@ fn item9_sq_head_outside_the_submitted_window_is_ignored() {
                 10 + i,
                 1,
                 filled(&ctrl, BLOCK, round * 16 + i as u8),
-                false,
+                WriteFlags::NONE,
                 i,
             )
             .unwrap();
@@ -540,8 +552,15 @@ fn many_timed_out_commands_all_release_their_slots() {
     let mut q = qp(&ctrl, 17, Duration::from_millis(300));
     sim.faults().delay_execution(8, Duration::from_secs(2));
     for i in 0..16u64 {
-        q.submit_write(&ns, i, 1, filled(&ctrl, BLOCK, i as u8), false, i)
-            .unwrap();
+        q.submit_write(
+            &ns,
+            i,
+            1,
+            filled(&ctrl, BLOCK, i as u8),
+            WriteFlags::NONE,
+            i,
+        )
+        .unwrap();
     }
     let (mut timeouts, mut ok, mut counted) = (0, 0, 0);
     wait_for("every command to finish", || {

@@ -18,6 +18,7 @@
 //! debug build); `HOSTILE_DEVICE_SEED` picks another seed. A long run:
 //! `PROPTEST_CASES=2000 cargo test -p nvme-driver --release --test hostile_device`.
 
+use nvme_driver::WriteFlags;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -566,7 +567,7 @@ fn run_case(steps: &[Step]) -> Counts {
             let is_write = matches!(request.kind, Kind::Write { .. });
             if step.sync {
                 let r = if is_write {
-                    q.write(&ns, request.lba, request.blocks, buf, false)
+                    q.write(&ns, request.lba, request.blocks, buf, WriteFlags::NONE)
                 } else {
                     q.read(&ns, request.lba, request.blocks, buf)
                 };
@@ -595,7 +596,7 @@ fn run_case(steps: &[Step]) -> Counts {
                 q.poll(|c| handle(&mut model, c));
             } else {
                 let r = if is_write {
-                    q.submit_write(&ns, request.lba, request.blocks, buf, false, id)
+                    q.submit_write(&ns, request.lba, request.blocks, buf, WriteFlags::NONE, id)
                 } else {
                     q.submit_read(&ns, request.lba, request.blocks, buf, id)
                 };

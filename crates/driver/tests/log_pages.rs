@@ -1,6 +1,7 @@
 //! `Controller::smart_log` and `Controller::error_log` against the in-process emulated
 //! controller (`nvme-sim`): the decoded values must match what the emulator did.
 
+use nvme_driver::WriteFlags;
 use std::time::Duration;
 
 use nvme_driver::spec::log::{CriticalWarning, NSID_BROADCAST};
@@ -87,7 +88,7 @@ fn smart_counts_host_commands_and_data_units() {
     // 3 writes of one 512-byte block = 3 units: 1 Data Unit (rounded up).
     const WRITES: u128 = 3;
     for i in 0..WRITES as u64 {
-        buf = q.write(&ns512, i, 1, buf, false).expect("write");
+        buf = q.write(&ns512, i, 1, buf, WriteFlags::NONE).expect("write");
     }
     let log = ctrl.smart_log(NSID_BROADCAST).unwrap();
     assert_eq!(log.host_read_commands, READS);

@@ -2,6 +2,7 @@
 //! allocations made by the test thread while it submits and reaps thousands of I/Os (plugged
 //! batches, single submissions, PRP-list transfers and an MDTS split) against the emulator.
 
+use nvme_driver::WriteFlags;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -69,11 +70,14 @@ fn steady_state_io_allocates_nothing() {
                 if i % 2 == 0 {
                     qp.submit_read(&ns, lba, 1, buf, i as u64).unwrap();
                 } else {
-                    qp.submit_write(&ns, lba, 1, buf, false, i as u64).unwrap();
+                    qp.submit_write(&ns, lba, 1, buf, WriteFlags::NONE, i as u64)
+                        .unwrap();
                 }
             }
             qp.unplug();
-            let l = qp.write(&ns, 2048, 4, list.take().unwrap(), false).unwrap();
+            let l = qp
+                .write(&ns, 2048, 4, list.take().unwrap(), WriteFlags::NONE)
+                .unwrap();
             list = Some(l);
             let blocks = (big / 4096) as u32;
             let s = qp.read(&ns, 3000, blocks, split.take().unwrap()).unwrap();

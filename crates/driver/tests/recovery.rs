@@ -1,6 +1,7 @@
 //! Controller reset (issue 10): in-flight requests fail with a retryable error and get their
 //! buffers back, queue pairs re-create their queues in place, and I/O goes on.
 
+use nvme_driver::WriteFlags;
 use std::time::{Duration, Instant};
 
 use nvme_driver::{Controller, ControllerOptions, Error, QueuePair, QueuePairOptions, Transport};
@@ -39,7 +40,7 @@ fn round_trip(q: &mut QueuePair, ctrl: &Controller, lba: u64, byte: u8) {
     let ns = ctrl.namespace(NS).unwrap();
     let mut b = ctrl.alloc_buffer(BLOCK).unwrap();
     b.fill(byte);
-    let b = q.write(&ns, lba, 1, b, false).unwrap();
+    let b = q.write(&ns, lba, 1, b, WriteFlags::NONE).unwrap();
     let mut back = q.read(&ns, lba, 1, b).unwrap();
     assert!(back.iter().all(|&x| x == byte));
     back.fill(0);
@@ -154,7 +155,8 @@ fn repeated_resets_during_a_write_loop_lose_no_acknowledged_write() {
             let lba = u64::from(round) * 8 + i;
             let mut b = ctrl.alloc_buffer(BLOCK).unwrap();
             b.fill(round.wrapping_mul(8).wrapping_add(i as u8) | 1);
-            q.submit_write(&ns, lba, 1, b, false, lba).unwrap();
+            q.submit_write(&ns, lba, 1, b, WriteFlags::NONE, lba)
+                .unwrap();
         }
         if round % 2 == 1 {
             ctrl.reset().unwrap();
@@ -385,7 +387,7 @@ fn with_resubmit_after_reset_in_flight_writes_complete_once_the_queues_are_back(
     for i in 0..100u64 {
         let mut b = ctrl.alloc_buffer(BLOCK).unwrap();
         b.fill(i as u8 + 1);
-        q.submit_write(&ns, i, 1, b, false, i).unwrap();
+        q.submit_write(&ns, i, 1, b, WriteFlags::NONE, i).unwrap();
     }
     let submitted = q.stats().commands_submitted;
     std::thread::sleep(Duration::from_millis(50));

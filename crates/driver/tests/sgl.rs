@@ -3,6 +3,7 @@
 //! arrives intact either way for every transfer shape (single page, multi-page, unaligned
 //! start, MDTS splits, 512 B and 4 KiB blocks, compare, raw commands).
 
+use nvme_driver::WriteFlags;
 use std::time::Duration;
 
 use nvme_driver::spec::status::media;
@@ -65,7 +66,9 @@ fn roundtrip(
     let whole = ctrl.alloc_buffer(offset + len).unwrap();
     let (_head, mut buf) = whole.split_at(offset).unwrap();
     buf[..len].copy_from_slice(&data);
-    let mut buf = q.write(&ns, lba, blocks, buf, false).expect("write");
+    let mut buf = q
+        .write(&ns, lba, blocks, buf, WriteFlags::NONE)
+        .expect("write");
     let at = lba * u64::from(ns.block_size());
     assert_eq!(
         sim.read_disk(nsid, at, len),
@@ -132,7 +135,7 @@ fn compare_and_raw_commands_with_sgl() {
     let mut q = qp(&ctrl);
     let mut buf = ctrl.alloc_buffer(4096).unwrap();
     buf.fill(0x3c);
-    let buf = q.write(&ns, 0, 8, buf, false).unwrap();
+    let buf = q.write(&ns, 0, 8, buf, WriteFlags::NONE).unwrap();
     let buf = q.compare(&ns, 0, 8, buf).expect("equal data compares");
     let mut other = buf;
     other[4095] ^= 1;

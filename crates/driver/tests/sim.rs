@@ -2,6 +2,7 @@
 //! every PRP shape, the request APIs, every bad-input error, and an untrusted device.
 //! QEMU's controller (tests/qemu) remains the authority for "it works on a device".
 
+use nvme_driver::WriteFlags;
 use std::time::Duration;
 
 use nvme_driver::spec::status::{generic, media};
@@ -88,7 +89,9 @@ fn roundtrip(
     let whole = ctrl.alloc_buffer(offset + len).unwrap();
     let (head, mut buf) = whole.split_at(offset).unwrap();
     buf[..len].copy_from_slice(&data);
-    let buf = qp.write(&ns, lba, blocks, buf, false).expect("write");
+    let buf = qp
+        .write(&ns, lba, blocks, buf, WriteFlags::NONE)
+        .expect("write");
     let byte_offset = lba * ns.block_size() as u64;
     assert_eq!(
         sim.read_disk(nsid, byte_offset, len),
@@ -133,7 +136,7 @@ fn callback_api_many_in_flight_and_plugged_batches() {
     let before = q.stats().sq_doorbell_writes;
     q.plug(16).unwrap();
     for (i, b) in bufs.drain(..).enumerate() {
-        q.submit_write(&ns, i as u64 * 3, 1, b, false, i as u64)
+        q.submit_write(&ns, i as u64 * 3, 1, b, WriteFlags::NONE, i as u64)
             .unwrap();
     }
     assert_eq!(
@@ -186,7 +189,7 @@ fn phase_tag_wraps_on_a_shallow_queue() {
     let mut buf = ctrl.alloc_buffer(512).unwrap();
     for i in 0..50u64 {
         buf.fill(i as u8);
-        buf = q.write(&ns, i, 1, buf, false).unwrap();
+        buf = q.write(&ns, i, 1, buf, WriteFlags::NONE).unwrap();
     }
     for i in 0..50u64 {
         assert_eq!(sim.read_disk(1, i * 512, 512), vec![i as u8; 512]);
@@ -200,7 +203,7 @@ fn flush_write_zeroes_deallocate_and_compare() {
     let mut q = qp(&ctrl, 16);
     let mut buf = ctrl.alloc_buffer(4096).unwrap();
     buf.fill(0x5a);
-    let buf = q.write(&ns, 0, 8, buf, true).unwrap();
+    let buf = q.write(&ns, 0, 8, buf, WriteFlags::FUA).unwrap();
     q.flush(&ns).unwrap();
 
     // Compare: equal succeeds, different fails with Compare Failure and gives the buffer back.
@@ -248,7 +251,9 @@ fn bad_input_is_rejected_before_submission_and_nothing_is_lost() {
     let f = q.read(&ns, 0, 0, f.buffer.unwrap()).unwrap_err();
     assert!(matches!(f.error, Error::ZeroLength));
     // Buffer smaller than the transfer.
-    let f = q.write(&ns, 0, 9, f.buffer.unwrap(), false).unwrap_err();
+    let f = q
+        .write(&ns, 0, 9, f.buffer.unwrap(), WriteFlags::NONE)
+        .unwrap_err();
     assert!(
         matches!(
             f.error,
@@ -500,7 +505,9 @@ fn queue_pairs_on_several_threads() {
                 let mut buf = ctrl.alloc_buffer(4096).unwrap();
                 for i in 0..64u64 {
                     buf.fill((t * 64 + i) as u8);
-                    buf = q.write(&ns, t * 1000 + i, 1, buf, false).unwrap();
+                    buf = q
+                        .write(&ns, t * 1000 + i, 1, buf, WriteFlags::NONE)
+                        .unwrap();
                 }
             })
         })
@@ -584,7 +591,7 @@ fn shadow_doorbells_are_used_when_offered_and_can_be_turned_off() {
                 q.plug(free.len() as u16).unwrap();
                 for (i, mut b) in free.drain(..).enumerate() {
                     b.fill((pass + round + i as u64) as u8);
-                    q.submit_write(&ns, i as u64, 1, b, false, i as u64)
+                    q.submit_write(&ns, i as u64, 1, b, WriteFlags::NONE, i as u64)
                         .unwrap();
                 }
                 q.unplug();
@@ -667,7 +674,7 @@ fn interrupt_mode_blocks_until_the_vector_fires() {
     for round in 0..10u64 {
         for (i, mut b) in free.drain(..).enumerate() {
             b.fill((round * 8 + i as u64) as u8);
-            q.submit_write(&ns, i as u64, 1, b, false, i as u64)
+            q.submit_write(&ns, i as u64, 1, b, WriteFlags::NONE, i as u64)
                 .unwrap();
         }
         while free.len() < 8 {

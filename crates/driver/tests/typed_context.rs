@@ -1,6 +1,7 @@
 //! Typed per-request context (issue 11 item 3): each request carries a value of the caller's
 //! type to its completion; a refused submission gives it back with the buffer.
 
+use nvme_driver::WriteFlags;
 use std::rc::Rc;
 
 use nvme_driver::{
@@ -52,7 +53,8 @@ fn every_completion_carries_its_own_context() {
             fill: i as u8 + 1,
             _alive: alive.clone(),
         };
-        qp.submit_write(&ns, req.lba, 1, buf, false, req).unwrap();
+        qp.submit_write(&ns, req.lba, 1, buf, WriteFlags::NONE, req)
+            .unwrap();
     }
     assert_eq!(qp.outstanding(), 39);
     // A 40th finds ring and software queue full: refused, its context given back.
@@ -62,7 +64,7 @@ fn every_completion_carries_its_own_context() {
             0,
             1,
             ctrl.alloc_buffer(4096).unwrap(),
-            false,
+            WriteFlags::NONE,
             Request {
                 lba: 0,
                 fill: 0xff,
@@ -137,7 +139,7 @@ fn a_refused_submission_returns_the_context_and_the_buffer() {
     buf.fill(0x42);
     let context = String::from("the caller's own request");
     let refused = qp
-        .submit_write(&ns, ns.blocks(), 1, buf, false, context)
+        .submit_write(&ns, ns.blocks(), 1, buf, WriteFlags::NONE, context)
         .unwrap_err();
     assert!(
         matches!(refused.failure.error, Error::LbaOutOfRange { .. }),

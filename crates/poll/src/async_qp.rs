@@ -27,7 +27,9 @@ use std::task::{Context, Poll, Waker};
 
 use thiserror::Error as ThisError;
 
-use nvme_driver::{Completion, DmaBuffer, Error, IoFailure, Namespace, QueuePair, QueuePairStats};
+use nvme_driver::{
+    Completion, DmaBuffer, Error, IoFailure, Namespace, QueuePair, QueuePairStats, WriteFlags,
+};
 
 /// Bits of `user_data` holding the slot index (the generation takes the upper bits).
 const INDEX_BITS: u32 = 32;
@@ -307,16 +309,17 @@ impl AsyncQueuePair {
         Ok(buf.expect("the driver returns the buffer of a successful read"))
     }
 
-    /// Writes `blocks` blocks at `lba` from `buf` (`fua`: to non-volatile media before
-    /// completing); resolves to the buffer.
+    /// Writes `blocks` blocks at `lba` from `buf` ([`WriteFlags::FUA`]: to non-volatile media
+    /// before completing); resolves to the buffer.
     pub async fn write(
         &self,
         ns: &Namespace,
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
-        fua: bool,
+        flags: WriteFlags,
     ) -> Result<DmaBuffer, IoFailure> {
+        let fua = flags.fua();
         let (_, buf) = self
             .request(Op::Write {
                 ns,
@@ -450,7 +453,14 @@ impl<'a> Op<'a> {
                 buf,
                 fua,
             } => qp
-                .submit_write(ns, lba, blocks, buf, fua, user_data)
+                .submit_write(
+                    ns,
+                    lba,
+                    blocks,
+                    buf,
+                    WriteFlags::NONE.with_fua(fua),
+                    user_data,
+                )
                 .map_err(|f| {
                     classify(f, |buf| Op::Write {
                         ns,

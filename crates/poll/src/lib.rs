@@ -17,9 +17,38 @@
 //!   whatever happens to the future that submitted it (see [`AsyncQueuePair`]).
 //! - Everything here is single-threaded by design (one owner thread per queue pair, as in the
 //!   driver); the only thread-safe part is the wakers, as `std::task::Waker` requires.
+//!
+//! # Example
+//!
+//! An async write and read on the emulator, driven by [`block_on`] with the queue pair's
+//! reactor (any single-threaded executor can call the reactor instead):
+//!
+//! ```
+//! use nvme_driver::{Controller, ControllerOptions, QueuePairOptions, Transport, WriteFlags};
+//! use nvme_poll::{block_on, AsyncQueuePair};
+//! use nvme_sim::{SimConfig, SimController};
+//!
+//! let sim = SimController::start(SimConfig::default());
+//! let ctrl = Controller::new(Transport::new(sim.mmio(), sim.dma(), "sim"), ControllerOptions::default())?;
+//! let ns = ctrl.namespace(1)?;
+//! let qp = AsyncQueuePair::new(ctrl.create_queue_pair(QueuePairOptions::default())?)
+//!     .expect("a fresh queue pair has nothing outstanding");
+//! let mut buf = ctrl.alloc_buffer(512)?;
+//! buf.fill(0x5a);
+//! let buf = block_on(
+//!     async {
+//!         let mut buf = qp.write(&ns, 0, 1, buf, WriteFlags::NONE).await.map_err(|f| f.error)?;
+//!         buf.fill(0);
+//!         qp.read(&ns, 0, 1, buf).await.map_err(|f| f.error)
+//!     },
+//!     qp.reactor(),
+//! )?;
+//! assert!(buf.iter().all(|&b| b == 0x5a));
+//! # Ok::<(), nvme_driver::Error>(())
+//! ```
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod async_qp;
 mod executor;

@@ -2,6 +2,7 @@
 //! pairs of two controllers, fairness, the async API under `block_on` and `LocalExecutor`,
 //! and dropping futures whose I/O is in flight.
 
+use nvme_driver::WriteFlags;
 use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
@@ -126,7 +127,7 @@ fn run_group_phase(
                 let ns = &ns[w.sim];
                 if write {
                     buf.copy_from_slice(&pattern(4096, seed(p, w.next)));
-                    qp.submit_write(ns, lba, 1, buf, false, ud)
+                    qp.submit_write(ns, lba, 1, buf, WriteFlags::NONE, ud)
                         .expect("submit write");
                 } else {
                     buf.fill(0);
@@ -325,7 +326,11 @@ fn async_write_read_flush_round_trip_with_block_on() {
         let data = pattern(len, lba);
         let mut buf = ctrl.alloc_buffer(len).unwrap();
         buf.copy_from_slice(&data);
-        let buf = block_on(aqp.write(&ns, lba, blocks, buf, false), aqp.reactor()).expect("write");
+        let buf = block_on(
+            aqp.write(&ns, lba, blocks, buf, WriteFlags::NONE),
+            aqp.reactor(),
+        )
+        .expect("write");
         assert!(
             sim.read_disk(NS_512, lba * 512, len) == data,
             "medium after async write"
@@ -378,7 +383,7 @@ fn local_executor_runs_32_tasks_over_a_smaller_queue() {
             let data = pattern(8192, i);
             buf.copy_from_slice(&data);
             let mut buf = aqp
-                .write(&ns, lba, 2, buf, i % 2 == 0)
+                .write(&ns, lba, 2, buf, WriteFlags::NONE.with_fua(i % 2 == 0))
                 .await
                 .expect("write");
             for _ in 0..READS_PER_TASK {
@@ -445,7 +450,7 @@ fn dropped_in_flight_future_keeps_its_buffer_until_completion_then_frees_the_slo
     buf.copy_from_slice(&data);
     assert_eq!(mappings(), baseline + 1);
     sim.faults().delay_completions(Duration::from_millis(50));
-    let mut write = Box::pin(aqp.write(&ns, 40, 8, buf, false));
+    let mut write = Box::pin(aqp.write(&ns, 40, 8, buf, WriteFlags::NONE));
     assert!(poll_once(&mut write).is_pending());
     assert_eq!(aqp.in_flight(), 1);
     drop(write);
@@ -499,7 +504,11 @@ fn dropped_in_flight_future_keeps_its_buffer_until_completion_then_frees_the_slo
     for i in 0..5u64 {
         let mut buf = ctrl.alloc_buffer(512).unwrap();
         buf.fill(i as u8);
-        block_on(aqp.write(&ns, 200 + i, 1, buf, false), aqp.reactor()).unwrap();
+        block_on(
+            aqp.write(&ns, 200 + i, 1, buf, WriteFlags::NONE),
+            aqp.reactor(),
+        )
+        .unwrap();
         assert_eq!(
             sim.read_disk(NS_512, (200 + i) * 512, 512),
             vec![i as u8; 512]
@@ -518,7 +527,7 @@ fn dropping_the_pair_with_abandoned_io_frees_everything() {
     sim.faults().delay_completions(Duration::from_millis(20));
     for i in 0..4u64 {
         let buf = ctrl.alloc_buffer(512).unwrap();
-        let mut f = Box::pin(aqp.write(&ns, i, 1, buf, false));
+        let mut f = Box::pin(aqp.write(&ns, i, 1, buf, WriteFlags::NONE));
         assert!(poll_once(&mut f).is_pending());
     }
     assert_eq!(aqp.stats().abandoned, 4);

@@ -22,6 +22,27 @@
 //!
 //! The concurrent part is model-checked with `loom` (`tests/loom.rs`); build with
 //! `RUSTFLAGS="--cfg loom"` to switch the crate's `sync` shims to loom's primitives.
+//!
+//! # Example
+//!
+//! Request slots of a queue pair of depth 4: a tag's command identifier finds the slot again
+//! when the completion comes back.
+//!
+//! ```
+//! use nvme_pool::TagSet;
+//!
+//! let mut tags = TagSet::new(4, |_| 0u64); // each slot holds a u64 of the caller
+//! let tag = tags.alloc().expect("a free slot");
+//! *tags.get_mut(tag) = 42;
+//! let cid = tag.cid(); // goes into the submission queue entry
+//! let found = tags.lookup(cid).expect("the slot is in use");
+//! assert_eq!(*tags.get(found), 42);
+//! tags.free(found);
+//! assert_eq!(tags.lookup(cid), None); // a stale completion is detected
+//! assert_eq!(tags.available(), 4);
+//! ```
+
+#![deny(missing_docs)]
 
 mod cache;
 mod remote;

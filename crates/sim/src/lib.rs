@@ -28,6 +28,24 @@
 //! byte offset in the shadow (and EventIdx) page as the doorbell has from `DOORBELL_BASE`, i.e.
 //! at `doorbell index * (4 << CAP.DSTRD)`. The device also keeps watching the MMIO doorbells,
 //! so a driver may mix both.
+//!
+//! # Example
+//!
+//! The emulator starts as a disabled controller; its namespaces are plain memory that tests can
+//! inspect and seed behind the driver's back (the driver's own docs show a driver on top of it:
+//! `Controller::new(Transport::new(sim.mmio(), sim.dma(), "sim"), ..)`):
+//!
+//! ```
+//! use nvme_sim::{SimConfig, SimController};
+//!
+//! let sim = SimController::start(SimConfig::default());
+//! assert!(!sim.cc_enabled()); // no driver has set CC.EN yet
+//! sim.write_disk(1, 4096, b"seeded");
+//! assert_eq!(sim.read_disk(1, 4096, 6), b"seeded");
+//! assert_eq!(sim.config().namespaces.len(), 2);
+//! ```
+
+#![deny(missing_docs)]
 
 mod config;
 mod device;

@@ -54,6 +54,7 @@ wire_struct! {
         ctratt @ 96: u32,
         /// Read Recovery Levels Supported.
         rrls @ 100: u16,
+        /// Reserved (bytes 102..111).
         rsvd102 @ 102: [u8; 9],
         /// Controller Type (1 I/O, 2 discovery, 3 administrative).
         cntrltype @ 111: u8,
@@ -65,6 +66,7 @@ wire_struct! {
         crdt2 @ 130: u16,
         /// Command Retry Delay Time 3 (100 ms units).
         crdt3 @ 132: u16,
+        /// Reserved (bytes 134..253).
         rsvd134 @ 134: [u8; 119],
         /// NVM Subsystem Report.
         nvmsr @ 253: u8,
@@ -142,9 +144,11 @@ wire_struct! {
         pels @ 352: u32,
         /// Domain Identifier.
         domainid @ 356: u16,
+        /// Reserved (bytes 358..368).
         rsvd358 @ 358: [u8; 10],
         /// Max Endurance Group Capacity (bytes, 128-bit LE).
         megcap @ 368: [u8; 16],
+        /// Reserved (bytes 384..512).
         rsvd384 @ 384: [u8; 128],
         /// Submission Queue Entry Size: bits 3:0 required, 7:4 maximum (log2 bytes).
         sqes @ 512: u8,
@@ -182,9 +186,11 @@ wire_struct! {
         maxdna @ 544: [u8; 16],
         /// Maximum I/O Controller Namespace Attachments.
         maxcna @ 560: u32,
+        /// Reserved (bytes 564..768).
         rsvd564 @ 564: [u8; 204],
         /// NVM Subsystem NVMe Qualified Name (UTF-8, NUL terminated).
         subnqn @ 768: [u8; 256],
+        /// Reserved (bytes 1024..1792).
         rsvd1024 @ 1024: [u8; 768],
         /// I/O Queue Command Capsule Supported Size (fabrics).
         ioccsz @ 1792: u32,
@@ -198,6 +204,7 @@ wire_struct! {
         msdbd @ 1803: u8,
         /// Optional Fabric Commands Support.
         ofcs @ 1804: u16,
+        /// Reserved (bytes 1806..2048).
         rsvd1806 @ 1806: [u8; 242],
         /// Power State Descriptors 0..=31, 32 bytes each.
         psd @ 2048: [[u8; 32]; 32],
@@ -512,9 +519,11 @@ wire_struct! {
         mcl @ 76: u32,
         /// Maximum Source Range Count (0-based).
         msrc @ 80: u8,
+        /// Reserved (bytes 81..92).
         rsvd81 @ 81: [u8; 11],
         /// ANA Group Identifier.
         anagrpid @ 92: u32,
+        /// Reserved (bytes 96..99).
         rsvd96 @ 96: [u8; 3],
         /// Namespace Attributes.
         nsattr @ 99: u8,

@@ -9,8 +9,24 @@
 //! encoded with `to_bytes`, never by reinterpreting memory.
 //!
 //! Section numbers in comments refer to NVMe Base 2.0 unless they say "NVM CS".
+//!
+//! # Example
+//!
+//! Build a Read command and round-trip a completion queue entry through its wire form:
+//!
+//! ```
+//! use nvme_spec::{command, CompletionEntry, SubmissionEntry};
+//!
+//! let mut sqe: SubmissionEntry = command::read(1, 2048, 8); // nsid 1, LBA 2048, 8 blocks
+//! sqe.set_cid(17);
+//! assert_eq!(sqe.opcode(), nvme_spec::opcode::nvm::READ);
+//! let bytes = sqe.to_bytes();
+//! assert_eq!(bytes.len(), 64); // a submission queue entry is 64 bytes (NVMe Base 2.0 4.2)
+//! assert_eq!(SubmissionEntry::from_bytes(&bytes).cid(), 17);
+//! ```
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 #[macro_use]
 mod le;

@@ -98,6 +98,7 @@ wire_struct! {
         percentage_used @ 5: u8,
         /// Endurance Group Critical Warning Summary (bits 0, 2, 3 as in [`CriticalWarning`]).
         endurance_group_critical_warning_summary @ 6: u8,
+        /// Reserved (bytes 7..32).
         rsvd7 @ 7: [u8; 25],
         /// Data Units Read: 512-byte units read by the host, in thousands, rounded up.
         data_units_read @ 32: u128,
@@ -129,6 +130,7 @@ wire_struct! {
         thermal_transition_count @ 216: [u32; 2],
         /// Total Time For Thermal Management Temperature 1 and 2 (seconds).
         thermal_total_time @ 224: [u32; 2],
+        /// Reserved (bytes 232..512).
         rsvd232 @ 232: [u8; 280],
     }
     size 512;
@@ -266,6 +268,7 @@ wire_struct! {
         command_specific @ 32: u64,
         /// Transport Type Specific Information.
         transport_specific @ 40: u16,
+        /// Reserved (bytes 42..63).
         rsvd42 @ 42: [u8; 21],
         /// Log Page Version (0 on controllers predating the field).
         log_page_version @ 63: u8,

@@ -25,6 +25,7 @@ wire_struct! {
         address @ 0: u64,
         /// Length in bytes of the data or of the next segment.
         length @ 8: u32,
+        /// Reserved (bytes 12..15).
         rsvd12 @ 12: [u8; 3],
         /// SGL Identifier: type (bits 7:4) and sub type (bits 3:0).
         identifier @ 15: u8,

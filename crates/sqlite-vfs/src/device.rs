@@ -2,7 +2,7 @@
 //! memory (for unit tests). Every transfer is whole blocks at block-aligned offsets; the store
 //! does the read-modify-write for anything smaller.
 
-use nvme_driver::{Controller, DmaBuffer, Namespace, QueuePair, QueuePairOptions};
+use nvme_driver::{Controller, DmaBuffer, Namespace, QueuePair, QueuePairOptions, WriteFlags};
 
 use crate::error::{Error, Result};
 
@@ -210,10 +210,13 @@ impl BlockDevice for NvmeDevice {
             let at = lba + (i * self.chunk / bs) as u64;
             let mut bounce = self.take_bounce()?;
             bounce[..piece.len()].copy_from_slice(piece);
-            match self
-                .qp
-                .write(&self.ns, at, (piece.len() / bs) as u32, bounce, false)
-            {
+            match self.qp.write(
+                &self.ns,
+                at,
+                (piece.len() / bs) as u32,
+                bounce,
+                WriteFlags::NONE,
+            ) {
                 Ok(b) => self.bounce = Some(b),
                 Err(f) => {
                     self.bounce = f.buffer;

@@ -2,32 +2,49 @@
 
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
-#[allow(missing_docs)]
 pub enum Error {
     /// The NVMe driver failed.
     #[error("NVMe {context} failed")]
     Driver {
+        /// What the store was doing.
         context: &'static str,
+        /// The driver's error.
         #[source]
         source: nvme_driver::Error,
     },
     /// A transfer that is not a whole number of blocks (internal misuse).
     #[error("transfer of {len} bytes is not a whole number of blocks")]
-    Unaligned { len: usize },
+    Unaligned {
+        /// Length in bytes.
+        len: usize,
+    },
     /// A transfer past the end of the device.
     #[error("blocks {lba}..+{blocks} are past the end of the device")]
-    OutOfRange { lba: u64, blocks: u64 },
+    OutOfRange {
+        /// First block.
+        lba: u64,
+        /// Blocks (of the transfer, or of the device).
+        blocks: u64,
+    },
     /// Neither directory copy carries our magic number: the namespace was never formatted.
     #[error("the namespace holds no SQLite directory (no magic number in either copy); format it first (e.g. `nvme-sqlite --format`)")]
     NotFormatted,
     /// Directory copies exist but none is valid.
     #[error("the SQLite directory is corrupt: copy A: {a}; copy B: {b}")]
-    DirectoryCorrupt { a: String, b: String },
+    DirectoryCorrupt {
+        /// Why directory copy A is invalid.
+        a: String,
+        /// Why directory copy B is invalid.
+        b: String,
+    },
     /// The namespace is too small for the directory and a data area.
     #[error("the namespace ({blocks} blocks of {block_size} B) is too small: at least {needed} blocks are needed")]
     TooSmall {
+        /// Blocks (of the transfer, or of the device).
         blocks: u64,
+        /// The device's block size in bytes.
         block_size: u32,
+        /// Bytes needed.
         needed: u64,
     },
     /// A block size the store does not support.
@@ -38,7 +55,12 @@ pub enum Error {
     DirectoryFull(usize),
     /// No free extent is large enough.
     #[error("no free space for `{name}` to grow to {bytes} bytes")]
-    NoSpace { name: String, bytes: u64 },
+    NoSpace {
+        /// The file name (NoSpace) or the VFS name (Register).
+        name: String,
+        /// Bytes asked for.
+        bytes: u64,
+    },
     /// A file name too long for a directory entry (or empty, or with a NUL).
     #[error("file name `{0}` is not usable: names are 1..={max} bytes without NUL", max = crate::dir::MAX_NAME)]
     BadName(String),
@@ -53,7 +75,12 @@ pub enum Error {
     Closed,
     /// The VFS could not be registered with SQLite.
     #[error("registering the VFS `{name}` with SQLite failed (code {code})")]
-    Register { name: String, code: i32 },
+    Register {
+        /// The file name (NoSpace) or the VFS name (Register).
+        name: String,
+        /// SQLite's result code.
+        code: i32,
+    },
 }
 
 impl Error {

@@ -8,8 +8,28 @@
 //! [`NvmeVfs::name`]). See `docs/sqlite.md` for the layout and the durability argument.
 //!
 //! Single process: locks are tracked in process memory only.
+//!
+//! # Example
+//!
+//! SQLite on namespace 1 of the in-process emulator (on hardware, open the controller with
+//! `Controller::open_pci`):
+//!
+//! ```
+//! use nvme_driver::{Controller, ControllerOptions, Transport};
+//! use nvme_sim::{SimConfig, SimController};
+//! use nvme_sqlite_vfs::{Format, NvmeDevice, NvmeVfs};
+//!
+//! let sim = SimController::start(SimConfig::default());
+//! let ctrl = Controller::new(Transport::new(sim.mmio(), sim.dma(), "sim"), ControllerOptions::default())?;
+//! let vfs = NvmeVfs::register("doc-example", Box::new(NvmeDevice::new(ctrl, 1)?), Format::IfBlank)?;
+//! let conn = vfs.open("test.db")?;
+//! conn.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (42);")?;
+//! let x: i64 = conn.query_row("SELECT x FROM t", [], |r| r.get(0))?;
+//! assert_eq!(x, 42);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod device;
 pub mod dir;

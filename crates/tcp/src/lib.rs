@@ -15,7 +15,7 @@
 //! PDU, digest mismatch or lost connection closes the queue and completes every outstanding
 //! request with `Error::Transport`; nothing in the receive path panics on target input.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 mod controller;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use nvme_driver::{Completion, DmaBuffer, Error, IoFailure, Namespace, Result};
+use nvme_driver::{Completion, DmaBuffer, Error, IoFailure, Namespace, Result, WriteFlags};
 use nvme_spec::command;
 use nvme_spec::opcode;
 
@@ -182,7 +182,7 @@ impl TcpQueuePair {
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
-        fua: bool,
+        flags: WriteFlags,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
         self.rw(
@@ -191,7 +191,7 @@ impl TcpQueuePair {
             lba,
             blocks,
             buf,
-            fua,
+            flags.fua(),
             user_data,
             false,
         )
@@ -253,9 +253,18 @@ impl TcpQueuePair {
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
-        fua: bool,
+        flags: WriteFlags,
     ) -> std::result::Result<DmaBuffer, IoFailure> {
-        let s = self.rw(opcode::nvm::WRITE, ns, lba, blocks, buf, fua, 0, true);
+        let s = self.rw(
+            opcode::nvm::WRITE,
+            ns,
+            lba,
+            blocks,
+            buf,
+            flags.fua(),
+            0,
+            true,
+        );
         self.run_sync(s)
             .map(|b| b.expect("a completed data command returns its buffer"))
     }

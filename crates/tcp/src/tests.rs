@@ -59,7 +59,8 @@ fn round_trip(t: &FakeTarget, c: &TcpController, nsid: u32, blocks: u32, lba: u6
     let data = pattern(len, lba as u8 ^ nsid as u8);
     let mut buf = c.alloc_buffer(len).unwrap();
     buf[..len].copy_from_slice(&data);
-    qp.write(&ns, lba, blocks, buf, false).unwrap();
+    qp.write(&ns, lba, blocks, buf, nvme_driver::WriteFlags::NONE)
+        .unwrap();
     let offset = (lba * u64::from(ns.block_size())) as usize;
     assert_eq!(t.disk(nsid, offset, len), data, "target got the data");
     let back = qp

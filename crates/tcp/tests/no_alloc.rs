@@ -68,11 +68,19 @@ fn steady_state_io_allocates_nothing() {
             if k % 2 == 0 {
                 qp.submit_read(&ns, lba, 8, buf, k as u64).unwrap();
             } else {
-                qp.submit_write(&ns, lba, 8, buf, false, k as u64).unwrap();
+                qp.submit_write(&ns, lba, 8, buf, nvme_driver::WriteFlags::NONE, k as u64)
+                    .unwrap();
             }
         }
-        qp.submit_write(&ns, 1600, 64, big.take().unwrap(), false, 99)
-            .unwrap();
+        qp.submit_write(
+            &ns,
+            1600,
+            64,
+            big.take().unwrap(),
+            nvme_driver::WriteFlags::NONE,
+            99,
+        )
+        .unwrap();
         qp.unplug();
         let mut n = 0;
         while n < 17 {

@@ -11,8 +11,10 @@ use thiserror::Error;
 use crate::dma::DmaError;
 use crate::pci::{PciAddress, PciAddressError, NVME_CLASS_CODE};
 
-/// Errors of opening and driving a PCI function through VFIO.
+/// Errors of opening and driving a PCI function through VFIO. New variants may be added
+/// (`#[non_exhaustive]`).
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum VfioError {
     /// The text given as a PCI address is malformed.
     #[error(transparent)]
@@ -20,17 +22,30 @@ pub enum VfioError {
 
     /// No such PCI function in sysfs.
     #[error("no PCI function {addr} ({} does not exist); `lspci -D` lists the functions", path.display())]
-    NoSuchDevice { addr: PciAddress, path: PathBuf },
+    NoSuchDevice {
+        /// The PCI function.
+        addr: PciAddress,
+        /// The path involved.
+        path: PathBuf,
+    },
 
     /// A sysfs file could not be read.
     #[error("cannot read {}: {source}", path.display())]
-    Sysfs { path: PathBuf, source: io::Error },
+    Sysfs {
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: io::Error,
+    },
 
     /// A sysfs file holds something unexpected.
     #[error("unexpected content `{found}` in {}: expected {expected}", path.display())]
     SysfsFormat {
+        /// The path involved.
         path: PathBuf,
+        /// What was found.
         found: String,
+        /// What was expected.
         expected: &'static str,
     },
 
@@ -39,7 +54,12 @@ pub enum VfioError {
         "{addr} is not an NVMe controller: its PCI class code is {class:#08x}, an NVMe \
          controller has {NVME_CLASS_CODE:#08x}; `lspci -D -d ::0108` lists NVMe functions"
     )]
-    NotNvme { addr: PciAddress, class: u32 },
+    NotNvme {
+        /// The PCI function.
+        addr: PciAddress,
+        /// The function's PCI class code.
+        class: u32,
+    },
 
     /// The function is bound to a driver other than vfio-pci.
     #[error(
@@ -49,7 +69,12 @@ pub enum VfioError {
          echo {addr} > /sys/bus/pci/devices/{addr}/driver/unbind; \
          echo {addr} > /sys/bus/pci/drivers_probe` (unmount its file systems first)"
     )]
-    WrongDriver { addr: PciAddress, driver: String },
+    WrongDriver {
+        /// The PCI function.
+        addr: PciAddress,
+        /// The driver the function is bound to.
+        driver: String,
+    },
 
     /// The function is bound to no driver.
     #[error(
@@ -58,7 +83,10 @@ pub enum VfioError {
          `modprobe vfio-pci; echo vfio-pci > /sys/bus/pci/devices/{addr}/driver_override; \
          echo {addr} > /sys/bus/pci/drivers_probe`"
     )]
-    NoDriver { addr: PciAddress },
+    NoDriver {
+        /// The PCI function.
+        addr: PciAddress,
+    },
 
     /// The function has no IOMMU group: the IOMMU is absent or disabled.
     #[error(
@@ -66,11 +94,19 @@ pub enum VfioError {
          in the firmware setup and boot with `intel_iommu=on` or `amd_iommu=on` on the kernel \
          command line"
     )]
-    NoIommuGroup { addr: PciAddress },
+    NoIommuGroup {
+        /// The PCI function.
+        addr: PciAddress,
+    },
 
     /// A VFIO device node could not be opened.
     #[error("cannot open {}: {source}{}", path.display(), node_hint(.source))]
-    DeviceNode { path: PathBuf, source: io::Error },
+    DeviceNode {
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: io::Error,
+    },
 
     /// Some device of the IOMMU group is bound to a driver that is not VFIO-friendly.
     #[error(
@@ -78,7 +114,12 @@ pub enum VfioError {
          to no driver) before any of them can be used; other devices in the group: {}",
         others.join(", ")
     )]
-    GroupNotViable { group: u32, others: Vec<String> },
+    GroupNotViable {
+        /// The IOMMU group number.
+        group: u32,
+        /// The other devices of the group and their drivers.
+        others: Vec<String>,
+    },
 
     /// The function is already open in this DMA context (two drivers on one controller would
     /// undo each other's work).
@@ -86,11 +127,19 @@ pub enum VfioError {
         "{addr} is already open in this DMA context: use the controller already opened on it \
          (it can be cloned and shared between threads), or close that one first"
     )]
-    AlreadyOpen { addr: PciAddress },
+    AlreadyOpen {
+        /// The PCI function.
+        addr: PciAddress,
+    },
 
     /// The kernel speaks another VFIO API version.
     #[error("the kernel's VFIO API version is {found}, this driver speaks version {expected}")]
-    ApiVersion { found: i32, expected: u32 },
+    ApiVersion {
+        /// What was found.
+        found: i32,
+        /// What was expected.
+        expected: u32,
+    },
 
     /// The container cannot use the type1v2 IOMMU backend.
     #[error(
@@ -101,22 +150,38 @@ pub enum VfioError {
 
     /// A VFIO ioctl failed.
     #[error("{op} failed: {source}")]
-    Ioctl { op: &'static str, source: io::Error },
+    Ioctl {
+        /// The operation that failed.
+        op: &'static str,
+        /// The underlying I/O error.
+        source: io::Error,
+    },
     /// MSI-X vectors asked for are not available.
     #[error("{addr}: cannot route {wanted} MSI-X vectors: the function offers {available}")]
     Interrupts {
+        /// The PCI function.
         addr: PciAddress,
+        /// How many were asked for.
         wanted: u32,
+        /// How many the function offers.
         available: u32,
     },
 
     /// The requested BAR index is not a BAR (0..=5).
     #[error("BAR index {bar} out of range: a PCI function has BARs 0 to 5")]
-    BadBar { bar: u32 },
+    BadBar {
+        /// The BAR index.
+        bar: u32,
+    },
 
     /// The BAR is not implemented by the function.
     #[error("{addr} does not implement BAR{bar} (VFIO reports it empty)")]
-    BarAbsent { addr: PciAddress, bar: u32 },
+    BarAbsent {
+        /// The PCI function.
+        addr: PciAddress,
+        /// The BAR index.
+        bar: u32,
+    },
 
     /// VFIO does not allow mmap of the BAR.
     #[error(
@@ -124,26 +189,37 @@ pub enum VfioError {
          port BAR, or the kernel forbids mapping it"
     )]
     BarNotMappable {
+        /// The PCI function.
         addr: PciAddress,
+        /// The BAR index.
         bar: u32,
+        /// The VFIO region flags.
         flags: u32,
     },
 
     /// mmap of a BAR failed.
     #[error("mmap of BAR{bar} ({len} bytes) of {addr} failed: {source}")]
     Mmap {
+        /// The PCI function.
         addr: PciAddress,
+        /// The BAR index.
         bar: u32,
+        /// Length in bytes.
         len: usize,
+        /// The underlying I/O error.
         source: io::Error,
     },
 
     /// A configuration-space access failed or was short.
     #[error("PCI config access of {len} bytes at {offset:#x} of {addr} failed: {source}")]
     Config {
+        /// The PCI function.
         addr: PciAddress,
+        /// Offset in bytes.
         offset: u64,
+        /// Length in bytes.
         len: usize,
+        /// The underlying I/O error.
         source: io::Error,
     },
 
@@ -155,13 +231,19 @@ pub enum VfioError {
     #[error(
         "NVME_VFIO_MODE={value:?} is not a VFIO mode: use type1|iommufd|noiommu or auto (unset)"
     )]
-    BadMode { value: String },
+    BadMode {
+        /// The value given.
+        value: String,
+    },
 
     /// The mode asked for is not available for this device.
     #[error("{addr}: VFIO mode {mode} is not available: {missing}")]
     ModeUnavailable {
+        /// The PCI function.
         addr: PciAddress,
+        /// The mode asked for.
         mode: crate::mode::VfioMode,
+        /// What the mode lacks here.
         missing: String,
     },
 
@@ -170,7 +252,10 @@ pub enum VfioError {
         "{addr} is in a VFIO no-IOMMU group (/dev/vfio/noiommu-*): the device could DMA to any \
          memory; set NVME_VFIO_MODE=noiommu to accept that, or bind it with an IOMMU enabled"
     )]
-    NoIommuNotRequested { addr: PciAddress },
+    NoIommuNotRequested {
+        /// The PCI function.
+        addr: PciAddress,
+    },
 }
 
 /// A hint for failing to open `/dev/vfio/*`.

@@ -20,6 +20,30 @@
 //!   [`DmaMapper`]).
 //! - [`noiommu`] and [`pagemap`]: no-IOMMU mode (physical addresses from `/proc/self/pagemap`,
 //!   pinned and contiguous hugepage memory).
+//!
+//! # Example
+//!
+//! PCI addresses parse with or without the domain; opening a function needs it bound to
+//! vfio-pci (a real device, so this part is not run here):
+//!
+//! ```
+//! use nvme_vfio::pci::PciAddress;
+//!
+//! let addr: PciAddress = "01:00.0".parse()?;
+//! assert_eq!(addr.to_string(), "0000:01:00.0");
+//! assert!("01:00".parse::<PciAddress>().is_err()); // the error says what form is expected
+//! # Ok::<(), nvme_vfio::pci::PciAddressError>(())
+//! ```
+//!
+//! ```no_run
+//! use nvme_vfio::device::VfioPci;
+//!
+//! let dev = VfioPci::open(&"0000:01:00.0".parse()?)?; // bound to vfio-pci
+//! let _bar0 = dev.map_bar(0)?;                        // the NVMe registers
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![deny(missing_docs)]
 
 pub mod barrier;
 pub mod container;

@@ -15,6 +15,7 @@
 //! The engine talks to the queue through [`IoQueue`], so its ordering and error handling are
 //! unit-tested against an in-memory queue that completes requests out of order.
 
+use nvme_driver::WriteFlags;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -382,8 +383,14 @@ impl IoQueue for NamespaceQueue {
         fua: bool,
         user_data: u64,
     ) -> Result<(), IoFailure> {
-        self.qp
-            .submit_write(&self.ns, lba, blocks, buf, fua, user_data)
+        self.qp.submit_write(
+            &self.ns,
+            lba,
+            blocks,
+            buf,
+            WriteFlags::NONE.with_fua(fua),
+            user_data,
+        )
     }
 
     fn poll(&mut self, done: &mut Vec<Completion>) {

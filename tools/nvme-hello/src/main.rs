@@ -10,6 +10,7 @@
 //! Errors go to stderr as `error: <message>` (with the chain of causes) and exit with status 1;
 //! bad input never panics.
 
+use nvme_driver::WriteFlags;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -201,7 +202,7 @@ fn run(cli: &Cli) -> Result<(), HelloError> {
     buf.fill(0);
     buf[..GREETING.len()].copy_from_slice(GREETING);
     let written = qp
-        .write(&ns, write_lba, 1, buf, false)
+        .write(&ns, write_lba, 1, buf, WriteFlags::NONE)
         .map_err(io_error("write", &ns, write_lba))?;
 
     let fresh = ctrl.alloc_buffer(block_size as usize)?;

@@ -11,6 +11,7 @@
 //! the index is retired for the rest of the run); `contexts[i]` is `Some` exactly while I/O
 //! `i` is in flight. Nothing on this path allocates once the cache is warm.
 
+use nvme_driver::WriteFlags;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -444,7 +445,7 @@ fn run_worker<C: Check>(
                 };
                 let (lba, is_write) = (ctx.lba, ctx.is_write);
                 let submitted = if is_write {
-                    qp.submit_write(ns, lba, blocks, buf, false, u64::from(index))
+                    qp.submit_write(ns, lba, blocks, buf, WriteFlags::NONE, u64::from(index))
                 } else {
                     qp.submit_read(ns, lba, blocks, buf, u64::from(index))
                 };
@@ -509,7 +510,7 @@ fn run_worker<C: Check>(
                     };
                     check.prepare(index, lba, is_write, &mut buf);
                     let submitted = if is_write {
-                        qp.submit_write(ns, lba, blocks, buf, false, u64::from(index))
+                        qp.submit_write(ns, lba, blocks, buf, WriteFlags::NONE, u64::from(index))
                     } else {
                         qp.submit_read(ns, lba, blocks, buf, u64::from(index))
                     };

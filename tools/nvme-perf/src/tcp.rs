@@ -148,7 +148,14 @@ fn run_worker(
                 submitted_at[i] = now;
                 lbas[i] = lba;
                 let r = if is_write {
-                    qp.submit_write(&ns, lba, blocks, buf, false, u64::from(index))
+                    qp.submit_write(
+                        &ns,
+                        lba,
+                        blocks,
+                        buf,
+                        nvme_driver::WriteFlags::NONE,
+                        u64::from(index),
+                    )
                 } else {
                     qp.submit_read(&ns, lba, blocks, buf, u64::from(index))
                 };

@@ -8,7 +8,7 @@
 //!
 //! INVARIANT: buffer `i` is registered with the ring as fixed buffer `i`, and it is referenced
 //! by at most one in-flight SQE: indices move from `free` into an SQE and come back only with
-//! that SQE's CQE. The ring and its buffers live in one [`FixedIo`], whose `Drop` waits for
+//! that SQE's CQE. The ring and its buffers live in one `FixedIo`, whose `Drop` waits for
 //! every SQE in flight, drops the ring, and only then frees the buffers (or leaks them, when
 //! the wait fails): no exit path, error or not, can free memory the kernel may still write.
 

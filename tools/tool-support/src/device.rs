@@ -11,7 +11,7 @@ use nvme_driver::spec::regs::{Cap, Version};
 use nvme_driver::spec::IdentifyController;
 use nvme_driver::{
     Completion, Controller, ControllerOptions, DeviceArgError, DmaBuffer, IoFailure, Namespace,
-    PciAddress, QueuePair, QueuePairOptions, Result,
+    PciAddress, QueuePair, QueuePairOptions, Result, WriteFlags,
 };
 use nvme_tcp::{TcpController, TcpOptions, TcpQueuePair, TransportId, TridError};
 
@@ -232,10 +232,10 @@ impl AnyQueuePair {
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
-        fua: bool,
+        flags: WriteFlags,
         user_data: u64,
     ) -> IoResult<()> {
-        qp!(self, q => q.submit_write(ns, lba, blocks, buf, fua, user_data))
+        qp!(self, q => q.submit_write(ns, lba, blocks, buf, flags, user_data))
     }
 
     /// Queues a flush.
@@ -266,9 +266,9 @@ impl AnyQueuePair {
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
-        fua: bool,
+        flags: WriteFlags,
     ) -> IoResult<DmaBuffer> {
-        qp!(self, q => q.write(ns, lba, blocks, buf, fua))
+        qp!(self, q => q.write(ns, lba, blocks, buf, flags))
     }
 
     /// Flushes and waits.
