@@ -29,6 +29,7 @@ step "unit tests" cargo test --workspace
 step "examples" sh -c 'cargo run -q -p nvme-driver --example hello -- sim &&
     cargo run -q -p nvme-driver --example per_thread -- sim 4 5000 &&
     cargo run -q -p nvme-driver --example two_controllers -- sim &&
+    cargo run -q -p nvme-driver --example app_memory -- sim &&
     cargo run -q -p nvme-poll --example tokio_local -- sim 8 200'
 
 # Per-I/O instruction counts (callgrind) against tests/instr-budget.txt: fails on +5 %.
