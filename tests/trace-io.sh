@@ -3,7 +3,7 @@
 # from QEMU's own trace events in one guest boot (the layout of tests/bench.sh: one vCPU,
 # intel-iommu, a null-co 4 KiB-LBA namespace). Prints a table (tests/qemu/trace-per-io.py).
 #
-# Usage: [SPDK_PERF=...] [LIBVFN_PERF=...] [TRACE_TIME=2] [TRACE_IOTLB_HITS=1] [TRACE_LIGHT=1]
+# Usage: [BASE=old/nvme-perf] [SPDK_PERF=...] [LIBVFN_PERF=...] [TRACE_TIME=2] [TRACE_IOTLB_HITS=1] [TRACE_LIGHT=1]
 #        [NO_BUILD=1] tests/trace-io.sh
 #
 # Traced: MMIO doorbell writes, shadow doorbell reads and EventIdx writes, command fetches,
@@ -21,6 +21,8 @@ if [ -n "${SPDK_PERF:-}" ]; then
     HUGEPAGES=256
 fi
 [ -z "${LIBVFN_PERF:-}" ] || EXTRA="$EXTRA libvfn-perf=$LIBVFN_PERF"
+# BASE: a baseline build of nvme-perf, traced as base-qd128 / base-qd1 after ours.
+[ -z "${BASE:-}" ] || EXTRA="$EXTRA nvme-perf-base=$BASE"
 TRACE=(
     --trace 'pci_nvme_mmio_doorbell_*' --trace 'pci_nvme_shadow_doorbell_*'
     --trace 'pci_nvme_eventidx_*' --trace pci_nvme_io_cmd --trace pci_nvme_enqueue_req_completion

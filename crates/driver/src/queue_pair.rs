@@ -10,7 +10,9 @@
 //! 4. ring the tail doorbell: at once outside a plug, once at the end of a plugged batch;
 //! 5. [`QueuePair::poll`] reaps completions by phase tag, validates each one (queue id, command
 //!    id in range, in flight and of the current generation), completes the request, and writes
-//!    the head doorbell once per batch.
+//!    the head doorbell once per batch. [`QueuePair::poll_deferred`] leaves that write to the
+//!    next tail doorbell, so that a loop that resubmits from what it reaped writes the CQ head
+//!    and the SQ tail back to back (one pause of the vCPU for both under emulation).
 //!
 //! A transfer larger than the per-command limit (MDTS) is split into child commands whose
 //! slots are all reserved before anything is submitted; the caller sees one completion.
@@ -239,6 +241,9 @@ pub struct QueuePair {
     max_transfer: usize,
     max_completions: usize,
     plugged: bool,
+    /// Set during [`QueuePair::poll_deferred`]: reaping leaves the CQ head doorbell to the
+    /// next [`QueuePair::ring`] (or poll).
+    defer_cq_head: bool,
     epoch: u32,
     stats: QueuePairStats,
     deferred: VecDeque<Completion>,
@@ -398,6 +403,7 @@ impl QueuePair {
             max_transfer: ctrl.max_transfer,
             max_completions: options.max_completions_per_poll.clamp(1, slots as usize),
             plugged: false,
+            defer_cq_head: false,
             epoch: 0,
             stats: QueuePairStats::default(),
             deferred: VecDeque::with_capacity(slots as usize),
@@ -483,9 +489,11 @@ impl QueuePair {
         self.ring();
     }
 
-    /// Writes the tail doorbell if commands were queued since the last write.
+    /// Writes the tail doorbell if commands were queued since the last write; first the CQ
+    /// head doorbell if a [`QueuePair::poll_deferred`] left it unwritten.
     #[inline]
     pub fn ring(&mut self) {
+        self.publish_cq_head();
         if let Some(mmio) = self.sq.publish() {
             self.stats.sq_doorbell_updates += 1;
             self.stats.sq_doorbell_writes += mmio as u64;
@@ -1158,7 +1166,38 @@ impl QueuePair {
     /// request, and writes the CQ head doorbell once. Returns the number of requests
     /// finished. Also detects timed-out commands and a fatal controller status.
     #[inline]
-    pub fn poll<F: FnMut(Completion)>(&mut self, mut f: F) -> usize {
+    pub fn poll<F: FnMut(Completion)>(&mut self, f: F) -> usize {
+        // A head an earlier `poll_deferred` left unwritten is written now.
+        self.publish_cq_head();
+        self.poll_inner(f)
+    }
+
+    /// As [`QueuePair::poll`], but the CQ head doorbell is not written here: the next
+    /// [`QueuePair::ring`] / [`QueuePair::unplug`] writes it just before the SQ tail
+    /// doorbell, or the next [`QueuePair::poll`] writes it. For a loop that reaps, then
+    /// submits what the completions freed: both doorbells go out back to back, as SPDK's and
+    /// libvfn's completion callbacks do. Safe to call repeatedly without submitting: the CQ
+    /// cannot overflow, since no new command reaches the device before the next tail
+    /// doorbell, which writes the head first.
+    #[inline]
+    pub fn poll_deferred<F: FnMut(Completion)>(&mut self, f: F) -> usize {
+        self.defer_cq_head = true;
+        let done = self.poll_inner(f);
+        self.defer_cq_head = false;
+        done
+    }
+
+    /// Writes the CQ head doorbell if the head moved since the last write.
+    #[inline(always)]
+    fn publish_cq_head(&mut self) {
+        if let Some(mmio) = self.cq.publish() {
+            self.stats.cq_doorbell_updates += 1;
+            self.stats.cq_doorbell_writes += mmio as u64;
+        }
+    }
+
+    #[inline(always)]
+    fn poll_inner<F: FnMut(Completion)>(&mut self, mut f: F) -> usize {
         self.stats.polls += 1;
         if self.ctrl.state() != self.ctrl_state {
             self.poll_state_changed();
@@ -1262,9 +1301,8 @@ impl QueuePair {
         }
         if consumed > 0 {
             self.stats.completions_reaped += consumed as u64;
-            if let Some(mmio) = self.cq.publish() {
-                self.stats.cq_doorbell_updates += 1;
-                self.stats.cq_doorbell_writes += mmio as u64;
+            if !self.defer_cq_head {
+                self.publish_cq_head();
             }
         }
         finished
@@ -1748,6 +1786,9 @@ impl QueuePair {
     /// passes; returns whether completions may be ready (then call [`QueuePair::poll`]).
     /// Needs a pair created with `QueuePairOptions::interrupts`.
     pub fn wait_for_completion(&mut self, timeout: Duration) -> Result<bool> {
+        // Before blocking, the device must see every entry reaped (a `poll_deferred` may
+        // have left the head unwritten).
+        self.publish_cq_head();
         let Some(irq) = &self.irq else {
             return Err(Error::NoInterrupts { qid: self.qid });
         };

@@ -40,6 +40,13 @@ ours ours-qd1-no-sgl -q 1 --submit-batch 1 --complete-batch 1 --no-sgl
 ours ours-qd128-no-shadow-doorbells -q 128 --no-shadow-doorbells
 ours ours-qd1-no-shadow-doorbells -q 1 --submit-batch 1 --complete-batch 1 --no-shadow-doorbells
 ours ours-qd1-untimed -q 1 --submit-batch 1 --complete-batch 1 --no-latency
+# A baseline build of ours (tests/trace-io.sh's BASE=), for a before/after in one boot.
+if command -v nvme-perf-base >/dev/null; then
+    for qd in 128 1; do
+        run "base-qd$qd" nvme-perf-base "$NVME_BDF" -n "$NSID" -w randread -b 4096 -t "$T" \
+            -q "$qd" --submit-batch "$qd" --complete-batch "$qd"
+    done
+fi
 
 if command -v spdk_nvme_perf >/dev/null; then
     mkdir -p /var/tmp /var/run /dev/shm

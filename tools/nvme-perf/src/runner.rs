@@ -13,8 +13,6 @@ use crate::rng::{LbaGen, Pattern, XorShift64};
 
 /// Interval of the progress line.
 const TICK: Duration = Duration::from_secs(1);
-/// Longest the main thread sleeps before checking whether the workers finished.
-const WAKE: Duration = Duration::from_millis(5);
 /// Bytes per MiB.
 pub const MIB: f64 = (1u64 << 20) as f64;
 
@@ -151,11 +149,16 @@ where
     };
     let control = Control::new(first_phase);
     let lives: Vec<Live> = workers.iter().map(|_| Live::default()).collect();
+    // Workers wake the main thread when they finish; otherwise it sleeps until its next phase
+    // change or progress tick (not on a short period: in a one-vCPU guest every wake-up
+    // preempts a polling worker).
+    let main_thread = std::thread::current();
     std::thread::scope(|scope| {
         let mut handles = Vec::with_capacity(workers.len());
         let mut spawn_error = None;
         for (i, worker) in workers.into_iter().enumerate() {
             let (control, live, work) = (&control, &lives[i], &work);
+            let main_thread = main_thread.clone();
             let cpu = cpus.as_ref().map(|c| c[i % c.len()]);
             let spawned = std::thread::Builder::new()
                 .name(format!("nvme-perf-{i}"))
@@ -174,6 +177,7 @@ where
                         control.advance(Phase::Stop);
                     }
                     live.done.store(true, std::sync::atomic::Ordering::Release);
+                    main_thread.unpark();
                     result
                 });
             match spawned {
@@ -301,7 +305,14 @@ fn clock(config: &Config, control: &Control, lives: &[Live]) {
             last = sample;
             last_tick = now;
         }
-        std::thread::sleep(WAKE);
+        // Until the next phase change or tick; a finishing worker unparks earlier.
+        let mut due = last_tick + TICK;
+        match measure_end {
+            None => due = due.min(warmup_end),
+            Some(end) if config.ios.is_none() => due = due.min(end),
+            Some(_) => {}
+        }
+        std::thread::park_timeout(due.saturating_duration_since(Instant::now()));
     }
 }
 

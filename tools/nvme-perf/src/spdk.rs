@@ -1,10 +1,14 @@
 //! The spdk-like engine: our driver, one queue pair per thread, callback completions.
 //!
-//! Hot loop per round: check the phase; `plug(n)` (reserves the batch's request slots at once,
-//! or `plug(0)` with `--no-batch-prefetch`: no reservation, doorbell still deferred); submit up
-//! to `--submit-batch` I/Os, each with a per-I/O context from the `ObjectCache` (or `Box::new`
-//! with `--no-request-cache`); `unplug()` rings the doorbell once; `poll()` reaps up to
-//! `--complete-batch` completions.
+//! Hot loop per round: check the phase; `poll_deferred()` reaps up to `--complete-batch`
+//! completions without writing the CQ head doorbell; `plug(n)` (reserves the batch's request
+//! slots at once, or `plug(0)` with `--no-batch-prefetch`: no reservation, doorbell still
+//! deferred); submit up to `--submit-batch` I/Os, each with a per-I/O context from the
+//! `ObjectCache` (or `Box::new` with `--no-request-cache`); `unplug()` writes the CQ head and the
+//! SQ tail doorbells back to back, as SPDK's and libvfn's perf tools do from their completion
+//! callbacks. One clock read per round (the first completion's; the submissions of the round
+//! are stamped with it), and the progress counters are published only in rounds that changed
+//! them.
 //!
 //! INVARIANT: `free` holds exactly the context/buffer indices with no I/O in flight, and for
 //! each such index `buffers[i]` is `Some` (or the buffer was lost to a timed-out command and
@@ -414,6 +418,7 @@ fn run_worker<C: Check>(
     // subtraction per I/O.
     let base = Instant::now();
     let clock = || base.elapsed().as_nanos() as u64;
+    let timed = config.latency;
 
     loop {
         if pacer.step(&mut tally) == Step::BeginMeasure {
@@ -478,87 +483,12 @@ fn run_worker<C: Check>(
                 }
             }
         }
-        // ----- submit one batch -----
-        let room = (qd - in_flight - retired).min(config.submit_batch);
-        let want = pacer.allowance(room, &tally);
-        if want > 0 {
-            let reserve = if prefetch {
-                want as u16 * commands_per_io
-            } else {
-                0
-            };
-            if qp.plug(reserve).is_ok() {
-                let now = clock();
-                let mut issued = 0;
-                for _ in 0..want {
-                    let Some(index) = free.pop() else { break };
-                    let (lba, is_write) = check.next_io(&mut gen);
-                    let mut ctx = if use_cache {
-                        cache.get(IoContext::blank)
-                    } else {
-                        Box::new(IoContext::blank())
-                    };
-                    ctx.submitted = now;
-                    ctx.buffer = index;
-                    ctx.lba = lba;
-                    ctx.is_write = is_write;
-                    ctx.retries = 0;
-                    let Some(mut buf) = buffers[index as usize].take() else {
-                        // Unreachable by the invariant; keep the index out of circulation.
-                        retired += 1;
-                        continue;
-                    };
-                    check.prepare(index, lba, is_write, &mut buf);
-                    let submitted = if is_write {
-                        qp.submit_write(ns, lba, blocks, buf, WriteFlags::NONE, u64::from(index))
-                    } else {
-                        qp.submit_read(ns, lba, blocks, buf, u64::from(index))
-                    };
-                    match submitted {
-                        Ok(()) => {
-                            contexts[index as usize] = Some(ctx);
-                            issued += 1;
-                        }
-                        Err(failure) => {
-                            check.refused(index);
-                            gone |= controller_gone(&failure.error);
-                            if recovering && failure.error.is_retryable() {
-                                // Resetting: nothing reached the device; draw again later.
-                                recovery.refused_submissions += 1;
-                            } else {
-                                tally.fail(|| {
-                                    format!(
-                                        "submitting {} of {blocks} blocks at LBA {lba}: {}",
-                                        if is_write { "write" } else { "read" },
-                                        failure.error
-                                    )
-                                });
-                            }
-                            buffers[index as usize] = failure.buffer;
-                            if buffers[index as usize].is_some() {
-                                free.push(index);
-                            } else {
-                                retired += 1;
-                            }
-                            if use_cache {
-                                cache.put(ctx);
-                            }
-                            break;
-                        }
-                    }
-                }
-                qp.unplug();
-                in_flight += issued;
-                tally.submitted += u64::from(issued);
-                tally.submit_calls += 1;
-                totals.submitted += u64::from(issued);
-                totals.submit_calls += 1;
-            }
-        }
         // ----- reap -----
-        let timed = config.latency;
+        // Reaps first and leaves the CQ head doorbell to the submission below (`unplug` writes
+        // it just before the SQ tail), so both doorbells go out back to back, as in SPDK's
+        // and libvfn's completion callbacks.
         let mut now: Option<u64> = None;
-        let reaped = qp.poll(|c| {
+        let reaped = qp.poll_deferred(|c| {
             let index = c.user_data as usize;
             let Some(ctx) = contexts.get_mut(index).and_then(Option::take) else {
                 tally.fail(|| format!("completion for unknown I/O {index}"));
@@ -644,6 +574,95 @@ fn run_worker<C: Check>(
             tally.reap_calls += 1;
             totals.ios += reaped as u64;
             totals.reap_calls += 1;
+        }
+        let mut changed = reaped > 0;
+        // ----- submit one batch -----
+        let room = (qd - in_flight - retired).min(config.submit_batch);
+        let want = pacer.allowance(room, &tally);
+        if want > 0 {
+            let reserve = if prefetch {
+                want as u16 * commands_per_io
+            } else {
+                0
+            };
+            if qp.plug(reserve).is_ok() {
+                // One clock read per round: the submission time is the completion time read
+                // while reaping this round (so a latency includes the resubmission work), or
+                // a fresh read when nothing was reaped. None without latency timing.
+                let now = match now {
+                    Some(t) => t,
+                    None if timed => clock(),
+                    None => 0,
+                };
+                let mut issued = 0;
+                for _ in 0..want {
+                    let Some(index) = free.pop() else { break };
+                    let (lba, is_write) = check.next_io(&mut gen);
+                    let mut ctx = if use_cache {
+                        cache.get(IoContext::blank)
+                    } else {
+                        Box::new(IoContext::blank())
+                    };
+                    ctx.submitted = now;
+                    ctx.buffer = index;
+                    ctx.lba = lba;
+                    ctx.is_write = is_write;
+                    ctx.retries = 0;
+                    let Some(mut buf) = buffers[index as usize].take() else {
+                        // Unreachable by the invariant; keep the index out of circulation.
+                        retired += 1;
+                        continue;
+                    };
+                    check.prepare(index, lba, is_write, &mut buf);
+                    let submitted = if is_write {
+                        qp.submit_write(ns, lba, blocks, buf, WriteFlags::NONE, u64::from(index))
+                    } else {
+                        qp.submit_read(ns, lba, blocks, buf, u64::from(index))
+                    };
+                    match submitted {
+                        Ok(()) => {
+                            contexts[index as usize] = Some(ctx);
+                            issued += 1;
+                        }
+                        Err(failure) => {
+                            check.refused(index);
+                            gone |= controller_gone(&failure.error);
+                            if recovering && failure.error.is_retryable() {
+                                // Resetting: nothing reached the device; draw again later.
+                                recovery.refused_submissions += 1;
+                            } else {
+                                tally.fail(|| {
+                                    format!(
+                                        "submitting {} of {blocks} blocks at LBA {lba}: {}",
+                                        if is_write { "write" } else { "read" },
+                                        failure.error
+                                    )
+                                });
+                            }
+                            buffers[index as usize] = failure.buffer;
+                            if buffers[index as usize].is_some() {
+                                free.push(index);
+                            } else {
+                                retired += 1;
+                            }
+                            if use_cache {
+                                cache.put(ctx);
+                            }
+                            break;
+                        }
+                    }
+                }
+                qp.unplug();
+                in_flight += issued;
+                tally.submitted += u64::from(issued);
+                tally.submit_calls += 1;
+                totals.submitted += u64::from(issued);
+                totals.submit_calls += 1;
+                changed = true;
+            }
+        }
+        if reaped > 0 {
+            // Not idle.
         } else if config.interrupts && in_flight > 0 {
             idle_polls += 1;
             if idle_polls >= IDLE_POLLS_BEFORE_WAIT {
@@ -658,7 +677,10 @@ fn run_worker<C: Check>(
         } else if config.yield_idle {
             std::thread::yield_now();
         }
-        pacer.publish(&totals);
+        if changed {
+            // Only what changed is published (idle rounds leave the totals as they were).
+            pacer.publish(&totals);
+        }
         if retired == qd {
             tally.fail(|| "every I/O buffer was lost to timed-out commands".into());
             break;
