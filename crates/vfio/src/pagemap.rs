@@ -29,6 +29,8 @@ const ENTRY_BYTES: usize = 8;
 const PRESENT_BIT: u32 = 63;
 const SWAPPED_BIT: u32 = 62;
 const PFN_MASK: u64 = (1 << 55) - 1;
+/// Free 2 MiB hugepages.
+const FREE_HUGEPAGES: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages";
 
 /// One entry of `/proc/self/pagemap`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,6 +187,38 @@ pub fn contiguous_order(frames: &[u64]) -> Option<Vec<usize>> {
         .then_some(order)
 }
 
+/// Among `frames` (first frame of each hugepage, any order), the indices of `count` pages that
+/// form one contiguous physical range, in physical order; `None` if there is no such run.
+pub fn contiguous_run(frames: &[u64], count: usize) -> Option<Vec<usize>> {
+    if count == 0 || count > frames.len() {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..frames.len()).collect();
+    order.sort_by_key(|&i| frames[i]);
+    let pages_per_huge = (HUGEPAGE_SIZE / PAGE_SIZE) as u64;
+    let mut start = 0;
+    for k in 1..=order.len() {
+        if k - start == count {
+            return Some(order[start..k].to_vec());
+        }
+        if k < order.len() && frames[order[k]] != frames[order[k - 1]] + pages_per_huge {
+            start = k;
+        }
+    }
+    None
+}
+
+/// Hugepages of the default size the kernel has free right now (0 when unknown).
+fn free_hugepages() -> usize {
+    std::fs::read_to_string(FREE_HUGEPAGES)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Most hugepages mapped at once to look for a contiguous run.
+const MAX_SCANNED_HUGEPAGES: usize = 4096;
+
 fn mmap_anon(len: usize, extra_flags: libc::c_int, prot: libc::c_int) -> std::io::Result<usize> {
     // SAFETY: an anonymous mapping with no address hint; the kernel picks a fresh range, so no
     // memory of this process is replaced.
@@ -216,46 +250,81 @@ fn unmap(addr: usize, len: usize) {
 /// contiguous physical range, or an error saying why not. The caller owns the mapping (munmap).
 pub fn allocate_contiguous_hugepages(len: usize) -> Result<NonNull<u8>, DmaError> {
     assert!(len > 0 && len % HUGEPAGE_SIZE == 0, "whole hugepages only");
+    let count = len / HUGEPAGE_SIZE;
+    let (base, frames) =
+        map_hugepages(count).map_err(|e| e.unwrap_or(DmaError::NoHugepages { len }))?;
+    if let Some(order) = contiguous_order(&frames) {
+        return place(base, &order, count);
+    }
+    // The kernel handed out pages that are not adjacent (its free list is in no particular
+    // order once pages have been used and freed). Map every free page (bounded), keep a
+    // contiguous run of `count` of them and give the others back.
+    unmap(base, len);
+    let scan = free_hugepages().min(MAX_SCANNED_HUGEPAGES);
+    if scan > count {
+        if let Ok((base, frames)) = map_hugepages(scan) {
+            if let Some(run) = contiguous_run(&frames, count) {
+                for i in (0..scan).filter(|i| !run.contains(i)) {
+                    unmap(base + i * HUGEPAGE_SIZE, HUGEPAGE_SIZE);
+                }
+                log::debug!("{count} contiguous hugepages found among {scan} free ones");
+                return place(base, &run, scan);
+            }
+            unmap(base, scan * HUGEPAGE_SIZE);
+        }
+    }
+    Err(refuse(format!(
+        "no {count} free hugepages form one physical range for a {len}-byte allocation \
+         (first try: frames {frames:#x?}; {scan} free pages scanned); reserve hugepages \
+         early (at boot: `hugepages=N` on the kernel command line) or use smaller allocations \
+         (at most {HUGEPAGE_SIZE} bytes)"
+    )))
+}
+
+/// Maps `count` populated hugepages; returns the mapping and the first frame of each page.
+/// `Err(None)` when the kernel has not that many free.
+fn map_hugepages(count: usize) -> Result<(usize, Vec<u64>), Option<DmaError>> {
     let huge_log2 = HUGEPAGE_SIZE.trailing_zeros() as libc::c_int;
     let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let len = count * HUGEPAGE_SIZE;
     let base = mmap_anon(
         len,
         libc::MAP_HUGETLB | (huge_log2 << libc::MAP_HUGE_SHIFT) | libc::MAP_POPULATE,
         rw,
     )
-    .map_err(|_| DmaError::NoHugepages { len })?;
-    let count = len / HUGEPAGE_SIZE;
+    .map_err(|_| None)?;
     let mut frames = Vec::with_capacity(count);
     for i in 0..count {
         match read_entries(base + i * HUGEPAGE_SIZE, PAGE_SIZE).map(|e| e[0]) {
             Ok(e) if e.pfn() != 0 => frames.push(e.pfn()),
             Ok(_) => {
                 unmap(base, len);
-                return Err(refuse(
+                return Err(Some(refuse(
                     "/proc/self/pagemap shows no page frame numbers: reading them needs \
                      CAP_SYS_ADMIN (run as root)",
-                ));
+                )));
             }
             Err(e) => {
                 unmap(base, len);
-                return Err(e);
+                return Err(Some(e));
             }
         }
     }
-    let Some(order) = contiguous_order(&frames) else {
-        unmap(base, len);
-        return Err(refuse(format!(
-            "the {count} hugepages of a {len}-byte allocation are not one physical range \
-             (frames {frames:#x?}); reserve hugepages early (at boot: `hugepages=N` on the kernel \
-             command line) or use smaller allocations (at most {HUGEPAGE_SIZE} bytes)"
-        )));
-    };
+    Ok((base, frames))
+}
+
+/// Lays the pages at `base` + `order[pos]` hugepages out in that order (in place when they
+/// already are); `span` is how many hugepages the mapping at `base` covered, for cleanup.
+fn place(base: usize, order: &[usize], span: usize) -> Result<NonNull<u8>, DmaError> {
     if order.iter().enumerate().all(|(pos, &i)| pos == i) {
         return Ok(NonNull::new(base as *mut u8).expect("mmap returned null"));
     }
-    let target = permute_pages(base, HUGEPAGE_SIZE, &order)?;
+    let target = permute_pages(base, HUGEPAGE_SIZE, order, span)?;
     let ptr = NonNull::new(target as *mut u8).expect("aligned window is not null");
-    log::debug!("{count} hugepages reordered into physical order at {ptr:p}");
+    log::debug!(
+        "{} hugepages reordered into physical order at {ptr:p}",
+        order.len()
+    );
     Ok(ptr)
 }
 
@@ -263,14 +332,21 @@ pub fn allocate_contiguous_hugepages(len: usize) -> Result<NonNull<u8>, DmaError
 /// into a fresh `page`-aligned range where position `pos` holds the page that was at index
 /// `order[pos]`; returns the new range's address. `order` must be a permutation. On failure
 /// everything (moved or not) is unmapped.
-fn permute_pages(base: usize, page: usize, order: &[usize]) -> Result<usize, DmaError> {
+fn permute_pages(
+    base: usize,
+    page: usize,
+    order: &[usize],
+    span: usize,
+) -> Result<usize, DmaError> {
     let len = order.len() * page;
+    // What the pages may still occupy at `base` (holes unmap harmlessly).
+    let source = span.max(order.len()) * page;
     // Reserve a `page`-aligned window (hugetlb mremap needs aligned addresses), then mremap
     // each page onto its slot.
     let window = match mmap_anon(len + page, libc::MAP_NORESERVE, libc::PROT_NONE) {
         Ok(w) => w,
         Err(e) => {
-            unmap(base, len);
+            unmap(base, source);
             return Err(refuse(format!("cannot reserve address space: {e}")));
         }
     };
@@ -293,7 +369,7 @@ fn permute_pages(base: usize, page: usize, order: &[usize]) -> Result<usize, Dma
             let e = std::io::Error::last_os_error();
             // Pages not moved yet are still at `base`; the window holds the rest. Unmapping both
             // whole ranges releases everything (munmap of a hole is harmless).
-            unmap(base, len);
+            unmap(base, source);
             unmap(target, len);
             return Err(refuse(format!("mremap of a page failed: {e}")));
         }
@@ -306,6 +382,29 @@ mod tests {
     use super::*;
 
     const P: u64 = 1 << 63;
+
+    #[test]
+    fn a_contiguous_run_is_found_among_scattered_pages() {
+        let h = (HUGEPAGE_SIZE / PAGE_SIZE) as u64;
+        // Frames of 8 pages in virtual order: 0x100, 0x100+3h, 0x100+h, 0x100+7h, 0x100+2h, ...
+        let frames: Vec<u64> = [0, 3, 1, 7, 2, 9, 4, 12]
+            .iter()
+            .map(|&k| 0x100 + k * h)
+            .collect();
+        // 0..=4 are adjacent physically: indices 0 (k=0), 2 (k=1), 4 (k=2), 1 (k=3), 6 (k=4).
+        assert_eq!(contiguous_run(&frames, 5), Some(vec![0, 2, 4, 1, 6]));
+        assert_eq!(contiguous_run(&frames, 3), Some(vec![0, 2, 4]));
+        assert_eq!(contiguous_run(&frames, 6), None);
+        assert_eq!(contiguous_run(&frames, 1), Some(vec![0]));
+        assert_eq!(contiguous_run(&frames, 0), None);
+        assert_eq!(contiguous_run(&frames, 9), None);
+        // The run the guest boot hit: every second page free, so 8 in a row do not exist
+        // among these, but do among a denser set.
+        let sparse: Vec<u64> = (0..8).map(|k| 0x12400 + k * 4 * h).collect();
+        assert_eq!(contiguous_run(&sparse, 2), None);
+        let dense: Vec<u64> = (0..16).rev().map(|k| 0x12400 + k * h).collect();
+        assert_eq!(contiguous_run(&dense, 8), Some((8..16).rev().collect()));
+    }
 
     #[test]
     fn entries_decode_present_swapped_and_pfn() {
@@ -381,7 +480,7 @@ mod tests {
             unsafe { ((base + i * PAGE_SIZE) as *mut u8).write(i as u8 + 1) };
         }
         let order = [3, 0, 4, 2, 1];
-        let target = permute_pages(base, PAGE_SIZE, &order).unwrap();
+        let target = permute_pages(base, PAGE_SIZE, &order, order.len()).unwrap();
         assert_eq!(target % PAGE_SIZE, 0);
         for (pos, &i) in order.iter().enumerate() {
             // SAFETY: page `pos` of the permuted mapping, which we own now.
