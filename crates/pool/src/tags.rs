@@ -130,6 +130,9 @@ pub struct TagSet<T> {
     slots: Box<[T]>,
     // Cold: only when the local free stack runs dry, and by lookup.
     remote: Arc<IndexStack>,
+    /// A [`RemoteFreer`] was ever handed out (sticky): until then nothing can be on the remote
+    /// stack, and `lookup` skips its check.
+    remote_issued: Cell<bool>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -161,6 +164,7 @@ impl<T> TagSet<T> {
             stats: TagStats::default(),
             slots: (0..depth).map(&mut init).collect(),
             remote: Arc::new(IndexStack::new(usize::from(depth))),
+            remote_issued: Cell::new(false),
             _not_sync: PhantomData,
         }
     }
@@ -299,7 +303,7 @@ impl<T> TagSet<T> {
         if !meta.live || meta.cid != cid {
             return None;
         }
-        if self.remote.is_queued_as(usize::from(index), cid) {
+        if self.remote_issued.get() && self.remote.is_queued_as(usize::from(index), cid) {
             return None;
         }
         Some(Tag {
@@ -337,6 +341,7 @@ impl<T> TagSet<T> {
 
     /// A handle other threads use to free tags of this set; see [`RemoteFreer`].
     pub fn remote_freer(&self) -> RemoteFreer {
+        self.remote_issued.set(true);
         RemoteFreer {
             stack: Arc::clone(&self.remote),
             index_bits: self.index_bits,
