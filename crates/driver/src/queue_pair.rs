@@ -1285,11 +1285,10 @@ impl QueuePair {
                 self.reject(&cqe, "wrong submission queue id");
                 continue;
             }
-            let Some(tag) = self.tags.lookup(cqe.cid) else {
+            let Some((tag, slot)) = self.tags.lookup_mut(cqe.cid) else {
                 self.reject(&cqe, "command id not in flight");
                 continue;
             };
-            let slot = self.tags.get_mut(tag);
             if !slot.awaiting {
                 self.reject(&cqe, "command already completed");
                 continue;
@@ -1298,7 +1297,12 @@ impl QueuePair {
             let head_tag = slot.head;
             sq_head = Some((cqe.sq_head, cqe.cid));
             let status = cqe.status();
-            if head_tag == tag && slot.remaining == 1 && !slot.reported && !slot.sync {
+            // A slot heads its own group exactly when its head has its index (a child's head is
+            // another slot; both tags are live, so the index decides).
+            if head_tag.index() == tag.index()
+                && slot.remaining == 1
+                && !(slot.reported | slot.sync)
+            {
                 // The common case, a request of one command: complete it from the one slot
                 // already at hand (what `finish_command` + `complete_group` do for groups).
                 let result = if status.is_success() {

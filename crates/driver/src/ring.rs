@@ -277,7 +277,11 @@ impl SqRing {
                 .as_ptr()
                 .cast::<SubmissionEntry>()
                 .add(self.tail as usize);
-            slot.write_volatile(*sqe);
+            // A plain store (not volatile) lets the compiler build the entry in place instead
+            // of on the stack and copying it; `publish` orders it before the doorbell with a
+            // release fence, and the region's pointer escaped to the device mapping, so the
+            // store is never elided.
+            slot.write(*sqe);
         }
         self.tail = self.next(self.tail);
     }

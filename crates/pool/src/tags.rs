@@ -101,6 +101,12 @@ struct SlotMeta {
     live: bool,
 }
 
+/// One slot: the owner's metadata and the caller's value.
+struct Entry<T> {
+    meta: SlotMeta,
+    value: T,
+}
+
 /// The request slots of one queue pair.
 ///
 /// Every slot is in exactly one place: live, on the local free stack, or on the remote stack
@@ -119,15 +125,17 @@ struct SlotMeta {
 pub struct TagSet<T> {
     // Hot: touched by every alloc/free.
     free: Vec<u16>,
-    meta: Box<[SlotMeta]>,
+    /// Per slot: the owner's metadata next to the caller's value, so that validating a cid and
+    /// reaching its slot is one bounds check and (for small `T`) one cache line.
+    entries: Box<[Entry<T>]>,
     reserved: u16,
     in_use: u16,
     index_bits: u8,
     /// `(1 << index_bits) - 1`.
     index_mask: u16,
+    /// `1 << index_bits`: added to a cid to advance its generation.
+    cid_step: u16,
     stats: TagStats,
-    // Touched per command by the caller through get/get_mut.
-    slots: Box<[T]>,
     // Cold: only when the local free stack runs dry, and by lookup.
     remote: Arc<IndexStack>,
     /// A [`RemoteFreer`] was ever handed out (sticky): until then nothing can be on the remote
@@ -151,18 +159,21 @@ impl<T> TagSet<T> {
         Self {
             // Popped from the end, so slot 0 goes out first.
             free: (0..depth).rev().collect(),
-            meta: (0..depth)
-                .map(|index| SlotMeta {
-                    cid: index,
-                    live: false,
+            entries: (0..depth)
+                .map(|index| Entry {
+                    meta: SlotMeta {
+                        cid: index,
+                        live: false,
+                    },
+                    value: init(index),
                 })
                 .collect(),
             reserved: 0,
             in_use: 0,
             index_bits,
             index_mask: index_mask(index_bits),
+            cid_step: 1u16 << index_bits,
             stats: TagStats::default(),
-            slots: (0..depth).map(&mut init).collect(),
             remote: Arc::new(IndexStack::new(usize::from(depth))),
             remote_issued: Cell::new(false),
             _not_sync: PhantomData,
@@ -171,7 +182,7 @@ impl<T> TagSet<T> {
 
     /// Number of slots.
     pub fn capacity(&self) -> u16 {
-        self.meta.len() as u16
+        self.entries.len() as u16
     }
 
     /// Slots allocated and not yet freed. A slot freed on another thread counts as in use until
@@ -258,8 +269,9 @@ impl<T> TagSet<T> {
     pub fn free(&mut self, tag: Tag) {
         let index = tag.index();
         let live = self
-            .meta
+            .entries
             .get(index)
+            .map(|entry| &entry.meta)
             .is_some_and(|meta| meta.live && meta.cid == tag.cid)
             && tag.index_bits == self.index_bits;
         debug_assert!(
@@ -283,14 +295,14 @@ impl<T> TagSet<T> {
     #[inline]
     pub fn get(&self, tag: Tag) -> &T {
         debug_assert!(self.is_live(tag), "get of tag {tag:?} that is not live");
-        &self.slots[tag.index()]
+        &self.entries[tag.index()].value
     }
 
     /// The slot of a live tag, mutably. Same panics as [`get`](Self::get).
     #[inline]
     pub fn get_mut(&mut self, tag: Tag) -> &mut T {
         debug_assert!(self.is_live(tag), "get_mut of tag {tag:?} that is not live");
-        &mut self.slots[tag.index()]
+        &mut self.entries[tag.index()].value
     }
 
     /// Validates a command identifier that came from the device: its index must be in range,
@@ -299,7 +311,7 @@ impl<T> TagSet<T> {
     #[inline]
     pub fn lookup(&self, cid: u16) -> Option<Tag> {
         let index = cid & self.index_mask;
-        let meta = self.meta.get(usize::from(index))?;
+        let meta = &self.entries.get(usize::from(index))?.meta;
         if !meta.live || meta.cid != cid {
             return None;
         }
@@ -311,6 +323,26 @@ impl<T> TagSet<T> {
             index,
             index_bits: self.index_bits,
         })
+    }
+
+    /// [`lookup`](Self::lookup) and [`get_mut`](Self::get_mut) in one: validates a cid from
+    /// the device and gives its slot, with one bounds check. Never panics.
+    #[inline]
+    pub fn lookup_mut(&mut self, cid: u16) -> Option<(Tag, &mut T)> {
+        let index = cid & self.index_mask;
+        let entry = self.entries.get_mut(usize::from(index))?;
+        if !entry.meta.live || entry.meta.cid != cid {
+            return None;
+        }
+        if self.remote_issued.get() && self.remote.is_queued_as(usize::from(index), cid) {
+            return None;
+        }
+        let tag = Tag {
+            cid,
+            index,
+            index_bits: self.index_bits,
+        };
+        Some((tag, &mut entry.value))
     }
 
     /// Reserves `n` more tags for the batch about to be submitted, all or nothing: the next `n`
@@ -356,8 +388,9 @@ impl<T> TagSet<T> {
     /// Tags currently in use (freed remotely and not yet drained excluded), in index order: for
     /// timeout scans and teardown.
     pub fn iter_in_use(&self) -> impl Iterator<Item = Tag> + '_ {
-        self.meta
+        self.entries
             .iter()
+            .map(|entry| &entry.meta)
             .enumerate()
             .filter(|(_, meta)| meta.live)
             .map(move |(index, meta)| self.make_tag(index as u16, meta.cid))
@@ -396,14 +429,15 @@ impl<T> TagSet<T> {
     fn is_live(&self, tag: Tag) -> bool {
         tag.index_bits == self.index_bits
             && self
-                .meta
+                .entries
                 .get(tag.index())
+                .map(|entry| &entry.meta)
                 .is_some_and(|meta| meta.live && meta.cid == tag.cid)
     }
 
     #[inline]
     fn activate(&mut self, index: u16) -> Tag {
-        let meta = &mut self.meta[usize::from(index)];
+        let meta = &mut self.entries[usize::from(index)].meta;
         debug_assert!(!meta.live, "slot {index} on the free stack while live");
         meta.live = true;
         let cid = meta.cid;
@@ -413,10 +447,10 @@ impl<T> TagSet<T> {
 
     #[inline]
     fn release(&mut self, index: u16) {
-        let meta = &mut self.meta[usize::from(index)];
+        let meta = &mut self.entries[usize::from(index)].meta;
         // Next generation: adding 1 << index_bits to the cid leaves the index bits alone and
         // wraps the generation bits (u16 arithmetic).
-        let step = 1u16 << self.index_bits;
+        let step = self.cid_step;
         let mut cid = meta.cid.wrapping_add(step);
         if cid == RESERVED_CID {
             cid = cid.wrapping_add(step);
