@@ -371,8 +371,6 @@ impl Resetter<'_> {
     }
 }
 
-/// One thread's loop. `check` is [`NoCheck`] (compiled away) or the `--verify` state.
-#[allow(clippy::too_many_arguments)]
 /// Stores `value` into a place the loop emptied earlier (a buffer taken for submission, a
 /// context taken at completion): the old value is `None`, so it is not dropped (no check, no
 /// call on the per-I/O path). Were it ever `Some`, it would be leaked, never freed.
@@ -383,6 +381,8 @@ fn put_back<T>(place: &mut Option<T>, value: Option<T>) {
     std::mem::forget(old);
 }
 
+/// One thread's loop. `check` is [`NoCheck`] (compiled away) or the `--verify` state.
+#[allow(clippy::too_many_arguments)]
 fn run_worker<C: Check>(
     config: &Config,
     ctrl: &Controller,
