@@ -721,7 +721,16 @@ impl QueuePair {
         );
         let mut sqe = sqe;
         sqe.prp1 = self.pages.iova(index).0;
-        self.start_group(tag, sqe.opcode(), user_data, None, 1);
+        let epoch = self.epoch;
+        start_group(
+            self.tags.get_mut(tag),
+            tag,
+            epoch,
+            sqe.opcode(),
+            user_data,
+            None,
+            1,
+        );
         self.push_command(tag, sqe);
         self.after_submit();
         Ok(tag)
@@ -815,14 +824,22 @@ impl QueuePair {
         }
     }
 
+    /// Whether one more command may be submitted now (controller state, SQ room); a free slot
+    /// is the caller's to find.
     #[inline(always)]
-    fn alloc_one(&mut self) -> Result<Tag> {
+    fn check_room(&mut self) -> Result<()> {
         if self.ctrl.state() != self.ctrl_state {
             self.sync_state()?;
         }
         if self.sq.is_full() {
             return Err(self.queue_full());
         }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn alloc_one(&mut self) -> Result<Tag> {
+        self.check_room()?;
         match self.tags.alloc() {
             Some(tag) => Ok(tag),
             None => Err(self.queue_full()),
@@ -875,15 +892,19 @@ impl QueuePair {
         len: usize,
         user_data: u64,
     ) -> std::result::Result<Tag, IoFailure> {
-        let tag = match self.alloc_one() {
-            Ok(t) => t,
-            Err(e) => return Err(IoFailure::new(e, buf)),
-        };
-        if let Some(b) = &buf {
-            debug_assert!(len > 0, "callers reject zero-length data transfers");
-            self.set_data_pointer(&mut sqe, tag.index(), b.iova().0, len);
+        if let Err(e) = self.check_room() {
+            return Err(IoFailure::new(e, buf));
         }
-        self.start_group(tag, sqe.opcode(), user_data, buf, 1);
+        let addr = buf.as_ref().map(|b| b.iova().0);
+        let epoch = self.epoch;
+        let Some((tag, slot)) = self.tags.alloc_mut() else {
+            return Err(IoFailure::new(self.queue_full(), buf));
+        };
+        start_group(slot, tag, epoch, sqe.opcode(), user_data, buf, 1);
+        if let Some(addr) = addr {
+            debug_assert!(len > 0, "callers reject zero-length data transfers");
+            self.set_data_pointer(&mut sqe, tag.index(), addr, len);
+        }
         self.push_command(tag, sqe);
         self.after_submit();
         Ok(tag)
@@ -956,7 +977,16 @@ impl QueuePair {
                 self.tags.get_mut(tag).head = head;
             }
         }
-        self.start_group(head, op, user_data, Some(buf), commands as u16);
+        let epoch = self.epoch;
+        start_group(
+            self.tags.get_mut(head),
+            head,
+            epoch,
+            op,
+            user_data,
+            Some(buf),
+            commands as u16,
+        );
         for (i, &tag) in tags[..commands].iter().enumerate() {
             if i > 0 {
                 let slot = self.tags.get_mut(tag);
@@ -1002,37 +1032,6 @@ impl QueuePair {
                 sqe.prp2 = self.pages.iova(index).0;
             }
         }
-    }
-
-    #[inline(always)]
-    fn start_group(
-        &mut self,
-        tag: Tag,
-        op: u8,
-        user_data: u64,
-        buffer: Option<DmaBuffer>,
-        commands: u16,
-    ) {
-        let epoch = self.epoch;
-        let slot = self.tags.get_mut(tag);
-        slot.head = tag;
-        slot.awaiting = true;
-        slot.expired = false;
-        slot.epoch = epoch;
-        slot.remaining = commands;
-        slot.opcode = op;
-        slot.sync = false;
-        slot.reported = false;
-        slot.status = Status::SUCCESS;
-        slot.dw0 = 0;
-        slot.user_data = user_data;
-        // Every path that frees a group head takes its buffer first, so the old value is
-        // `None` and has nothing to drop; not dropping it saves the check and the call. Were it
-        // ever `Some` (a driver bug), forgetting it leaks that buffer's mapping instead of
-        // freeing memory the device might still reach.
-        let old = std::mem::replace(&mut slot.buffer, buffer);
-        debug_assert!(old.is_none(), "a freed request slot still held its buffer");
-        std::mem::forget(old);
     }
 
     #[inline(always)]
@@ -1299,25 +1298,24 @@ impl QueuePair {
             let status = cqe.status();
             // A slot heads its own group exactly when its head has its index (a child's head is
             // another slot; both tags are live, so the index decides).
-            if head_tag.index() == tag.index()
+            if status.is_success()
+                && head_tag.index() == tag.index()
                 && slot.remaining == 1
                 && !(slot.reported | slot.sync)
             {
-                // The common case, a request of one command: complete it from the one slot
-                // already at hand (what `finish_command` + `complete_group` do for groups).
-                let result = if status.is_success() {
-                    Ok(cqe.dw0)
-                } else {
-                    Err(command_error(slot.opcode, status))
-                };
-                let completion = Completion {
-                    user_data: slot.user_data,
-                    result,
-                    buffer: slot.buffer.take(),
-                };
+                // The common case, a successful request of one command: complete it from the
+                // one slot already at hand (what `finish_command` + `complete_group` do for
+                // groups and errors). A result known to be `Ok` here lets an inlined callback
+                // skip its error handling without the `Completion` ever reaching memory.
+                let user_data = slot.user_data;
+                let buffer = slot.buffer.take();
                 self.tags.free(tag);
                 self.stats.requests_completed += 1;
-                f(completion);
+                f(Completion {
+                    user_data,
+                    result: Ok(cqe.dw0),
+                    buffer,
+                });
                 finished += 1;
                 continue;
             }
@@ -1915,6 +1913,37 @@ pub const MAX_COMMANDS_PER_REQUEST: usize = 256;
 const EXPIRE_BATCH: usize = 64;
 /// Most blocks one Read/Write/Compare/Write Zeroes command moves (16-bit 0-based NLB).
 pub const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
+
+/// Fills the slot of a request's first (or only) command: the group head, `commands` long.
+#[inline(always)]
+fn start_group(
+    slot: &mut Slot,
+    tag: Tag,
+    epoch: u32,
+    op: u8,
+    user_data: u64,
+    buffer: Option<DmaBuffer>,
+    commands: u16,
+) {
+    slot.head = tag;
+    slot.awaiting = true;
+    slot.expired = false;
+    slot.epoch = epoch;
+    slot.remaining = commands;
+    slot.opcode = op;
+    slot.sync = false;
+    slot.reported = false;
+    slot.status = Status::SUCCESS;
+    slot.dw0 = 0;
+    slot.user_data = user_data;
+    // Every path that frees a group head takes its buffer first, so the old value is `None`
+    // and has nothing to drop; not dropping it saves the check and the call. Were it ever
+    // `Some` (a driver bug), forgetting it leaks that buffer's mapping instead of freeing
+    // memory the device might still reach.
+    let old = std::mem::replace(&mut slot.buffer, buffer);
+    debug_assert!(old.is_none(), "a freed request slot still held its buffer");
+    std::mem::forget(old);
+}
 
 #[inline(always)]
 fn rw_command(op: u8, nsid: u32, lba: u64, blocks: u32, fua: bool) -> SubmissionEntry {

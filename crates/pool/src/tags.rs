@@ -218,6 +218,35 @@ impl<T> TagSet<T> {
         Some(self.activate(index))
     }
 
+    /// [`alloc`](Self::alloc) and [`get_mut`](Self::get_mut) in one, with one bounds check:
+    /// the new tag and its slot.
+    #[inline]
+    pub fn alloc_mut(&mut self) -> Option<(Tag, &mut T)> {
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => self.alloc_slow()?,
+        };
+        if self.reserved > 0 {
+            self.reserved -= 1;
+            self.stats.plug_hits += 1;
+        }
+        self.stats.allocs += 1;
+        self.in_use += 1;
+        let index_bits = self.index_bits;
+        let entry = &mut self.entries[usize::from(index)];
+        debug_assert!(
+            !entry.meta.live,
+            "slot {index} on the free stack while live"
+        );
+        entry.meta.live = true;
+        let tag = Tag {
+            cid: entry.meta.cid,
+            index,
+            index_bits,
+        };
+        Some((tag, &mut entry.value))
+    }
+
     #[cold]
     fn alloc_slow(&mut self) -> Option<u16> {
         self.drain_remote();

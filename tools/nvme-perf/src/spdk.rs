@@ -508,13 +508,22 @@ fn run_worker<C: Check>(
         let reaped = qp.poll_deferred(
             #[inline(always)]
             |c| {
-                let index = c.user_data as usize;
-                let ctx = match c.result {
+                let Completion {
+                    user_data,
+                    result,
+                    buffer,
+                } = c;
+                let index = user_data as usize;
+                let ctx = match &result {
                     Ok(_) => contexts.get_mut(index).and_then(Option::take),
                     Err(_) => None,
                 };
                 let Some(ctx) = ctx else {
-                    failed.push(c);
+                    failed.push(Completion {
+                        user_data,
+                        result,
+                        buffer,
+                    });
                     return;
                 };
                 if timed {
@@ -524,7 +533,7 @@ fn run_worker<C: Check>(
                     tally.complete_untimed();
                 }
                 let slot = ctx.buffer;
-                put_back(&mut buffers[slot as usize], c.buffer);
+                put_back(&mut buffers[slot as usize], buffer);
                 check.completed(slot, true, buffers[slot as usize].as_deref());
                 if buffers[slot as usize].is_some() {
                     free.push(slot);
