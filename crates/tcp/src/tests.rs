@@ -743,7 +743,7 @@ fn keep_alive_expiry_is_reported_and_a_reset_recovers() {
         enforce_kato: true,
         ..Config::default()
     });
-    let kato = Duration::from_millis(300);
+    let kato = Duration::from_millis(400);
     let c = TcpController::connect(
         &t.trid(),
         TcpOptions {
@@ -805,4 +805,33 @@ fn smart_and_error_logs_over_tcp() {
         c.smart_log(0).unwrap().temperature_kelvin(),
         SMART_TEMPERATURE_K
     );
+}
+
+#[test]
+fn a_synchronous_read_waiting_across_a_reset_follows_it() {
+    let t = FakeTarget::start(Config::default());
+    let c = connect(&t);
+    let ns = c.namespace(2).unwrap();
+    t.fill(2, 30 * 512, &pattern(512, 30));
+    let mut resubmitting = c
+        .create_queue_pair(QueuePairOptions::default().resubmit_after_reset(true))
+        .unwrap();
+    let mut plain = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    t.set_fault(Fault::Hold);
+    std::thread::scope(|s| {
+        let with = s.spawn(|| resubmitting.read(&ns, 30, 1, c.alloc_buffer(512).unwrap()));
+        let without = s.spawn(|| plain.read(&ns, 30, 1, c.alloc_buffer(512).unwrap()));
+        // Both reads are held by the target; then it serves again and the controller resets.
+        std::thread::sleep(Duration::from_millis(200));
+        t.set_fault(Fault::None);
+        c.reset().unwrap();
+        let data = with.join().unwrap().expect("resubmitted after the reset");
+        assert_eq!(&data[..512], &pattern(512, 30)[..]);
+        let f = without.join().unwrap().expect_err("in flight at the reset");
+        assert!(matches!(f.error, Error::Reset { .. }), "{f}");
+        assert!(f.buffer.is_some());
+    });
+    // Both pairs go on.
+    read_matches(&c, &mut plain, 2, 30, 30);
+    read_matches(&c, &mut resubmitting, 2, 30, 30);
 }
