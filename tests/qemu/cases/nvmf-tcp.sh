@@ -164,6 +164,18 @@ sed 's/^/    stderr: /' /tmp/cut.err | head -n 5
 grep -qi "closed the connection\|connection" /tmp/cut.err || fail "nvme-perf did not say the connection was lost"
 echo "    ok: exit $rc $((end - start)) s after the port went away"
 
+echo "== the port back: a new run works (tcprecov)"
+ln -s "$CFG/subsystems/$NQN" "$CFG/ports/1/subsystems/$NQN"
+timeout 60 nvme-perf "$TRID" -n 2 -w randread -q 8 -t 1 --quiet --json >/tmp/back.json 2>/tmp/back.err || {
+    cat /tmp/back.err
+    fail "nvme-perf failed after the port came back"
+}
+grep -q '"errors": *0' /tmp/back.json || { cat /tmp/back.json; fail "nvme-perf reported errors after the port came back"; }
+timeout 60 nvme-identify --health "$TRID" >/tmp/health.out || fail "nvme-identify --health over TCP failed"
+grep -q "^SMART / Health Information of 127.0.0.1:$PORT/$NQN" /tmp/health.out || { cat /tmp/health.out; fail "no SMART log over TCP"; }
+grep -q "^Error Information Log: " /tmp/health.out || fail "no Error Information log over TCP"
+echo "    ok: nvme-perf and nvme-identify --health over TCP after the port came back"
+
 echo "== cleanup"
 rmdir "$CFG/ports/1"
 echo 0 >"$CFG/subsystems/$NQN/namespaces/1/enable"
