@@ -878,7 +878,7 @@ impl TcpController {
         self.inner.reset()
     }
 
-    /// Resets done so far (the reset generation).
+    /// Resets started so far, successful or not (the reset generation).
     pub fn resets(&self) -> u64 {
         generation(self.inner.state.load(Ordering::Acquire)) / STATE_GENERATION
     }

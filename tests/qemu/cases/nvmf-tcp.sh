@@ -174,7 +174,11 @@ grep -q '"errors": *0' /tmp/back.json || { cat /tmp/back.json; fail "nvme-perf r
 timeout 60 nvme-identify --health "$TRID" >/tmp/health.out || fail "nvme-identify --health over TCP failed"
 grep -q "^SMART / Health Information of 127.0.0.1:$PORT/$NQN" /tmp/health.out || { cat /tmp/health.out; fail "no SMART log over TCP"; }
 grep -q "^Error Information Log: " /tmp/health.out || fail "no Error Information log over TCP"
-echo "    ok: nvme-perf and nvme-identify --health over TCP after the port came back"
+sed -n '1,4p;/^Error Information Log/p' /tmp/health.out | sed 's/^/    /'
+ios=$(sed -n 's/.*"ios": *\([0-9][0-9]*\).*/\1/p' /tmp/back.json | head -n1)
+[ "${ios:-0}" -gt 0 ] || fail "nvme-perf completed no I/O after the port came back"
+echo "    ok: nvme-perf ($ios I/Os, 0 errors) and nvme-identify --health over TCP after the port came back"
+rm "$CFG/ports/1/subsystems/$NQN"
 
 echo "== cleanup"
 rmdir "$CFG/ports/1"
