@@ -178,6 +178,18 @@ sed -n '1,4p;/^Error Information Log/p' /tmp/health.out | sed 's/^/    /'
 ios=$(sed -n 's/.*"ios": *\([0-9][0-9]*\).*/\1/p' /tmp/back.json | head -n1)
 [ "${ios:-0}" -gt 0 ] || fail "nvme-perf completed no I/O after the port came back"
 echo "    ok: nvme-perf ($ios I/Os, 0 errors) and nvme-identify --health over TCP after the port came back"
+# A controller reset against the kernel's target: CC.EN=0 on the old association, a new
+# admin Connect, CC.EN=1, and the I/O queue reconnected with its queue id, between a write
+# and its read-back.
+timeout 60 nvme-hello --nsid 2 --write-lba 12 --reset "$TRID" >/tmp/reset.out 2>&1 || {
+    cat /tmp/reset.out
+    fail "nvme-hello --reset over TCP failed"
+}
+grep -q "Controller reset" /tmp/reset.out || { cat /tmp/reset.out; fail "nvme-hello did not reset"; }
+grep -q "Hello world" /tmp/reset.out || { cat /tmp/reset.out; fail "no greeting read back after the reset"; }
+dd if=/tmp/ns2.img of=/tmp/blk12 bs=512 skip=12 count=1 2>/dev/null
+[ "$(head -c 12 /tmp/blk12)" = "Hello world!" ] || fail "block 12 of the backing file lacks the greeting"
+echo "    ok: write, controller reset over TCP, read back through the reconnected queue"
 rm "$CFG/ports/1/subsystems/$NQN"
 
 echo "== cleanup"

@@ -133,6 +133,12 @@ impl AnyController {
         both!(self, c => c.error_log(entries))
     }
 
+    /// Resets the controller (PCIe: through CC.EN; NVMe/TCP: a new association); queue
+    /// pairs re-create or reconnect their queues at their next submission or poll.
+    pub fn reset(&self) -> Result<()> {
+        both!(self, c => c.reset())
+    }
+
     /// Largest I/O queue.
     pub fn max_queue_entries(&self) -> u32 {
         both!(self, c => c.max_queue_entries())
