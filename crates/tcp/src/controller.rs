@@ -118,7 +118,7 @@ pub(crate) struct Inner {
     pub cntlid: AtomicU16,
     /// `STATE_FAILED`, `STATE_RESETTING` and the reset generation above them: queue pairs
     /// compare it with their copy on every submission and poll (one load).
-    pub state: AtomicU64,
+    pub state: Arc<AtomicU64>,
     /// One reset at a time.
     reset_lock: Mutex<()>,
     pub cap: Cap,
@@ -718,7 +718,7 @@ impl TcpController {
             want_ddgst,
             admin: Mutex::new(admin),
             cntlid: AtomicU16::new(cntlid),
-            state: AtomicU64::new(0),
+            state: Arc::new(AtomicU64::new(0)),
             reset_lock: Mutex::new(()),
             cap: up.cap,
             version: up.version,
@@ -963,6 +963,12 @@ impl TcpController {
             Ok(v) => v,
             Err(e) => {
                 inner.release_qid(qid);
+                if inner.state() != state {
+                    // A reset replaced the association meanwhile.
+                    return Err(Error::Resetting {
+                        controller: inner.name.to_string(),
+                    });
+                }
                 return Err(e);
             }
         };
@@ -977,6 +983,7 @@ impl TcpController {
             options.timeout,
         );
         q.abort_on_timeout = inner.options.timeout_action != TimeoutAction::None;
+        q.state_watch = Some((inner.state.clone(), state));
         Ok(TcpQueuePair::new(q, inner.clone(), depth, &options, state))
     }
 }

@@ -84,6 +84,13 @@ impl TcpQueuePair {
         }
     }
 
+    /// Records the state word this pair acted on, for the queue's failure handling.
+    fn watch(&mut self, state: u64) {
+        if let Some((_, seen)) = &mut self.q.state_watch {
+            *seen = state;
+        }
+    }
+
     /// Whether the controller's state moved since this pair last looked (one load).
     #[inline]
     fn state_changed(&self) -> bool {
@@ -120,7 +127,8 @@ impl TcpQueuePair {
             });
         }
         self.seen = state;
-        self.connect_again()
+        self.watch(state);
+        self.connect_again(state)
     }
 
     /// Closes the connection for a reconnect (see [`Queue::abandon`]).
@@ -135,9 +143,13 @@ impl TcpQueuePair {
         });
     }
 
-    /// A new connection for this queue id, then kept requests go out again. On failure the
-    /// kept requests complete with the retryable `Error::Reset` and the queue stays closed.
-    fn connect_again(&mut self) -> Result<()> {
+    /// A new connection for this queue id (to the association of state word `state`), then
+    /// kept requests go out again. On failure the kept requests complete with the retryable
+    /// `Error::Reset` and the queue stays closed — unless a newer reset has started
+    /// meanwhile (its association replaced the one connected to): then the result is the
+    /// retryable `Error::Resetting`, kept requests stay kept, and the pair follows the new
+    /// reset at its next submission or poll.
+    fn connect_again(&mut self, state: u64) -> Result<()> {
         match self.ctrl.connect_io(self.q.qid, self.depth) {
             Ok((stream, neg)) => {
                 self.q.attach(stream, neg);
@@ -149,6 +161,16 @@ impl TcpQueuePair {
                     self.ctrl.cntlid.load(std::sync::atomic::Ordering::Acquire)
                 );
                 Ok(())
+            }
+            Err(e) if self.ctrl.state() != state => {
+                log::info!(
+                    "{}: queue {} reconnect overtaken by another reset: {e}",
+                    self.ctrl.name,
+                    self.q.qid
+                );
+                Err(Error::Resetting {
+                    controller: self.ctrl.name.to_string(),
+                })
             }
             Err(e) => {
                 log::error!(
@@ -188,7 +210,8 @@ impl TcpQueuePair {
         self.torn_down = generation(state);
         self.abandon();
         self.seen = state;
-        self.connect_again()
+        self.watch(state);
+        self.connect_again(state)
     }
 
     /// Timed-out commands (abort policy): sends the Aborts not sent yet (the admin queue is

@@ -167,6 +167,11 @@ pub(crate) struct Queue {
     /// Set by the clock when a command expired or an expired one is overdue; the owner
     /// handles it (cold path) and clears it.
     pub timeout_work: bool,
+    /// I/O queues: the controller's state word and the value the owning pair last acted
+    /// on. A connection that fails while they differ (a reset has started: the target may
+    /// close the old association's connections before the pair looks at the word) leaves
+    /// its requests in flight for the pair's reset handling (`Error::Reset`, or resubmitted).
+    pub state_watch: Option<(Arc<std::sync::atomic::AtomicU64>, u64)>,
 }
 
 /// Epochs a command may live (the timeout is split into `TIMEOUT_EPOCHS - 1` epochs).
@@ -361,6 +366,7 @@ impl Queue {
             polls_since_clock: 0,
             abort_on_timeout: false,
             timeout_work: false,
+            state_watch: None,
         }
     }
 
@@ -670,6 +676,16 @@ impl Queue {
         self.rx_state = Rx::Header;
         self.rx_head = 0;
         self.rx_tail = 0;
+        if let Some((word, seen)) = &self.state_watch {
+            if word.load(std::sync::atomic::Ordering::Acquire) != *seen {
+                log::info!(
+                    "{} queue {}: failed during a controller reset; its requests follow the reset",
+                    self.controller,
+                    self.qid
+                );
+                return;
+            }
+        }
         for cid in 0..self.slots.len() as u16 {
             if self.slots[usize::from(cid)].busy {
                 let e = self.transport_error(error.clone());

@@ -835,3 +835,82 @@ fn a_synchronous_read_waiting_across_a_reset_follows_it() {
     read_matches(&c, &mut plain, 2, 30, 30);
     read_matches(&c, &mut resubmitting, 2, 30, 30);
 }
+
+#[test]
+fn digests_are_negotiated_again_on_reconnect() {
+    let t = FakeTarget::start(Config {
+        cpda: 3,
+        ..Config::default()
+    });
+    let trid = TransportId::parse(&format!("{} hdgst:1 ddgst:1", t.trid())).unwrap();
+    let c = TcpController::connect(&trid, TcpOptions::default()).unwrap();
+    let mut qp = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    write_blocks(&c, &mut qp, 1, 2, 21);
+    c.reset().unwrap();
+    read_matches(&c, &mut qp, 1, 2, 21);
+    assert_eq!(qp.digests(), (true, true));
+    write_blocks(&c, &mut qp, 1, 3, 22);
+    read_matches(&c, &mut qp, 1, 3, 22);
+}
+
+#[test]
+fn resets_while_another_thread_runs_io_lose_no_acknowledged_write() {
+    let t = FakeTarget::start(Config::default());
+    let c = connect(&t);
+    let ns = c.namespace(2).unwrap();
+    let mut qp = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (mut writes, mut retries) = (0u64, 0u64);
+    std::thread::scope(|s| {
+        let io = s.spawn(|| {
+            let start = Instant::now();
+            let mut acknowledged = [None::<u8>; 16];
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) || i < 50 {
+                assert!(start.elapsed() < Duration::from_secs(30), "hang");
+                let lba = i % 16;
+                let seed = i as u8;
+                let mut buf = c.alloc_buffer(512).unwrap();
+                buf[..512].copy_from_slice(&pattern(512, seed));
+                match qp.write(&ns, lba, 1, buf, WriteFlags::NONE) {
+                    Ok(_) => {
+                        acknowledged[lba as usize] = Some(seed);
+                        writes += 1;
+                        i += 1;
+                    }
+                    Err(f) => {
+                        assert!(f.error.is_retryable(), "{f}");
+                        assert!(f.buffer.is_some(), "buffers come back");
+                        retries += 1;
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
+                }
+                // Every acknowledged write reads back (retrying reads a reset interrupts).
+                let want = acknowledged[lba as usize].unwrap();
+                loop {
+                    match qp.read(&ns, lba, 1, c.alloc_buffer(512).unwrap()) {
+                        Ok(b) => {
+                            assert_eq!(&b[..512], &pattern(512, want)[..], "LBA {lba}");
+                            break;
+                        }
+                        Err(f) => {
+                            assert!(f.error.is_retryable(), "{f}");
+                            retries += 1;
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
+                }
+            }
+        });
+        for _ in 0..5 {
+            std::thread::sleep(Duration::from_millis(30));
+            c.reset().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        io.join().unwrap();
+    });
+    assert_eq!(c.resets(), 5);
+    assert!(writes >= 50, "{writes} writes");
+    eprintln!("{writes} writes acknowledged and read back, {retries} retries across 5 resets");
+}
