@@ -2,22 +2,28 @@
 //! for CAP, VS, CC.EN and CSTS.RDY), Identify, Keep Alive, and I/O queue pairs each on a
 //! TCP connection of its own.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nvme_driver::{DmaBuffer, DmaMapper, Error, Namespace, QueuePairOptions, Result};
+use nvme_driver::{
+    AbortStats, DmaBuffer, DmaMapper, Error, Namespace, QueuePairOptions, Result, TimeoutAction,
+};
 use nvme_spec::command::{self, Cns};
 use nvme_spec::fabrics::{self, ConnectData};
 use nvme_spec::identify::IDENTIFY_DATA_SIZE;
+use nvme_spec::log::{ERROR_LOG_ENTRY_SIZE, NSID_BROADCAST, SMART_LOG_SIZE};
+use nvme_spec::opcode::log_page;
 use nvme_spec::queue::{CQES_LOG2, SQES_LOG2, SQE_SIZE};
 use nvme_spec::regs::{self, Cap, Cc, Csts, ShutdownNotification, Version};
+use nvme_spec::{ErrorLogEntry, SmartLog};
 use nvme_spec::{IdentifyController, IdentifyNamespace, NamespaceList, StatusCodeType};
 
 use crate::error::TcpError;
 use crate::mapper::HostMemory;
 use crate::qpair::TcpQueuePair;
-use crate::queue::{handshake, Queue};
+use crate::queue::{handshake, Negotiated, Queue};
 use crate::trid::TransportId;
 
 /// Entries of the admin queue.
@@ -31,6 +37,8 @@ pub const DEFAULT_TCP_QUEUE_DEPTH: u32 = 128;
 pub const MAX_TRANSFER: usize = 1 << 20;
 /// Unit of IOCCSZ (NVMe Base 2.0 Figure 275: 16 bytes).
 const CCSZ_UNIT: usize = 16;
+/// How long a reset waits for the old association to take CC.EN = 0 before it closes it.
+const OLD_ASSOCIATION_LIMIT: Duration = Duration::from_secs(1);
 
 /// Options of an NVMe/TCP connection.
 #[derive(Clone, Debug)]
@@ -51,6 +59,14 @@ pub struct TcpOptions {
     pub header_digest: bool,
     /// Ask for data digests (also `ddgst:1` in the transport id).
     pub data_digest: bool,
+    /// What an I/O queue pair does about a command that outlives its timeout (the same
+    /// policy as the PCIe controller's `ControllerOptions::timeout_action`):
+    /// [`TimeoutAction::AbortThenReset`] (default) sends an Abort on the admin queue and, if
+    /// the command is still outstanding a further timeout later, resets the controller
+    /// ([`TcpController::reset`]); [`TimeoutAction::Abort`] instead closes and reconnects only
+    /// that queue pair's connection; [`TimeoutAction::None`] closes the connection at once
+    /// (the command fails with `Error::Timeout`, the others with `Error::Transport`).
+    pub timeout_action: TimeoutAction,
 }
 
 impl Default for TcpOptions {
@@ -71,6 +87,7 @@ impl Default for TcpOptions {
             timeout: Duration::from_secs(10),
             header_digest: false,
             data_digest: false,
+            timeout_action: TimeoutAction::AbortThenReset,
         }
     }
 }
@@ -97,7 +114,13 @@ pub(crate) struct Inner {
     pub want_hdgst: bool,
     pub want_ddgst: bool,
     pub admin: Mutex<Admin>,
-    pub cntlid: u16,
+    /// Controller id of the current association (a reset connects a new one).
+    pub cntlid: AtomicU16,
+    /// `STATE_FAILED`, `STATE_RESETTING` and the reset generation above them: queue pairs
+    /// compare it with their copy on every submission and poll (one load).
+    pub state: Arc<AtomicU64>,
+    /// One reset at a time.
+    reset_lock: Mutex<()>,
     pub cap: Cap,
     pub version: Version,
     pub identify: IdentifyController,
@@ -111,15 +134,33 @@ pub(crate) struct Inner {
     pub free_qids: Mutex<Vec<u16>>,
 }
 
+/// State word bit: the last reset failed; the controller is unusable until reset again.
+pub(crate) const STATE_FAILED: u64 = 1;
+/// State word bit: a reset is running.
+pub(crate) const STATE_RESETTING: u64 = 2;
+/// State word increment of one reset generation (the bits above the flags).
+pub(crate) const STATE_GENERATION: u64 = 4;
+
+/// The reset generation of a state word (flags masked off).
+pub(crate) fn generation(state: u64) -> u64 {
+    state & !(STATE_GENERATION - 1)
+}
+
 /// The admin queue and its keep-alive state.
 pub(crate) struct Admin {
     pub q: Queue,
     last_keep_alive: Instant,
     keep_alive_outstanding: bool,
+    /// Abort outcomes (kept across resets).
+    aborts: AbortStats,
+    /// Aborts submitted and not yet completed.
+    aborts_outstanding: u32,
 }
 
 /// Marks the asynchronous Keep Alive's completion.
 const KEEP_ALIVE_TAG: u64 = u64::MAX;
+/// Marks an asynchronous Abort's completion (queue id and command id in the low bits).
+const ABORT_TAG: u64 = 1 << 62;
 
 impl Admin {
     /// Runs one admin command to completion: completion dword 0 (and dword 1) and the buffer.
@@ -140,15 +181,31 @@ impl Admin {
         Ok((dw0, self.q.sync_dw1, c.buffer))
     }
 
-    /// Consumes asynchronous admin completions (Keep Alive).
+    /// Consumes asynchronous admin completions (Keep Alive, Abort).
     fn reap(&mut self) {
         let name = self.q.controller.clone();
         let mut done = false;
+        let aborts = &mut self.aborts;
+        let outstanding = &mut self.aborts_outstanding;
         self.q.poll(usize::MAX, |c| {
             if c.user_data == KEEP_ALIVE_TAG {
                 done = true;
                 if let Err(e) = c.result {
                     log::warn!("{name}: Keep Alive failed: {e}");
+                }
+            } else if c.user_data & ABORT_TAG != 0 {
+                *outstanding = outstanding.saturating_sub(1);
+                let (qid, cid) = ((c.user_data >> 16) as u16, c.user_data as u16);
+                match c.result {
+                    Ok(dw0) if dw0 & command::ABORT_DW0_NOT_ABORTED != 0 => {
+                        log::warn!("{name}: Abort of queue {qid} command {cid:#x} declined");
+                        aborts.not_aborted += 1;
+                    }
+                    Ok(_) => aborts.aborted += 1,
+                    Err(e) => {
+                        log::warn!("{name}: Abort of queue {qid} command {cid:#x} failed: {e}");
+                        aborts.failed += 1;
+                    }
                 }
             }
         });
@@ -317,26 +374,21 @@ struct BroughtUp {
     granted: u16,
 }
 
-/// CC.EN = 1 through Property Set, CSTS.RDY through Property Get, then Identify and queues.
-fn bring_up(
-    admin: &mut Admin,
-    mapper: &Arc<dyn DmaMapper>,
-    options: &TcpOptions,
-    discovery: bool,
-) -> Result<BroughtUp> {
+/// The CC value this host enables a controller with (NVM command set, 4 KiB pages, 64-byte
+/// SQ and 16-byte CQ entries).
+fn enabled_cc() -> Cc {
+    Cc(0)
+        .with_css(regs::CC_CSS_NVM)
+        .with_mps(0)
+        .with_iosqes(SQES_LOG2)
+        .with_iocqes(CQES_LOG2)
+        .with_en(true)
+}
+
+/// Waits (Property Get of CSTS every 10 ms) until CSTS.RDY reads `ready`, within CAP.TO
+/// (at least 500 ms).
+fn wait_ready(admin: &mut Admin, cap: Cap, ready: bool) -> Result<()> {
     let name = admin.q.controller.to_string();
-    let cap = Cap(admin.property_get(regs::CAP, true)?);
-    let version = Version(admin.property_get(regs::VS, false)? as u32);
-    let cc = Cc(admin.property_get(regs::CC, false)? as u32);
-    if !cc.en() {
-        let cc = Cc(0)
-            .with_css(regs::CC_CSS_NVM)
-            .with_mps(0)
-            .with_iosqes(SQES_LOG2)
-            .with_iocqes(CQES_LOG2)
-            .with_en(true);
-        admin.property_set(regs::CC, cc.0)?;
-    }
     let limit = cap.timeout().max(Duration::from_millis(500));
     let deadline = Instant::now() + limit;
     loop {
@@ -344,18 +396,45 @@ fn bring_up(
         if csts.cfs() {
             return Err(Error::ControllerFatal { controller: name });
         }
-        if csts.rdy() {
-            break;
+        if csts.rdy() == ready {
+            return Ok(());
         }
         if Instant::now() >= deadline {
             return Err(Error::NotReady {
                 controller: name,
-                state: "ready",
+                state: if ready { "ready" } else { "disabled" },
                 timeout: limit,
             });
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Controller enable over Fabrics (NVMe Base 2.0 §3.5.2 and §3.7.2): CAP and VS by Property
+/// Get; a controller found enabled is first disabled (CC.EN = 0, CSTS.RDY = 0 awaited, a
+/// controller reset); then CC.EN = 1 and CSTS.RDY = 1 awaited within CAP.TO.
+fn enable(admin: &mut Admin) -> Result<(Cap, Version)> {
+    let cap = Cap(admin.property_get(regs::CAP, true)?);
+    let version = Version(admin.property_get(regs::VS, false)? as u32);
+    let cc = Cc(admin.property_get(regs::CC, false)? as u32);
+    if cc.en() {
+        admin.property_set(regs::CC, cc.with_en(false).0)?;
+        wait_ready(admin, cap, false)?;
+    }
+    admin.property_set(regs::CC, enabled_cc().0)?;
+    wait_ready(admin, cap, true)?;
+    Ok((cap, version))
+}
+
+/// Enable, then Identify and queues.
+fn bring_up(
+    admin: &mut Admin,
+    mapper: &Arc<dyn DmaMapper>,
+    options: &TcpOptions,
+    discovery: bool,
+) -> Result<BroughtUp> {
+    let name = admin.q.controller.to_string();
+    let (cap, version) = enable(admin)?;
     let identify = IdentifyController::from_bytes(&admin.identify(mapper, Cns::Controller, 0)?);
     let page = 1usize << (regs::PAGE_SIZE_SHIFT_BASE + u32::from(cap.mpsmin()));
     let max_transfer = identify
@@ -418,16 +497,15 @@ fn bring_up(
 
 /// A connected admin queue: the queue, its buffer allocator, the controller id, the host NQN
 /// presented, and what ICResp agreed.
-type OpenedAdmin = (
-    Admin,
-    Arc<dyn DmaMapper>,
-    u16,
-    String,
-    crate::queue::Negotiated,
-);
+type OpenedAdmin = (Admin, u16, String, Negotiated);
 
-/// Connects the admin queue: TCP connection, ICReq/ICResp, Fabrics Connect.
-fn open_admin(trid: &TransportId, options: &TcpOptions) -> Result<OpenedAdmin> {
+/// Connects the admin queue: TCP connection, ICReq/ICResp, Fabrics Connect (a new
+/// association: dynamic controller id).
+fn open_admin(
+    trid: &TransportId,
+    options: &TcpOptions,
+    mapper: &Arc<dyn DmaMapper>,
+) -> Result<OpenedAdmin> {
     let addr = trid.socket_addr();
     let name: Arc<str> = format!("{addr}/{}", trid.subnqn).into();
     let transport = |e: TcpError| Error::Transport {
@@ -446,7 +524,6 @@ fn open_admin(trid: &TransportId, options: &TcpOptions) -> Result<OpenedAdmin> {
         });
     let want_hdgst = trid.hdgst || options.header_digest;
     let want_ddgst = trid.ddgst || options.data_digest;
-    let mapper: Arc<dyn DmaMapper> = Arc::new(HostMemory::new());
     let (stream, neg) =
         handshake(addr, 0, want_hdgst, want_ddgst, options.timeout).map_err(transport)?;
     let mut q = Queue::new(
@@ -461,7 +538,7 @@ fn open_admin(trid: &TransportId, options: &TcpOptions) -> Result<OpenedAdmin> {
     );
     let cntlid = connect_queue(
         &mut q,
-        &mapper,
+        mapper,
         ADMIN_QUEUE_ENTRIES,
         options.kato,
         fabrics::CNTLID_DYNAMIC,
@@ -474,8 +551,9 @@ fn open_admin(trid: &TransportId, options: &TcpOptions) -> Result<OpenedAdmin> {
             q,
             last_keep_alive: Instant::now(),
             keep_alive_outstanding: false,
+            aborts: AbortStats::default(),
+            aborts_outstanding: 0,
         },
-        mapper,
         cntlid,
         hostnqn,
         neg,
@@ -544,7 +622,8 @@ const MAX_DISCOVERY_RECORDS: u64 = 1023;
 pub fn discover(trid: &TransportId, options: TcpOptions) -> Result<Vec<DiscoveryEntry>> {
     let mut trid = trid.clone();
     trid.subnqn = fabrics::DISCOVERY_NQN.to_owned();
-    let (mut admin, mapper, _, _, _) = open_admin(&trid, &options)?;
+    let mapper: Arc<dyn DmaMapper> = Arc::new(HostMemory::new());
+    let (mut admin, _, _, _) = open_admin(&trid, &options, &mapper)?;
     let name = admin.q.controller.clone();
     let result = (|| {
         bring_up(&mut admin, &mapper, &options, true)?;
@@ -595,7 +674,7 @@ impl std::fmt::Debug for TcpController {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TcpController")
             .field("name", &self.inner.name)
-            .field("cntlid", &self.inner.cntlid)
+            .field("cntlid", &self.inner.cntlid.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -614,7 +693,8 @@ impl TcpController {
                 trid.subnqn, trid.traddr, trid.trsvcid
             )));
         }
-        let (mut admin, mapper, cntlid, hostnqn, neg) = open_admin(trid, &options)?;
+        let mapper: Arc<dyn DmaMapper> = Arc::new(HostMemory::new());
+        let (mut admin, cntlid, hostnqn, neg) = open_admin(trid, &options, &mapper)?;
         let addr = trid.socket_addr();
         let name = admin.q.controller.clone();
         let want_hdgst = trid.hdgst || options.header_digest;
@@ -637,7 +717,9 @@ impl TcpController {
             want_hdgst,
             want_ddgst,
             admin: Mutex::new(admin),
-            cntlid,
+            cntlid: AtomicU16::new(cntlid),
+            state: Arc::new(AtomicU64::new(0)),
+            reset_lock: Mutex::new(()),
             cap: up.cap,
             version: up.version,
             identify: up.identify,
@@ -673,9 +755,10 @@ impl TcpController {
         &self.inner.hostnqn
     }
 
-    /// Controller id the target assigned.
+    /// Controller id the target assigned (to the current association: a reset connects a
+    /// new one, which may get another id).
     pub fn cntlid(&self) -> u16 {
-        self.inner.cntlid
+        self.inner.cntlid.load(Ordering::Acquire)
     }
 
     /// Identify Controller data.
@@ -757,13 +840,92 @@ impl TcpController {
         self.inner.keep_alive_tick(false);
     }
 
-    /// Whether the admin connection has failed (target gone, keep-alive expired, ...).
+    /// Whether the controller is unusable until [`TcpController::reset`]: the admin
+    /// connection has failed (target gone, keep-alive timeout expired, a Keep Alive not
+    /// answered in time) or the last reset failed.
     pub fn is_failed(&self) -> bool {
-        self.inner
-            .admin
-            .lock()
-            .map(|a| a.q.failed.is_some())
-            .unwrap_or(true)
+        self.inner.state.load(Ordering::Acquire) & STATE_FAILED != 0
+            || self
+                .inner
+                .admin
+                .lock()
+                .map(|a| a.q.failed.is_some())
+                .unwrap_or(true)
+    }
+
+    /// Resets the controller over the fabric, the way the PCIe `Controller::reset` does it
+    /// through registers (NVMe Base 2.0 §3.7.2 and §3.3.2.1 for fabrics, as SPDK's and
+    /// Linux's NVMe/TCP hosts do): works after a lost connection as well as on request.
+    ///
+    /// 1. A new reset generation is published with the "resetting" flag: from now on queue
+    ///    pairs refuse submissions with the retryable `Error::Resetting`, and each one, at its
+    ///    next submission or poll, closes its connection and completes what was in flight
+    ///    with the retryable `Error::Reset` (buffers returned) — or keeps those requests to
+    ///    send again when created with `QueuePairOptions::resubmit_after_reset`.
+    /// 2. If the old admin connection still answers, CC.EN = 0 by Property Set (bounded to
+    ///    1 s): the old controller aborts everything it still holds. The connection closes.
+    /// 3. A new admin connection: ICReq/ICResp, Fabrics Connect (a new association with a
+    ///    dynamic controller id), CC.EN = 1 and CSTS.RDY = 1 within CAP.TO, Set Features
+    ///    Number of Queues (at least the queues granted at bring-up).
+    /// 4. The generation is published as ready: each queue pair reconnects its own
+    ///    connection (ICReq, Connect with its queue id and the new controller id) at its
+    ///    next submission or poll, and sends kept requests again.
+    ///
+    /// On failure (nothing listening, Connect refused, not ready in time) the error says
+    /// why, the controller is marked failed ([`TcpController::is_failed`]), queue pairs
+    /// refuse submissions with `Error::Failed`, and `reset` may be called again.
+    pub fn reset(&self) -> Result<()> {
+        self.inner.reset()
+    }
+
+    /// Resets started so far, successful or not (the reset generation).
+    pub fn resets(&self) -> u64 {
+        generation(self.inner.state.load(Ordering::Acquire)) / STATE_GENERATION
+    }
+
+    /// Abort outcomes and timeout-driven resets so far (the PCIe controller's counters).
+    pub fn abort_stats(&self) -> AbortStats {
+        let mut admin = self.inner.admin.lock().unwrap_or_else(|p| p.into_inner());
+        admin.reap();
+        admin.aborts
+    }
+
+    /// Reads the SMART / Health Information log page (Log Identifier 02h, NVMe Base 2.0
+    /// §5.16.1.3) by Get Log Page on the admin queue. `nsid` is
+    /// [`NSID_BROADCAST`] (or 0) for the whole controller; a namespace
+    /// ID asks for that namespace's data, which controllers without per-namespace SMART
+    /// refuse with Invalid Field in Command (`Error::Command`).
+    pub fn smart_log(&self, nsid: u32) -> Result<SmartLog> {
+        let page = self
+            .inner
+            .read_log(log_page::SMART_HEALTH, nsid, SMART_LOG_SIZE)?;
+        let bytes: &[u8; SMART_LOG_SIZE] = page[..SMART_LOG_SIZE]
+            .try_into()
+            .expect("a buffer of the page's size");
+        Ok(SmartLog::from_bytes(bytes))
+    }
+
+    /// Reads the newest `entries` Error Information log entries (Log Identifier 01h, NVMe
+    /// Base 2.0 §5.16.1.2), newest first, leaving out unused ones (Error Count 0). `entries`
+    /// is capped by what the controller keeps (Identify ELPE + 1) and by what one command can
+    /// transfer; 0 reads nothing.
+    pub fn error_log(&self, entries: usize) -> Result<Vec<ErrorLogEntry>> {
+        let kept = usize::from(self.inner.identify.elpe) + 1;
+        let fit = self.inner.max_transfer / ERROR_LOG_ENTRY_SIZE;
+        let count = entries.min(kept).min(fit);
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let page = self.inner.read_log(
+            log_page::ERROR_INFORMATION,
+            NSID_BROADCAST,
+            count * ERROR_LOG_ENTRY_SIZE,
+        )?;
+        Ok(
+            ErrorLogEntry::parse_entries(&page[..count * ERROR_LOG_ENTRY_SIZE])
+                .filter(ErrorLogEntry::is_valid)
+                .collect(),
+        )
     }
 
     /// Creates an I/O queue pair on a new connection: ICReq/ICResp, then Connect with this
@@ -777,6 +939,17 @@ impl TcpController {
             d if (2..=max).contains(&d) => d,
             d => return Err(Error::QueueDepth { requested: d, max }),
         };
+        let state = inner.state();
+        if state & STATE_RESETTING != 0 {
+            return Err(Error::Resetting {
+                controller: inner.name.to_string(),
+            });
+        }
+        if state & STATE_FAILED != 0 {
+            return Err(Error::Failed {
+                controller: inner.name.to_string(),
+            });
+        }
         let qid =
             inner
                 .free_qids
@@ -786,23 +959,17 @@ impl TcpController {
                 .ok_or(Error::NoQueuesLeft {
                     granted: inner.granted,
                 })?;
-        let release = |inner: &Inner| {
-            inner.free_qids.lock().expect("qid list lock").push(qid);
-        };
-        let (stream, neg) = match handshake(
-            inner.addr,
-            qid,
-            inner.want_hdgst,
-            inner.want_ddgst,
-            inner.options.timeout,
-        ) {
+        let (stream, neg) = match inner.connect_io(qid, depth) {
             Ok(v) => v,
             Err(e) => {
-                release(inner);
-                return Err(Error::Transport {
-                    controller: inner.name.to_string(),
-                    source: Arc::new(e),
-                });
+                inner.release_qid(qid);
+                if inner.state() != state {
+                    // A reset replaced the association meanwhile.
+                    return Err(Error::Resetting {
+                        controller: inner.name.to_string(),
+                    });
+                }
+                return Err(e);
             }
         };
         let mut q = Queue::new(
@@ -815,29 +982,9 @@ impl TcpController {
             inner.io_in_capsule,
             options.timeout,
         );
-        // Connect is an admin-type command: it gets the connection timeout.
-        q.timeout = inner.options.timeout;
-        if let Err(e) = connect_queue(
-            &mut q,
-            &inner.mapper,
-            depth as u16,
-            Duration::ZERO,
-            inner.cntlid,
-            &inner.trid.subnqn,
-            &inner.hostnqn,
-            inner.options.hostid,
-        ) {
-            release(inner);
-            return Err(e);
-        }
-        q.timeout = options.timeout;
-        q.reset_clock();
-        Ok(TcpQueuePair::new(
-            q,
-            inner.clone(),
-            depth,
-            options.max_completions_per_poll,
-        ))
+        q.abort_on_timeout = inner.options.timeout_action != TimeoutAction::None;
+        q.state_watch = Some((inner.state.clone(), state));
+        Ok(TcpQueuePair::new(q, inner.clone(), depth, &options, state))
     }
 }
 
@@ -853,6 +1000,186 @@ impl Inner {
         if let Some(mut admin) = guard {
             admin.tick(self.options.kato);
         }
+    }
+
+    /// The state word (see [`STATE_GENERATION`]).
+    pub(crate) fn state(&self) -> u64 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    /// A new connection for I/O queue `qid` of this controller's current association:
+    /// ICReq/ICResp, then Fabrics Connect with the queue id and the controller id. Returns
+    /// the connected socket and what ICResp agreed.
+    pub(crate) fn connect_io(&self, qid: u16, depth: u32) -> Result<(TcpStream, Negotiated)> {
+        let (stream, neg) = handshake(
+            self.addr,
+            qid,
+            self.want_hdgst,
+            self.want_ddgst,
+            self.options.timeout,
+        )
+        .map_err(|e| Error::Transport {
+            controller: self.name.to_string(),
+            source: Arc::new(e),
+        })?;
+        // Connect runs on a one-slot queue of its own (the pair's slots may all hold
+        // requests waiting to be sent again); the socket then moves to the pair. The target
+        // sends nothing after the Connect response until it gets a command.
+        let mut q = Queue::new(
+            stream,
+            self.addr,
+            qid,
+            self.name.clone(),
+            neg,
+            1,
+            self.io_in_capsule,
+            self.options.timeout,
+        );
+        connect_queue(
+            &mut q,
+            &self.mapper,
+            depth as u16,
+            Duration::ZERO,
+            self.cntlid.load(Ordering::Acquire),
+            &self.trid.subnqn,
+            &self.hostnqn,
+            self.options.hostid,
+        )?;
+        Ok((q.into_stream(), neg))
+    }
+
+    /// Controller reset (see [`TcpController::reset`]).
+    pub(crate) fn reset(&self) -> Result<()> {
+        let _one_at_a_time = self.reset_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let generation = generation(self.state()) + STATE_GENERATION;
+        self.state
+            .store(generation | STATE_RESETTING, Ordering::Release);
+        log::warn!("{}: resetting the controller", self.name);
+        let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
+        // The old association: a controller reset if it still answers, then close.
+        admin.reap();
+        if admin.q.failed.is_none() {
+            admin.q.timeout = admin.q.timeout.min(OLD_ASSOCIATION_LIMIT);
+            let cc = enabled_cc().with_en(false);
+            if let Err(e) = admin.property_set(regs::CC, cc.0) {
+                log::info!("{}: disabling the old controller: {e}", self.name);
+            }
+        }
+        admin.q.fail(TcpError::ClosedForReconnect {
+            addr: self.addr,
+            qid: 0,
+        });
+        admin.reap();
+        let aborts = admin.aborts;
+        match self.new_association() {
+            Ok((mut fresh, cntlid)) => {
+                fresh.aborts = aborts;
+                *admin = fresh;
+                self.cntlid.store(cntlid, Ordering::Release);
+                self.state.store(generation, Ordering::Release);
+                log::info!(
+                    "{}: controller reset done, controller id {cntlid}",
+                    self.name
+                );
+                Ok(())
+            }
+            Err(e) => {
+                self.state
+                    .store(generation | STATE_FAILED, Ordering::Release);
+                log::error!("{}: controller reset failed: {e}", self.name);
+                Err(e)
+            }
+        }
+    }
+
+    /// Connects, enables and configures a new association for [`Inner::reset`].
+    fn new_association(&self) -> Result<(Admin, u16)> {
+        let (mut admin, cntlid, _, _) = open_admin(&self.trid, &self.options, &self.mapper)?;
+        let configured = (|| {
+            enable(&mut admin)?;
+            if self.granted > 0 {
+                let wanted = self.options.io_queues.max(1);
+                let (dw0, _, _) = admin.execute(
+                    command::set_number_of_queues(wanted, wanted),
+                    None,
+                    0,
+                    false,
+                )?;
+                let (sq, cq) = command::number_of_queues_allocated(dw0);
+                if sq.min(cq) < self.granted {
+                    return Err(Error::Unsupported {
+                        controller: self.name.to_string(),
+                        what: format!(
+                            "after the reset it grants {} I/O queue pairs, fewer than the {} \
+                             in use",
+                            sq.min(cq),
+                            self.granted
+                        ),
+                    });
+                }
+            }
+            Ok(())
+        })();
+        match configured {
+            Ok(()) => Ok((admin, cntlid)),
+            Err(e) => {
+                admin.q.close();
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends an Abort for command `cid` of queue `qid` without waiting: the admin queue is
+    /// only try-locked (a busy one means a retry at the next clock tick). Returns whether
+    /// it went out.
+    pub(crate) fn abort_async(&self, qid: u16, cid: u16) -> bool {
+        if self.state() & (STATE_FAILED | STATE_RESETTING) != 0 {
+            return false;
+        }
+        let Ok(mut admin) = self.admin.try_lock() else {
+            return false;
+        };
+        admin.reap();
+        // Abort Command Limit (Identify ACL, 0's based), and room on the admin queue.
+        let limit = u32::from(self.identify.acl) + 1;
+        if admin.aborts_outstanding >= limit || admin.q.failed.is_some() {
+            return false;
+        }
+        let tag = ABORT_TAG | u64::from(qid) << 16 | u64::from(cid);
+        if admin
+            .q
+            .submit(command::abort(qid, cid), None, 0, false, tag, false)
+            .is_err()
+        {
+            return false;
+        }
+        admin.aborts_outstanding += 1;
+        admin.aborts.sent += 1;
+        log::warn!("{}: Abort sent for queue {qid} command {cid:#x}", self.name);
+        true
+    }
+
+    /// Picks up admin completions (Aborts, Keep Alive) if the admin queue is free.
+    pub(crate) fn poll_admin(&self) {
+        if let Ok(mut admin) = self.admin.try_lock() {
+            admin.reap();
+        }
+    }
+
+    /// Counts a reset started because an aborted command stayed outstanding.
+    pub(crate) fn count_timeout_reset(&self) {
+        let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
+        admin.aborts.resets += 1;
+    }
+
+    /// Get Log Page `lid` for `nsid` from offset 0, `bytes` long (a non-zero multiple of
+    /// 4 bytes).
+    fn read_log(&self, lid: u8, nsid: u32, bytes: usize) -> Result<DmaBuffer> {
+        let buf = DmaBuffer::allocate(&self.mapper, bytes)?;
+        let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
+        let sqe = command::get_log_page(lid, nsid, bytes as u32);
+        let (_, _, buf) = admin.execute(sqe, Some(buf), bytes, false)?;
+        Ok(buf.expect("a completed read returns its buffer"))
     }
 
     pub(crate) fn release_qid(&self, qid: u16) {

@@ -80,4 +80,10 @@ pub enum TcpError {
         "the connection of queue {qid} to {addr} was closed by the host after a command timed out"
     )]
     ClosedAfterTimeout { addr: SocketAddr, qid: u16 },
+    #[error(
+        "the connection of queue {qid} to {addr} was closed for a reconnect (controller reset, or \
+         a timed-out command whose Abort did not succeed); unless the queue pair's next poll \
+         connects it again, call TcpQueuePair::reconnect or TcpController::reset"
+    )]
+    ClosedForReconnect { addr: SocketAddr, qid: u16 },
 }

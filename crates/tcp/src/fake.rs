@@ -1,6 +1,11 @@
 //! An in-process NVMe/TCP target for tests: a listener thread and one thread per connection,
-//! serving Connect, Property Get/Set, Identify, Set Features (queues), Keep Alive, Read,
-//! Write (in-capsule and R2T/H2CData) and Flush on in-memory namespaces, with fault modes.
+//! serving Connect, Property Get/Set, Identify, Set Features (queues), Keep Alive, Abort,
+//! Get Log Page (Error Information, SMART / Health, Discovery), Read, Write (in-capsule and
+//! R2T/H2CData) and Flush on in-memory namespaces, with fault modes. Each admin Connect is a
+//! new association with its own controller id (7, 8, ...) and CC; an I/O Connect must name a
+//! live one; when an admin connection ends its controller's I/O connections are closed (as
+//! the kernel's nvmet does). The namespaces belong to the subsystem and outlive
+//! associations. `stop` / `restart` take the port away and back.
 //! It is written from the specification independently of the host code it tests (its own
 //! PDU assembly), so a shared misreading shows up as a failed handshake, not a silent pass.
 
@@ -8,20 +13,27 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nvme_spec::fabrics::{self, fctype, ConnectData};
 use nvme_spec::identify::fill_ascii_field;
+use nvme_spec::log::ERROR_LOG_ENTRY_SIZE;
 use nvme_spec::opcode;
+use nvme_spec::opcode::log_page;
 use nvme_spec::regs::{self, Cap, Cc, Csts, ShutdownStatus};
 use nvme_spec::status::generic;
 use nvme_spec::tcp::{self, flags, pdu_type, CommonHeader};
 use nvme_spec::{
-    CompletionEntry, IdentifyController, IdentifyNamespace, NamespaceList, Status, SubmissionEntry,
+    CompletionEntry, ErrorLogEntry, IdentifyController, IdentifyNamespace, NamespaceList, SmartLog,
+    Status, SubmissionEntry,
 };
+
+/// Byte offset of CNTLID in the Connect data (NVMe Base 2.0 Figure 548).
+const CONNECT_DATA_CNTLID_OFFSET: u32 = 16;
 
 /// What the fake target does wrong, on I/O queues' Read/Write commands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +51,10 @@ pub enum Fault {
     Silent,
     /// A C2HTermReq instead of an answer.
     TermReq,
+    /// The command is held (never answered) but an Abort for it is honoured: the command
+    /// completes with Command Abort Requested (SCT 0h, SC 07h) and the Abort with dword 0
+    /// bit 0 clear. (With `Silent` an Abort is declined: dword 0 bit 0 set.)
+    Hold,
 }
 
 #[derive(Clone, Debug)]
@@ -56,8 +72,12 @@ pub struct Config {
     /// SQ flow control disabled, as the spec allows it only there).
     pub success_shortcut: bool,
     pub fault: Fault,
-    /// I/O commands answered normally before the fault strikes.
+    /// I/O commands answered normally before the fault strikes (per connection).
     pub fault_after: u64,
+    /// Enforce the Keep Alive Timeout asked for in the admin Connect: an admin connection
+    /// that receives nothing for that long is closed with its controller's I/O connections
+    /// (NVMe Base 2.0 §3.9: the controller treats it as a lost host).
+    pub enforce_kato: bool,
 }
 
 impl Default for Config {
@@ -72,6 +92,7 @@ impl Default for Config {
             success_shortcut: true,
             fault: Fault::None,
             fault_after: 0,
+            enforce_kato: false,
         }
     }
 }
@@ -83,19 +104,126 @@ pub struct Counters {
     pub io_commands: AtomicU64,
     pub r2ts: AtomicU64,
     pub in_capsule_writes: AtomicU64,
+    /// Admin Connects accepted (associations).
+    pub admin_connects: AtomicU64,
+    /// Aborts received, and those that aborted a held command.
+    pub aborts: AtomicU64,
+    pub aborts_honoured: AtomicU64,
+    /// Admin connections closed because no command came within the KATO.
+    pub kato_expiries: AtomicU64,
+    /// Get Log Page commands served.
+    pub log_pages: AtomicU64,
+}
+
+/// One association: its CC and its I/O connections.
+#[derive(Default)]
+struct Ctrl {
+    cc: u32,
+    io: Vec<TcpStream>,
+}
+
+/// A held command: where to send its completion.
+struct Held {
+    w: Arc<Mutex<TcpStream>>,
+    hdgst: bool,
 }
 
 struct State {
     config: Config,
     port: u16,
     disks: Mutex<HashMap<u32, Vec<u8>>>,
-    cc: Mutex<u32>,
     counters: Counters,
+    fault: Mutex<Fault>,
+    next_cntlid: AtomicU16,
+    ctrls: Mutex<HashMap<u16, Ctrl>>,
+    /// Held commands by (controller id, queue id, command id).
+    held: Mutex<HashMap<(u16, u16, u16), Held>>,
+    /// Every connection accepted (closed by `stop`).
+    conns: Mutex<Vec<TcpStream>>,
+    stopped: AtomicBool,
 }
+
+/// First controller id handed out.
+const FIRST_CNTLID: u16 = 7;
+/// Error Information log entries the fake keeps (Identify ELPE + 1).
+pub const ERROR_LOG_ENTRIES: usize = 4;
+/// Composite temperature the fake's SMART log reports (Kelvin).
+pub const SMART_TEMPERATURE_K: u16 = 310;
+/// Power-on hours the fake's SMART log reports.
+pub const SMART_POWER_ON_HOURS: u128 = 42;
+/// Error count of the newest error log entry.
+pub const NEWEST_ERROR_COUNT: u64 = 5;
 
 pub struct FakeTarget {
     pub addr: SocketAddr,
     state: Arc<State>,
+    listener: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn spawn_listener(listener: TcpListener, s: Arc<State>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            if s.stopped.load(Ordering::SeqCst) {
+                return;
+            }
+            let Ok(stream) = stream else { return };
+            if let Ok(c) = stream.try_clone() {
+                s.conns.lock().unwrap().push(c);
+            }
+            let s = s.clone();
+            std::thread::spawn(move || {
+                if let Err(e) = serve(stream, &s) {
+                    if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                        eprintln!("fake target: connection closed: {e}");
+                    }
+                }
+            });
+        }
+    })
+}
+
+/// Frames a PDU: header bytes (common header included, its length fields filled here),
+/// optional data, digests as negotiated.
+fn frame(
+    mut header: Vec<u8>,
+    data: Option<&[u8]>,
+    hdgst: bool,
+    ddgst: bool,
+    corrupt_data: bool,
+) -> Vec<u8> {
+    let hlen = header.len();
+    let hd = if hdgst { 4 } else { 0 };
+    let dd = if ddgst && data.is_some() { 4 } else { 0 };
+    let pdo = if data.is_some() { hlen + hd } else { 0 };
+    let plen = hlen + hd + data.map_or(0, |d| d.len()) + dd;
+    header[1] |= if hdgst { flags::HDGSTF } else { 0 } | if dd != 0 { flags::DDGSTF } else { 0 };
+    header[2] = hlen as u8;
+    header[3] = pdo as u8;
+    header[4..8].copy_from_slice(&(plen as u32).to_le_bytes());
+    let mut out = header.clone();
+    if hdgst {
+        out.extend_from_slice(&crc32c::crc32c(&header).to_le_bytes());
+    }
+    if let Some(d) = data {
+        out.extend_from_slice(d);
+        if dd != 0 {
+            let mut crc = crc32c::crc32c(d);
+            if corrupt_data {
+                crc ^= 1;
+            }
+            out.extend_from_slice(&crc.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// A CapsuleResp PDU (without digests framing).
+fn capsule_resp(sqid: u16, cid: u16, status: Status, dw0: u32, dw1: u32) -> Vec<u8> {
+    let mut cqe = CompletionEntry::new(dw0, 0, sqid, cid, status, false);
+    cqe.dw1 = dw1;
+    let mut h = vec![pdu_type::CAPSULE_RESP, 0, 0, 0, 0, 0, 0, 0];
+    h.extend_from_slice(&cqe.to_bytes());
+    h
 }
 
 impl FakeTarget {
@@ -108,27 +236,53 @@ impl FakeTarget {
             .map(|&(nsid, shift, blocks)| (nsid, vec![0u8; (blocks << shift) as usize]))
             .collect();
         let state = Arc::new(State {
+            fault: Mutex::new(config.fault),
             config,
             port: addr.port(),
             disks: Mutex::new(disks),
-            cc: Mutex::new(0),
             counters: Counters::default(),
+            next_cntlid: AtomicU16::new(FIRST_CNTLID),
+            ctrls: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::new()),
+            conns: Mutex::new(Vec::new()),
+            stopped: AtomicBool::new(false),
         });
-        let s = state.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { return };
-                let s = s.clone();
-                std::thread::spawn(move || {
-                    if let Err(e) = serve(stream, &s) {
-                        if e.kind() != std::io::ErrorKind::UnexpectedEof {
-                            eprintln!("fake target: connection closed: {e}");
-                        }
-                    }
-                });
-            }
-        });
-        FakeTarget { addr, state }
+        let handle = spawn_listener(listener, state.clone());
+        FakeTarget {
+            addr,
+            state,
+            listener: Mutex::new(Some(handle)),
+        }
+    }
+
+    /// Changes the fault mode (connections check it at each I/O command).
+    pub fn set_fault(&self, fault: Fault) {
+        *self.state.fault.lock().unwrap() = fault;
+    }
+
+    /// Takes the port away: nothing listens any more and every open connection is closed
+    /// (a target that went down). The namespaces keep their data.
+    pub fn stop(&self) {
+        self.state.stopped.store(true, Ordering::SeqCst);
+        if let Some(h) = self.listener.lock().unwrap().take() {
+            // Wake the accept call; the loop sees `stopped` and drops the listener.
+            let _ = TcpStream::connect(self.addr);
+            let _ = h.join();
+        }
+        for c in self.state.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Listens again on the same address after `stop`.
+    pub fn restart(&self) {
+        let mut slot = self.listener.lock().unwrap();
+        if slot.is_some() {
+            return;
+        }
+        self.state.stopped.store(false, Ordering::SeqCst);
+        let listener = TcpListener::bind(self.addr).expect("bind the same port again");
+        *slot = Some(spawn_listener(listener, self.state.clone()));
     }
 
     pub fn trid(&self) -> crate::TransportId {
@@ -158,6 +312,10 @@ impl FakeTarget {
 
 struct Conn<'a> {
     s: TcpStream,
+    /// Writes go through this (an Abort on the admin connection may answer a held command
+    /// of this one from another thread).
+    w: Arc<Mutex<TcpStream>>,
+    cntlid: u16,
     st: &'a State,
     hdgst: bool,
     ddgst: bool,
@@ -176,39 +334,17 @@ fn bad(what: &str) -> std::io::Error {
 
 impl Conn<'_> {
     /// Builds and sends a PDU: header bytes (common header included), optional data.
-    fn send(&mut self, mut header: Vec<u8>, data: Option<&[u8]>, corrupt_data: bool) -> Res<()> {
-        let hlen = header.len();
-        let hd = if self.hdgst { 4 } else { 0 };
-        let dd = if self.ddgst && data.is_some() { 4 } else { 0 };
-        let pdo = if data.is_some() { hlen + hd } else { 0 };
-        let plen = hlen + hd + data.map_or(0, |d| d.len()) + dd;
-        header[1] |=
-            if self.hdgst { flags::HDGSTF } else { 0 } | if dd != 0 { flags::DDGSTF } else { 0 };
-        header[2] = hlen as u8;
-        header[3] = pdo as u8;
-        header[4..8].copy_from_slice(&(plen as u32).to_le_bytes());
-        let mut out = header.clone();
-        if self.hdgst {
-            out.extend_from_slice(&crc32c::crc32c(&header).to_le_bytes());
-        }
-        if let Some(d) = data {
-            out.extend_from_slice(d);
-            if dd != 0 {
-                let mut crc = crc32c::crc32c(d);
-                if corrupt_data {
-                    crc ^= 1;
-                }
-                out.extend_from_slice(&crc.to_le_bytes());
-            }
-        }
-        self.s.write_all(&out)
+    fn send(&mut self, header: Vec<u8>, data: Option<&[u8]>, corrupt_data: bool) -> Res<()> {
+        let out = frame(header, data, self.hdgst, self.ddgst, corrupt_data);
+        self.write_all(&out)
+    }
+
+    fn write_all(&self, bytes: &[u8]) -> Res<()> {
+        self.w.lock().unwrap().write_all(bytes)
     }
 
     fn respond(&mut self, cid: u16, status: Status, dw0: u32, dw1: u32) -> Res<()> {
-        let mut cqe = CompletionEntry::new(dw0, 0, self.qid, cid, status, false);
-        cqe.dw1 = dw1;
-        let mut h = vec![pdu_type::CAPSULE_RESP, 0, 0, 0, 0, 0, 0, 0];
-        h.extend_from_slice(&cqe.to_bytes());
+        let h = capsule_resp(self.qid, cid, status, dw0, dw1);
         self.send(h, None, false)
     }
 
@@ -334,7 +470,7 @@ impl Conn<'_> {
                 if dd != 0 {
                     out.extend_from_slice(&crc32c::crc32c(part).to_le_bytes());
                 }
-                return self.s.write_all(&out);
+                return self.write_all(&out);
             }
             self.send(h, Some(part), corrupt)?;
         }
@@ -357,6 +493,8 @@ impl Conn<'_> {
                 id.iorcsz = 1;
                 id.maxcmd = 128;
                 id.nn = 8;
+                id.elpe = (ERROR_LOG_ENTRIES - 1) as u8;
+                id.acl = 3;
                 id.sqes = 0x66;
                 id.cqes = 0x44;
                 let nqn = fabrics::nqn_field(&cfg.subnqn).unwrap();
@@ -404,7 +542,7 @@ impl Conn<'_> {
                     };
                     let data: [u8; 1024] = data.try_into().map_err(|_| bad("connect data"))?;
                     let cd = ConnectData::from_bytes(&data);
-                    self.qid = fabrics::connect_qid(&sqe);
+                    let qid = fabrics::connect_qid(&sqe);
                     self.sqfc_disabled =
                         fabrics::connect_cattr(&sqe) & fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL != 0;
                     let discovery =
@@ -421,11 +559,55 @@ impl Conn<'_> {
                             )
                             .map(|_| true);
                     }
+                    if qid == 0 {
+                        self.cntlid = self.st.next_cntlid.fetch_add(1, Ordering::SeqCst);
+                        self.st
+                            .ctrls
+                            .lock()
+                            .unwrap()
+                            .insert(self.cntlid, Ctrl::default());
+                        self.st
+                            .counters
+                            .admin_connects
+                            .fetch_add(1, Ordering::Relaxed);
+                        let kato = fabrics::connect_kato_ms(&sqe);
+                        if self.st.config.enforce_kato && kato != 0 {
+                            self.s
+                                .set_read_timeout(Some(Duration::from_millis(u64::from(kato))))?;
+                        }
+                    } else {
+                        let mut ctrls = self.st.ctrls.lock().unwrap();
+                        let Some(ctrl) = ctrls.get_mut(&cd.cntlid) else {
+                            drop(ctrls);
+                            // Connect Invalid Parameters, the CNTLID field of the data.
+                            return self
+                                .respond(
+                                    cid,
+                                    Status::new(
+                                        1,
+                                        fabrics::status::CONNECT_INVALID_PARAMETERS,
+                                        true,
+                                    ),
+                                    1 << 16 | CONNECT_DATA_CNTLID_OFFSET,
+                                    0,
+                                )
+                                .map(|_| true);
+                        };
+                        ctrl.io.push(self.s.try_clone()?);
+                        self.cntlid = cd.cntlid;
+                    }
+                    self.qid = qid;
                     self.st.counters.connects.fetch_add(1, Ordering::Relaxed);
-                    self.respond(cid, ok, 7, 0)?;
+                    self.respond(cid, ok, u32::from(self.cntlid), 0)?;
                 }
                 fctype::PROPERTY_GET => {
-                    let cc = Cc(*self.st.cc.lock().unwrap());
+                    let cc = Cc(self
+                        .st
+                        .ctrls
+                        .lock()
+                        .unwrap()
+                        .get(&self.cntlid)
+                        .map_or(0, |c| c.cc));
                     let v: u64 = match fabrics::property_offset(&sqe) as usize {
                         regs::CAP => Cap::new(127, true, 2, 0, true, 0, 0).0,
                         regs::VS => 0x0001_0400,
@@ -443,7 +625,9 @@ impl Conn<'_> {
                 }
                 fctype::PROPERTY_SET => {
                     if fabrics::property_offset(&sqe) as usize == regs::CC {
-                        *self.st.cc.lock().unwrap() = sqe.cdw12;
+                        if let Some(c) = self.st.ctrls.lock().unwrap().get_mut(&self.cntlid) {
+                            c.cc = sqe.cdw12;
+                        }
                     }
                     self.respond(cid, ok, 0, 0)?;
                 }
@@ -474,6 +658,71 @@ impl Conn<'_> {
                     e[512..521].copy_from_slice(b"127.0.0.1");
                     self.push(cid, &page[..len], Fault::None)?;
                 }
+                opcode::admin::GET_LOG_PAGE if sqe.cdw10 as u8 == log_page::SMART_HEALTH => {
+                    self.st.counters.log_pages.fetch_add(1, Ordering::Relaxed);
+                    let mut smart = SmartLog::default();
+                    smart.set_temperature_kelvin(SMART_TEMPERATURE_K);
+                    smart.available_spare = 100;
+                    smart.available_spare_threshold = 10;
+                    smart.percentage_used = 3;
+                    smart.power_on_hours = SMART_POWER_ON_HOURS;
+                    smart.power_cycles = 2;
+                    smart.error_log_entries = u128::from(NEWEST_ERROR_COUNT);
+                    let page = smart.to_bytes();
+                    self.push(cid, &page[..len.min(page.len())], Fault::None)?;
+                }
+                opcode::admin::GET_LOG_PAGE if sqe.cdw10 as u8 == log_page::ERROR_INFORMATION => {
+                    self.st.counters.log_pages.fetch_add(1, Ordering::Relaxed);
+                    // Two errors logged, newest first; the other entries unused.
+                    let mut page = vec![0u8; ERROR_LOG_ENTRIES * ERROR_LOG_ENTRY_SIZE];
+                    for (i, count) in [NEWEST_ERROR_COUNT, NEWEST_ERROR_COUNT - 1]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        let mut e = ErrorLogEntry::default();
+                        e.error_count = count;
+                        e.sqid = 1;
+                        e.cmdid = 0x10 + i as u16;
+                        e.set_status(Status::new(0, generic::LBA_OUT_OF_RANGE, true), false);
+                        e.parameter_error_location = ErrorLogEntry::NO_PARAMETER_LOCATION;
+                        e.nsid = 1;
+                        e.transport_type = fabrics::trtype::TCP;
+                        e.opcode = opcode::nvm::READ;
+                        page[i * ERROR_LOG_ENTRY_SIZE..(i + 1) * ERROR_LOG_ENTRY_SIZE]
+                            .copy_from_slice(&e.to_bytes());
+                    }
+                    self.push(cid, &page[..len.min(page.len())], Fault::None)?;
+                }
+                opcode::admin::ABORT => {
+                    self.st.counters.aborts.fetch_add(1, Ordering::Relaxed);
+                    let sqid = sqe.cdw10 as u16;
+                    let acid = (sqe.cdw10 >> 16) as u16;
+                    let held = self
+                        .st
+                        .held
+                        .lock()
+                        .unwrap()
+                        .remove(&(self.cntlid, sqid, acid));
+                    let mut dw0 = nvme_spec::command::ABORT_DW0_NOT_ABORTED;
+                    if let Some(h) = held {
+                        let resp = capsule_resp(
+                            sqid,
+                            acid,
+                            Status::new(0, generic::ABORT_REQUESTED, false),
+                            0,
+                            0,
+                        );
+                        let out = frame(resp, None, h.hdgst, false, false);
+                        if h.w.lock().unwrap().write_all(&out).is_ok() {
+                            self.st
+                                .counters
+                                .aborts_honoured
+                                .fetch_add(1, Ordering::Relaxed);
+                            dw0 = 0;
+                        }
+                    }
+                    self.respond(cid, ok, dw0, 0)?;
+                }
                 opcode::admin::SET_FEATURES => self.respond(cid, ok, 3 | 3 << 16, 0)?,
                 opcode::admin::KEEP_ALIVE => {
                     self.st.counters.keep_alives.fetch_add(1, Ordering::Relaxed);
@@ -487,14 +736,26 @@ impl Conn<'_> {
         self.st.counters.io_commands.fetch_add(1, Ordering::Relaxed);
         let op = sqe.opcode();
         let fault = if op != opcode::nvm::FLUSH && self.io_seen >= self.st.config.fault_after {
-            self.st.config.fault
+            *self.st.fault.lock().unwrap()
         } else {
             Fault::None
         };
         self.io_seen += 1;
         match fault {
             Fault::Garbage => {
-                self.s.write_all(&[0xA5; 32])?;
+                self.write_all(&[0xA5; 32])?;
+                return Ok(true);
+            }
+            Fault::Hold => {
+                let held = Held {
+                    w: self.w.clone(),
+                    hdgst: self.hdgst,
+                };
+                self.st
+                    .held
+                    .lock()
+                    .unwrap()
+                    .insert((self.cntlid, self.qid, cid), held);
                 return Ok(true);
             }
             Fault::Reset => return Ok(false),
@@ -504,7 +765,7 @@ impl Conn<'_> {
                 h.extend_from_slice(&tcp::fes::INVALID_HEADER_FIELD.to_le_bytes());
                 h.extend_from_slice(&4u32.to_le_bytes());
                 h.extend_from_slice(&[0; 10]);
-                self.s.write_all(&h)?;
+                self.write_all(&h)?;
                 return Ok(false);
             }
             _ => {}
@@ -572,8 +833,11 @@ fn serve(mut s: TcpStream, st: &State) -> Res<()> {
         rsvd: [0; 112],
     };
     s.write_all(&resp.to_bytes())?;
+    let w = Arc::new(Mutex::new(s.try_clone()?));
     let mut c = Conn {
         s,
+        w,
+        cntlid: fabrics::CNTLID_DYNAMIC,
         st,
         hdgst: icreq.dgst & tcp::dgst::HEADER != 0,
         ddgst: icreq.dgst & tcp::dgst::DATA != 0,
@@ -582,6 +846,33 @@ fn serve(mut s: TcpStream, st: &State) -> Res<()> {
         io_seen: 0,
         pending: Default::default(),
     };
+    let result = serve_commands(&mut c);
+    // Other handles (the writer, the stop list, held commands) keep the socket open:
+    // close it explicitly.
+    let _ = c.s.shutdown(Shutdown::Both);
+    if c.qid == 0 && c.cntlid != fabrics::CNTLID_DYNAMIC {
+        if let Err(e) = &result {
+            if st.config.enforce_kato
+                && matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                )
+            {
+                st.counters.kato_expiries.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        // The association ends: its I/O connections go with it.
+        if let Some(ctrl) = st.ctrls.lock().unwrap().remove(&c.cntlid) {
+            for io in ctrl.io {
+                let _ = io.shutdown(Shutdown::Both);
+            }
+        }
+        st.held.lock().unwrap().retain(|k, _| k.0 != c.cntlid);
+    }
+    result
+}
+
+fn serve_commands(c: &mut Conn) -> Res<()> {
     loop {
         if let Some((sqe, data)) = c.pending.pop_front() {
             if !c.command(sqe, data)? {

@@ -3,17 +3,34 @@
 //! written against one reads the same against the other.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use nvme_driver::{Completion, DmaBuffer, Error, IoFailure, Namespace, Result, WriteFlags};
+use nvme_driver::{
+    Completion, DmaBuffer, Error, IoFailure, Namespace, QueuePairOptions, Result, TimeoutAction,
+    WriteFlags,
+};
 use nvme_spec::command;
 use nvme_spec::opcode;
 
-use crate::controller::Inner;
+use crate::controller::{generation, Inner, STATE_FAILED, STATE_RESETTING};
+use crate::error::TcpError;
 use crate::queue::{Queue, TcpQueueStats};
 
-/// Polls between keep-alive checks (each check reads the clock and try-locks the admin
-/// queue only when a Keep Alive is due).
-const POLLS_PER_KEEP_ALIVE_CHECK: u32 = 1024;
+/// Expired commands handled per clock tick (Aborts sent).
+const ABORTS_PER_TICK: usize = 8;
+/// Pause of a synchronous caller while a controller reset runs.
+const RESET_WAIT_PAUSE: Duration = Duration::from_millis(1);
+/// Busy polls of a synchronous caller before it pauses between polls.
+const SYNC_SPIN_POLLS: u32 = 64;
+/// Pause between polls of a synchronous caller that saw nothing.
+const SYNC_IDLE_PAUSE: Duration = Duration::from_micros(50);
+
+/// Polls between keep-alive checks (each check reads the clock; the admin queue is
+/// try-locked only when the check is due, every quarter of the KATO).
+const POLLS_PER_KEEP_ALIVE_CHECK: u32 = 32;
+/// Keep-alive checks per KATO: with Keep Alive sent once half the KATO has passed since
+/// the last one, a pair polled at least this often keeps the association alive.
+const KEEP_ALIVE_CHECKS_PER_KATO: u32 = 4;
 
 /// An NVMe/TCP I/O queue pair: one TCP connection. `Send` but not `Sync`: one thread owns
 /// it and drives it with [`TcpQueuePair::poll`].
@@ -22,7 +39,17 @@ pub struct TcpQueuePair {
     depth: u32,
     max_completions: usize,
     polls_since_keep_alive: u32,
+    /// When the next keep-alive check is due.
+    keep_alive_due: Instant,
     ctrl: Arc<Inner>,
+    /// The controller's state word as this pair last acted on it.
+    seen: u64,
+    /// Reset generation whose teardown this pair has done.
+    torn_down: u64,
+    /// Keep requests in flight across a reconnect and send them again.
+    resubmit: bool,
+    /// Timeout policy of the controller.
+    action: TimeoutAction,
 }
 
 impl std::fmt::Debug for TcpQueuePair {
@@ -36,13 +63,203 @@ impl std::fmt::Debug for TcpQueuePair {
 }
 
 impl TcpQueuePair {
-    pub(crate) fn new(q: Queue, ctrl: Arc<Inner>, depth: u32, max_completions: usize) -> Self {
+    pub(crate) fn new(
+        q: Queue,
+        ctrl: Arc<Inner>,
+        depth: u32,
+        options: &QueuePairOptions,
+        state: u64,
+    ) -> Self {
         Self {
             q,
             depth,
-            max_completions: max_completions.max(1),
+            max_completions: options.max_completions_per_poll.max(1),
             polls_since_keep_alive: 0,
+            keep_alive_due: Instant::now(),
+            action: ctrl.options.timeout_action,
             ctrl,
+            seen: state,
+            torn_down: generation(state),
+            resubmit: options.resubmit_after_reset,
+        }
+    }
+
+    /// Records the state word this pair acted on, for the queue's failure handling.
+    fn watch(&mut self, state: u64) {
+        if let Some((_, seen)) = &mut self.q.state_watch {
+            *seen = state;
+        }
+    }
+
+    /// Whether the controller's state moved since this pair last looked (one load).
+    #[inline]
+    fn state_changed(&self) -> bool {
+        self.ctrl.state() != self.seen
+    }
+
+    /// Acts on a new controller state word: after a reset started, closes this pair's
+    /// connection once (in-flight requests complete with the retryable `Error::Reset`, or are
+    /// kept with `resubmit_after_reset`); while it runs, refuses with `Error::Resetting`; once
+    /// it is done, reconnects (same queue id, the new controller id) and sends kept requests
+    /// again; after a failed reset, refuses with `Error::Failed`.
+    #[cold]
+    fn sync_state(&mut self) -> Result<()> {
+        let state = self.ctrl.state();
+        if state == self.seen {
+            return Ok(());
+        }
+        if generation(state) != self.torn_down {
+            self.torn_down = generation(state);
+            self.abandon();
+        }
+        if state & STATE_RESETTING != 0 {
+            return Err(Error::Resetting {
+                controller: self.ctrl.name.to_string(),
+            });
+        }
+        if state & STATE_FAILED != 0 {
+            let name = self.ctrl.name.clone();
+            self.q.drop_kept(|| Error::Failed {
+                controller: name.to_string(),
+            });
+            return Err(Error::Failed {
+                controller: self.ctrl.name.to_string(),
+            });
+        }
+        self.seen = state;
+        self.watch(state);
+        self.connect_again(state)
+    }
+
+    /// Closes the connection for a reconnect (see [`Queue::abandon`]).
+    fn abandon(&mut self) {
+        let name = self.ctrl.name.clone();
+        let reason = TcpError::ClosedForReconnect {
+            addr: self.ctrl.addr,
+            qid: self.q.qid,
+        };
+        self.q.abandon(self.resubmit, reason, || Error::Reset {
+            controller: name.to_string(),
+        });
+    }
+
+    /// A new connection for this queue id (to the association of state word `state`), then
+    /// kept requests go out again. On failure the kept requests complete with the retryable
+    /// `Error::Reset` and the queue stays closed — unless a newer reset has started
+    /// meanwhile (its association replaced the one connected to): then the result is the
+    /// retryable `Error::Resetting`, kept requests stay kept, and the pair follows the new
+    /// reset at its next submission or poll.
+    fn connect_again(&mut self, state: u64) -> Result<()> {
+        match self.ctrl.connect_io(self.q.qid, self.depth) {
+            Ok((stream, neg)) => {
+                self.q.attach(stream, neg);
+                let again = self.q.resend();
+                log::info!(
+                    "{}: queue {} reconnected (controller id {}); {again} requests sent again",
+                    self.ctrl.name,
+                    self.q.qid,
+                    self.ctrl.cntlid.load(std::sync::atomic::Ordering::Acquire)
+                );
+                Ok(())
+            }
+            Err(e) if self.ctrl.state() != state => {
+                log::info!(
+                    "{}: queue {} reconnect overtaken by another reset: {e}",
+                    self.ctrl.name,
+                    self.q.qid
+                );
+                Err(Error::Resetting {
+                    controller: self.ctrl.name.to_string(),
+                })
+            }
+            Err(e) => {
+                log::error!(
+                    "{}: queue {} could not reconnect: {e}",
+                    self.ctrl.name,
+                    self.q.qid
+                );
+                let name = self.ctrl.name.clone();
+                self.q.drop_kept(|| Error::Reset {
+                    controller: name.to_string(),
+                });
+                Err(e)
+            }
+        }
+    }
+
+    /// Connects this queue pair again on a new TCP connection (ICReq/ICResp, Fabrics
+    /// Connect with the same queue id and the controller's current id), for instance after
+    /// the target closed it. Requests in flight on the old connection complete with the
+    /// retryable `Error::Reset` (buffers returned), or are sent again on the new one when
+    /// the pair was created with `QueuePairOptions::resubmit_after_reset`. After a
+    /// controller reset ([`crate::TcpController::reset`]) pairs reconnect by themselves at
+    /// their next submission or poll; this is for a pair whose own connection was lost while
+    /// the controller stayed up, or to retry after a failed reconnect.
+    pub fn reconnect(&mut self) -> Result<()> {
+        let state = self.ctrl.state();
+        if state & STATE_RESETTING != 0 {
+            return Err(Error::Resetting {
+                controller: self.ctrl.name.to_string(),
+            });
+        }
+        if state & STATE_FAILED != 0 {
+            return Err(Error::Failed {
+                controller: self.ctrl.name.to_string(),
+            });
+        }
+        self.torn_down = generation(state);
+        self.abandon();
+        self.seen = state;
+        self.watch(state);
+        self.connect_again(state)
+    }
+
+    /// Timed-out commands (abort policy): sends the Aborts not sent yet (the admin queue is
+    /// only try-locked), and escalates for a command still outstanding a further timeout
+    /// after it expired: with [`TimeoutAction::AbortThenReset`] the controller is reset
+    /// (this pair reconnects right after), with [`TimeoutAction::Abort`] only this pair's
+    /// connection is closed and connected again. Either way the timed-out command completes
+    /// with `Error::Timeout` and its buffer.
+    #[cold]
+    fn follow_up_timeouts(&mut self) {
+        self.q.timeout_work = false;
+        self.ctrl.poll_admin();
+        let mut cids = [0u16; ABORTS_PER_TICK];
+        let n = self.q.expired_unaborted(&mut cids);
+        for &cid in &cids[..n] {
+            if self.ctrl.abort_async(self.q.qid, cid) {
+                self.q.mark_abort_sent(cid);
+            } else {
+                // Admin queue busy or at its abort limit: again at the next tick.
+                self.q.timeout_work = true;
+            }
+        }
+        if !self.q.expired_overdue() {
+            return;
+        }
+        match self.action {
+            TimeoutAction::AbortThenReset => {
+                log::error!(
+                    "{} queue {}: a timed-out command is still outstanding after its abort; \
+                     resetting the controller",
+                    self.ctrl.name,
+                    self.q.qid
+                );
+                self.ctrl.count_timeout_reset();
+                if let Err(e) = self.ctrl.reset() {
+                    log::error!("{}: reset after a timeout failed: {e}", self.ctrl.name);
+                }
+                let _ = self.sync_state();
+            }
+            _ => {
+                log::error!(
+                    "{} queue {}: a timed-out command is still outstanding after its abort; \
+                     reconnecting the queue",
+                    self.ctrl.name,
+                    self.q.qid
+                );
+                let _ = self.reconnect();
+            }
         }
     }
 
@@ -117,6 +334,11 @@ impl TcpQueuePair {
         sync: bool,
     ) -> std::result::Result<(), IoFailure> {
         let fail = |error, buffer| Err(IoFailure { error, buffer });
+        if self.state_changed() {
+            if let Err(e) = self.sync_state() {
+                return fail(e, Some(buf));
+            }
+        }
         if blocks == 0 {
             return fail(Error::ZeroLength, Some(buf));
         }
@@ -199,6 +421,9 @@ impl TcpQueuePair {
 
     /// Queues a Flush.
     pub fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
+        if self.state_changed() {
+            self.sync_state()?;
+        }
         self.q
             .submit(command::flush(ns.nsid()), None, 0, false, user_data, false)
             .map_err(|f| f.error)
@@ -207,12 +432,14 @@ impl TcpQueuePair {
     /// Sends and receives what the connection has, and hands finished requests to `f`
     /// (at most `max_completions_per_poll`). Every few polls: timeouts and Keep Alive.
     pub fn poll<F: FnMut(Completion)>(&mut self, f: F) -> usize {
-        let n = self.q.poll(self.max_completions, f);
-        self.polls_since_keep_alive += 1;
-        if self.polls_since_keep_alive >= POLLS_PER_KEEP_ALIVE_CHECK {
-            self.polls_since_keep_alive = 0;
-            self.ctrl.keep_alive_tick(true);
+        if self.state_changed() {
+            let _ = self.sync_state();
         }
+        let n = self.q.poll(self.max_completions, f);
+        if self.q.timeout_work {
+            self.follow_up_timeouts();
+        }
+        self.keep_alive_check();
         n
     }
 
@@ -221,8 +448,7 @@ impl TcpQueuePair {
         submitted: std::result::Result<(), IoFailure>,
     ) -> std::result::Result<Option<DmaBuffer>, IoFailure> {
         submitted?;
-        let deadline = std::time::Instant::now() + self.q.timeout;
-        let c = self.q.wait_sync(deadline, "waiting for an I/O command");
+        let c = self.wait_sync();
         self.ctrl.keep_alive_tick(true);
         match c.result {
             Ok(_) => Ok(c.buffer),
@@ -230,6 +456,61 @@ impl TcpQueuePair {
                 error,
                 buffer: c.buffer,
             }),
+        }
+    }
+
+    /// Keep Alive duty of the pair: every few polls the clock is read, and every quarter of
+    /// the KATO the controller's admin queue is try-locked and a Keep Alive sent if half
+    /// the KATO has passed since the last one.
+    #[inline]
+    fn keep_alive_check(&mut self) {
+        self.polls_since_keep_alive += 1;
+        if self.polls_since_keep_alive < POLLS_PER_KEEP_ALIVE_CHECK {
+            return;
+        }
+        self.polls_since_keep_alive = 0;
+        let kato = self.ctrl.options.kato;
+        if kato.is_zero() {
+            return;
+        }
+        let now = Instant::now();
+        if now >= self.keep_alive_due {
+            self.keep_alive_due = now + kato / KEEP_ALIVE_CHECKS_PER_KATO;
+            self.ctrl.keep_alive_tick(true);
+        }
+    }
+
+    /// Runs until the synchronous request completes: the queue's clock applies the
+    /// timeout policy as for asynchronous requests, and a controller reset is followed
+    /// (the request completes with `Error::Reset`, or is sent again on the new connection
+    /// with `resubmit_after_reset`). Other completions wait for the next `poll`.
+    fn wait_sync(&mut self) -> Completion {
+        let mut idle = 0u32;
+        loop {
+            if let Some(c) = self.q.take_sync_done() {
+                return c;
+            }
+            if self.state_changed() {
+                if let Err(Error::Resetting { .. }) = self.sync_state() {
+                    std::thread::sleep(RESET_WAIT_PAUSE);
+                }
+                continue;
+            }
+            let before = self.q.stats.pdus_received;
+            self.q.progress();
+            self.q.polls_since_clock += 1;
+            if self.q.timeout_work {
+                self.follow_up_timeouts();
+            }
+            self.keep_alive_check();
+            if self.q.stats.pdus_received == before {
+                idle += 1;
+                if idle > SYNC_SPIN_POLLS {
+                    std::thread::sleep(SYNC_IDLE_PAUSE);
+                }
+            } else {
+                idle = 0;
+            }
         }
     }
 

@@ -71,6 +71,13 @@ struct Slot {
     epoch: u32,
     user_data: u64,
     buffer: Option<DmaBuffer>,
+    /// The command as sent (command id and SGL filled in): sent again unchanged when the
+    /// request is resubmitted on a new connection.
+    sqe: SubmissionEntry,
+    /// The command outlived its timeout and waits for the outcome of its Abort.
+    expired: bool,
+    /// An Abort for it went out on the admin queue.
+    abort_sent: bool,
 }
 
 /// Receive state.
@@ -153,6 +160,18 @@ pub(crate) struct Queue {
     epoch_length: Duration,
     pub timeout: Duration,
     pub polls_since_clock: u32,
+    /// What a command that outlives `timeout` gets: `false` fails the queue at once (the
+    /// command with `Error::Timeout`, the others with the transport error); `true` marks it
+    /// expired and raises `timeout_work` so that the owner sends an Abort and escalates.
+    pub abort_on_timeout: bool,
+    /// Set by the clock when a command expired or an expired one is overdue; the owner
+    /// handles it (cold path) and clears it.
+    pub timeout_work: bool,
+    /// I/O queues: the controller's state word and the value the owning pair last acted
+    /// on. A connection that fails while they differ (a reset has started: the target may
+    /// close the old association's connections before the pair looks at the word) leaves
+    /// its requests in flight for the pair's reset handling (`Error::Reset`, or resubmitted).
+    pub state_watch: Option<(Arc<std::sync::atomic::AtomicU64>, u64)>,
 }
 
 /// Epochs a command may live (the timeout is split into `TIMEOUT_EPOCHS - 1` epochs).
@@ -327,6 +346,9 @@ impl Queue {
                     epoch: 0,
                     user_data: 0,
                     buffer: None,
+                    sqe: SubmissionEntry::default(),
+                    expired: false,
+                    abort_sent: false,
                 })
                 .collect(),
             free: (0..slots).rev().collect(),
@@ -342,13 +364,10 @@ impl Queue {
             epoch_length,
             timeout,
             polls_since_clock: 0,
+            abort_on_timeout: false,
+            timeout_work: false,
+            state_watch: None,
         }
-    }
-
-    /// Restarts the timeout clock (after the timeout was changed).
-    pub(crate) fn reset_clock(&mut self) {
-        self.epoch_length = (self.timeout / (TIMEOUT_EPOCHS - 1)).max(Duration::from_millis(1));
-        self.epoch_started = Instant::now();
     }
 
     /// Slots (most commands in flight at once).
@@ -394,16 +413,47 @@ impl Queue {
             });
         };
         sqe.set_cid(cid);
+        let in_capsule = to_device && len > 0 && len <= self.in_capsule_max;
+        if in_capsule {
+            sqe.set_sgl(tcp::sgl::IN_CAPSULE_DATA, 0, len as u32);
+        } else {
+            sqe.set_sgl(tcp::sgl::TRANSPORT_DATA, 0, len as u32);
+        }
+        let slot = &mut self.slots[usize::from(cid)];
+        slot.busy = true;
+        slot.to_device = to_device;
+        slot.sync = sync;
+        slot.opcode = sqe.opcode();
+        slot.len = if buffer.is_some() { len } else { 0 };
+        slot.received = 0;
+        slot.epoch = self.epoch;
+        slot.user_data = user_data;
+        slot.buffer = buffer;
+        slot.sqe = sqe;
+        slot.expired = false;
+        slot.abort_sent = false;
+        self.in_flight += 1;
+        self.encode(cid);
+        if !self.plugged {
+            self.flush_tx();
+        }
+        Ok(())
+    }
+
+    /// Appends the command capsule of busy slot `cid` (its saved command, in-capsule data
+    /// when the command says so) to the send buffer.
+    fn encode(&mut self, cid: u16) {
+        let slot = &self.slots[usize::from(cid)];
+        let sqe = slot.sqe;
+        let len = sqe.sgl_len() as usize;
+        let in_capsule = sqe.sgl_id() == tcp::sgl::IN_CAPSULE_DATA && len > 0;
         let hd = if self.neg.hdgst { DIGEST_SIZE } else { 0 };
         let dd = if self.neg.ddgst { DIGEST_SIZE } else { 0 };
         let hlen = usize::from(tcp::CAPSULE_CMD_HLEN);
-        let in_capsule = to_device && len > 0 && len <= self.in_capsule_max;
         let (pdo, plen) = if in_capsule {
-            sqe.set_sgl(tcp::sgl::IN_CAPSULE_DATA, 0, len as u32);
             let pdo = align_up(hlen + hd, self.neg.cpda_align);
             (pdo, pdo + len + dd)
         } else {
-            sqe.set_sgl(tcp::sgl::TRANSPORT_DATA, 0, len as u32);
             (0, hlen + hd)
         };
         let pdu = CapsuleCmd {
@@ -428,7 +478,7 @@ impl Queue {
             self.tx.extend_from_slice(&d.to_le_bytes());
         }
         if in_capsule {
-            let data = &buffer.as_ref().expect("in-capsule data has a buffer")[..len];
+            let data = &slot.buffer.as_ref().expect("in-capsule data has a buffer")[..len];
             self.tx.resize(start + pdo, 0);
             self.tx.extend_from_slice(data);
             if self.neg.ddgst {
@@ -436,22 +486,132 @@ impl Queue {
             }
             self.stats.in_capsule_writes += 1;
         }
-        let slot = &mut self.slots[usize::from(cid)];
-        slot.busy = true;
-        slot.to_device = to_device;
-        slot.sync = sync;
-        slot.opcode = sqe.opcode();
-        slot.len = if buffer.is_some() { len } else { 0 };
-        slot.received = 0;
-        slot.epoch = self.epoch;
-        slot.user_data = user_data;
-        slot.buffer = buffer;
-        self.in_flight += 1;
         self.stats.commands_submitted += 1;
-        if !self.plugged {
-            self.flush_tx();
+    }
+
+    // ----- recovery --------------------------------------------------------------------
+
+    /// Drops the connection for a reset or reconnect: the socket is shut down and every
+    /// request in flight is settled: an expired one (its timeout already passed) completes
+    /// with `Error::Timeout`; with `keep` the others stay in their slots to be sent again on
+    /// the next connection ([`Queue::resend`]), else they complete with `error()`. Buffers
+    /// come back with every completion: no device holds them, and the socket that could
+    /// have written them is gone. Later submissions fail with `reason` until
+    /// [`Queue::attach`].
+    pub(crate) fn abandon(
+        &mut self,
+        keep: bool,
+        reason: TcpError,
+        mut error: impl FnMut() -> Error,
+    ) {
+        let _ = self.stream.shutdown(Shutdown::Both);
+        self.failed = Some(Arc::new(reason));
+        self.tx.clear();
+        self.tx_head = 0;
+        self.rx_state = Rx::Header;
+        self.rx_head = 0;
+        self.rx_tail = 0;
+        self.timeout_work = false;
+        for cid in 0..self.slots.len() as u16 {
+            let s = &self.slots[usize::from(cid)];
+            if !s.busy {
+                continue;
+            }
+            if s.expired {
+                let e = Error::Timeout {
+                    command: command_name(s.opcode),
+                    cid,
+                    timeout: self.timeout,
+                };
+                self.finish(cid, Err(e));
+            } else if !keep {
+                self.finish(cid, Err(error()));
+            }
         }
-        Ok(())
+    }
+
+    /// Completes every request kept by [`Queue::abandon`] with `error()` (the new
+    /// connection could not be made).
+    pub(crate) fn drop_kept(&mut self, mut error: impl FnMut() -> Error) {
+        for cid in 0..self.slots.len() as u16 {
+            if self.slots[usize::from(cid)].busy {
+                self.finish(cid, Err(error()));
+            }
+        }
+    }
+
+    /// Takes a new connection (same queue id, already connected by Fabrics Connect).
+    pub(crate) fn attach(&mut self, stream: TcpStream, neg: Negotiated) {
+        let _ = self.stream.shutdown(Shutdown::Both);
+        self.stream = stream;
+        self.neg = neg;
+        self.failed = None;
+        self.tx.clear();
+        self.tx_head = 0;
+        self.rx_state = Rx::Header;
+        self.rx_head = 0;
+        self.rx_tail = 0;
+        self.plugged = false;
+        self.timeout_work = false;
+        self.epoch_started = Instant::now();
+    }
+
+    /// Sends the requests [`Queue::abandon`] kept again, with fresh timeouts. Returns how
+    /// many.
+    pub(crate) fn resend(&mut self) -> usize {
+        let mut n = 0;
+        for cid in 0..self.slots.len() as u16 {
+            let epoch = self.epoch;
+            let s = &mut self.slots[usize::from(cid)];
+            if !s.busy {
+                continue;
+            }
+            s.received = 0;
+            s.epoch = epoch;
+            s.expired = false;
+            s.abort_sent = false;
+            self.encode(cid);
+            n += 1;
+        }
+        self.flush_tx();
+        n
+    }
+
+    /// Expired commands whose Abort has not gone out yet: (command id) for each, at most
+    /// `out.len()`. Returns how many were written.
+    pub(crate) fn expired_unaborted(&self, out: &mut [u16]) -> usize {
+        let mut n = 0;
+        for (cid, s) in self.slots.iter().enumerate() {
+            if n == out.len() {
+                break;
+            }
+            if s.busy && s.expired && !s.abort_sent {
+                out[n] = cid as u16;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Notes that the Abort of `cid` went out.
+    pub(crate) fn mark_abort_sent(&mut self, cid: u16) {
+        if let Some(s) = self.slots.get_mut(usize::from(cid)) {
+            s.abort_sent = true;
+        }
+    }
+
+    /// Whether an expired command has been outstanding for a whole further timeout (its
+    /// Abort was declined, failed or not answered).
+    pub(crate) fn expired_overdue(&self) -> bool {
+        let epoch = self.epoch;
+        self.slots
+            .iter()
+            .any(|s| s.busy && s.expired && epoch.wrapping_sub(s.epoch) >= TIMEOUT_EPOCHS)
+    }
+
+    /// Takes the completion of the synchronous request, if it has finished.
+    pub(crate) fn take_sync_done(&mut self) -> Option<Completion> {
+        self.sync_done.take()
     }
 
     /// Writes queued PDUs as far as the socket takes them.
@@ -516,6 +676,16 @@ impl Queue {
         self.rx_state = Rx::Header;
         self.rx_head = 0;
         self.rx_tail = 0;
+        if let Some((word, seen)) = &self.state_watch {
+            if word.load(std::sync::atomic::Ordering::Acquire) != *seen {
+                log::info!(
+                    "{} queue {}: failed during a controller reset; its requests follow the reset",
+                    self.controller,
+                    self.qid
+                );
+                return;
+            }
+        }
         for cid in 0..self.slots.len() as u16 {
             if self.slots[usize::from(cid)].busy {
                 let e = self.transport_error(error.clone());
@@ -526,12 +696,12 @@ impl Queue {
 
     /// Fails the queue because commands timed out: those complete with `Error::Timeout`,
     /// the others with the transport error.
-    fn fail_timed_out(&mut self) {
+    pub(crate) fn fail_timed_out(&mut self) {
         let timeout = self.timeout;
         let epoch = self.epoch;
         for cid in 0..self.slots.len() as u16 {
             let s = &self.slots[usize::from(cid)];
-            if s.busy && epoch.wrapping_sub(s.epoch) >= TIMEOUT_EPOCHS {
+            if s.busy && (s.expired || epoch.wrapping_sub(s.epoch) >= TIMEOUT_EPOCHS) {
                 let e = Error::Timeout {
                     command: command_name(s.opcode),
                     cid,
@@ -621,12 +791,43 @@ impl Queue {
         self.epoch = self.epoch.wrapping_add(1);
         self.epoch_started = now;
         let epoch = self.epoch;
+        if !self.abort_on_timeout {
+            if self
+                .slots
+                .iter()
+                .any(|s| s.busy && epoch.wrapping_sub(s.epoch) >= TIMEOUT_EPOCHS)
+            {
+                self.fail_timed_out();
+            }
+            return;
+        }
+        // Abort policy: a command past its timeout is marked expired (its age restarts, so
+        // that a further timeout later it is overdue); the owner sends the Abort.
+        for cid in 0..self.slots.len() {
+            let s = &mut self.slots[cid];
+            if !s.busy || epoch.wrapping_sub(s.epoch) < TIMEOUT_EPOCHS {
+                continue;
+            }
+            self.timeout_work = true;
+            if !s.expired {
+                s.expired = true;
+                s.abort_sent = false;
+                s.epoch = epoch;
+                log::error!(
+                    "{} queue {}: {} (cid {cid:#x}) timed out after {:?}",
+                    self.controller,
+                    self.qid,
+                    command_name(s.opcode),
+                    self.timeout
+                );
+            }
+        }
         if self
             .slots
             .iter()
-            .any(|s| s.busy && epoch.wrapping_sub(s.epoch) >= TIMEOUT_EPOCHS)
+            .any(|s| s.busy && s.expired && !s.abort_sent)
         {
-            self.fail_timed_out();
+            self.timeout_work = true;
         }
     }
 
@@ -1113,6 +1314,11 @@ impl Queue {
     /// Closes the connection (the queue is being dropped).
     pub(crate) fn close(&mut self) {
         let _ = self.stream.shutdown(Shutdown::Both);
+    }
+
+    /// The socket, for a queue that only ran the Fabrics Connect of another one.
+    pub(crate) fn into_stream(self) -> TcpStream {
+        self.stream
     }
 }
 

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use nvme_driver::{Completion, Error, QueuePairOptions};
+use nvme_driver::{Completion, Error, QueuePairOptions, TimeoutAction, WriteFlags};
 
 use crate::fake::{Config, FakeTarget, Fault};
 use crate::{TcpController, TcpError, TcpOptions, TransportId};
@@ -192,7 +192,13 @@ fn fault_case(fault: Fault, digests: bool) -> Error {
     let mut trid = t.trid();
     trid.hdgst = digests;
     trid.ddgst = digests;
-    let c = TcpController::connect(&trid, TcpOptions::default()).unwrap();
+    // The connection-closing timeout policy: these cases check a closed queue (the abort
+    // policies have their own tests below).
+    let options = TcpOptions {
+        timeout_action: TimeoutAction::None,
+        ..TcpOptions::default()
+    };
+    let c = TcpController::connect(&trid, options).unwrap();
     let ns = c.namespace(2).unwrap();
     let mut qp = c
         .create_queue_pair(QueuePairOptions {
@@ -391,4 +397,520 @@ fn thread_safety_matches_the_pcie_types() {
     fn send_sync<T: Send + Sync>() {}
     send::<crate::TcpQueuePair>();
     send_sync::<TcpController>();
+}
+
+// ----- recovery: reset / reconnect, abort, keep-alive expiry, log pages --------------------
+
+fn write_blocks(c: &TcpController, qp: &mut crate::TcpQueuePair, nsid: u32, lba: u64, seed: u8) {
+    let ns = c.namespace(nsid).unwrap();
+    let len = ns.block_size() as usize;
+    let mut buf = c.alloc_buffer(len).unwrap();
+    buf[..len].copy_from_slice(&pattern(len, seed));
+    qp.write(&ns, lba, 1, buf, WriteFlags::NONE).unwrap();
+}
+
+fn read_matches(c: &TcpController, qp: &mut crate::TcpQueuePair, nsid: u32, lba: u64, seed: u8) {
+    let ns = c.namespace(nsid).unwrap();
+    let len = ns.block_size() as usize;
+    let back = qp
+        .read(&ns, lba, 1, c.alloc_buffer(len).unwrap())
+        .unwrap_or_else(|f| panic!("read of LBA {lba}: {f}"));
+    assert_eq!(&back[..len], &pattern(len, seed)[..], "LBA {lba}");
+}
+
+/// Polls until `n` completions arrived (bounded), returning them.
+fn poll_n(qp: &mut crate::TcpQueuePair, n: usize, limit: Duration) -> Vec<Completion> {
+    let start = Instant::now();
+    let mut out = Vec::new();
+    while out.len() < n {
+        qp.poll(|c| out.push(c));
+        assert!(
+            start.elapsed() < limit,
+            "hang: {} of {n} completions",
+            out.len()
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    out
+}
+
+#[test]
+fn connection_reset_mid_io_then_controller_reset_and_io_goes_on() {
+    let t = FakeTarget::start(Config::default());
+    let c = connect(&t);
+    let mut qp = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    let ns = c.namespace(2).unwrap();
+    for lba in 0..4 {
+        write_blocks(&c, &mut qp, 2, lba, lba as u8);
+    }
+    // The target drops the I/O connection on the next command.
+    t.set_fault(Fault::Reset);
+    for i in 0..4 {
+        if let Err(f) = qp.submit_read(&ns, i, 1, c.alloc_buffer(512).unwrap(), i) {
+            assert!(f.buffer.is_some());
+        }
+    }
+    let start = Instant::now();
+    while qp.in_flight() > 0 {
+        qp.poll(|comp| {
+            assert!(comp.buffer.is_some(), "buffers come back");
+            let e = comp.result.expect_err("connection lost");
+            assert!(matches!(tcp_source(&e), TcpError::Closed { .. }), "{e}");
+        });
+        assert!(start.elapsed() < Duration::from_secs(10), "hang");
+    }
+    assert!(qp.closed_error().is_some());
+    t.set_fault(Fault::None);
+    assert_eq!(c.cntlid(), 7);
+    c.reset().unwrap();
+    assert_eq!(c.cntlid(), 8, "a new association");
+    assert_eq!(c.resets(), 1);
+    assert!(!c.is_failed());
+    // The pair reconnects by itself on its next submission; data written before is there.
+    for lba in 0..4 {
+        read_matches(&c, &mut qp, 2, lba, lba as u8);
+    }
+    write_blocks(&c, &mut qp, 2, 9, 99);
+    read_matches(&c, &mut qp, 2, 9, 99);
+    assert_eq!(t.disk(2, 9 * 512, 512), pattern(512, 99));
+    assert!(qp.closed_error().is_none());
+    assert_eq!(t.counters().admin_connects.load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn reset_on_request_fails_in_flight_requests_retryably_with_their_buffers() {
+    let t = FakeTarget::start(Config::default());
+    let c = connect(&t);
+    let ns = c.namespace(1).unwrap();
+    let mut qp = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    t.set_fault(Fault::Hold);
+    for i in 0..5u64 {
+        qp.submit_read(&ns, i, 1, c.alloc_buffer(4096).unwrap(), i)
+            .unwrap();
+    }
+    let c2 = TcpController::reset;
+    c2(&c).unwrap();
+    let done = poll_n(&mut qp, 5, Duration::from_secs(10));
+    let mut ids: Vec<u64> = done
+        .iter()
+        .map(|comp| {
+            let e = comp.result.as_ref().expect_err("reset");
+            assert!(matches!(e, Error::Reset { .. }), "{e}");
+            assert!(e.is_retryable());
+            assert!(comp.buffer.is_some());
+            comp.user_data
+        })
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec![0, 1, 2, 3, 4], "each completes exactly once");
+    assert_eq!(qp.in_flight(), 0);
+    t.set_fault(Fault::None);
+    let buf = qp.read(&ns, 0, 1, c.alloc_buffer(4096).unwrap()).unwrap();
+    drop(buf);
+    // Nothing more arrives for the old requests.
+    let mut extra = 0;
+    for _ in 0..100 {
+        qp.poll(|_| extra += 1);
+    }
+    assert_eq!(extra, 0);
+}
+
+#[test]
+fn with_resubmit_after_reset_in_flight_writes_complete_on_the_new_connection() {
+    let t = FakeTarget::start(Config::default());
+    let c = connect(&t);
+    let ns = c.namespace(2).unwrap();
+    let mut qp = c
+        .create_queue_pair(QueuePairOptions::default().resubmit_after_reset(true))
+        .unwrap();
+    t.set_fault(Fault::Hold);
+    for i in 0..3u64 {
+        let mut buf = c.alloc_buffer(512).unwrap();
+        buf[..512].copy_from_slice(&pattern(512, 40 + i as u8));
+        qp.submit_write(&ns, 20 + i, 1, buf, WriteFlags::NONE, i)
+            .unwrap();
+    }
+    // Let the capsules reach the target (where they are held), then reset.
+    for _ in 0..50 {
+        qp.poll(|_| panic!("held"));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    t.set_fault(Fault::None);
+    c.reset().unwrap();
+    let done = poll_n(&mut qp, 3, Duration::from_secs(10));
+    for comp in &done {
+        comp.result.as_ref().expect("resubmitted write succeeds");
+        assert!(comp.buffer.is_some());
+    }
+    for i in 0..3u64 {
+        assert_eq!(
+            t.disk(2, (20 + i as usize) * 512, 512),
+            pattern(512, 40 + i as u8),
+            "write {i} reached the medium"
+        );
+    }
+}
+
+#[test]
+fn reset_with_nothing_listening_is_a_clear_error_then_recovers_when_the_target_returns() {
+    let t = FakeTarget::start(Config::default());
+    let c = connect(&t);
+    let mut qp = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    write_blocks(&c, &mut qp, 1, 3, 3);
+    t.stop();
+    let start = Instant::now();
+    let e = c.reset().unwrap_err();
+    assert!(start.elapsed() < Duration::from_secs(5), "no hang");
+    assert!(matches!(tcp_source(&e), TcpError::Connect { .. }), "{e}");
+    assert!(e.to_string().contains("listens there"), "{e}");
+    assert!(c.is_failed());
+    let ns = c.namespace(1).unwrap();
+    let f = qp
+        .read(&ns, 3, 1, c.alloc_buffer(4096).unwrap())
+        .unwrap_err();
+    assert!(matches!(f.error, Error::Failed { .. }), "{f}");
+    assert!(f.buffer.is_some());
+    assert!(matches!(
+        c.create_queue_pair(QueuePairOptions::default()),
+        Err(Error::Failed { .. })
+    ));
+    // Again while still down: still an error, still quick.
+    assert!(c.reset().is_err());
+    t.restart();
+    c.reset().unwrap();
+    assert!(!c.is_failed());
+    read_matches(&c, &mut qp, 1, 3, 3);
+}
+
+#[test]
+fn repeated_resets_keep_every_acknowledged_write() {
+    let t = FakeTarget::start(Config::default());
+    let c = connect(&t);
+    let mut a = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    let mut b = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    for round in 0..6u64 {
+        write_blocks(&c, &mut a, 2, round, round as u8);
+        write_blocks(&c, &mut b, 2, 100 + round, 100 + round as u8);
+        c.reset().unwrap();
+        for r in 0..=round {
+            read_matches(&c, &mut b, 2, r, r as u8);
+            read_matches(&c, &mut a, 2, 100 + r, 100 + r as u8);
+        }
+    }
+    assert_eq!(c.resets(), 6);
+    assert_eq!(c.cntlid(), 7 + 6);
+    let mut qids = vec![a.qid(), b.qid()];
+    qids.sort_unstable();
+    assert_eq!(qids, vec![1, 2], "pairs keep their queue ids");
+}
+
+#[test]
+fn reconnect_of_one_pair_leaves_the_controller_alone() {
+    let t = FakeTarget::start(Config::default());
+    let c = connect(&t);
+    let mut qp = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    write_blocks(&c, &mut qp, 2, 5, 5);
+    t.set_fault(Fault::Reset);
+    let ns = c.namespace(2).unwrap();
+    assert!(qp.read(&ns, 5, 1, c.alloc_buffer(512).unwrap()).is_err());
+    t.set_fault(Fault::None);
+    qp.reconnect().unwrap();
+    read_matches(&c, &mut qp, 2, 5, 5);
+    assert_eq!(c.resets(), 0);
+    assert_eq!(c.cntlid(), 7);
+    assert_eq!(t.counters().admin_connects.load(Ordering::Relaxed), 1);
+}
+
+fn timeout_target(fault: Fault, action: TimeoutAction) -> (FakeTarget, TcpController) {
+    let t = FakeTarget::start(Config::default());
+    let c = TcpController::connect(
+        &t.trid(),
+        TcpOptions {
+            timeout_action: action,
+            ..TcpOptions::default()
+        },
+    )
+    .unwrap();
+    t.set_fault(fault);
+    (t, c)
+}
+
+const SHORT: Duration = Duration::from_millis(300);
+
+#[test]
+fn a_held_command_is_aborted_and_completes_with_abort_requested() {
+    let (t, c) = timeout_target(Fault::Hold, TimeoutAction::AbortThenReset);
+    let ns = c.namespace(1).unwrap();
+    let mut qp = c
+        .create_queue_pair(QueuePairOptions::default().timeout(SHORT))
+        .unwrap();
+    qp.submit_read(&ns, 0, 1, c.alloc_buffer(4096).unwrap(), 77)
+        .unwrap();
+    let done = poll_n(&mut qp, 1, Duration::from_secs(10));
+    let e = done[0].result.as_ref().expect_err("aborted");
+    let status = e.status().unwrap_or_else(|| panic!("a status: {e}"));
+    assert_eq!(
+        (status.sct(), status.sc()),
+        (
+            nvme_spec::StatusCodeType::Generic,
+            nvme_spec::status::generic::ABORT_REQUESTED
+        ),
+        "{e}"
+    );
+    assert_eq!(done[0].user_data, 77);
+    assert!(done[0].buffer.is_some());
+    let stats = c.abort_stats();
+    assert_eq!(
+        (stats.sent, stats.aborted, stats.resets),
+        (1, 1, 0),
+        "{stats:?}"
+    );
+    assert_eq!(t.counters().aborts_honoured.load(Ordering::Relaxed), 1);
+    assert_eq!(c.resets(), 0, "a successful abort needs no reset");
+    t.set_fault(Fault::None);
+    qp.read(&ns, 0, 1, c.alloc_buffer(4096).unwrap()).unwrap();
+}
+
+#[test]
+fn a_declined_abort_escalates_to_a_reset_and_io_goes_on() {
+    let (t, c) = timeout_target(Fault::Silent, TimeoutAction::AbortThenReset);
+    let ns = c.namespace(1).unwrap();
+    let mut qp = c
+        .create_queue_pair(QueuePairOptions::default().timeout(SHORT))
+        .unwrap();
+    let start = Instant::now();
+    qp.submit_read(&ns, 0, 1, c.alloc_buffer(4096).unwrap(), 1)
+        .unwrap();
+    // Let the silent target swallow it, then let reads go through again: the reset's
+    // reconnect must work.
+    let done = loop {
+        let mut got = Vec::new();
+        qp.poll(|comp| got.push(comp));
+        if !got.is_empty() {
+            break got;
+        }
+        if start.elapsed() > SHORT / 2 {
+            t.set_fault(Fault::None);
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "hang");
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    let e = done[0].result.as_ref().expect_err("timed out");
+    assert!(matches!(e, Error::Timeout { .. }), "{e}");
+    assert!(
+        done[0].buffer.is_some(),
+        "the connection is closed: the buffer is free"
+    );
+    assert!(
+        start.elapsed() >= 2 * SHORT,
+        "timeout, then a further timeout for the abort"
+    );
+    let stats = c.abort_stats();
+    assert_eq!(
+        (stats.sent, stats.not_aborted, stats.resets),
+        (1, 1, 1),
+        "{stats:?}"
+    );
+    assert_eq!(c.resets(), 1);
+    qp.read(&ns, 0, 1, c.alloc_buffer(4096).unwrap()).unwrap();
+}
+
+#[test]
+fn with_timeout_action_abort_only_the_pair_reconnects() {
+    let (t, c) = timeout_target(Fault::Silent, TimeoutAction::Abort);
+    let ns = c.namespace(1).unwrap();
+    let mut qp = c
+        .create_queue_pair(QueuePairOptions::default().timeout(SHORT))
+        .unwrap();
+    // A synchronous read across the whole policy: timeout, declined abort, reconnect.
+    let f = qp
+        .read(&ns, 0, 1, c.alloc_buffer(4096).unwrap())
+        .unwrap_err();
+    assert!(matches!(f.error, Error::Timeout { .. }), "{f}");
+    assert!(f.buffer.is_some());
+    t.set_fault(Fault::None);
+    qp.read(&ns, 0, 1, c.alloc_buffer(4096).unwrap()).unwrap();
+    assert_eq!(c.resets(), 0);
+    assert_eq!(c.abort_stats().sent, 1);
+    assert_eq!(t.counters().admin_connects.load(Ordering::Relaxed), 1);
+    // Connects: admin, the pair, the pair again.
+    assert_eq!(t.counters().connects.load(Ordering::Relaxed), 3);
+}
+
+#[test]
+fn keep_alive_expiry_is_reported_and_a_reset_recovers() {
+    let t = FakeTarget::start(Config {
+        enforce_kato: true,
+        ..Config::default()
+    });
+    let kato = Duration::from_millis(400);
+    let c = TcpController::connect(
+        &t.trid(),
+        TcpOptions {
+            kato,
+            ..TcpOptions::default()
+        },
+    )
+    .unwrap();
+    let mut qp = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    // A polled pair keeps the association alive well past the KATO.
+    let start = Instant::now();
+    while start.elapsed() < 3 * kato {
+        qp.poll(|_| {});
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    assert_eq!(t.counters().kato_expiries.load(Ordering::Relaxed), 0);
+    write_blocks(&c, &mut qp, 2, 1, 11);
+    // Nothing polled for longer than the KATO: the target drops the association.
+    std::thread::sleep(3 * kato);
+    assert_eq!(t.counters().kato_expiries.load(Ordering::Relaxed), 1);
+    let start = Instant::now();
+    while !c.is_failed() {
+        c.keep_alive();
+        assert!(start.elapsed() < Duration::from_secs(5), "loss not noticed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let ns = c.namespace(2).unwrap();
+    let f = qp
+        .read(&ns, 1, 1, c.alloc_buffer(512).unwrap())
+        .unwrap_err();
+    assert!(
+        f.to_string().contains("keep-alive timeout expired"),
+        "the I/O connection was closed with the association: {f}"
+    );
+    c.reset().unwrap();
+    read_matches(&c, &mut qp, 2, 1, 11);
+}
+
+#[test]
+fn smart_and_error_logs_over_tcp() {
+    use crate::fake::{NEWEST_ERROR_COUNT, SMART_POWER_ON_HOURS, SMART_TEMPERATURE_K};
+    let t = FakeTarget::start(Config::default());
+    let c = connect(&t);
+    let smart = c.smart_log(nvme_spec::log::NSID_BROADCAST).unwrap();
+    assert_eq!(smart.temperature_kelvin(), SMART_TEMPERATURE_K);
+    assert_eq!(smart.power_on_hours, SMART_POWER_ON_HOURS);
+    assert_eq!(smart.percentage_used, 3);
+    let errors = c.error_log(usize::MAX).unwrap();
+    let counts: Vec<u64> = errors.iter().map(|e| e.error_count).collect();
+    assert_eq!(counts, vec![NEWEST_ERROR_COUNT, NEWEST_ERROR_COUNT - 1]);
+    assert_eq!(errors[0].transport_type, nvme_spec::fabrics::trtype::TCP);
+    assert_eq!(errors[0].status().sc(), 0x80);
+    assert_eq!(c.error_log(1).unwrap().len(), 1);
+    assert!(c.error_log(0).unwrap().is_empty());
+    assert_eq!(t.counters().log_pages.load(Ordering::Relaxed), 3);
+    // Log pages work after a reset too.
+    c.reset().unwrap();
+    assert_eq!(
+        c.smart_log(0).unwrap().temperature_kelvin(),
+        SMART_TEMPERATURE_K
+    );
+}
+
+#[test]
+fn a_synchronous_read_waiting_across_a_reset_follows_it() {
+    let t = FakeTarget::start(Config::default());
+    let c = connect(&t);
+    let ns = c.namespace(2).unwrap();
+    t.fill(2, 30 * 512, &pattern(512, 30));
+    let mut resubmitting = c
+        .create_queue_pair(QueuePairOptions::default().resubmit_after_reset(true))
+        .unwrap();
+    let mut plain = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    t.set_fault(Fault::Hold);
+    std::thread::scope(|s| {
+        let with = s.spawn(|| resubmitting.read(&ns, 30, 1, c.alloc_buffer(512).unwrap()));
+        let without = s.spawn(|| plain.read(&ns, 30, 1, c.alloc_buffer(512).unwrap()));
+        // Both reads are held by the target; then it serves again and the controller resets.
+        std::thread::sleep(Duration::from_millis(200));
+        t.set_fault(Fault::None);
+        c.reset().unwrap();
+        let data = with.join().unwrap().expect("resubmitted after the reset");
+        assert_eq!(&data[..512], &pattern(512, 30)[..]);
+        let f = without.join().unwrap().expect_err("in flight at the reset");
+        assert!(matches!(f.error, Error::Reset { .. }), "{f}");
+        assert!(f.buffer.is_some());
+    });
+    // Both pairs go on.
+    read_matches(&c, &mut plain, 2, 30, 30);
+    read_matches(&c, &mut resubmitting, 2, 30, 30);
+}
+
+#[test]
+fn digests_are_negotiated_again_on_reconnect() {
+    let t = FakeTarget::start(Config {
+        cpda: 3,
+        ..Config::default()
+    });
+    let trid = TransportId::parse(&format!("{} hdgst:1 ddgst:1", t.trid())).unwrap();
+    let c = TcpController::connect(&trid, TcpOptions::default()).unwrap();
+    let mut qp = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    write_blocks(&c, &mut qp, 1, 2, 21);
+    c.reset().unwrap();
+    read_matches(&c, &mut qp, 1, 2, 21);
+    assert_eq!(qp.digests(), (true, true));
+    write_blocks(&c, &mut qp, 1, 3, 22);
+    read_matches(&c, &mut qp, 1, 3, 22);
+}
+
+#[test]
+fn resets_while_another_thread_runs_io_lose_no_acknowledged_write() {
+    let t = FakeTarget::start(Config::default());
+    let c = connect(&t);
+    let ns = c.namespace(2).unwrap();
+    let mut qp = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (mut writes, mut retries) = (0u64, 0u64);
+    std::thread::scope(|s| {
+        let io = s.spawn(|| {
+            let start = Instant::now();
+            let mut acknowledged = [None::<u8>; 16];
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) || i < 50 {
+                assert!(start.elapsed() < Duration::from_secs(30), "hang");
+                let lba = i % 16;
+                let seed = i as u8;
+                let mut buf = c.alloc_buffer(512).unwrap();
+                buf[..512].copy_from_slice(&pattern(512, seed));
+                match qp.write(&ns, lba, 1, buf, WriteFlags::NONE) {
+                    Ok(_) => {
+                        acknowledged[lba as usize] = Some(seed);
+                        writes += 1;
+                        i += 1;
+                    }
+                    Err(f) => {
+                        assert!(f.error.is_retryable(), "{f}");
+                        assert!(f.buffer.is_some(), "buffers come back");
+                        retries += 1;
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
+                }
+                // Every acknowledged write reads back (retrying reads a reset interrupts).
+                let want = acknowledged[lba as usize].unwrap();
+                loop {
+                    match qp.read(&ns, lba, 1, c.alloc_buffer(512).unwrap()) {
+                        Ok(b) => {
+                            assert_eq!(&b[..512], &pattern(512, want)[..], "LBA {lba}");
+                            break;
+                        }
+                        Err(f) => {
+                            assert!(f.error.is_retryable(), "{f}");
+                            retries += 1;
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
+                }
+            }
+        });
+        for _ in 0..5 {
+            std::thread::sleep(Duration::from_millis(30));
+            c.reset().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        io.join().unwrap();
+    });
+    assert_eq!(c.resets(), 5);
+    assert!(writes >= 50, "{writes} writes");
+    eprintln!("{writes} writes acknowledged and read back, {retries} retries across 5 resets");
 }

@@ -164,6 +164,34 @@ sed 's/^/    stderr: /' /tmp/cut.err | head -n 5
 grep -qi "closed the connection\|connection" /tmp/cut.err || fail "nvme-perf did not say the connection was lost"
 echo "    ok: exit $rc $((end - start)) s after the port went away"
 
+echo "== the port back: a new run works (tcprecov)"
+ln -s "$CFG/subsystems/$NQN" "$CFG/ports/1/subsystems/$NQN"
+timeout 60 nvme-perf "$TRID" -n 2 -w randread -q 8 -t 1 --quiet --json >/tmp/back.json 2>/tmp/back.err || {
+    cat /tmp/back.err
+    fail "nvme-perf failed after the port came back"
+}
+grep -q '"errors": *0' /tmp/back.json || { cat /tmp/back.json; fail "nvme-perf reported errors after the port came back"; }
+timeout 60 nvme-identify --health "$TRID" >/tmp/health.out || fail "nvme-identify --health over TCP failed"
+grep -q "^SMART / Health Information of 127.0.0.1:$PORT/$NQN" /tmp/health.out || { cat /tmp/health.out; fail "no SMART log over TCP"; }
+grep -q "^Error Information Log: " /tmp/health.out || fail "no Error Information log over TCP"
+sed -n '1,4p;/^Error Information Log/p' /tmp/health.out | sed 's/^/    /'
+ios=$(sed -n 's/.*"ios": *\([0-9][0-9]*\).*/\1/p' /tmp/back.json | head -n1)
+[ "${ios:-0}" -gt 0 ] || fail "nvme-perf completed no I/O after the port came back"
+echo "    ok: nvme-perf ($ios I/Os, 0 errors) and nvme-identify --health over TCP after the port came back"
+# A controller reset against the kernel's target: CC.EN=0 on the old association, a new
+# admin Connect, CC.EN=1, and the I/O queue reconnected with its queue id, between a write
+# and its read-back.
+timeout 60 nvme-hello --nsid 2 --write-lba 12 --reset "$TRID" >/tmp/reset.out 2>&1 || {
+    cat /tmp/reset.out
+    fail "nvme-hello --reset over TCP failed"
+}
+grep -q "Controller reset" /tmp/reset.out || { cat /tmp/reset.out; fail "nvme-hello did not reset"; }
+grep -q "Hello world" /tmp/reset.out || { cat /tmp/reset.out; fail "no greeting read back after the reset"; }
+dd if=/tmp/ns2.img of=/tmp/blk12 bs=512 skip=12 count=1 2>/dev/null
+[ "$(head -c 12 /tmp/blk12)" = "Hello world!" ] || fail "block 12 of the backing file lacks the greeting"
+echo "    ok: write, controller reset over TCP, read back through the reconnected queue"
+rm "$CFG/ports/1/subsystems/$NQN"
+
 echo "== cleanup"
 rmdir "$CFG/ports/1"
 echo 0 >"$CFG/subsystems/$NQN/namespaces/1/enable"

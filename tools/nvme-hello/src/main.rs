@@ -40,6 +40,11 @@ struct Cli {
     /// Without it nothing is written.
     #[arg(long, value_name = "LBA")]
     write_lba: Option<u64>,
+    /// Reset the controller between the write and the read-back (a recovery smoke test:
+    /// through registers on PCIe, a new association over NVMe/TCP; the queue pair re-creates
+    /// or reconnects its queue by itself).
+    #[arg(long, requires = "write_lba")]
+    reset: bool,
 }
 
 /// Why `nvme-hello` failed.
@@ -204,6 +209,13 @@ fn run(cli: &Cli) -> Result<(), HelloError> {
     let written = qp
         .write(&ns, write_lba, 1, buf, WriteFlags::NONE)
         .map_err(io_error("write", &ns, write_lba))?;
+    if cli.reset {
+        ctrl.reset()?;
+        writeln!(
+            out,
+            "  Controller reset; reading the block back through the same queue pair"
+        )?;
+    }
 
     let fresh = ctrl.alloc_buffer(block_size as usize)?;
     let read = qp

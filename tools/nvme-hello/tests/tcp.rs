@@ -65,3 +65,25 @@ fn tcp_errors_are_clear() {
     assert!(err.contains("has no traddr"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn hello_with_a_reset_between_write_and_read_back_over_tcp() {
+    let t = FakeTarget::start(Config::default());
+    let trid = t.trid().to_string();
+    let (rc, out, err) = hello(&[&trid, "--nsid", "2", "--write-lba", "11", "--reset"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(out.contains("Controller reset"), "{out}");
+    assert!(out.ends_with("Hello world!\n"), "{out}");
+    assert_eq!(&t.disk(2, 11 * 512, 13), b"Hello world!\n");
+    // Two associations: bring-up and the reset.
+    assert_eq!(
+        t.counters()
+            .admin_connects
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+    // --reset needs --write-lba.
+    let (rc, _, err) = hello(&[&trid, "--reset"]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(err.contains("--write-lba"), "{err}");
+}

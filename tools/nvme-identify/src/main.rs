@@ -44,8 +44,6 @@ struct Cli {
 enum IdentifyError {
     #[error(transparent)]
     Device(#[from] TargetError),
-    #[error("--health reads log pages through the PCIe driver; it is not supported over NVMe/TCP yet (controller {0})")]
-    HealthOverTcp(String),
     #[error(transparent)]
     Driver(#[from] nvme_driver::Error),
     #[error("cannot encode the report as JSON: {0}")]
@@ -63,9 +61,6 @@ fn run(cli: &Cli) -> Result<(), IdentifyError> {
     }
     let ctrl = AnyController::open(&target, ControllerOptions::default())?;
     if cli.health {
-        let Some(ctrl) = ctrl.as_pcie() else {
-            return Err(IdentifyError::HealthOverTcp(ctrl.name().to_owned()));
-        };
         let smart = ctrl.smart_log(NSID_BROADCAST)?;
         let errors = ctrl.error_log(usize::MAX)?;
         let report = HealthReport::new(ctrl.name(), &smart, &errors);

@@ -74,7 +74,7 @@ impl AnyController {
         })
     }
 
-    /// The PCIe controller, for what only PCIe offers (log pages, resets).
+    /// The PCIe controller, for what only PCIe offers (events, shadow doorbells, ...).
     pub fn as_pcie(&self) -> Option<&Controller> {
         match self {
             AnyController::Pcie(c) => Some(c),
@@ -120,6 +120,23 @@ impl AnyController {
     /// Namespace `nsid`.
     pub fn namespace(&self, nsid: u32) -> Result<Namespace> {
         both!(self, c => c.namespace(nsid))
+    }
+
+    /// The SMART / Health Information log page (Log Identifier 02h) for `nsid`
+    /// (`NSID_BROADCAST` for the whole controller).
+    pub fn smart_log(&self, nsid: u32) -> Result<nvme_driver::spec::SmartLog> {
+        both!(self, c => c.smart_log(nsid))
+    }
+
+    /// The newest `entries` Error Information log entries (Log Identifier 01h), newest first.
+    pub fn error_log(&self, entries: usize) -> Result<Vec<nvme_driver::spec::ErrorLogEntry>> {
+        both!(self, c => c.error_log(entries))
+    }
+
+    /// Resets the controller (PCIe: through CC.EN; NVMe/TCP: a new association); queue
+    /// pairs re-create or reconnect their queues at their next submission or poll.
+    pub fn reset(&self) -> Result<()> {
+        both!(self, c => c.reset())
     }
 
     /// Largest I/O queue.
