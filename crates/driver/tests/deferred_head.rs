@@ -4,28 +4,28 @@
 
 use std::time::Duration;
 
-use nvme_driver::{Controller, ControllerOptions, DmaBuffer, QueuePairOptions, Transport};
+use nvme_driver::{Controller, ControllerOptions, DmaBuffer, QueuePairOptions};
 use nvme_sim::{SimConfig, SimController};
 
+mod common;
+
 fn start(shadow: bool) -> (SimController, Controller) {
-    let _ = env_logger::builder().is_test(true).try_init();
-    let sim = SimController::start(SimConfig {
-        shadow_doorbells: true,
-        ..SimConfig::default()
-    });
-    let ctrl = Controller::new(
-        Transport::new(sim.mmio(), sim.dma(), "sim"),
+    let shadow_doorbells = if shadow {
+        nvme_driver::ShadowDoorbells::Always
+    } else {
+        nvme_driver::ShadowDoorbells::Never
+    };
+    common::start_sim(
+        SimConfig {
+            shadow_doorbells: true,
+            ..SimConfig::default()
+        },
         ControllerOptions {
-            shadow_doorbells: if shadow {
-                nvme_driver::ShadowDoorbells::Always
-            } else {
-                nvme_driver::ShadowDoorbells::Never
-            },
+            shadow_doorbells,
             ..ControllerOptions::default()
         },
+        false,
     )
-    .expect("bring-up");
-    (sim, ctrl)
 }
 
 /// Reap-then-resubmit rounds on a queue of 4 entries (3 in flight, so the CQ is as full as it

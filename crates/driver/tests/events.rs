@@ -5,16 +5,13 @@ use nvme_driver::WriteFlags;
 use std::time::{Duration, Instant};
 
 use nvme_driver::spec::{AsyncEvent, AsyncEventType};
-use nvme_driver::{Controller, ControllerOptions, QueuePairOptions, Transport};
+use nvme_driver::{Controller, ControllerOptions, QueuePairOptions};
 use nvme_sim::{SimConfig, SimController};
 
+mod common;
+
 fn start() -> (SimController, Controller) {
-    let _ = env_logger::builder().is_test(true).try_init();
-    let sim = SimController::start(SimConfig::default());
-    let transport =
-        Transport::new(sim.mmio(), sim.dma(), "sim").with_function_control(sim.function_control());
-    let ctrl = Controller::new(transport, ControllerOptions::default()).expect("bring-up");
-    (sim, ctrl)
+    common::start_sim(SimConfig::default(), ControllerOptions::default(), true)
 }
 
 /// Takes events until `n` arrived (the emulator answers AERs on its own thread).
@@ -92,7 +89,6 @@ fn an_event_storm_is_bounded_and_does_not_stall_io() {
 
 /// A two-namespace emulator whose namespace 2 starts detached.
 fn start_with_detached_ns2() -> (SimController, Controller) {
-    let _ = env_logger::builder().is_test(true).try_init();
     let second = nvme_sim::SimNamespace {
         nsid: 2,
         block_size: 4096,
@@ -104,10 +100,7 @@ fn start_with_detached_ns2() -> (SimController, Controller) {
         ..SimConfig::default()
     });
     sim.set_namespace_attached(2, false);
-    let transport =
-        Transport::new(sim.mmio(), sim.dma(), "sim").with_function_control(sim.function_control());
-    let ctrl = Controller::new(transport, ControllerOptions::default()).expect("bring-up");
-    (sim, ctrl)
+    common::open_on(sim, ControllerOptions::default(), true)
 }
 
 fn nsids(ctrl: &Controller) -> Vec<u32> {

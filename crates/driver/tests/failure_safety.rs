@@ -14,6 +14,8 @@ use nvme_driver::{
 };
 use nvme_sim::{ExecutionDelay, SimConfig, SimController, SimNamespace};
 
+mod common;
+
 /// The 512-byte namespace of the default emulator.
 const NS: u32 = 1;
 const BLOCK: usize = 512;
@@ -41,14 +43,7 @@ fn start_with_options(
     function_control: bool,
     options: ControllerOptions,
 ) -> (SimController, Controller) {
-    let _ = env_logger::builder().is_test(true).try_init();
-    let sim = SimController::start(config);
-    let mut transport = Transport::new(sim.mmio(), sim.dma(), "sim");
-    if function_control {
-        transport = transport.with_function_control(sim.function_control());
-    }
-    let ctrl = Controller::new(transport, options).expect("bring-up");
-    (sim, ctrl)
+    common::start_sim(config, options, function_control)
 }
 
 fn start() -> (SimController, Controller) {

@@ -8,8 +8,10 @@ use nvme_driver::spec::log::{CriticalWarning, NSID_BROADCAST};
 use nvme_driver::spec::opcode::{admin, nvm};
 use nvme_driver::spec::status::{generic, media};
 use nvme_driver::spec::{SmartLog, Status, StatusCodeType};
-use nvme_driver::{Controller, ControllerOptions, Error, QueuePair, QueuePairOptions, Transport};
+use nvme_driver::{Controller, ControllerOptions, Error, QueuePair, QueuePairOptions};
 use nvme_sim::{SimConfig, SimController, ERROR_LOG_ENTRIES, SIM_TEMPERATURE_K};
+
+mod common;
 
 /// Namespaces of the default emulator configuration.
 const NS_512: u32 = 1;
@@ -20,11 +22,7 @@ fn start() -> (SimController, Controller) {
 }
 
 fn start_with(options: ControllerOptions) -> (SimController, Controller) {
-    let _ = env_logger::builder().is_test(true).try_init();
-    let sim = SimController::start(SimConfig::default());
-    let ctrl =
-        Controller::new(Transport::new(sim.mmio(), sim.dma(), "sim"), options).expect("bring-up");
-    (sim, ctrl)
+    common::start_sim(SimConfig::default(), options, false)
 }
 
 fn qp(ctrl: &Controller) -> QueuePair {

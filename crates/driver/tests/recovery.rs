@@ -4,26 +4,20 @@
 use nvme_driver::WriteFlags;
 use std::time::{Duration, Instant};
 
-use nvme_driver::{Controller, ControllerOptions, Error, QueuePair, QueuePairOptions, Transport};
+use nvme_driver::{Controller, ControllerOptions, Error, QueuePair, QueuePairOptions};
 use nvme_sim::{SimConfig, SimController};
+
+mod common;
 
 const NS: u32 = 1;
 const BLOCK: usize = 512;
 
 fn start(config: SimConfig) -> (SimController, Controller) {
-    let _ = env_logger::builder().is_test(true).try_init();
-    let sim = SimController::start(config);
-    let transport =
-        Transport::new(sim.mmio(), sim.dma(), "sim").with_function_control(sim.function_control());
-    let ctrl = Controller::new(
-        transport,
-        ControllerOptions {
-            admin_timeout: Duration::from_millis(500),
-            ..ControllerOptions::default()
-        },
-    )
-    .expect("bring-up");
-    (sim, ctrl)
+    let options = ControllerOptions {
+        admin_timeout: Duration::from_millis(500),
+        ..ControllerOptions::default()
+    };
+    common::start_sim(config, options, true)
 }
 
 fn qp(ctrl: &Controller, depth: u32) -> QueuePair {

@@ -8,24 +8,21 @@ use std::time::Duration;
 
 use nvme_driver::spec::status::media;
 use nvme_driver::spec::StatusCodeType;
-use nvme_driver::{Controller, ControllerOptions, QueuePair, QueuePairOptions, Transport};
+use nvme_driver::{Controller, ControllerOptions, QueuePair, QueuePairOptions};
 use nvme_sim::{SimConfig, SimController};
 
+mod common;
+
 fn start(offered: bool, wanted: bool) -> (SimController, Controller) {
-    let _ = env_logger::builder().is_test(true).try_init();
-    let sim = SimController::start(SimConfig {
+    let config = SimConfig {
         sgl: offered,
         ..SimConfig::default()
-    });
-    let ctrl = Controller::new(
-        Transport::new(sim.mmio(), sim.dma(), "sim"),
-        ControllerOptions {
-            sgl: wanted,
-            ..ControllerOptions::default()
-        },
-    )
-    .expect("bring-up");
-    (sim, ctrl)
+    };
+    let options = ControllerOptions {
+        sgl: wanted,
+        ..ControllerOptions::default()
+    };
+    common::start_sim(config, options, false)
 }
 
 fn qp(ctrl: &Controller) -> QueuePair {

@@ -12,20 +12,16 @@ use nvme_driver::{
 };
 use nvme_sim::{SimConfig, SimController, SimNamespace};
 
+mod common;
+
 fn start(config: SimConfig) -> (SimController, Controller) {
-    let _ = env_logger::builder().is_test(true).try_init();
-    let sim = SimController::start(config);
     // Timeouts abort without escalating to a reset: these tests watch single requests
     // (tests/recovery.rs covers the escalation).
-    let ctrl = Controller::new(
-        Transport::new(sim.mmio(), sim.dma(), "sim"),
-        ControllerOptions {
-            timeout_action: nvme_driver::TimeoutAction::Abort,
-            ..ControllerOptions::default()
-        },
-    )
-    .expect("bring-up");
-    (sim, ctrl)
+    let options = ControllerOptions {
+        timeout_action: nvme_driver::TimeoutAction::Abort,
+        ..ControllerOptions::default()
+    };
+    common::start_sim(config, options, false)
 }
 
 fn default_sim() -> (SimController, Controller) {

@@ -6,15 +6,10 @@ use std::time::{Duration, Instant};
 use nvme_driver::{Controller, ControllerOptions, Error, QueuePairOptions, Transport};
 use nvme_sim::{SimConfig, SimController};
 
+mod common;
+
 fn start() -> (SimController, Controller) {
-    let _ = env_logger::builder().is_test(true).try_init();
-    let sim = SimController::start(SimConfig::default());
-    let ctrl = Controller::new(
-        Transport::new(sim.mmio(), sim.dma(), "sim"),
-        ControllerOptions::default(),
-    )
-    .unwrap();
-    (sim, ctrl)
+    common::start_sim(SimConfig::default(), ControllerOptions::default(), false)
 }
 
 #[test]

@@ -4,10 +4,10 @@
 use nvme_driver::WriteFlags;
 use std::rc::Rc;
 
-use nvme_driver::{
-    Controller, ControllerOptions, Error, QueuePairOptions, Transport, TypedQueuePair,
-};
+use nvme_driver::{Controller, ControllerOptions, Error, QueuePairOptions, TypedQueuePair};
 use nvme_sim::{SimConfig, SimController};
+
+mod common;
 
 const NS: u32 = 2; // 4 KiB blocks
 
@@ -21,13 +21,7 @@ struct Request {
 }
 
 fn start() -> (SimController, Controller) {
-    let sim = SimController::start(SimConfig::default());
-    let ctrl = Controller::new(
-        Transport::new(sim.mmio(), sim.dma(), "sim"),
-        ControllerOptions::default(),
-    )
-    .unwrap();
-    (sim, ctrl)
+    common::start_sim(SimConfig::default(), ControllerOptions::default(), false)
 }
 
 #[test]

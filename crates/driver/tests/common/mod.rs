@@ -1,0 +1,31 @@
+//! Shared bring-up for the integration tests: an in-process emulated controller and a driver
+//! controller opened on it.
+
+use nvme_driver::{Controller, ControllerOptions, Transport};
+use nvme_sim::{SimConfig, SimController};
+
+/// Starts the emulator with `config` and brings a controller up on it (see [`open_on`]).
+pub fn start_sim(
+    config: SimConfig,
+    options: ControllerOptions,
+    function_control: bool,
+) -> (SimController, Controller) {
+    open_on(SimController::start(config), options, function_control)
+}
+
+/// Brings a controller up on an emulator already started (and perhaps rearranged) with
+/// `options`. With `function_control`, the transport can reset the emulated PCI function
+/// (Function Level Reset), as vfio-pci's can. Logging goes to the test output.
+pub fn open_on(
+    sim: SimController,
+    options: ControllerOptions,
+    function_control: bool,
+) -> (SimController, Controller) {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let mut transport = Transport::new(sim.mmio(), sim.dma(), "sim");
+    if function_control {
+        transport = transport.with_function_control(sim.function_control());
+    }
+    let ctrl = Controller::new(transport, options).expect("bring-up");
+    (sim, ctrl)
+}
