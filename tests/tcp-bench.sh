@@ -7,13 +7,13 @@
 # (tests/qemu/bench-report.py --tcp) and, with --update, rewrites the block in
 # docs/performance.md ("NVMe/TCP: our initiator vs the kernel's NVMe/TCP host").
 #
-# Usage: [BASE=path/to/old/nvme-perf] [SMP=2] [TCPBENCH_AB=0] [TCPBENCH_STRACE=0] [NO_BUILD=1]
+# Usage: [BASE=path/to/old/nvme-perf] [SMP=1] [TCPBENCH_AB=0] [TCPBENCH_STRACE=0] [NO_BUILD=1]
 #        tests/tcp-bench.sh [REPS [SECS]] [--update]
 #
 # BASE: a baseline build of nvme-perf (static, e.g. a copy of target/guest/x86_64-unknown-linux-gnu/
 # release/nvme-perf from before a change) run as `base-*` in the same boot: the A/B of a change
-# to crates/tcp. SMP: guest vCPUs (default 2: the target's kernel threads need a CPU while the
-# initiators busy-poll). strace, where the host has it, goes into the guest for the syscall counts
+# to crates/tcp. SMP: guest vCPUs (default 1, as tests/bench.sh: under TCG a second vCPU made
+# every side slower and the runs far noisier, see docs/performance.md). strace, where the host has it, goes into the guest for the syscall counts
 # (TCPBENCH_STRACE=0: no strace runs). TCPBENCH_AB=0 leaves out the ours-yield-* and ours-wait-*
 # runs (nvme-perf --yield-idle, --interrupts).
 set -euo pipefail
@@ -25,7 +25,7 @@ for a in "$@"; do
 done
 REPS=${ARGS[0]:-5}
 SECS=${ARGS[1]:-5}
-SMP=${SMP:-2}
+SMP=${SMP:-1}
 LOG=$ROOT/target/tcp-bench-guest.log
 mkdir -p "$ROOT/target"
 
@@ -49,7 +49,7 @@ GUEST_EXTRA_BINS=${EXTRA# } \
     --case-timeout "$CASE_TIMEOUT" --timeout $((CASE_TIMEOUT + 600)) \
     --log "$LOG" ${NO_BUILD:+--no-build} nvmf-tcp-bench.sh
 CMD="tests/tcp-bench.sh $REPS $SECS"
-[ "$SMP" = 2 ] || CMD="SMP=$SMP $CMD"
+[ "$SMP" = 1 ] || CMD="SMP=$SMP $CMD"
 [ -z "${BASE:-}" ] || CMD="BASE=.../nvme-perf $CMD"
 [ "${TCPBENCH_AB:-1}" = 1 ] || CMD="TCPBENCH_AB=0 $CMD"
 [ "${TCPBENCH_STRACE:-1}" = 1 ] || CMD="TCPBENCH_STRACE=0 $CMD"

@@ -238,6 +238,8 @@ def cpu_cell(cpus, label):
         sirq.append(sum(v[3] for v in run.values()))
     if not hi:
         return "-"
+    if all(len(run) == 1 for run in cpus.get(label, [])):
+        return f"{statistics.median(hi):.0f} (softirq {statistics.median(sirq):.0f})"
     return f"{statistics.median(hi):.0f} / {statistics.median(lo):.0f} (softirq {statistics.median(sirq):.0f})"
 
 
