@@ -2,7 +2,10 @@
 """Turns the `@@BENCH <label> <json>` lines of a bench.sh guest log, and the `@@PEER <label> <line>`
 output of the peer benchmarks (SPDK's spdk_nvme_perf, libvfn's examples/perf) closed by
 `@@PEER-END <label> rc=N`, into a Markdown table of medians and ratios.
-Usage: bench-report.py LOG [--update docs/performance.md] [--command CMD]"""
+With --tcp, the log is one of tests/tcp-bench.sh (labels ours-, base-, kernel-irq-,
+kernel-polled- at qd1 and qd128, and `@@STRACE <label> <line>` syscall counts closed by
+`@@STRACE-END <label> ios=N`): the NVMe/TCP table, in its own block of the document.
+Usage: bench-report.py LOG [--tcp] [--update docs/performance.md] [--command CMD]"""
 import json
 import re
 import statistics
@@ -10,6 +13,8 @@ import sys
 
 BEGIN = "<!-- qemu-bench:begin -->"
 END = "<!-- qemu-bench:end -->"
+TCP_BEGIN = "<!-- tcp-bench:begin -->"
+TCP_END = "<!-- tcp-bench:end -->"
 
 
 def parse_spdk(lines):
@@ -176,25 +181,189 @@ def report(runs, command):
     return "\n".join(out)
 
 
+def load_strace(path):
+    """`strace -c -f` summaries by label: {"ios": N, "calls": {syscall: calls}}. The total line
+    is left out (summed from the rows instead)."""
+    out = {}
+    line_re = re.compile(r"@@STRACE (\S+) (.*?)\s*$")
+    end_re = re.compile(r"@@STRACE-END (\S+) ios=(\d*)")
+    with open(path, errors="replace") as f:
+        for line in f:
+            m = end_re.search(line)
+            if m:
+                out.setdefault(m.group(1), {"calls": {}})["ios"] = int(m.group(2) or 0)
+                continue
+            m = line_re.search(line)
+            if not m:
+                continue
+            fields = m.group(2).split()
+            # % time, seconds, usecs/call, calls, [errors,] syscall
+            if len(fields) < 5 or fields[-1] == "total" or not fields[3].isdigit():
+                continue
+            calls = out.setdefault(m.group(1), {"calls": {}})["calls"]
+            calls[fields[-1]] = calls.get(fields[-1], 0) + int(fields[3])
+    return out
+
+
+def load_cpu(path):
+    """`@@CPU <label> cpuN busy user system softirq ...` lines (per cent of each guest CPU over
+    one run) by label: a list of runs, each {cpu: (busy, user, system, softirq)}."""
+    out = {}
+    with open(path, errors="replace") as f:
+        for line in f:
+            m = re.search(r"@@CPU (\S+) (.*?)\s*$", line)
+            if not m:
+                continue
+            f5 = m.group(2).split()
+            run = {}
+            for i in range(0, len(f5) - 4, 5):
+                try:
+                    run[f5[i]] = tuple(float(x) for x in f5[i + 1:i + 5])
+                except ValueError:
+                    pass
+            out.setdefault(m.group(1), []).append(run)
+    return out
+
+
+def cpu_cell(cpus, label):
+    """Median busy % of the busier and of the less busy guest CPU (they trade places between
+    runs), with the softirq share of all CPUs: "100 / 35 (sirq 12)"."""
+    hi, lo, sirq = [], [], []
+    for run in cpus.get(label, []):
+        busy = sorted((v[0] for v in run.values()), reverse=True)
+        if not busy:
+            continue
+        hi.append(busy[0])
+        lo.append(busy[-1] if len(busy) > 1 else 0)
+        sirq.append(sum(v[3] for v in run.values()))
+    if not hi:
+        return "-"
+    if all(len(run) == 1 for run in cpus.get(label, [])):
+        return f"{statistics.median(hi):.0f} (softirq {statistics.median(sirq):.0f})"
+    return f"{statistics.median(hi):.0f} / {statistics.median(lo):.0f} (softirq {statistics.median(sirq):.0f})"
+
+
+def report_tcp(runs, straces, command, cpus=None):
+    """The NVMe/TCP table: ours (and a baseline build) against the kernel's NVMe/TCP host."""
+    out = []
+    n = max((len(v) for v in runs.values()), default=0)
+    out.append(f"Medians of {n} repetitions (rotating order), 4 KiB random read, nsid 1 "
+               "(null_blk, memory-backed) through nvmet-tcp on 127.0.0.1.\n")
+    cpus = cpus or {}
+    out.append("| run | IOPS (median) | avg latency µs | p50 µs | p99 µs | worker CPU µs / I/O "
+               "| PDUs received / I/O | polls / I/O | guest CPUs busy % | IOPS of each run |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+
+    def us(label, key):
+        v = med(runs, label, key)
+        return fmt(v and v / 1000, 1)
+
+    def per_io(label, key):
+        rs = []
+        for r in runs.get(label, []):
+            t = r.get("tcp") or {}
+            if t.get(key) is not None and t.get("commands"):
+                rs.append(t[key] / t["commands"])
+        return fmt(statistics.median(rs), 2) if rs else "-"
+
+    order = ["ours", "ours-yield", "ours-wait", "base", "kernel-irq", "kernel-polled"]
+    labels = sorted(runs, key=lambda x: (int(x.rsplit("qd", 1)[1]) if "-qd" in x else 0,
+                                         max((i for i, o in enumerate(order) if x.startswith(o + "-qd")), default=9), x))
+    for label in labels:
+        out.append(
+            f"| {label} | {fmt(med(runs, label, 'iops'))} | {us(label, 'lat_ns.avg')}"
+            f" | {us(label, 'lat_ns.p.50')} | {us(label, 'lat_ns.p.99')}"
+            f" | {us(label, 'thread_cpu_ns_per_io')}"
+            f" | {per_io(label, 'pdus_received')} | {per_io(label, 'polls')}"
+            f" | {cpu_cell(cpus, label)}"
+            f" | {', '.join(fmt(v) for v in values(runs, label, 'iops'))} |"
+        )
+    out.append("")
+    out.append("| comparison | ratio of medians | median of per-repetition ratios |")
+    out.append("|---|---:|---|")
+
+    def row(text, num, den, key):
+        if num not in runs or den not in runs:
+            return
+        out.append(f"| {text} | {ratio(med(runs, num, key), med(runs, den, key))} "
+                   f"| {paired(runs, num, den, key)} |")
+
+    for qd in ("qd1", "qd128"):
+        for other, name in [("kernel-irq", "kernel host, io_uring interrupts"),
+                            ("kernel-polled", "kernel host, io_uring polled"),
+                            ("base", "baseline build")]:
+            row(f"{qd.upper()} IOPS: ours / {name}", f"ours-{qd}", f"{other}-{qd}", "iops")
+            row(f"{qd.upper()} avg latency: ours / {name} (<1: ours is faster)",
+                f"ours-{qd}", f"{other}-{qd}", "lat_ns.avg")
+        # The A/B variants of ours (same binary, one option), and each against the kernel
+        # host's faster mode at this depth (by median IOPS).
+        kernels = [k for k in (f"kernel-irq-{qd}", f"kernel-polled-{qd}") if k in runs]
+        best = max(kernels, key=lambda k: med(runs, k, "iops") or 0, default=None)
+        for variant, what in [("ours-yield", "--yield-idle (sched_yield after an empty poll)"),
+                              ("ours-wait", "--interrupts (block in the socket after 64 empty polls)")]:
+            row(f"{qd.upper()} IOPS: A/B ours {what} / ours", f"{variant}-{qd}", f"ours-{qd}", "iops")
+            if best:
+                mode = "interrupts" if "irq" in best else "polled"
+                row(f"{qd.upper()} IOPS: ours {what} / kernel host, io_uring {mode}",
+                    f"{variant}-{qd}", best, "iops")
+    out.append("")
+    if straces:
+        out.append("Syscalls per I/O, one run of each under `strace -c -f` (which slows every "
+                   "call down: count the calls, not the rates), less those of the same "
+                   "program run for one I/O (start-up and teardown):\n")
+        out.append("| run | I/Os | syscalls / I/O | the most frequent (per I/O) |")
+        out.append("|---|---:|---:|---|")
+        for label in sorted(straces, key=lambda x: labels.index(x) if x in labels else 99):
+            if label.endswith("-setup"):
+                continue
+            st = straces[label]
+            calls = dict(st["calls"])
+            ios = st.get("ios") or 0
+            # Start-up and teardown: the same program with one I/O.
+            setup = straces.get(label + "-setup")
+            if setup and setup.get("ios"):
+                for k, v in setup["calls"].items():
+                    calls[k] = max(0, calls.get(k, 0) - v)
+                ios -= setup["ios"]
+            if ios <= 0:
+                out.append(f"| {label} | 0 | n/a | the run failed |")
+                continue
+            top = sorted(calls.items(), key=lambda kv: -kv[1])[:4]
+            out.append(f"| {label} | {ios:,} | {sum(calls.values()) / ios:.2f} | "
+                       + ", ".join(f"{k} {v / ios:.2f}" for k, v in top) + " |")
+        out.append("")
+    if command:
+        out.append(f"Reproduce: `{command}`\n")
+    return "\n".join(out)
+
+
 def main():
     args = sys.argv[1:]
     if not args:
         sys.exit(__doc__)
     log = args[0]
+    tcp = "--tcp" in args
     update = args[args.index("--update") + 1] if "--update" in args else None
     command = args[args.index("--command") + 1] if "--command" in args else None
     runs = load(log)
     if not runs:
         sys.exit(f"no @@BENCH lines in {log}")
-    text = report(runs, command)
+    if tcp:
+        text = report_tcp(runs, load_strace(log), command, load_cpu(log))
+        begin, end = TCP_BEGIN, TCP_END
+        heading = "## NVMe/TCP: our initiator vs the kernel's NVMe/TCP host"
+    else:
+        text = report(runs, command)
+        begin, end = BEGIN, END
+        heading = "## QEMU guest: our driver vs the kernel's io_uring"
     print(text)
     if update:
         doc = open(update).read() if __import__("os").path.exists(update) else "# Performance\n"
-        block = f"{BEGIN}\n{text}\n{END}"
-        if BEGIN in doc and END in doc:
-            doc = doc[: doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
+        block = f"{begin}\n{text}\n{end}"
+        if begin in doc and end in doc:
+            doc = doc[: doc.index(begin)] + block + doc[doc.index(end) + len(end):]
         else:
-            doc = doc.rstrip() + "\n\n## QEMU guest: our driver vs the kernel's io_uring\n\n" + block + "\n"
+            doc = doc.rstrip() + f"\n\n{heading}\n\n" + block + "\n"
         open(update, "w").write(doc)
 
 

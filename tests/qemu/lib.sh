@@ -58,3 +58,99 @@ expect_fail() {
     IFS=$old_ifs
     echo "    ok: exit $rc, mentions: $texts"
 }
+
+# ---- NVMe/TCP: the kernel's target (nvmet + nvmet-tcp) and host (nvme-tcp) on loopback, for
+# nvmf-tcp.sh and nvmf-tcp-bench.sh.
+NVMF_NQN=nqn.2026-01.test:sub1
+NVMF_CFG=/sys/kernel/config/nvmet
+NVMF_PORT=4420
+# shellcheck disable=SC2034 # used by the cases that source this file
+NVMF_TRID="trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$NVMF_PORT subnqn:$NVMF_NQN"
+# Namespace 1: a memory-backed null_blk device with 4 KiB blocks, this many GiB.
+NVMF_NS1_GB=1
+# shellcheck disable=SC2034 # as above
+NVMF_NS1_SECTORS=$((NVMF_NS1_GB * 1024 * 2048))
+
+# nvmf_target_up [NS2_MB]: brings loopback up, loads the modules and configures subsystem
+# $NVMF_NQN through configfs: namespace 1 on /dev/nullb0 (memory-backed null_blk, 4 KiB
+# blocks), with NS2_MB also namespace 2 on /dev/loop0 over /tmp/ns2.img (NS2_MB MiB of zeroes,
+# 512-byte blocks), any host allowed, port 1 on 127.0.0.1:$NVMF_PORT.
+nvmf_target_up() {
+    ns2_mb=${1:-}
+    ip link set lo up
+    ip addr add 127.0.0.1/8 dev lo 2>/dev/null || true
+    modprobe null_blk nr_devices=1 bs=4096 gb=$NVMF_NS1_GB memory_backed=1
+    modprobe nvmet
+    modprobe nvmet-tcp
+    grep -q configfs /proc/mounts || mount -t configfs none /sys/kernel/config
+    [ -d "$NVMF_CFG" ] || fail "no $NVMF_CFG after loading nvmet"
+    sub=$NVMF_CFG/subsystems/$NVMF_NQN
+    mkdir "$sub"
+    echo 1 >"$sub/attr_allow_any_host"
+    mkdir "$sub/namespaces/1"
+    printf /dev/nullb0 >"$sub/namespaces/1/device_path"
+    echo 1 >"$sub/namespaces/1/enable"
+    if [ -n "$ns2_mb" ]; then
+        modprobe loop
+        dd if=/dev/zero of=/tmp/ns2.img bs=1M count="$ns2_mb" 2>/dev/null
+        losetup /dev/loop0 /tmp/ns2.img
+        NVMF_LOOP=/dev/loop0
+        mkdir "$sub/namespaces/2"
+        printf /dev/loop0 >"$sub/namespaces/2/device_path"
+        echo 1 >"$sub/namespaces/2/enable"
+    fi
+    mkdir "$NVMF_CFG/ports/1"
+    echo ipv4 >"$NVMF_CFG/ports/1/addr_adrfam"
+    echo tcp >"$NVMF_CFG/ports/1/addr_trtype"
+    echo 127.0.0.1 >"$NVMF_CFG/ports/1/addr_traddr"
+    echo $NVMF_PORT >"$NVMF_CFG/ports/1/addr_trsvcid"
+    ln -s "$sub" "$NVMF_CFG/ports/1/subsystems/$NVMF_NQN"
+}
+
+# nvmf_target_down: removes what nvmf_target_up configured (the port link may already be gone).
+nvmf_target_down() {
+    sub=$NVMF_CFG/subsystems/$NVMF_NQN
+    [ ! -L "$NVMF_CFG/ports/1/subsystems/$NVMF_NQN" ] || rm "$NVMF_CFG/ports/1/subsystems/$NVMF_NQN"
+    rmdir "$NVMF_CFG/ports/1"
+    for ns in "$sub"/namespaces/*; do
+        echo 0 >"$ns/enable"
+        rmdir "$ns"
+    done
+    rmdir "$sub"
+    [ -z "${NVMF_LOOP:-}" ] || losetup -d "$NVMF_LOOP"
+    NVMF_LOOP=""
+}
+
+# nvmf_host_available: loads the kernel's NVMe/TCP host (nvme-tcp); false where it is missing.
+nvmf_host_available() {
+    modprobe nvme-tcp 2>/dev/null && [ -e /dev/nvme-fabrics ]
+}
+
+# nvmf_host_connect SECTORS [OPTIONS]: connects the kernel's NVMe/TCP host to $NVMF_NQN (OPTIONS:
+# more nvme-fabrics options, e.g. ",nr_poll_queues=1") and prints the block device of the new
+# namespace that has SECTORS 512-byte sectors, within 10 s (after nvmf_host_available).
+nvmf_host_connect() {
+    for b in /sys/block/nvme*; do echo "$b"; done >/tmp/nvmf-before
+    echo "transport=tcp,traddr=127.0.0.1,trsvcid=$NVMF_PORT,nqn=$NVMF_NQN${2:-}" >/dev/nvme-fabrics
+    i=0
+    while [ "$i" -lt 100 ]; do
+        for b in /sys/block/nvme*; do
+            grep -qxF "$b" /tmp/nvmf-before && continue
+            # With multipath the hidden per-path disk (nvmeXcYnZ) has no /dev node.
+            if [ "$(cat "$b/size" 2>/dev/null)" = "$1" ] && [ -b "/dev/${b##*/}" ]; then
+                echo "/dev/${b##*/}"
+                return 0
+            fi
+        done
+        sleep 0.1
+        i=$((i + 1))
+    done
+    fail "the kernel NVMe/TCP host created no block device of $1 sectors for $NVMF_NQN"
+}
+
+# nvmf_host_disconnect: deletes the kernel host's controllers of $NVMF_NQN.
+nvmf_host_disconnect() {
+    for c in /sys/class/nvme/nvme*; do
+        if [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NVMF_NQN" ]; then echo 1 >"$c/delete_controller"; fi
+    done
+}

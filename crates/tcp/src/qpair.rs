@@ -443,6 +443,16 @@ impl TcpQueuePair {
         n
     }
 
+    /// Blocks until the target sends something or `timeout` passes (the socket is made
+    /// blocking for one read), then handles what arrived; returns whether completions are
+    /// ready for [`TcpQueuePair::poll`]. The hybrid mode's idle path, as
+    /// `QueuePair::wait_for_completion` on PCIe: call it after a run of empty polls instead
+    /// of spinning, e.g. where the target shares the CPU. Errors close the queue as in
+    /// `poll`, and are delivered there.
+    pub fn wait_for_completion(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        Ok(self.q.wait_readable(timeout))
+    }
+
     fn run_sync(
         &mut self,
         submitted: std::result::Result<(), IoFailure>,

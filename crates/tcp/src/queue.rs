@@ -878,6 +878,18 @@ impl Queue {
     fn receive(&mut self) {
         // A few reads per poll at most: a busy connection cannot starve the caller.
         for _ in 0..4 {
+            match self.read_some() {
+                Some(true) => {}
+                Some(false) | None => return,
+            }
+        }
+    }
+
+    /// One read into the receive buffer, then the PDUs it completed are handled.
+    /// `Some(true)`: the read filled the buffer (more may be waiting); `Some(false)`: it
+    /// did not; `None`: nothing to read (or the queue failed).
+    fn read_some(&mut self) -> Option<bool> {
+        loop {
             if self.rx_head == self.rx_tail {
                 self.rx_head = 0;
                 self.rx_tail = 0;
@@ -892,24 +904,53 @@ impl Queue {
                         addr: self.addr,
                         qid: self.qid,
                     });
-                    return;
+                    return None;
                 }
                 Ok(n) => {
                     self.rx_tail += n;
                     self.parse();
-                    if self.failed.is_some() || self.rx_tail < self.rx.len() {
-                        return;
-                    }
+                    return (self.failed.is_none()).then_some(self.rx_tail == self.rx.len());
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                // Also a blocking read (wait_readable) whose SO_RCVTIMEO passed (EAGAIN).
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(source) => {
                     let err = self.io_error(source);
                     self.fail(err);
-                    return;
+                    return None;
                 }
             }
         }
+    }
+
+    /// Blocks until the target sends something or `timeout` passes, and handles what came
+    /// (instead of spinning on empty polls: a target on the same CPU gets it). Returns
+    /// whether completions are ready for `poll`. The socket is blocking for this one read
+    /// (SO_RCVTIMEO = `timeout`), non-blocking again afterwards.
+    pub(crate) fn wait_readable(&mut self, timeout: Duration) -> bool {
+        if self.failed.is_none() && self.tx_head < self.tx.len() {
+            self.flush_tx();
+        }
+        if !self.deferred.is_empty() || self.failed.is_some() || self.in_flight == 0 {
+            return !self.deferred.is_empty();
+        }
+        let set = |s: &TcpStream| {
+            s.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+            s.set_nonblocking(false)
+        };
+        if let Err(source) = set(&self.stream) {
+            let err = self.io_error(source);
+            self.fail(err);
+            return true;
+        }
+        let _ = self.read_some();
+        if self.failed.is_none() {
+            if let Err(source) = self.stream.set_nonblocking(true) {
+                let err = self.io_error(source);
+                self.fail(err);
+            }
+        }
+        !self.deferred.is_empty()
     }
 
     /// Handles every complete PDU (and partial C2HData payload) in the receive buffer.

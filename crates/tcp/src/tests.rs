@@ -914,3 +914,63 @@ fn resets_while_another_thread_runs_io_lose_no_acknowledged_write() {
     assert!(writes >= 50, "{writes} writes");
     eprintln!("{writes} writes acknowledged and read back, {retries} retries across 5 resets");
 }
+
+#[test]
+fn wait_for_completion_blocks_until_data_then_poll_delivers() {
+    let t = FakeTarget::start(Config::default());
+    let c = connect(&t);
+    let ns = c.namespace(2).unwrap();
+    let mut qp = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    // Nothing in flight: nothing to wait for.
+    let start = Instant::now();
+    assert!(!qp.wait_for_completion(Duration::from_secs(5)).unwrap());
+    assert!(start.elapsed() < Duration::from_secs(1));
+    let data = pattern(512, 3);
+    let mut buf = c.alloc_buffer(512).unwrap();
+    buf[..512].copy_from_slice(&data);
+    qp.write(&ns, 5, 1, buf, nvme_driver::WriteFlags::NONE)
+        .unwrap();
+    qp.submit_read(&ns, 5, 1, c.alloc_buffer(512).unwrap(), 42)
+        .unwrap();
+    // Only waits, no busy polling, until the read is ready; then poll hands it over.
+    let mut got = None;
+    let start = Instant::now();
+    while got.is_none() {
+        if qp.wait_for_completion(Duration::from_secs(5)).unwrap() {
+            assert_eq!(qp.poll(|comp| got = Some(comp)), 1);
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no completion");
+    }
+    let comp = got.unwrap();
+    assert_eq!(comp.user_data, 42);
+    comp.result.unwrap();
+    assert_eq!(&comp.buffer.unwrap()[..512], &data[..]);
+}
+
+#[test]
+fn wait_for_completion_times_out_and_leaves_the_socket_non_blocking() {
+    let t = FakeTarget::start(Config {
+        fault: Fault::Silent,
+        ..Config::default()
+    });
+    let c = connect(&t);
+    let ns = c.namespace(2).unwrap();
+    let mut qp = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    qp.submit_read(&ns, 0, 1, c.alloc_buffer(512).unwrap(), 1)
+        .unwrap();
+    let start = Instant::now();
+    assert!(!qp.wait_for_completion(Duration::from_millis(300)).unwrap());
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(3),
+        "waited {waited:?}"
+    );
+    // The wait's blocking read is over: polls return at once again.
+    let start = Instant::now();
+    for _ in 0..10 {
+        assert_eq!(qp.poll(|_| panic!("the target never answers")), 0);
+    }
+    assert!(start.elapsed() < Duration::from_millis(250));
+    assert!(qp.closed_error().is_none());
+    assert_eq!(qp.in_flight(), 1);
+}

@@ -1,7 +1,8 @@
 //! Proof that the NVMe/TCP I/O path allocates nothing in steady state: a counting global
 //! allocator records the allocations made by the test thread while it submits and reaps
 //! thousands of reads (C2HData, SUCCESS flag), in-capsule writes and R2T writes (H2CData)
-//! against the fake target (whose own threads are not counted).
+//! against the fake target (whose own threads are not counted), half of the rounds waiting in
+//! `wait_for_completion` (a blocking read of the socket) instead of spinning on polls.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -84,6 +85,11 @@ fn steady_state_io_allocates_nothing() {
         qp.unplug();
         let mut n = 0;
         while n < 17 {
+            // Odd rounds block in the socket between polls (the hybrid mode's idle path).
+            if i % 2 == 1 {
+                qp.wait_for_completion(std::time::Duration::from_secs(5))
+                    .unwrap();
+            }
             n += qp.poll(|c| done.push(c));
         }
         for c in done.drain(..) {

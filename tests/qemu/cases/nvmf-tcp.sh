@@ -8,38 +8,14 @@
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
 
-NQN=nqn.2026-01.test:sub1
-CFG=/sys/kernel/config/nvmet
-PORT=4420
-TRID="trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$PORT subnqn:$NQN"
+NQN=$NVMF_NQN
+CFG=$NVMF_CFG
+PORT=$NVMF_PORT
+TRID=$NVMF_TRID
 NS2_MB=16
 
 echo "== loopback, modules, target"
-ip link set lo up
-ip addr add 127.0.0.1/8 dev lo 2>/dev/null || true
-modprobe null_blk nr_devices=1 bs=4096 gb=1 memory_backed=1
-modprobe loop
-modprobe nvmet
-modprobe nvmet-tcp
-grep -q configfs /proc/mounts || mount -t configfs none /sys/kernel/config
-[ -d "$CFG" ] || fail "no $CFG after loading nvmet"
-dd if=/dev/zero of=/tmp/ns2.img bs=1M count=$NS2_MB 2>/dev/null
-losetup /dev/loop0 /tmp/ns2.img
-
-mkdir "$CFG/subsystems/$NQN"
-echo 1 >"$CFG/subsystems/$NQN/attr_allow_any_host"
-mkdir "$CFG/subsystems/$NQN/namespaces/1"
-printf /dev/nullb0 >"$CFG/subsystems/$NQN/namespaces/1/device_path"
-echo 1 >"$CFG/subsystems/$NQN/namespaces/1/enable"
-mkdir "$CFG/subsystems/$NQN/namespaces/2"
-printf /dev/loop0 >"$CFG/subsystems/$NQN/namespaces/2/device_path"
-echo 1 >"$CFG/subsystems/$NQN/namespaces/2/enable"
-mkdir "$CFG/ports/1"
-echo ipv4 >"$CFG/ports/1/addr_adrfam"
-echo tcp >"$CFG/ports/1/addr_trtype"
-echo 127.0.0.1 >"$CFG/ports/1/addr_traddr"
-echo $PORT >"$CFG/ports/1/addr_trsvcid"
-ln -s "$CFG/subsystems/$NQN" "$CFG/ports/1/subsystems/$NQN"
+nvmf_target_up $NS2_MB
 
 echo "== nvme-identify $TRID"
 # shellcheck disable=SC2086 # unquoted on purpose: the tools also take the id as several words
@@ -98,26 +74,12 @@ dd if=/tmp/ns2.img of=/tmp/dig2.bin bs=64k skip=40 count=16 2>/dev/null
 cmp /tmp/in.bin /tmp/dig2.bin || fail "R2T writes with digests stored different data"
 
 echo "== cross-check through the kernel's NVMe/TCP host"
-if modprobe nvme-tcp 2>/dev/null && [ -e /dev/nvme-fabrics ]; then
-    for b in /sys/block/nvme*; do echo "$b"; done >/tmp/before
-    echo "transport=tcp,traddr=127.0.0.1,trsvcid=$PORT,nqn=$NQN" >/dev/nvme-fabrics
-    dev=""
-    i=0
-    while [ -z "$dev" ] && [ "$i" -lt 100 ]; do
-        for b in /sys/block/nvme*; do
-            grep -qxF "$b" /tmp/before && continue
-            if [ "$(cat "$b/size" 2>/dev/null)" = $((NS2_MB * 2048)) ]; then dev=/dev/${b##*/}; fi
-        done
-        [ -n "$dev" ] || sleep 0.1
-        i=$((i + 1))
-    done
-    [ -n "$dev" ] || fail "the kernel NVMe/TCP host created no block device for namespace 2"
+if nvmf_host_available; then
+    dev=$(nvmf_host_connect $((NS2_MB * 2048)))
     dd if="$dev" of=/tmp/kernel.bin bs=64k skip=4 count=16 iflag=direct 2>/dev/null
     cmp /tmp/in.bin /tmp/kernel.bin || fail "the kernel's NVMe/TCP host reads different data from $dev"
     echo "    ok: $dev (kernel host) reads what nvme-dd wrote"
-    for c in /sys/class/nvme/nvme*; do
-        if [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ]; then echo 1 >"$c/delete_controller"; fi
-    done
+    nvmf_host_disconnect
 else
     echo "@@WARN nvme-tcp host module unavailable: kernel cross-check skipped"
 fi
@@ -164,7 +126,7 @@ sed 's/^/    stderr: /' /tmp/cut.err | head -n 5
 grep -qi "closed the connection\|connection" /tmp/cut.err || fail "nvme-perf did not say the connection was lost"
 echo "    ok: exit $rc $((end - start)) s after the port went away"
 
-echo "== the port back: a new run works (tcprecov)"
+echo "== the port back: a new run works"
 ln -s "$CFG/subsystems/$NQN" "$CFG/ports/1/subsystems/$NQN"
 timeout 60 nvme-perf "$TRID" -n 2 -w randread -q 8 -t 1 --quiet --json >/tmp/back.json 2>/tmp/back.err || {
     cat /tmp/back.err
@@ -193,9 +155,4 @@ echo "    ok: write, controller reset over TCP, read back through the reconnecte
 rm "$CFG/ports/1/subsystems/$NQN"
 
 echo "== cleanup"
-rmdir "$CFG/ports/1"
-echo 0 >"$CFG/subsystems/$NQN/namespaces/1/enable"
-echo 0 >"$CFG/subsystems/$NQN/namespaces/2/enable"
-rmdir "$CFG/subsystems/$NQN/namespaces/1" "$CFG/subsystems/$NQN/namespaces/2"
-rmdir "$CFG/subsystems/$NQN"
-losetup -d /dev/loop0
+nvmf_target_down

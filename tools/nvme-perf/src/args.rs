@@ -289,7 +289,9 @@ pub struct Args {
 
     /// Call sched_yield after a poll that found nothing. For instruction counting under
     /// valgrind, which runs one thread at a time: the emulator's thread then runs at once
-    /// instead of after the poller's time slice of empty polls. spdk-like engine only.
+    /// instead of after the poller's time slice of empty polls. Over NVMe/TCP (with I/O
+    /// outstanding): a target on the same CPU, e.g. the kernel's nvmet-tcp over loopback,
+    /// runs at once. spdk-like engine only.
     #[arg(long)]
     pub yield_idle: bool,
 
@@ -307,7 +309,8 @@ pub struct Args {
 
     /// Hybrid completion (spdk-like engine): give each queue pair an MSI-X vector and, after
     /// a run of empty polls, block on its eventfd instead of spinning. Measures the interrupt
-    /// path of the request cache.
+    /// path of the request cache. Over NVMe/TCP: after a run of empty polls, block in a read
+    /// of the socket (TcpQueuePair::wait_for_completion) instead of spinning.
     #[arg(long)]
     pub interrupts: bool,
 

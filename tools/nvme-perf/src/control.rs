@@ -304,6 +304,36 @@ pub struct WorkerResult {
     pub verify: Option<crate::verify::VerifyStats>,
     /// With `--reset-interval`: resets and retries (whole run).
     pub recovery: Option<RecoveryStats>,
+    /// NVMe/TCP queue counters (TCP transport only; whole run of the worker).
+    pub tcp: Option<TcpCounters>,
+}
+
+/// What an NVMe/TCP queue pair did over a worker's run (from `TcpQueuePair::stats`), summed
+/// over threads: how many PDUs and polls (each poll with I/O outstanding is one `recv`) an
+/// I/O cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TcpCounters {
+    /// Command capsules sent.
+    pub commands: u64,
+    /// PDUs received.
+    pub pdus_received: u64,
+    /// Reads finished by a C2HData PDU with the SUCCESS flag (no CapsuleResp).
+    pub success_shortcuts: u64,
+    /// Calls to poll.
+    pub polls: u64,
+    /// Polls that delivered no completion.
+    pub idle_polls: u64,
+}
+
+impl TcpCounters {
+    /// Adds another thread's counts.
+    pub fn merge(&mut self, o: &TcpCounters) {
+        self.commands += o.commands;
+        self.pdus_received += o.pdus_received;
+        self.success_shortcuts += o.success_shortcuts;
+        self.polls += o.polls;
+        self.idle_polls += o.idle_polls;
+    }
 }
 
 /// `--reset-interval`: what the resets cost (whole run, summed over threads).

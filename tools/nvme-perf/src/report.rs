@@ -8,7 +8,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
 use crate::args::{Config, Engine};
-use crate::control::{DriverCounters, RecoveryStats, Tally};
+use crate::control::{DriverCounters, RecoveryStats, Tally, TcpCounters};
 use crate::runner::{per, Outcome, MIB};
 use crate::target::Target;
 use crate::verify::VerifyStats;
@@ -188,6 +188,9 @@ pub struct Report {
     /// With `--reset-interval`: resets made and I/Os retried (absent without it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recovery: Option<RecoveryStats>,
+    /// NVMe/TCP queue counters of the I/O queue pairs (absent on other transports).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpCounters>,
     /// With `--histogram` (and timed I/Os): `[bucket upper bound ns, count]` pairs, buckets
     /// growing by `JSON_HIST_LOG_BASE` from 1 µs up to the largest latency.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -262,6 +265,10 @@ impl Report {
             }
             r
         });
+        let mut tcp = None;
+        for t in outcome.results.iter().filter_map(|r| r.tcp.as_ref()) {
+            tcp.get_or_insert_with(TcpCounters::default).merge(t);
+        }
         let iops = if runtime > 0.0 {
             tally.ios as f64 / runtime
         } else {
@@ -308,6 +315,7 @@ impl Report {
             first_error: tally.first_error,
             verify,
             recovery,
+            tcp,
             histogram_ns: (config.histogram && config.latency).then(|| json_histogram(&tally.hist)),
             histogram: tally.hist,
         }
@@ -436,6 +444,18 @@ impl Report {
                 r.aborts_succeeded,
                 r.aborts_declined,
                 r.timeout_resets
+            );
+        }
+        if let Some(t) = &self.tcp {
+            let _ = writeln!(
+                out,
+                "  tcp: {} commands, {:.2} PDUs received / I/O, {} SUCCESS shortcuts, {:.2} polls \
+                 / I/O ({} idle)",
+                t.commands,
+                per(t.pdus_received, t.commands),
+                t.success_shortcuts,
+                per(t.polls, t.commands),
+                t.idle_polls
             );
         }
         if histogram {

@@ -165,10 +165,11 @@ struct Worker {
     verifier: Option<Verifier>,
 }
 
-/// With `--interrupts`: empty polls before the thread blocks on its queue's eventfd.
-const IDLE_POLLS_BEFORE_WAIT: u32 = 64;
+/// With `--interrupts`: empty polls before the thread blocks on its queue's eventfd (or, over
+/// NVMe/TCP, in a read of its socket).
+pub(crate) const IDLE_POLLS_BEFORE_WAIT: u32 = 64;
 /// With `--interrupts`: longest single wait (the loop re-checks its deadline after it).
-const INTERRUPT_WAIT: Duration = Duration::from_millis(100);
+pub(crate) const INTERRUPT_WAIT: Duration = Duration::from_millis(100);
 
 /// Runs the benchmark on our driver.
 pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
@@ -779,6 +780,7 @@ fn run_worker<C: Check>(
         driver: Some(driver),
         verify,
         recovery: recovering.then_some(recovery),
+        tcp: None,
     })
 }
 

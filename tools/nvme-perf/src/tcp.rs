@@ -2,8 +2,11 @@
 //! thread, preallocated buffers indexed by the request's user data, submissions batched with
 //! plug/unplug (one socket write per batch), completions reaped by `poll`.
 //!
-//! Options that only mean something on a PCI function (interrupts, shadow doorbells, resets,
-//! the emulator's verify mode) are refused with a message.
+//! Options that only mean something on a PCI function (shadow doorbells, resets, the
+//! emulator's verify mode) are refused with a message. `--interrupts` is the hybrid mode:
+//! after a run of empty polls the worker blocks in a read of its socket. `--yield-idle` calls sched_yield
+//! after a poll that found nothing while I/O is outstanding: with the target on the same CPU
+//! (the kernel's nvmet-tcp over loopback), its threads then run at once.
 
 use std::time::Instant;
 
@@ -11,10 +14,11 @@ use nvme_driver::{DmaBuffer, Namespace, QueuePairOptions};
 use nvme_tcp::{TcpController, TcpOptions, TcpQueuePair};
 
 use crate::args::Config;
-use crate::control::{Control, Live, LiveSample, Pacer, Tally, WorkerResult};
+use crate::control::{Control, Live, LiveSample, Pacer, Tally, TcpCounters, WorkerResult};
 use crate::error::PerfError;
 use crate::rng::LbaGen;
 use crate::runner::{self, Geometry, Setup};
+use crate::spdk::{IDLE_POLLS_BEFORE_WAIT, INTERRUPT_WAIT};
 use crate::target::Target;
 
 /// One thread's connection, buffers and address stream.
@@ -31,7 +35,6 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
         unreachable!("lib::run sends only TCP transport ids here");
     };
     let refused = [
-        (config.interrupts, "--interrupts"),
         (config.verify, "--verify"),
         (config.reset_interval.is_some(), "--reset-interval"),
         (
@@ -44,7 +47,6 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
             config.io_timeout != crate::args::DEFAULT_IO_TIMEOUT,
             "--io-timeout",
         ),
-        (config.yield_idle, "--yield-idle"),
     ];
     if let Some((_, option)) = refused.iter().find(|(set, _)| *set) {
         return Err(PerfError::InvalidOption {
@@ -129,6 +131,7 @@ fn run_worker(
     let mut totals = LiveSample::default();
     let mut pacer = Pacer::new(control, live, config.ios);
     let timed = config.latency;
+    let mut idle_polls = 0u32;
     loop {
         let in_flight = qd - free.len() as u32;
         let _ = pacer.step(&mut tally);
@@ -202,6 +205,20 @@ fn run_worker(
             totals.ios += reaped as u64;
             totals.reap_calls += 1;
         }
+        if reaped > 0 || qp.in_flight() == 0 {
+            idle_polls = 0;
+        } else if config.interrupts {
+            idle_polls += 1;
+            if idle_polls >= IDLE_POLLS_BEFORE_WAIT {
+                idle_polls = 0;
+                // Errors close the queue; the next poll delivers them.
+                let _ = qp.wait_for_completion(INTERRUPT_WAIT);
+            }
+        } else if config.yield_idle {
+            // A target on the same CPU (loopback) gets it at once instead of after the
+            // poller's time slice.
+            std::thread::yield_now();
+        }
         if let Some(e) = qp.closed_error() {
             if qp.in_flight() == 0 && free.len() as u32 == qd {
                 return Err(PerfError::driver("the NVMe/TCP queue closed", e));
@@ -211,6 +228,14 @@ fn run_worker(
     }
     let (elapsed, cpu) = pacer.measured();
     tally.finish();
+    let s = qp.stats();
+    let tcp = TcpCounters {
+        commands: s.commands_submitted,
+        pdus_received: s.pdus_received,
+        success_shortcuts: s.success_shortcuts,
+        polls: s.polls,
+        idle_polls: s.idle_polls,
+    };
     Ok(WorkerResult {
         tally,
         elapsed,
@@ -218,5 +243,6 @@ fn run_worker(
         driver: None,
         verify: None,
         recovery: None,
+        tcp: Some(tcp),
     })
 }

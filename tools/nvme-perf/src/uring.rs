@@ -427,6 +427,7 @@ fn run_worker<C: Check>(
         driver: None,
         verify,
         recovery: None,
+        tcp: None,
     })
 }
 
