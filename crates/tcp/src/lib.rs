@@ -20,6 +20,7 @@
 
 mod controller;
 mod error;
+mod io_queue;
 mod mapper;
 mod qpair;
 mod queue;
