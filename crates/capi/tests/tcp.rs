@@ -1,8 +1,8 @@
 //! The C API over NVMe/TCP, called through its exported functions against the in-process fake
 //! target of `nvme-tcp`: `nvme_ctrlr_open` with an SPDK-style transport id, controller and
 //! namespace info, buffers, queue pairs, read/write/flush with callbacks (data checked on the
-//! target's disk), what the TCP host does not support, and a connection the target drops:
-//! every callback runs with `NVME_ERR_TRANSPORT` and every buffer comes back.
+//! target's disk), what the TCP host does not support, and a target that goes away with
+//! requests held: every callback runs once with `NVME_ERR_TRANSPORT` and every buffer comes back.
 
 use std::cell::Cell;
 use std::ffi::{c_void, CStr, CString};
@@ -227,32 +227,49 @@ fn open_by_transport_id_then_write_flush_read_back() {
 
 #[test]
 fn a_dropped_connection_completes_every_request_with_a_transport_error() {
-    // The target answers four I/O commands on the connection, then closes it.
-    let t = FakeTarget::start(Config {
-        fault: Fault::Reset,
-        fault_after: 4,
-        ..Config::default()
-    });
+    let t = FakeTarget::start(Config::default());
     let ctrlr = open(&t);
     let qp = qpair(ctrlr, 32);
     let seen = Seen::default();
     // SAFETY: live handles of this test, valid pointers.
     unsafe {
         let bufs: Vec<*mut nvme_buf> = (0..12).map(|_| alloc(ctrlr, 4096)).collect();
+        // Four reads answered, then eight the target holds (never answers) ...
         for (i, &b) in bufs.iter().enumerate() {
+            if i == 4 {
+                poll_until(qp, &seen, 4);
+                t.set_fault(Fault::Hold);
+            }
             let rc = nvme_qpair_submit_read(qp, NS_4K, i as u64, 1, b, Some(record), seen.arg());
             assert_eq!(rc, NVME_OK, "{}", last_error());
         }
+        assert_eq!(seen.ok.get(), 4);
+        assert_eq!(nvme_qpair_outstanding(qp), 8);
+        for _ in 0..100 {
+            assert_eq!(nvme_qpair_poll(qp, 0), 0, "held reads do not complete");
+        }
+        // ... until the target goes away and closes every connection.
+        t.stop();
         poll_until(qp, &seen, 12);
         assert_eq!(seen.calls.get(), 12, "each callback exactly once");
-        assert!(seen.ok.get() <= 4);
-        assert_eq!(seen.ok.get() + seen.transport_errors.get(), 12);
+        assert_eq!(
+            seen.transport_errors.get(),
+            8,
+            "the held reads fail with the connection"
+        );
+        assert_eq!(seen.other_errors.get(), 0);
         assert_eq!(seen.bufs_back.get(), 12, "every buffer handed back");
         assert_eq!(nvme_qpair_outstanding(qp), 0);
         // The closed queue refuses new requests with the same code; the buffer stays idle.
         let rc = nvme_qpair_submit_read(qp, NS_4K, 0, 1, bufs[0], Some(record), seen.arg());
         assert_eq!(rc, NVME_ERR_TRANSPORT, "{}", last_error());
+        assert!(
+            last_error().contains("closed the connection"),
+            "{}",
+            last_error()
+        );
         assert!(!nvme_buf_in_flight(bufs[0]));
+        assert_eq!(seen.calls.get(), 12, "no callback for a refused submission");
         for b in bufs {
             assert_eq!(nvme_buf_free(b), NVME_OK);
         }
