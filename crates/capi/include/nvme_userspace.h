@@ -1,5 +1,6 @@
 /*
- * nvme_userspace.h: C API of the userspace NVMe driver (VFIO, polled queue pairs).
+ * nvme_userspace.h: C API of the userspace NVMe driver (PCIe through VFIO, or NVMe/TCP;
+ * polled queue pairs).
  *
  * Link: -lnvme_userspace (libnvme_userspace.a also needs -lpthread -ldl -lm).
  *
@@ -113,6 +114,10 @@
 // Interrupt setup or waiting failed.
 #define NVME_ERR_INTERRUPT -21
 
+// The NVMe/TCP connection failed or was closed (refused, reset, a malformed PDU, a digest
+// mismatch); the message says what happened.
+#define NVME_ERR_TRANSPORT -22
+
 // A DMA-capable I/O buffer allocated for one controller. Not thread-safe: one thread at a
 // time may use it (it may move between threads).
 typedef struct nvme_buf nvme_buf;
@@ -212,9 +217,14 @@ const char *nvme_strerror(int code);
 // Always safe to call; see above for the lifetime of the returned string.
 const char *nvme_last_error_message(void);
 
-// Opens the NVMe controller `device` through vfio-pci and brings it up. `device` is a PCI
-// address (`"0000:01:00.0"`) or an SPDK-style transport id
-// (`"trtype:PCIe traddr:0000:01:00.0"`). The function must be bound to `vfio-pci`.
+// Opens the NVMe controller `device` and brings it up. `device` is a PCI address
+// (`"0000:01:00.0"`) or an SPDK-style transport id: `"trtype:PCIe traddr:0000:01:00.0"`
+// (the function must be bound to `vfio-pci`), or an NVMe/TCP subsystem,
+// `"trtype:TCP adrfam:IPv4 traddr:192.0.2.1 trsvcid:4420 subnqn:NQN [hostnqn:NQN]"`
+// (connects the admin queue; each `nvme_qpair_create` opens one more connection). Every
+// other function works on either kind; an NVMe/TCP queue pair supports read, write and
+// flush (write zeroes and deallocate fail with `NVME_ERR_UNSUPPORTED`), and a lost
+// connection completes its outstanding requests with `NVME_ERR_TRANSPORT`.
 // On success stores the handle in `*out` and returns `NVME_OK`.
 //
 // # Safety

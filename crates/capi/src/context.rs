@@ -7,7 +7,7 @@ use std::sync::Arc;
 use nvme_driver::{Controller, ControllerOptions, DmaContext, Transport};
 use nvme_sim::{SimConfig, SimController, SimDma};
 
-use super::{fail, fail_with, guard, nvme_buf, nvme_ctrlr, publish_ctrlr, BufState};
+use super::{fail, fail_with, guard, nvme_buf, nvme_ctrlr, publish_ctrlr, AnyCtrl, BufState};
 use crate::errors::*;
 
 /// A DMA context: one IOMMU address space (one VFIO container) that several controllers
@@ -111,6 +111,13 @@ pub unsafe extern "C" fn nvme_ctrlr_open_in(
                 "nvme_ctrlr_open_in: device is not valid UTF-8",
             );
         };
+        if nvme_tcp::is_tcp_transport_id(device) {
+            return fail(
+                NVME_ERR_INVALID_ARGUMENT,
+                "nvme_ctrlr_open_in: an NVMe/TCP controller has no IOMMU address space to share: \
+                 open it with nvme_ctrlr_open",
+            );
+        }
         let address = match nvme_driver::parse_device(device) {
             Ok(a) => a,
             Err(e) => {
@@ -125,7 +132,7 @@ pub unsafe extern "C" fn nvme_ctrlr_open_in(
         match Controller::open_pci_in(ctx, &address.to_string(), ControllerOptions::default()) {
             Ok(ctrl) => {
                 // SAFETY: `out` is non-null and valid for a write (caller contract).
-                unsafe { publish_ctrlr(ctrl, None, out) };
+                unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), None, out) };
                 NVME_OK
             }
             Err(e) => fail_with(&e),
@@ -160,7 +167,7 @@ pub unsafe extern "C" fn nvme_ctrlr_open_emulated_in(
         match Controller::new_in(&ctx.ctx, transport, ControllerOptions::default()) {
             Ok(ctrl) => {
                 // SAFETY: `out` is non-null and valid for a write (caller contract).
-                unsafe { publish_ctrlr(ctrl, Some(sim), out) };
+                unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), Some(sim), out) };
                 NVME_OK
             }
             Err(e) => fail_with(&e),

@@ -51,6 +51,9 @@ pub const NVME_ERR_BUSY: c_int = -19;
 pub const NVME_ERR_PANIC: c_int = -20;
 /// Interrupt setup or waiting failed.
 pub const NVME_ERR_INTERRUPT: c_int = -21;
+/// The NVMe/TCP connection failed or was closed (refused, reset, a malformed PDU, a digest
+/// mismatch); the message says what happened.
+pub const NVME_ERR_TRANSPORT: c_int = -22;
 
 /// The code of a driver error.
 pub(crate) fn error_code(error: &Error) -> c_int {
@@ -80,7 +83,7 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         Error::NoQueuesLeft { .. } => NVME_ERR_NO_QUEUES,
         Error::ForeignBuffer { .. } => NVME_ERR_FOREIGN_BUFFER,
         Error::NoInterrupts { .. } | Error::InterruptWait { .. } => NVME_ERR_INTERRUPT,
-        Error::Transport { .. } => NVME_ERR_NO_DEVICE,
+        Error::Transport { .. } => NVME_ERR_TRANSPORT,
         // `Error` is #[non_exhaustive]: a variant added later without a code of its own here
         // reads as an unsupported request; nvme_last_error_message() has its message. Give
         // new variants their own arm above.
@@ -115,6 +118,7 @@ pub(crate) fn describe(code: c_int) -> &'static CStr {
         NVME_ERR_BUSY => c"not allowed from a completion callback of this queue pair",
         NVME_ERR_PANIC => c"internal error in the NVMe library",
         NVME_ERR_INTERRUPT => c"interrupt setup or wait failed",
+        NVME_ERR_TRANSPORT => c"the NVMe/TCP connection failed or was closed",
         _ => c"unknown error code",
     }
 }

@@ -5,8 +5,8 @@
 //!
 //! | C type               | Rust                                   | Threads                  |
 //! |----------------------|----------------------------------------|--------------------------|
-//! | `struct nvme_ctrlr`  | [`nvme_driver::Controller`]            | thread-safe              |
-//! | `struct nvme_qpair`  | [`nvme_driver::QueuePair`] + callbacks | one thread at a time     |
+//! | `struct nvme_ctrlr`  | [`nvme_driver::Controller`] or [`nvme_tcp::TcpController`] | thread-safe |
+//! | `struct nvme_qpair`  | [`nvme_driver::QueuePair`] or [`nvme_tcp::TcpQueuePair`] + callbacks | one thread at a time |
 //! | `struct nvme_buf`    | [`nvme_driver::DmaBuffer`] slot        | one thread at a time     |
 //! | `struct nvme_dma_context` | [`nvme_driver::DmaContext`]       | thread-safe              |
 //!
@@ -60,12 +60,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nvme_driver::{
-    Completion, Controller, ControllerOptions, DmaBuffer, Error, IoFailure, Namespace, QueuePair,
+    Completion, Controller, ControllerOptions, DmaBuffer, Error, IoFailure, Namespace,
     QueuePairOptions, Transport, WriteFlags,
 };
 use nvme_sim::{SimConfig, SimController};
+use nvme_tcp::{TcpController, TcpOptions, TransportId};
 
 mod errors;
+mod transport;
+
+use transport::{AnyCtrl, AnyQp};
 
 pub use errors::*;
 
@@ -155,7 +159,7 @@ pub unsafe extern "C" fn nvme_last_error_message() -> *const c_char {
 /// Controller state shared by the controller handle and its queue pairs. Field order is drop
 /// order: the controller shuts down while the emulated device still answers.
 struct CtrlShared {
-    ctrl: Controller,
+    ctrl: AnyCtrl,
     _sim: Option<SimController>,
 }
 
@@ -213,7 +217,7 @@ fn copy_c_string(dst: &mut [c_char], src: &str) {
 ///
 /// # Safety
 /// `out` is NULL or valid for a write.
-unsafe fn publish_ctrlr(ctrl: Controller, sim: Option<SimController>, out: *mut *mut nvme_ctrlr) {
+unsafe fn publish_ctrlr(ctrl: AnyCtrl, sim: Option<SimController>, out: *mut *mut nvme_ctrlr) {
     let handle = Box::new(nvme_ctrlr {
         shared: Arc::new(CtrlShared { ctrl, _sim: sim }),
     });
@@ -221,9 +225,14 @@ unsafe fn publish_ctrlr(ctrl: Controller, sim: Option<SimController>, out: *mut 
     unsafe { *out = Box::into_raw(handle) };
 }
 
-/// Opens the NVMe controller `device` through vfio-pci and brings it up. `device` is a PCI
-/// address (`"0000:01:00.0"`) or an SPDK-style transport id
-/// (`"trtype:PCIe traddr:0000:01:00.0"`). The function must be bound to `vfio-pci`.
+/// Opens the NVMe controller `device` and brings it up. `device` is a PCI address
+/// (`"0000:01:00.0"`) or an SPDK-style transport id: `"trtype:PCIe traddr:0000:01:00.0"`
+/// (the function must be bound to `vfio-pci`), or an NVMe/TCP subsystem,
+/// `"trtype:TCP adrfam:IPv4 traddr:192.0.2.1 trsvcid:4420 subnqn:NQN [hostnqn:NQN]"`
+/// (connects the admin queue; each `nvme_qpair_create` opens one more connection). Every
+/// other function works on either kind; an NVMe/TCP queue pair supports read, write and
+/// flush (write zeroes and deallocate fail with `NVME_ERR_UNSUPPORTED`), and a lost
+/// connection completes its outstanding requests with `NVME_ERR_TRANSPORT`.
 /// On success stores the handle in `*out` and returns `NVME_OK`.
 ///
 /// # Safety
@@ -243,6 +252,16 @@ pub unsafe extern "C" fn nvme_ctrlr_open(
                 "nvme_ctrlr_open: device is not valid UTF-8",
             );
         };
+        if nvme_tcp::is_tcp_transport_id(device) {
+            return match connect_tcp("nvme_ctrlr_open", device) {
+                Ok(ctrl) => {
+                    // SAFETY: `out` is non-null and valid for a write (caller contract).
+                    unsafe { publish_ctrlr(AnyCtrl::Tcp(ctrl), None, out) };
+                    NVME_OK
+                }
+                Err(code) => code,
+            };
+        }
         let address = match nvme_driver::parse_device(device) {
             Ok(a) => a,
             Err(e) => return fail(NVME_ERR_INVALID_ARGUMENT, format!("nvme_ctrlr_open: {e}")),
@@ -250,12 +269,28 @@ pub unsafe extern "C" fn nvme_ctrlr_open(
         match Controller::open_pci(&address.to_string(), ControllerOptions::default()) {
             Ok(ctrl) => {
                 // SAFETY: `out` is non-null and valid for a write (caller contract).
-                unsafe { publish_ctrlr(ctrl, None, out) };
+                unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), None, out) };
                 NVME_OK
             }
             Err(e) => fail_with(&e),
         }
     })
+}
+
+/// Parses an NVMe/TCP transport id and connects to the subsystem it names.
+fn connect_tcp(what: &str, trid: &str) -> Result<TcpController, c_int> {
+    let trid = TransportId::parse(trid)
+        .map_err(|e| fail(NVME_ERR_INVALID_ARGUMENT, format!("{what}: {e}")))?;
+    if trid.is_discovery() {
+        return Err(fail(
+            NVME_ERR_INVALID_ARGUMENT,
+            format!(
+                "{what}: `{trid}` names the discovery subsystem, which has no namespaces: add \
+                 subnqn:<the subsystem NQN>"
+            ),
+        ));
+    }
+    TcpController::connect(&trid, TcpOptions::default()).map_err(|e| fail_with(&e))
 }
 
 /// FOR TESTS AND EXAMPLES: starts an in-process *emulated* NVMe controller (no device, no
@@ -276,7 +311,7 @@ pub unsafe extern "C" fn nvme_ctrlr_open_emulated(out: *mut *mut nvme_ctrlr) -> 
         ) {
             Ok(ctrl) => {
                 // SAFETY: `out` is non-null and valid for a write (caller contract).
-                unsafe { publish_ctrlr(ctrl, Some(sim), out) };
+                unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), Some(sim), out) };
                 NVME_OK
             }
             Err(e) => fail_with(&e),
@@ -601,7 +636,7 @@ struct Pending {
 /// call functions on the same queue pair concurrently (it may move between threads).
 pub struct nvme_qpair {
     // Field order is drop order: the queue pair is deleted while the controller lives.
-    qp: QueuePair,
+    qp: AnyQp,
     namespaces: Vec<Namespace>,
     requests: Vec<Request>,
     free: Vec<u32>,

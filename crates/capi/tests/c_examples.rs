@@ -135,3 +135,29 @@ fn qd_loop_rate_mode_reports_random_reads_on_the_emulated_controller() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("needs QD >= 1"));
 }
+
+#[test]
+fn hello_writes_and_reads_back_a_block_over_nvme_tcp() {
+    use nvme_tcp::fake::{Config, FakeTarget};
+    let t = FakeTarget::start(Config::default());
+    let trid = format!(
+        "trtype:TCP adrfam:IPv4 traddr:{} trsvcid:{} subnqn:{}",
+        t.addr.ip(),
+        t.addr.port(),
+        t.trid().subnqn
+    );
+    let exe = build_example("hello");
+    let out = run(&exe, &[&trid, "--write"]);
+    for expected in [
+        "namespace 1: 256 blocks of 4096 bytes",
+        "namespace 2: 2048 blocks of 512 bytes",
+        "resubmitting an in-flight buffer: the buffer is in flight",
+        "namespace 1 LBA 255: wrote and read back 4096 bytes: OK",
+        "hello: done",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    // The block is on the target: hello writes byte i as i * 7 + 3.
+    let expected: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+    assert_eq!(t.disk(1, 255 * 4096, 4096), expected);
+}

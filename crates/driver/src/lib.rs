@@ -41,6 +41,7 @@ mod controller;
 pub mod device;
 mod error;
 mod flags;
+mod io_queue;
 mod namespace;
 pub mod platform;
 mod prp;
@@ -56,6 +57,7 @@ pub use controller::{
 };
 pub use error::{Error, IoFailure, Result};
 pub use flags::WriteFlags;
+pub use io_queue::IoQueue;
 pub use namespace::{Namespace, NamespaceChanges};
 pub use platform::CpuPlatform;
 pub use queue_pair::{

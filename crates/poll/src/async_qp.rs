@@ -28,7 +28,7 @@ use std::task::{Context, Poll, Waker};
 use thiserror::Error as ThisError;
 
 use nvme_driver::{
-    Completion, DmaBuffer, Error, IoFailure, Namespace, QueuePair, QueuePairStats, WriteFlags,
+    Completion, DmaBuffer, Error, IoFailure, IoQueue, Namespace, QueuePair, WriteFlags,
 };
 
 /// Bits of `user_data` holding the slot index (the generation takes the upper bits).
@@ -78,13 +78,13 @@ struct Slot {
     state: SlotState,
 }
 
-struct Reactor {
-    qp: QueuePair,
+struct Reactor<Q> {
+    qp: Q,
     slab: Slab,
 }
 
 /// The request slots and everything else the completion path updates (apart from the pair,
-/// so both can be borrowed at once inside `QueuePair::poll`).
+/// so both can be borrowed at once inside `IoQueue::poll`).
 struct Slab {
     slots: Vec<Slot>,
     free: Vec<u32>,
@@ -124,7 +124,7 @@ impl Slab {
         Some(self.space_round)
     }
 
-    /// Routes one completion to its slot (called from inside `QueuePair::poll`).
+    /// Routes one completion to its slot (called from inside `IoQueue::poll`).
     fn deliver(&mut self, qid: u16, c: Completion, wake: &mut Vec<Waker>) {
         let (index, generation) = split_user_data(c.user_data);
         let Some(slot) = self.slots.get_mut(index) else {
@@ -169,7 +169,7 @@ impl Slab {
 
 /// Wakes `wakers` (with no borrow of the reactor held, so a waker may re-enter it) and gives
 /// the emptied vector back for reuse.
-fn wake_all(inner: &RefCell<Reactor>, mut wakers: Vec<Waker>) {
+fn wake_all<Q>(inner: &RefCell<Reactor<Q>>, mut wakers: Vec<Waker>) {
     for waker in wakers.drain(..) {
         waker.wake();
     }
@@ -187,16 +187,16 @@ fn wake_all(inner: &RefCell<Reactor>, mut wakers: Vec<Waker>) {
     "queue {qid} has {in_flight} requests in flight; poll it until `in_flight()` is 0 before \
      wrapping it in an AsyncQueuePair"
 )]
-pub struct PairBusy {
+pub struct PairBusy<Q = QueuePair> {
     /// Queue id of the pair.
     pub qid: u16,
     /// Requests it had in flight.
     pub in_flight: u16,
     /// The pair, given back.
-    pub qp: Box<QueuePair>,
+    pub qp: Box<Q>,
 }
 
-impl std::fmt::Debug for PairBusy {
+impl<Q> std::fmt::Debug for PairBusy<Q> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PairBusy")
             .field("qid", &self.qid)
@@ -211,12 +211,19 @@ impl std::fmt::Debug for PairBusy {
 /// Someone must call [`AsyncQueuePair::poll_completions`] for futures to finish: pass
 /// [`AsyncQueuePair::reactor`] to [`crate::block_on`], or [`crate::LocalExecutor::drive`].
 /// See the module documentation for what dropping an in-flight future does.
-#[derive(Clone)]
-pub struct AsyncQueuePair {
-    inner: Rc<RefCell<Reactor>>,
+pub struct AsyncQueuePair<Q: IoQueue = QueuePair> {
+    inner: Rc<RefCell<Reactor<Q>>>,
 }
 
-impl std::fmt::Debug for AsyncQueuePair {
+impl<Q: IoQueue> Clone for AsyncQueuePair<Q> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Rc::clone(&self.inner),
+        }
+    }
+}
+
+impl<Q: IoQueue> std::fmt::Debug for AsyncQueuePair<Q> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.inner.try_borrow() {
             Ok(r) => f
@@ -230,11 +237,11 @@ impl std::fmt::Debug for AsyncQueuePair {
     }
 }
 
-impl AsyncQueuePair {
+impl<Q: IoQueue> AsyncQueuePair<Q> {
     /// Wraps `qp`, preallocating one request slot per queue entry that can be in flight.
     /// The pair must have nothing in flight: the completions of requests submitted before
     /// would be taken for ours. Otherwise the pair comes back in the error.
-    pub fn new(qp: QueuePair) -> Result<Self, PairBusy> {
+    pub fn new(qp: Q) -> Result<Self, PairBusy<Q>> {
         if qp.in_flight() > 0 {
             return Err(PairBusy {
                 qid: qp.qid(),
@@ -285,7 +292,10 @@ impl AsyncQueuePair {
     }
 
     /// A closure calling [`AsyncQueuePair::poll_completions`], for executors.
-    pub fn reactor(&self) -> impl FnMut() -> usize + 'static {
+    pub fn reactor(&self) -> impl FnMut() -> usize + 'static
+    where
+        Q: 'static,
+    {
         let this = self.clone();
         move || this.poll_completions()
     }
@@ -340,7 +350,7 @@ impl AsyncQueuePair {
             .map_err(|f| f.error)
     }
 
-    fn request<'a>(&'a self, op: Op<'a>) -> Request<'a> {
+    fn request<'a>(&'a self, op: Op<'a>) -> Request<'a, Q> {
         Request {
             aqp: self,
             state: RequestState::Unsubmitted { op, ticket: None },
@@ -369,8 +379,8 @@ impl AsyncQueuePair {
     }
 
     /// Counters of the underlying queue pair.
-    pub fn queue_stats(&self) -> QueuePairStats {
-        self.inner.borrow().qp.stats().clone()
+    pub fn queue_stats(&self) -> Q::Stats {
+        self.inner.borrow().qp.stats_snapshot()
     }
 
     /// Queue id of the underlying pair.
@@ -380,7 +390,7 @@ impl AsyncQueuePair {
 
     /// Gives the queue pair back when this is the last handle and no slot is in use;
     /// otherwise returns `self` unchanged.
-    pub fn try_into_inner(self) -> Result<QueuePair, Self> {
+    pub fn try_into_inner(self) -> Result<Q, Self> {
         if self.slots_in_use() > 0 {
             return Err(self);
         }
@@ -429,7 +439,7 @@ fn classify<'a>(failure: IoFailure, rebuild: impl FnOnce(DmaBuffer) -> Op<'a>) -
 }
 
 impl<'a> Op<'a> {
-    fn submit(self, qp: &mut QueuePair, user_data: u64) -> Result<(), Rejected<'a>> {
+    fn submit<Q: IoQueue>(self, qp: &mut Q, user_data: u64) -> Result<(), Rejected<'a>> {
         match self {
             Op::Read {
                 ns,
@@ -498,14 +508,14 @@ enum RequestState<'a> {
 }
 
 /// The future of one command: resolves to completion dword 0 and the buffer.
-struct Request<'a> {
-    aqp: &'a AsyncQueuePair,
+struct Request<'a, Q: IoQueue> {
+    aqp: &'a AsyncQueuePair<Q>,
     state: RequestState<'a>,
 }
 
 type RequestOutput = Result<(u32, Option<DmaBuffer>), IoFailure>;
 
-impl Future for Request<'_> {
+impl<Q: IoQueue> Future for Request<'_, Q> {
     type Output = RequestOutput;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<RequestOutput> {
@@ -518,7 +528,7 @@ impl Future for Request<'_> {
     }
 }
 
-impl<'a> Request<'a> {
+impl<'a, Q: IoQueue> Request<'a, Q> {
     fn submit(&mut self, op: Op<'a>, ticket: Option<u64>, cx: &Context<'_>) -> Poll<RequestOutput> {
         let mut guard = self.aqp.inner.borrow_mut();
         let Reactor { qp, slab: r } = &mut *guard;
@@ -595,7 +605,7 @@ impl<'a> Request<'a> {
     }
 }
 
-impl Drop for Request<'_> {
+impl<Q: IoQueue> Drop for Request<'_, Q> {
     fn drop(&mut self) {
         let RequestState::Submitted { index, .. } = self.state else {
             // Never submitted (its buffer drops with the op) or already finished.

@@ -229,7 +229,7 @@ impl LocalExecutor {
     }
 
     /// Adds `aqp`'s completion polling as a reactor.
-    pub fn drive(&mut self, aqp: &crate::AsyncQueuePair) {
+    pub fn drive<Q: nvme_driver::IoQueue + 'static>(&mut self, aqp: &crate::AsyncQueuePair<Q>) {
         self.add_reactor(aqp.reactor());
     }
 

@@ -10,7 +10,7 @@
 //! pair was added; removing a pair bumps the generation, so a stale id never reaches the pair
 //! that reuses the slot. The poll path only indexes `entries`: it never allocates.
 
-use nvme_driver::{Completion, QueuePair};
+use nvme_driver::{Completion, IoQueue, QueuePair};
 
 /// Names a queue pair inside one [`PollGroup`] (slot index and generation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -35,7 +35,7 @@ impl std::fmt::Display for QpId {
 /// Poll counters, per pair and for the whole group.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PollStats {
-    /// Polls (per pair: calls to `QueuePair::poll`; group: calls to `PollGroup::poll`).
+    /// Polls (per pair: calls to `IoQueue::poll`; group: calls to `PollGroup::poll`).
     pub polls: u64,
     /// Polls that found nothing.
     pub idle_polls: u64,
@@ -55,16 +55,18 @@ impl PollStats {
     }
 }
 
-struct Entry {
+struct Entry<Q> {
     generation: u32,
-    qp: Option<QueuePair>,
+    qp: Option<Q>,
     stats: PollStats,
 }
 
 /// Queue pairs polled together by one thread. `Send` (queue pairs are), not `Sync`.
-#[derive(Default)]
-pub struct PollGroup {
-    entries: Vec<Entry>,
+///
+/// Generic over the transport ([`IoQueue`]); the default is the PCIe [`QueuePair`]. A group
+/// of another pair type starts as `PollGroup::<Q>::default()` (or is inferred from `add`).
+pub struct PollGroup<Q: IoQueue = QueuePair> {
+    entries: Vec<Entry<Q>>,
     /// Empty slots, reused before the vector grows.
     free: Vec<u32>,
     live: usize,
@@ -79,14 +81,29 @@ fn rotation(start: usize, len: usize) -> impl Iterator<Item = usize> {
     (start..len).chain(0..start)
 }
 
+impl<Q: IoQueue> Default for PollGroup<Q> {
+    fn default() -> Self {
+        Self {
+            entries: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            next_start: 0,
+            totals: PollStats::default(),
+        }
+    }
+}
+
 impl PollGroup {
-    /// An empty group.
+    /// An empty group of PCIe queue pairs (`PollGroup::<Q>::default()` for another
+    /// [`IoQueue`]).
     pub fn new() -> Self {
         Self::default()
     }
+}
 
+impl<Q: IoQueue> PollGroup<Q> {
     /// Adds a queue pair; its counters start at zero.
-    pub fn add(&mut self, qp: QueuePair) -> QpId {
+    pub fn add(&mut self, qp: Q) -> QpId {
         self.live += 1;
         let stats = PollStats::default();
         if let Some(index) = self.free.pop() {
@@ -113,7 +130,7 @@ impl PollGroup {
 
     /// Takes a pair out of the group (with whatever it still has in flight: poll it
     /// yourself or drop it). `None` if `id` is stale or unknown.
-    pub fn remove(&mut self, id: QpId) -> Option<QueuePair> {
+    pub fn remove(&mut self, id: QpId) -> Option<Q> {
         let entry = self.entry_mut(id)?;
         let qp = entry.qp.take()?;
         entry.generation = entry.generation.wrapping_add(1);
@@ -123,12 +140,12 @@ impl PollGroup {
     }
 
     /// The pair named `id`, e.g. to submit on it.
-    pub fn get_mut(&mut self, id: QpId) -> Option<&mut QueuePair> {
+    pub fn get_mut(&mut self, id: QpId) -> Option<&mut Q> {
         self.entry_mut(id)?.qp.as_mut()
     }
 
     /// The pair named `id`.
-    pub fn get(&self, id: QpId) -> Option<&QueuePair> {
+    pub fn get(&self, id: QpId) -> Option<&Q> {
         let entry = self.entries.get(id.index as usize)?;
         if entry.generation != id.generation {
             return None;
@@ -136,7 +153,7 @@ impl PollGroup {
         entry.qp.as_ref()
     }
 
-    fn entry_mut(&mut self, id: QpId) -> Option<&mut Entry> {
+    fn entry_mut(&mut self, id: QpId) -> Option<&mut Entry<Q>> {
         self.entries
             .get_mut(id.index as usize)
             .filter(|e| e.generation == id.generation)
@@ -163,7 +180,7 @@ impl PollGroup {
     }
 
     /// The pairs with their ids, in slot order.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (QpId, &mut QueuePair)> + '_ {
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (QpId, &mut Q)> + '_ {
         self.entries.iter_mut().enumerate().filter_map(|(i, e)| {
             let generation = e.generation;
             e.qp.as_mut().map(|qp| {
@@ -276,7 +293,7 @@ impl PollGroup {
     }
 }
 
-impl std::fmt::Debug for PollGroup {
+impl<Q: IoQueue> std::fmt::Debug for PollGroup<Q> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PollGroup")
             .field("pairs", &self.live)

@@ -3,11 +3,16 @@
 //! Three layers, each usable alone:
 //!
 //! ```text
-//! PollGroup          one thread polls many QueuePairs (any controllers) round-robin
+//! PollGroup          one thread polls many queue pairs (any controllers) round-robin
 //! AsyncQueuePair     read/write/flush as futures; a reactor call reaps completions and wakes them
 //! block_on /         a tiny single-thread executor for tools and tests that runs the reactor
 //! LocalExecutor        instead of sleeping when no task is ready
 //! ```
+//!
+//! Every layer is generic over [`nvme_driver::IoQueue`], the queue-pair trait both transports
+//! implement, with the PCIe [`nvme_driver::QueuePair`] as the default type parameter:
+//! `AsyncQueuePair<nvme_tcp::TcpQueuePair>` and `PollGroup<TcpQueuePair>` work over NVMe/TCP
+//! (static dispatch: each instance is compiled for its pair type).
 //!
 //! Invariants:
 //! - Nothing on the poll path allocates: queue pairs live in a `Vec` addressed by

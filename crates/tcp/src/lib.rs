@@ -11,6 +11,8 @@
 //! The queue pair keeps the PCIe `QueuePair`'s API and types (`Completion`, `Error`,
 //! `IoFailure`, `Namespace`, `DmaBuffer`), so callers change only how they open the
 //! controller; the PCIe hot path is untouched (two separate concrete types, no dispatch).
+//! Both implement [`nvme_driver::IoQueue`], so code generic over it (`nvme-poll`'s async layer
+//! and poll groups, the C API) runs on a `TcpQueuePair` too.
 //! Sockets are non-blocking and driven by `poll`, the same polling model as PCIe. A malformed
 //! PDU, digest mismatch or lost connection closes the queue and completes every outstanding
 //! request with `Error::Transport`; nothing in the receive path panics on target input.
@@ -20,6 +22,7 @@
 
 mod controller;
 mod error;
+mod io_queue;
 mod mapper;
 mod qpair;
 mod queue;

@@ -152,6 +152,15 @@ grep -q "Hello world" /tmp/reset.out || { cat /tmp/reset.out; fail "no greeting 
 dd if=/tmp/ns2.img of=/tmp/blk12 bs=512 skip=12 count=1 2>/dev/null
 [ "$(head -c 12 /tmp/blk12)" = "Hello world!" ] || fail "block 12 of the backing file lacks the greeting"
 echo "    ok: write, controller reset over TCP, read back through the reconnected queue"
+# The C API over TCP (tcpapi): examples/c/hello.c, given the transport id, writes the last block
+# of namespace 1 and reads it back; the block is then read from the target's device.
+command -v hello_c >/dev/null || fail "hello_c is not in the guest (tests/qemu/build-c-guest.sh failed?)"
+timeout 60 hello_c "$TRID" --write >/tmp/hello_c.out 2>&1 || { cat /tmp/hello_c.out; fail "hello_c over TCP failed"; }
+lba=$(sed -n 's/^namespace 1 LBA \([0-9][0-9]*\): wrote and read back 4096 bytes: OK$/\1/p' /tmp/hello_c.out)
+[ -n "$lba" ] || { cat /tmp/hello_c.out; fail "hello_c did not write and read back a block of namespace 1 over TCP"; }
+first=$(dd if=/dev/nullb0 bs=4096 skip="$lba" count=1 iflag=direct 2>/dev/null | od -An -tx1 -N4 | tr -d ' \n')
+[ "$first" = "030a1118" ] || fail "block $lba of /dev/nullb0 lacks hello_c's pattern (starts $first)"
+echo "    ok: hello_c (C API) wrote LBA $lba of namespace 1 over TCP, read it back; the target's device holds it"
 rm "$CFG/ports/1/subsystems/$NQN"
 
 echo "== cleanup"

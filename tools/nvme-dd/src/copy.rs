@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::operands::MAX_BYTE_OFFSET;
 use nvme_driver::{Completion, DmaBuffer, IoFailure, Namespace, MAX_BLOCKS_PER_COMMAND};
-use nvme_tool_support::AnyQueuePair;
+use nvme_tool_support::{AnyQueuePair, IoQueue as _};
 
 /// Upper bound on the DMA memory the record buffers may take (the queue depth is lowered to
 /// fit), so a large `bs` cannot exhaust hugepages. One record is one buffer, so `bs` itself may

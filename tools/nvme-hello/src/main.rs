@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use nvme_driver::{ControllerOptions, IoFailure, Namespace, QueuePairOptions};
-use nvme_tool_support::{parse_target, AnyController, TargetError};
+use nvme_tool_support::{parse_target, AnyController, IoQueue, TargetError};
 
 /// The message written to the device.
 const GREETING: &[u8] = b"Hello world!\n";

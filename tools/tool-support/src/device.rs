@@ -10,10 +10,10 @@
 use nvme_driver::spec::regs::{Cap, Version};
 use nvme_driver::spec::IdentifyController;
 use nvme_driver::{
-    Completion, Controller, ControllerOptions, DeviceArgError, DmaBuffer, IoFailure, Namespace,
-    PciAddress, QueuePair, QueuePairOptions, Result, WriteFlags,
+    Completion, Controller, ControllerOptions, DeviceArgError, DmaBuffer, IoFailure, IoQueue,
+    Namespace, PciAddress, QueuePair, QueuePairOptions, QueuePairStats, Result, WriteFlags,
 };
-use nvme_tcp::{TcpController, TcpOptions, TcpQueuePair, TransportId, TridError};
+use nvme_tcp::{TcpController, TcpOptions, TcpQueuePair, TcpQueueStats, TransportId, TridError};
 
 /// A controller named on the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,7 +168,7 @@ impl AnyController {
     }
 }
 
-/// A PCIe or NVMe/TCP I/O queue pair with the API the two share.
+/// A PCIe or NVMe/TCP I/O queue pair with the API the two share ([`IoQueue`]).
 // Not boxed: a box would put a pointer chase in front of every PCIe submission.
 #[allow(clippy::large_enum_variant)]
 pub enum AnyQueuePair {
@@ -189,49 +189,63 @@ macro_rules! qp {
 
 type IoResult<T> = std::result::Result<T, IoFailure>;
 
-impl AnyQueuePair {
-    /// Queue id.
-    pub fn qid(&self) -> u16 {
-        qp!(self, q => q.qid())
+/// Counters of an [`AnyQueuePair`]: those of the transport's pair.
+#[derive(Clone, Debug)]
+pub enum AnyQueueStats {
+    /// A PCIe pair's.
+    Pcie(QueuePairStats),
+    /// An NVMe/TCP pair's.
+    Tcp(TcpQueueStats),
+}
+
+/// The enum is itself an [`IoQueue`] (one branch, then the pair's own method), so code
+/// generic over `Q: IoQueue` (`nvme-poll`'s async layer and poll groups) takes it as well as
+/// either concrete pair. Bring the trait into scope (`use nvme_tool_support::IoQueue`) to
+/// call these methods.
+impl IoQueue for AnyQueuePair {
+    type Stats = AnyQueueStats;
+
+    fn qid(&self) -> u16 {
+        qp!(self, q => IoQueue::qid(q))
     }
 
-    /// Entries of the queue.
-    pub fn depth(&self) -> u32 {
-        qp!(self, q => q.depth())
+    fn depth(&self) -> u32 {
+        qp!(self, q => IoQueue::depth(q))
     }
 
-    /// Most requests in flight.
-    pub fn capacity(&self) -> u16 {
-        qp!(self, q => q.capacity())
+    fn capacity(&self) -> u16 {
+        qp!(self, q => IoQueue::capacity(q))
     }
 
-    /// Requests in flight.
-    pub fn in_flight(&self) -> u16 {
-        qp!(self, q => q.in_flight())
+    fn in_flight(&self) -> u16 {
+        qp!(self, q => IoQueue::in_flight(q))
     }
 
-    /// Largest transfer of one request.
-    pub fn max_transfer_bytes(&self) -> usize {
-        qp!(self, q => q.max_transfer_bytes())
+    fn max_transfer_bytes(&self) -> usize {
+        qp!(self, q => IoQueue::max_transfer_bytes(q))
     }
 
-    /// Starts a batch.
-    pub fn plug(&mut self, n: u16) -> Result<()> {
-        qp!(self, q => q.plug(n))
+    fn stats_snapshot(&self) -> AnyQueueStats {
+        match self {
+            AnyQueuePair::Pcie(q) => AnyQueueStats::Pcie(q.stats().clone()),
+            AnyQueuePair::Tcp(q) => AnyQueueStats::Tcp(q.stats().clone()),
+        }
     }
 
-    /// Ends a batch.
-    pub fn unplug(&mut self) {
-        qp!(self, q => q.unplug())
+    fn plug(&mut self, n: u16) -> Result<()> {
+        qp!(self, q => IoQueue::plug(q, n))
     }
 
-    /// Publishes queued submissions.
-    pub fn ring(&mut self) {
-        qp!(self, q => q.ring())
+    fn unplug(&mut self) {
+        qp!(self, q => IoQueue::unplug(q))
     }
 
-    /// Queues a read.
-    pub fn submit_read(
+    fn ring(&mut self) {
+        qp!(self, q => IoQueue::ring(q))
+    }
+
+    #[inline]
+    fn submit_read(
         &mut self,
         ns: &Namespace,
         lba: u64,
@@ -239,11 +253,11 @@ impl AnyQueuePair {
         buf: DmaBuffer,
         user_data: u64,
     ) -> IoResult<()> {
-        qp!(self, q => q.submit_read(ns, lba, blocks, buf, user_data))
+        qp!(self, q => IoQueue::submit_read(q, ns, lba, blocks, buf, user_data))
     }
 
-    /// Queues a write.
-    pub fn submit_write(
+    #[inline]
+    fn submit_write(
         &mut self,
         ns: &Namespace,
         lba: u64,
@@ -252,32 +266,29 @@ impl AnyQueuePair {
         flags: WriteFlags,
         user_data: u64,
     ) -> IoResult<()> {
-        qp!(self, q => q.submit_write(ns, lba, blocks, buf, flags, user_data))
+        qp!(self, q => IoQueue::submit_write(q, ns, lba, blocks, buf, flags, user_data))
     }
 
-    /// Queues a flush.
-    pub fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
-        qp!(self, q => q.submit_flush(ns, user_data))
+    fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
+        qp!(self, q => IoQueue::submit_flush(q, ns, user_data))
     }
 
-    /// Reaps completions.
-    pub fn poll<F: FnMut(Completion)>(&mut self, f: F) -> usize {
-        qp!(self, q => q.poll(f))
+    #[inline]
+    fn poll<F: FnMut(Completion)>(&mut self, f: F) -> usize {
+        qp!(self, q => IoQueue::poll(q, f))
     }
 
-    /// Reads and waits.
-    pub fn read(
+    fn read(
         &mut self,
         ns: &Namespace,
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
     ) -> IoResult<DmaBuffer> {
-        qp!(self, q => q.read(ns, lba, blocks, buf))
+        qp!(self, q => IoQueue::read(q, ns, lba, blocks, buf))
     }
 
-    /// Writes and waits.
-    pub fn write(
+    fn write(
         &mut self,
         ns: &Namespace,
         lba: u64,
@@ -285,12 +296,11 @@ impl AnyQueuePair {
         buf: DmaBuffer,
         flags: WriteFlags,
     ) -> IoResult<DmaBuffer> {
-        qp!(self, q => q.write(ns, lba, blocks, buf, flags))
+        qp!(self, q => IoQueue::write(q, ns, lba, blocks, buf, flags))
     }
 
-    /// Flushes and waits.
-    pub fn flush(&mut self, ns: &Namespace) -> Result<()> {
-        qp!(self, q => q.flush(ns))
+    fn flush(&mut self, ns: &Namespace) -> Result<()> {
+        qp!(self, q => IoQueue::flush(q, ns))
     }
 }
 

@@ -7,7 +7,9 @@ use std::error::Error;
 use std::process::ExitCode;
 
 pub mod device;
-pub use device::{parse_target, AnyController, AnyQueuePair, Target, TargetError};
+pub use device::{parse_target, AnyController, AnyQueuePair, AnyQueueStats, Target, TargetError};
+/// The queue-pair trait [`AnyQueuePair`] implements (in scope for its methods).
+pub use nvme_driver::IoQueue;
 
 /// Runs a tool's `run` with its parsed command line and turns the outcome into an exit status:
 /// 0 on success, 1 on a usage error or a failure (`--help`/`--version` exit 0).

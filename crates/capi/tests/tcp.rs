@@ -1,0 +1,330 @@
+//! The C API over NVMe/TCP, called through its exported functions against the in-process fake
+//! target of `nvme-tcp`: `nvme_ctrlr_open` with an SPDK-style transport id, controller and
+//! namespace info, buffers, queue pairs, read/write/flush with callbacks (data checked on the
+//! target's disk), what the TCP host does not support, and a target that goes away with
+//! requests held: every callback runs once with `NVME_ERR_TRANSPORT` and every buffer comes back.
+
+use std::cell::Cell;
+use std::ffi::{c_void, CStr, CString};
+use std::ptr;
+use std::time::{Duration, Instant};
+
+use nvme_tcp::fake::{Config, FakeTarget, Fault};
+use nvme_userspace::*;
+
+/// The fake target's namespace with 4096-byte blocks (`Config::default`: nsid 1, 256 blocks).
+const NS_4K: u32 = 1;
+/// Its namespace with 512-byte blocks (nsid 2, 2048 blocks).
+const NS_512: u32 = 2;
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn last_error() -> String {
+    // SAFETY: the function returns a valid NUL-terminated string.
+    unsafe { CStr::from_ptr(nvme_last_error_message()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The target's transport id as a C string, as an application would pass it.
+fn trid(t: &FakeTarget) -> CString {
+    CString::new(format!(
+        "trtype:TCP adrfam:IPv4 traddr:{} trsvcid:{} subnqn:{}",
+        t.addr.ip(),
+        t.addr.port(),
+        t.trid().subnqn
+    ))
+    .unwrap()
+}
+
+fn open(t: &FakeTarget) -> *mut nvme_ctrlr {
+    let trid = trid(t);
+    let mut ctrlr = ptr::null_mut();
+    // SAFETY: NUL-terminated string, valid out pointer.
+    let rc = unsafe { nvme_ctrlr_open(trid.as_ptr(), &mut ctrlr) };
+    assert_eq!(rc, NVME_OK, "{}", last_error());
+    ctrlr
+}
+
+fn qpair(ctrlr: *mut nvme_ctrlr, depth: u32) -> *mut nvme_qpair {
+    let mut qp = ptr::null_mut();
+    // SAFETY: open controller, valid out pointer.
+    let rc = unsafe { nvme_qpair_create(ctrlr, depth, 5000, &mut qp) };
+    assert_eq!(rc, NVME_OK, "{}", last_error());
+    qp
+}
+
+fn alloc(ctrlr: *mut nvme_ctrlr, len: usize) -> *mut nvme_buf {
+    let mut buf = ptr::null_mut();
+    // SAFETY: open controller, valid out pointer.
+    assert_eq!(unsafe { nvme_buf_alloc(ctrlr, len, &mut buf) }, NVME_OK);
+    buf
+}
+
+fn bytes<'a>(buf: *mut nvme_buf) -> &'a mut [u8] {
+    // SAFETY: a live, idle buffer handle of this test; `len` bytes at `ptr`.
+    unsafe { std::slice::from_raw_parts_mut(nvme_buf_ptr(buf).cast(), nvme_buf_len(buf)) }
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64).wrapping_mul(29).wrapping_add(seed * 13) as u8)
+        .collect()
+}
+
+/// What callbacks saw.
+#[derive(Default)]
+struct Seen {
+    calls: Cell<u32>,
+    ok: Cell<u32>,
+    transport_errors: Cell<u32>,
+    other_errors: Cell<u32>,
+    bufs_back: Cell<u32>,
+}
+
+impl Seen {
+    fn arg(&self) -> *mut c_void {
+        (self as *const Seen).cast_mut().cast()
+    }
+}
+
+unsafe extern "C" fn record(arg: *mut c_void, status: *const nvme_cpl_status) {
+    // SAFETY: `arg` is the `Seen` the test passed; `status` is valid during the call.
+    let (seen, status) = unsafe { (&*arg.cast::<Seen>(), &*status) };
+    seen.calls.set(seen.calls.get() + 1);
+    match status.error {
+        NVME_OK => seen.ok.set(seen.ok.get() + 1),
+        NVME_ERR_TRANSPORT => seen.transport_errors.set(seen.transport_errors.get() + 1),
+        _ => seen.other_errors.set(seen.other_errors.get() + 1),
+    }
+    // SAFETY: the request's buffer handle, live in the test.
+    if !status.buf.is_null() && !unsafe { nvme_buf_in_flight(status.buf) } {
+        seen.bufs_back.set(seen.bufs_back.get() + 1);
+    }
+}
+
+fn poll_until(qp: *mut nvme_qpair, seen: &Seen, calls: u32) {
+    let start = Instant::now();
+    while seen.calls.get() < calls {
+        // SAFETY: live queue pair owned by this thread.
+        let n = unsafe { nvme_qpair_poll(qp, 0) };
+        assert!(n >= 0, "{}", last_error());
+        assert!(
+            start.elapsed() < DEADLINE,
+            "hang: {} of {calls} callbacks",
+            seen.calls.get()
+        );
+    }
+}
+
+#[test]
+fn open_by_transport_id_then_write_flush_read_back() {
+    let t = FakeTarget::start(Config::default());
+    let ctrlr = open(&t);
+    // SAFETY: every call below gets live handles of this test and valid pointers.
+    unsafe {
+        let mut info: nvme_ctrlr_info = std::mem::zeroed();
+        assert_eq!(nvme_ctrlr_get_info(ctrlr, &mut info), NVME_OK);
+        assert_eq!(info.num_namespaces, 2);
+        assert!(info.io_queue_pairs >= 1);
+        assert!(info.max_transfer_bytes >= 4096);
+        let mut ids = [0u32; 4];
+        assert_eq!(nvme_ctrlr_namespace_ids(ctrlr, ids.as_mut_ptr(), 4), 2);
+        assert_eq!(&ids[..2], &[NS_4K, NS_512]);
+        let mut ns = nvme_ns_info {
+            nsid: 0,
+            block_size: 0,
+            blocks: 0,
+        };
+        assert_eq!(nvme_ctrlr_get_ns_info(ctrlr, NS_512, &mut ns), NVME_OK);
+        assert_eq!((ns.block_size, ns.blocks), (512, 2048));
+
+        let qp = qpair(ctrlr, 16);
+        let seen = Seen::default();
+        // Eight writes of two blocks in flight at once.
+        let bufs: Vec<*mut nvme_buf> = (0..8).map(|_| alloc(ctrlr, 1024)).collect();
+        for (i, &b) in bufs.iter().enumerate() {
+            bytes(b)[..1024].copy_from_slice(&pattern(1024, i as u64));
+            let rc = nvme_qpair_submit_write(
+                qp,
+                NS_512,
+                10 + 2 * i as u64,
+                2,
+                b,
+                if i % 2 == 0 { NVME_IO_FUA } else { 0 },
+                Some(record),
+                seen.arg(),
+            );
+            assert_eq!(rc, NVME_OK, "{}", last_error());
+            assert!(nvme_buf_in_flight(b));
+        }
+        // An in-flight buffer cannot be submitted again, on TCP as on PCIe.
+        assert_eq!(
+            nvme_qpair_submit_read(qp, NS_512, 0, 2, bufs[0], Some(record), seen.arg()),
+            NVME_ERR_BUFFER_IN_FLIGHT
+        );
+        assert_eq!(nvme_qpair_outstanding(qp), 8);
+        poll_until(qp, &seen, 8);
+        assert_eq!((seen.ok.get(), seen.bufs_back.get()), (8, 8));
+        for i in 0..8u64 {
+            assert_eq!(
+                t.disk(NS_512, (10 + 2 * i as usize) * 512, 1024),
+                pattern(1024, i),
+                "write {i} on the target's disk"
+            );
+        }
+        assert_eq!(
+            nvme_qpair_submit_flush(qp, NS_512, Some(record), seen.arg()),
+            NVME_OK
+        );
+        poll_until(qp, &seen, 9);
+        assert_eq!(seen.ok.get(), 9);
+        // Read everything back into zeroed buffers.
+        for (i, &b) in bufs.iter().enumerate() {
+            bytes(b).fill(0);
+            let rc = nvme_qpair_submit_read(
+                qp,
+                NS_512,
+                10 + 2 * i as u64,
+                2,
+                b,
+                Some(record),
+                seen.arg(),
+            );
+            assert_eq!(rc, NVME_OK, "{}", last_error());
+        }
+        poll_until(qp, &seen, 17);
+        assert_eq!(seen.ok.get(), 17);
+        for (i, &b) in bufs.iter().enumerate() {
+            assert_eq!(&bytes(b)[..1024], &pattern(1024, i as u64)[..], "read {i}");
+        }
+
+        // What the NVMe/TCP host does not send is refused up front, with a message.
+        assert_eq!(
+            nvme_qpair_submit_write_zeroes(qp, NS_512, 0, 1, 0, Some(record), seen.arg()),
+            NVME_ERR_UNSUPPORTED
+        );
+        assert!(last_error().contains("Write Zeroes"), "{}", last_error());
+        let range = nvme_lba_range { lba: 0, blocks: 1 };
+        assert_eq!(
+            nvme_qpair_submit_deallocate(qp, NS_512, &range, 1, Some(record), seen.arg()),
+            NVME_ERR_UNSUPPORTED
+        );
+        // Out-of-range I/O is refused before the wire.
+        assert_eq!(
+            nvme_qpair_submit_read(qp, NS_512, 2048, 1, bufs[0], Some(record), seen.arg()),
+            NVME_ERR_LBA_RANGE
+        );
+        assert!(!nvme_buf_in_flight(bufs[0]));
+        assert_eq!(nvme_qpair_outstanding(qp), 0);
+
+        for b in bufs {
+            assert_eq!(nvme_buf_free(b), NVME_OK);
+        }
+        assert_eq!(nvme_qpair_destroy(qp), NVME_OK);
+        assert_eq!(nvme_ctrlr_close(ctrlr), NVME_OK);
+    }
+}
+
+#[test]
+fn a_dropped_connection_completes_every_request_with_a_transport_error() {
+    let t = FakeTarget::start(Config::default());
+    let ctrlr = open(&t);
+    let qp = qpair(ctrlr, 32);
+    let seen = Seen::default();
+    // SAFETY: live handles of this test, valid pointers.
+    unsafe {
+        let bufs: Vec<*mut nvme_buf> = (0..12).map(|_| alloc(ctrlr, 4096)).collect();
+        // Four reads answered, then eight the target holds (never answers) ...
+        for (i, &b) in bufs.iter().enumerate() {
+            if i == 4 {
+                poll_until(qp, &seen, 4);
+                t.set_fault(Fault::Hold);
+            }
+            let rc = nvme_qpair_submit_read(qp, NS_4K, i as u64, 1, b, Some(record), seen.arg());
+            assert_eq!(rc, NVME_OK, "{}", last_error());
+        }
+        assert_eq!(seen.ok.get(), 4);
+        assert_eq!(nvme_qpair_outstanding(qp), 8);
+        for _ in 0..100 {
+            assert_eq!(nvme_qpair_poll(qp, 0), 0, "held reads do not complete");
+        }
+        // ... until the target goes away and closes every connection.
+        t.stop();
+        poll_until(qp, &seen, 12);
+        assert_eq!(seen.calls.get(), 12, "each callback exactly once");
+        assert_eq!(
+            seen.transport_errors.get(),
+            8,
+            "the held reads fail with the connection"
+        );
+        assert_eq!(seen.other_errors.get(), 0);
+        assert_eq!(seen.bufs_back.get(), 12, "every buffer handed back");
+        assert_eq!(nvme_qpair_outstanding(qp), 0);
+        // The closed queue refuses new requests with the same code; the buffer stays idle.
+        let rc = nvme_qpair_submit_read(qp, NS_4K, 0, 1, bufs[0], Some(record), seen.arg());
+        assert_eq!(rc, NVME_ERR_TRANSPORT, "{}", last_error());
+        assert!(
+            last_error().contains("closed the connection"),
+            "{}",
+            last_error()
+        );
+        assert!(!nvme_buf_in_flight(bufs[0]));
+        assert_eq!(seen.calls.get(), 12, "no callback for a refused submission");
+        for b in bufs {
+            assert_eq!(nvme_buf_free(b), NVME_OK);
+        }
+        assert_eq!(nvme_qpair_destroy(qp), NVME_OK);
+        assert_eq!(nvme_ctrlr_close(ctrlr), NVME_OK);
+    }
+}
+
+#[test]
+fn bad_transport_ids_are_clear_errors() {
+    let t = FakeTarget::start(Config::default());
+    let mut ctrlr = ptr::null_mut();
+    let cases = [
+        (
+            format!(
+                "trtype:TCP traddr:{} trsvcid:{}",
+                t.addr.ip(),
+                t.addr.port()
+            ),
+            NVME_ERR_INVALID_ARGUMENT,
+            "discovery",
+        ),
+        (
+            "trtype:TCP subnqn:nqn.x".to_string(),
+            NVME_ERR_INVALID_ARGUMENT,
+            "traddr",
+        ),
+        (
+            format!(
+                "trtype:TCP traddr:{} trsvcid:{} subnqn:nqn.2026-01.test:nope",
+                t.addr.ip(),
+                t.addr.port()
+            ),
+            NVME_ERR_TRANSPORT,
+            "nqn.2026-01.test:nope",
+        ),
+    ];
+    for (trid, code, needle) in cases {
+        let c = CString::new(trid.clone()).unwrap();
+        // SAFETY: NUL-terminated string, valid out pointer.
+        let rc = unsafe { nvme_ctrlr_open(c.as_ptr(), &mut ctrlr) };
+        assert_eq!(rc, code, "{trid}: {}", last_error());
+        assert!(last_error().contains(needle), "{trid}: {}", last_error());
+    }
+    // An NVMe/TCP controller has no IOMMU context to join.
+    let mut ctx = ptr::null_mut();
+    // SAFETY: valid out pointers; the context is freed below.
+    unsafe {
+        assert_eq!(nvme_dma_context_create_emulated(&mut ctx), NVME_OK);
+        let c = trid(&t);
+        assert_eq!(
+            nvme_ctrlr_open_in(ctx, c.as_ptr(), &mut ctrlr),
+            NVME_ERR_INVALID_ARGUMENT
+        );
+        assert!(last_error().contains("nvme_ctrlr_open"), "{}", last_error());
+        assert_eq!(nvme_dma_context_free(ctx), NVME_OK);
+    }
+}

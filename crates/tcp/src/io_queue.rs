@@ -1,0 +1,118 @@
+//! [`IoQueue`] for [`TcpQueuePair`]: the NVMe/TCP pair under the transport-neutral queue-pair
+//! trait of `nvme-driver`, so `nvme-poll`'s async layer and poll groups (and any code generic
+//! over `Q: IoQueue`) run over TCP. Thin forwards to the inherent methods.
+
+use nvme_driver::{Completion, DmaBuffer, IoFailure, IoQueue, Namespace, Result, WriteFlags};
+
+use crate::{TcpQueuePair, TcpQueueStats};
+
+impl IoQueue for TcpQueuePair {
+    type Stats = TcpQueueStats;
+
+    #[inline]
+    fn qid(&self) -> u16 {
+        TcpQueuePair::qid(self)
+    }
+
+    #[inline]
+    fn depth(&self) -> u32 {
+        TcpQueuePair::depth(self)
+    }
+
+    #[inline]
+    fn capacity(&self) -> u16 {
+        TcpQueuePair::capacity(self)
+    }
+
+    #[inline]
+    fn in_flight(&self) -> u16 {
+        TcpQueuePair::in_flight(self)
+    }
+
+    #[inline]
+    fn max_transfer_bytes(&self) -> usize {
+        TcpQueuePair::max_transfer_bytes(self)
+    }
+
+    fn stats_snapshot(&self) -> TcpQueueStats {
+        TcpQueuePair::stats(self).clone()
+    }
+
+    #[inline]
+    fn plug(&mut self, n: u16) -> Result<()> {
+        TcpQueuePair::plug(self, n)
+    }
+
+    #[inline]
+    fn unplug(&mut self) {
+        TcpQueuePair::unplug(self)
+    }
+
+    #[inline]
+    fn ring(&mut self) {
+        TcpQueuePair::ring(self)
+    }
+
+    #[inline]
+    fn submit_read(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        TcpQueuePair::submit_read(self, ns, lba, blocks, buf, user_data)
+    }
+
+    #[inline]
+    fn submit_write(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        flags: WriteFlags,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        TcpQueuePair::submit_write(self, ns, lba, blocks, buf, flags, user_data)
+    }
+
+    #[inline]
+    fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
+        TcpQueuePair::submit_flush(self, ns, user_data)
+    }
+
+    #[inline]
+    fn poll<F: FnMut(Completion)>(&mut self, f: F) -> usize {
+        TcpQueuePair::poll(self, f)
+    }
+
+    #[inline]
+    fn read(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+    ) -> std::result::Result<DmaBuffer, IoFailure> {
+        TcpQueuePair::read(self, ns, lba, blocks, buf)
+    }
+
+    #[inline]
+    fn write(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        flags: WriteFlags,
+    ) -> std::result::Result<DmaBuffer, IoFailure> {
+        TcpQueuePair::write(self, ns, lba, blocks, buf, flags)
+    }
+
+    #[inline]
+    fn flush(&mut self, ns: &Namespace) -> Result<()> {
+        TcpQueuePair::flush(self, ns)
+    }
+}
