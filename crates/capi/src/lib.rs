@@ -628,7 +628,9 @@ struct Request {
 /// A completion reaped from the device whose callback has not run yet.
 struct Pending {
     request: u32,
-    result: Result<u32, Error>,
+    /// Built when the completion is reaped: the C status is all a callback sees, so the
+    /// driver's `Error` (64 bytes) is not carried through the queue.
+    status: nvme_cpl_status,
     buffer: Option<DmaBuffer>,
 }
 
@@ -851,22 +853,22 @@ unsafe fn submit_data(
                 );
             }
         };
-        let ns = match q.namespace(nsid) {
-            Ok(ns) => ns.clone(),
-            Err(code) => {
-                handle.state = BufState::Idle(dma);
-                return code;
-            }
+        // The namespace is found by position so that the queue pair and the namespace list
+        // are borrowed apart (no clone of the namespace's `Arc` per request).
+        let Some(ns_index) = q.namespaces.iter().position(|n| n.nsid() == nsid) else {
+            handle.state = BufState::Idle(dma);
+            return q.namespace(nsid).err().unwrap_or(NVME_ERR_NAMESPACE);
         };
         let index = q.alloc_request(Request {
             cb,
             arg: cb_arg,
             buf,
         });
+        let ns = &q.namespaces[ns_index];
         let result = match op {
-            DataOp::Read => q.qp.submit_read(&ns, lba, blocks, dma, u64::from(index)),
+            DataOp::Read => q.qp.submit_read(ns, lba, blocks, dma, u64::from(index)),
             DataOp::Write { fua } => q.qp.submit_write(
-                &ns,
+                ns,
                 lba,
                 blocks,
                 dma,
@@ -1140,13 +1142,21 @@ pub unsafe extern "C" fn nvme_qpair_poll(qpair: *mut nvme_qpair, max_completions
             }
             if q.pending.len() < max {
                 let pending = &mut q.pending;
-                q.qp.poll(|c: Completion| {
-                    pending.push_back(Pending {
-                        request: c.user_data as u32,
-                        result: c.result,
-                        buffer: c.buffer,
-                    })
-                });
+                let requests = &q.requests;
+                q.qp.poll(
+                    #[inline(always)]
+                    |c: Completion| {
+                        let request = c.user_data as u32;
+                        let buf = requests
+                            .get(request as usize)
+                            .map_or(std::ptr::null_mut(), |r| r.buf);
+                        pending.push_back(Pending {
+                            request,
+                            status: completion_status(&c.result, buf),
+                            buffer: c.buffer,
+                        })
+                    },
+                );
             }
             q.polling = true;
         }
@@ -1166,7 +1176,7 @@ pub unsafe extern "C" fn nvme_qpair_poll(qpair: *mut nvme_qpair, max_completions
                     // which this thread owns.
                     unsafe { restore(request.buf, p.buffer) };
                 }
-                (request, completion_status(&p.result, request.buf))
+                (request, p.status)
             };
             done += 1;
             if let Some(cb) = request.cb {
@@ -1194,6 +1204,7 @@ pub unsafe extern "C" fn nvme_qpair_outstanding(qpair: *const nvme_qpair) -> u32
     (q.requests.len() - q.free.len()) as u32
 }
 
+#[inline(always)]
 fn completion_status(result: &Result<u32, Error>, buf: *mut nvme_buf) -> nvme_cpl_status {
     match result {
         Ok(dw0) => nvme_cpl_status {
