@@ -1159,6 +1159,9 @@ pub unsafe extern "C" fn nvme_qpair_poll(qpair: *mut nvme_qpair, max_completions
                 );
             }
             q.polling = true;
+            // Submissions from the callbacks below are published together, with one doorbell
+            // write after the last callback (SPDK's delayed command submission), not one each.
+            q.qp.hold_submissions();
         }
         let mut done = 0usize;
         while done < max {
@@ -1185,7 +1188,9 @@ pub unsafe extern "C" fn nvme_qpair_poll(qpair: *mut nvme_qpair, max_completions
             }
         }
         // SAFETY: as above.
-        unsafe { (*qpair).polling = false };
+        let q = unsafe { &mut *qpair };
+        q.qp.release_submissions();
+        q.polling = false;
         done.min(c_int::MAX as usize) as c_int
     })
 }

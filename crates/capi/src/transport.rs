@@ -160,6 +160,20 @@ impl AnyQp {
             AnyQp::Tcp(q) => tcp::poll(q, f),
         }
     }
+
+    /// Holds the doorbell (PCIe) or the send (TCP) of later submissions until
+    /// [`AnyQp::unplug`]; reserves nothing.
+    #[inline]
+    pub(crate) fn hold_submissions(&mut self) {
+        // A plug of 0 tags cannot fail: it only sets the pair's plugged flag.
+        let _ = qp!(self, q => IoQueue::plug(q, 0));
+    }
+
+    /// Publishes what was submitted since [`AnyQp::hold_submissions`] (one doorbell write).
+    #[inline]
+    pub(crate) fn release_submissions(&mut self) {
+        qp!(self, q => IoQueue::unplug(q))
+    }
 }
 
 fn tcp_unsupported(q: &TcpQueuePair, what: &str) -> Error {
