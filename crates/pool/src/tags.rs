@@ -206,16 +206,7 @@ impl<T> TagSet<T> {
     /// remote stack only when the local one is empty. `None` when every slot is in use.
     #[inline]
     pub fn alloc(&mut self) -> Option<Tag> {
-        let index = match self.free.pop() {
-            Some(index) => index,
-            None => self.alloc_slow()?,
-        };
-        if self.reserved > 0 {
-            self.reserved -= 1;
-            self.stats.plug_hits += 1;
-        }
-        self.stats.allocs += 1;
-        Some(self.activate(index))
+        self.alloc_mut().map(|(tag, _)| tag)
     }
 
     /// [`alloc`](Self::alloc) and [`get_mut`](Self::get_mut) in one, with one bounds check:
@@ -231,20 +222,7 @@ impl<T> TagSet<T> {
             self.stats.plug_hits += 1;
         }
         self.stats.allocs += 1;
-        self.in_use += 1;
-        let index_bits = self.index_bits;
-        let entry = &mut self.entries[usize::from(index)];
-        debug_assert!(
-            !entry.meta.live,
-            "slot {index} on the free stack while live"
-        );
-        entry.meta.live = true;
-        let tag = Tag {
-            cid: entry.meta.cid,
-            index,
-            index_bits,
-        };
-        Some((tag, &mut entry.value))
+        Some(self.activate(index))
     }
 
     #[cold]
@@ -278,7 +256,7 @@ impl<T> TagSet<T> {
         }
         for slot in &mut out[..usize::from(n)] {
             let index = self.free.pop().expect("free stack length checked above");
-            *slot = self.activate(index);
+            *slot = self.activate(index).0;
         }
         let from_plug = self.reserved.min(n);
         self.reserved -= from_plug;
@@ -347,31 +325,16 @@ impl<T> TagSet<T> {
         if self.remote_issued.get() && self.remote.is_queued_as(usize::from(index), cid) {
             return None;
         }
-        Some(Tag {
-            cid,
-            index,
-            index_bits: self.index_bits,
-        })
+        Some(self.make_tag(index, cid))
     }
 
     /// [`lookup`](Self::lookup) and [`get_mut`](Self::get_mut) in one: validates a cid from
     /// the device and gives its slot, with one bounds check. Never panics.
     #[inline]
     pub fn lookup_mut(&mut self, cid: u16) -> Option<(Tag, &mut T)> {
-        let index = cid & self.index_mask;
-        let entry = self.entries.get_mut(usize::from(index))?;
-        if !entry.meta.live || entry.meta.cid != cid {
-            return None;
-        }
-        if self.remote_issued.get() && self.remote.is_queued_as(usize::from(index), cid) {
-            return None;
-        }
-        let tag = Tag {
-            cid,
-            index,
-            index_bits: self.index_bits,
-        };
-        Some((tag, &mut entry.value))
+        let tag = self.lookup(cid)?;
+        // In range: `lookup` found the entry (the compiler drops this second check).
+        Some((tag, &mut self.entries[tag.index()].value))
     }
 
     /// Reserves `n` more tags for the batch about to be submitted, all or nothing: the next `n`
@@ -465,13 +428,22 @@ impl<T> TagSet<T> {
     }
 
     #[inline]
-    fn activate(&mut self, index: u16) -> Tag {
-        let meta = &mut self.entries[usize::from(index)].meta;
-        debug_assert!(!meta.live, "slot {index} on the free stack while live");
-        meta.live = true;
-        let cid = meta.cid;
+    /// Marks the free slot `index` live: its tag and value.
+    fn activate(&mut self, index: u16) -> (Tag, &mut T) {
         self.in_use += 1;
-        self.make_tag(index, cid)
+        let index_bits = self.index_bits;
+        let entry = &mut self.entries[usize::from(index)];
+        debug_assert!(
+            !entry.meta.live,
+            "slot {index} on the free stack while live"
+        );
+        entry.meta.live = true;
+        let tag = Tag {
+            cid: entry.meta.cid,
+            index,
+            index_bits,
+        };
+        (tag, &mut entry.value)
     }
 
     #[inline]
