@@ -721,16 +721,7 @@ impl QueuePair {
         );
         let mut sqe = sqe;
         sqe.prp1 = self.pages.iova(index).0;
-        let epoch = self.epoch;
-        start_group(
-            self.tags.get_mut(tag),
-            tag,
-            epoch,
-            sqe.opcode(),
-            user_data,
-            None,
-            1,
-        );
+        self.start_group(tag, sqe.opcode(), user_data, None, 1);
         self.push_command(tag, sqe);
         self.after_submit();
         Ok(tag)
@@ -900,7 +891,7 @@ impl QueuePair {
         let Some((tag, slot)) = self.tags.alloc_mut() else {
             return Err(IoFailure::new(self.queue_full(), buf));
         };
-        start_group(slot, tag, epoch, sqe.opcode(), user_data, buf, 1);
+        fill_group_head(slot, tag, epoch, sqe.opcode(), user_data, buf, 1);
         if let Some(addr) = addr {
             debug_assert!(len > 0, "callers reject zero-length data transfers");
             self.set_data_pointer(&mut sqe, tag.index(), addr, len);
@@ -977,16 +968,7 @@ impl QueuePair {
                 self.tags.get_mut(tag).head = head;
             }
         }
-        let epoch = self.epoch;
-        start_group(
-            self.tags.get_mut(head),
-            head,
-            epoch,
-            op,
-            user_data,
-            Some(buf),
-            commands as u16,
-        );
+        self.start_group(head, op, user_data, Some(buf), commands as u16);
         for (i, &tag) in tags[..commands].iter().enumerate() {
             if i > 0 {
                 let slot = self.tags.get_mut(tag);
@@ -1032,6 +1014,27 @@ impl QueuePair {
                 sqe.prp2 = self.pages.iova(index).0;
             }
         }
+    }
+
+    /// [`fill_group_head`] on the slot of live tag `tag`, in this pair's current epoch.
+    fn start_group(
+        &mut self,
+        tag: Tag,
+        op: u8,
+        user_data: u64,
+        buffer: Option<DmaBuffer>,
+        commands: u16,
+    ) {
+        let epoch = self.epoch;
+        fill_group_head(
+            self.tags.get_mut(tag),
+            tag,
+            epoch,
+            op,
+            user_data,
+            buffer,
+            commands,
+        );
     }
 
     #[inline(always)]
@@ -1916,7 +1919,7 @@ pub const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
 
 /// Fills the slot of a request's first (or only) command: the group head, `commands` long.
 #[inline(always)]
-fn start_group(
+fn fill_group_head(
     slot: &mut Slot,
     tag: Tag,
     epoch: u32,
