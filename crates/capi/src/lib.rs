@@ -774,8 +774,14 @@ unsafe fn restore(buf: *mut nvme_buf, buffer: Option<DmaBuffer>) {
 
 impl nvme_qpair {
     fn namespace(&self, nsid: u32) -> Result<&Namespace, c_int> {
-        match self.namespaces.iter().find(|n| n.nsid() == nsid) {
-            Some(ns) => Ok(ns),
+        self.namespace_index(nsid).map(|i| &self.namespaces[i])
+    }
+
+    /// Position of namespace `nsid` in this pair's list (an index lets a caller borrow the
+    /// namespace and the queue pair apart), or the error for a missing one.
+    fn namespace_index(&self, nsid: u32) -> Result<usize, c_int> {
+        match self.namespaces.iter().position(|n| n.nsid() == nsid) {
+            Some(i) => Ok(i),
             None => Err(match self.shared.ctrl.namespace(nsid) {
                 Err(e) => fail_with(&e),
                 Ok(_) => fail(
@@ -853,11 +859,14 @@ unsafe fn submit_data(
                 );
             }
         };
-        // The namespace is found by position so that the queue pair and the namespace list
-        // are borrowed apart (no clone of the namespace's `Arc` per request).
-        let Some(ns_index) = q.namespaces.iter().position(|n| n.nsid() == nsid) else {
-            handle.state = BufState::Idle(dma);
-            return q.namespace(nsid).err().unwrap_or(NVME_ERR_NAMESPACE);
+        // By index, so that the queue pair and the namespace list are borrowed apart (no
+        // clone of the namespace's `Arc` per request).
+        let ns_index = match q.namespace_index(nsid) {
+            Ok(i) => i,
+            Err(code) => {
+                handle.state = BufState::Idle(dma);
+                return code;
+            }
         };
         let index = q.alloc_request(Request {
             cb,
