@@ -382,6 +382,25 @@ fn put_back<T>(place: &mut Option<T>, value: Option<T>) {
     std::mem::forget(old);
 }
 
+/// The end of an I/O whose buffer (if it came back) is in `buffers[slot]`: tells the verifier,
+/// then the slot is free for the next I/O, or retired when the driver kept its buffer.
+#[inline(always)]
+fn settle<C: Check>(
+    check: &mut C,
+    buffers: &[Option<DmaBuffer>],
+    free: &mut Vec<u32>,
+    retired: &mut u32,
+    slot: u32,
+    ok: bool,
+) {
+    check.completed(slot, ok, buffers[slot as usize].as_deref());
+    if buffers[slot as usize].is_some() {
+        free.push(slot);
+    } else {
+        *retired += 1;
+    }
+}
+
 /// One thread's loop. `check` is [`NoCheck`] (compiled away) or the `--verify` state.
 #[allow(clippy::too_many_arguments)]
 fn run_worker<C: Check>(
@@ -509,22 +528,13 @@ fn run_worker<C: Check>(
         let reaped = qp.poll_deferred(
             #[inline(always)]
             |c| {
-                let Completion {
-                    user_data,
-                    result,
-                    buffer,
-                } = c;
-                let index = user_data as usize;
-                let ctx = match &result {
+                let index = c.user_data as usize;
+                let ctx = match c.result {
                     Ok(_) => contexts.get_mut(index).and_then(Option::take),
                     Err(_) => None,
                 };
                 let Some(ctx) = ctx else {
-                    failed.push(Completion {
-                        user_data,
-                        result,
-                        buffer,
-                    });
+                    failed.push(c);
                     return;
                 };
                 if timed {
@@ -534,13 +544,8 @@ fn run_worker<C: Check>(
                     tally.complete_untimed();
                 }
                 let slot = ctx.buffer;
-                put_back(&mut buffers[slot as usize], buffer);
-                check.completed(slot, true, buffers[slot as usize].as_deref());
-                if buffers[slot as usize].is_some() {
-                    free.push(slot);
-                } else {
-                    retired += 1;
-                }
+                put_back(&mut buffers[slot as usize], c.buffer);
+                settle(&mut check, &buffers, &mut free, &mut retired, slot, true);
                 if use_cache {
                     cache.put(ctx);
                 }
@@ -620,12 +625,7 @@ fn run_worker<C: Check>(
             }
             let slot = ctx.buffer;
             buffers[slot as usize] = c.buffer;
-            check.completed(slot, ok, buffers[slot as usize].as_deref());
-            if buffers[slot as usize].is_some() {
-                free.push(slot);
-            } else {
-                retired += 1;
-            }
+            settle(&mut check, &buffers, &mut free, &mut retired, slot, ok);
             if use_cache {
                 cache.put(ctx);
             }
