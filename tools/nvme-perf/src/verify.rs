@@ -16,8 +16,12 @@
 //!
 //! Each worker thread owns a disjoint slice of the LBA span and keeps, per I/O position of
 //! its slice, the last acknowledged sequence number and whether a write is in flight (one
-//! `u32`), so no state is shared. At most one write per position is in flight (the address
-//! generator draws again otherwise). A read accepts a sequence number between the one
+//! `u32`), so no state is shared. A position has at most one write or any number of reads in
+//! flight, never a write and a read together (the address generator draws again otherwise):
+//! a device need not keep a block whole against a concurrent command (QEMU's emulated
+//! controller does not: a read racing a write to the same block was seen to return the new
+//! header over the old payload), so an overlapping read could fail a correct device. A read
+//! accepts a sequence number between the one
 //! acknowledged when the read was submitted and the newest one issued when it completes;
 //! lower is a lost write, higher a phantom. After the workload, a final pass reads back
 //! every position written.
@@ -52,8 +56,9 @@ const IN_FLIGHT: u32 = 1 << 31;
 const SEQ_MASK: u32 = IN_FLIGHT - 1;
 /// State of a position whose write failed: its content is unknown and never checked again.
 const POISONED: u32 = u32::MAX;
-/// Draws before the generator gives up finding a position without a write in flight and
-/// reads instead (only a degenerate span gets there).
+/// Draws before the generator gives up finding a position free for the I/O drawn (no write in
+/// flight; for a write, no read either) and reads instead (only a span with about as many
+/// positions as the queue depth gets there).
 const MAX_REDRAWS: u32 = 1 << 20;
 
 const OFF_LBA: usize = 8;
@@ -344,6 +349,9 @@ pub struct Verifier {
     run: u64,
     /// Per position of the slice: [`IN_FLIGHT`] | last acknowledged sequence, or [`POISONED`].
     state: Vec<u32>,
+    /// Per position of the slice: reads in flight (a write waits for none; at `u8::MAX` further
+    /// reads of the position are drawn again).
+    reads: Vec<u8>,
     /// Per I/O buffer index.
     slots: Vec<Slot>,
     /// A position no longer written (the target of a test fault, so the final pass sees it).
@@ -371,6 +379,7 @@ impl Verifier {
             lba_size: geometry.lba_size as usize,
             run,
             state: vec![0; positions as usize],
+            reads: vec![0; positions as usize],
             slots: vec![Slot::default(); config.queue_depth as usize],
             frozen: None,
             fault: if thread == 0 { fault } else { None },
@@ -503,12 +512,15 @@ impl Check for Verifier {
         let mut draws = 0;
         loop {
             let (lba, is_write) = gen.next_io();
-            if !is_write {
-                return (lba, false);
-            }
             let p = self.position(lba);
-            if self.state[p] & IN_FLIGHT == 0 && self.frozen != Some(p) {
-                return (lba, true);
+            let writing = self.state[p] & IN_FLIGHT != 0;
+            let free = if is_write {
+                !writing && self.reads[p] == 0 && self.frozen != Some(p)
+            } else {
+                !writing && self.reads[p] < u8::MAX
+            };
+            if free {
+                return (lba, is_write);
             }
             draws += 1;
             if draws >= MAX_REDRAWS {
@@ -535,6 +547,7 @@ impl Check for Verifier {
             }
             seq
         } else {
+            self.reads[p] = self.reads[p].saturating_add(1);
             acked
         };
         self.slots[slot as usize] = Slot {
@@ -546,9 +559,11 @@ impl Check for Verifier {
 
     fn refused(&mut self, slot: u32) {
         let s = self.slots[slot as usize];
+        let p = self.position(s.lba);
         if s.write {
-            let p = self.position(s.lba);
             self.state[p] &= SEQ_MASK;
+        } else {
+            self.reads[p] = self.reads[p].saturating_sub(1);
         }
     }
 
@@ -568,8 +583,12 @@ impl Check for Verifier {
             if self.fault.is_some() {
                 self.apply_fault_at_completion(p, s.lba);
             }
-        } else if let (true, Some(buf)) = (ok, buf) {
-            self.check_read(s, buf);
+        } else {
+            // Saturating: the final pass reads without `prepare`.
+            self.reads[p] = self.reads[p].saturating_sub(1);
+            if let (true, Some(buf)) = (ok, buf) {
+                self.check_read(s, buf);
+            }
         }
     }
 
