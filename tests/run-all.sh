@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test layer: unit tests, loom model checks, then the QEMU guest cases.
+# Runs every test layer: the doc reference check, unit tests, loom model checks, then the QEMU
+# guest cases.
 # Keeps going after a failure so one run shows everything; exits non-zero if anything failed.
 set -uo pipefail
 
@@ -21,6 +22,9 @@ step() {
         FAILED=1
     fi
 }
+
+# Docs name files, constants and tests; a rename must not leave them dangling (seconds).
+step "doc references" python3 tests/doc-refs.py
 
 step "unit tests" cargo test --workspace
 

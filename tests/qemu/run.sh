@@ -11,8 +11,8 @@
 # and "@@DONE ..." at the end. Exit 0 only if every requested case reported PASS.
 #
 # With --hotplug the controller sits behind a pcie-root-port and QEMU listens on a QMP socket; a
-# guest line "@@HOST device_del" makes the host send QMP device_del for it (a surprise-removal
-# request through pciehp: attention button, then power-off).
+# guest line "@@HOST device_del" makes the host send QMP device_del for it (a removal request
+# through pciehp, not a surprise removal: attention button, then power-off).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

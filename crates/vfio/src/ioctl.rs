@@ -1,7 +1,8 @@
 //! The system-call layer: every VFIO ioctl, config-space pread/pwrite and BAR mmap of this
 //! crate, each a small function over borrowed file descriptors.
 //!
-//! This is the only module with `unsafe` system calls. Each wrapper passes the kernel a
+//! This module and `iommufd.rs` (the iommufd ioctls, built the same way) hold every `unsafe`
+//! VFIO system call of the crate. Each wrapper passes the kernel a
 //! pointer to a correctly sized, initialised `#[repr(C)]` structure from `vfio-bindings` (with
 //! `argsz` set to the size of the buffer the kernel may write) and turns `-1` into
 //! [`io::Error::last_os_error`]. Request numbers follow `linux/vfio.h`:

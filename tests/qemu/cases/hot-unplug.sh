@@ -1,4 +1,4 @@
-# Surprise hot-unplug under load (needs `run.sh --hotplug`: the controller behind a
+# Orderly hot-unplug request under load (not a surprise removal) (needs `run.sh --hotplug`: the controller behind a
 # pcie-root-port, the host sending QMP device_del when the guest prints "@@HOST device_del").
 # pciehp powers the slot off after the attention button; vfio-pci then relays a device
 # request to the user. nvme-perf must fail its I/O with Removed and exit within 1 s of that
