@@ -9,6 +9,11 @@
 //! is refused with [`Error::ForeignBuffer`](crate::Error::ForeignBuffer) (one compare of the
 //! buffer's [`DmaDomain`] per submission).
 //!
+//! The context's domain is its retirement guard's, not the platform mapper's: buffers
+//! allocated straight from the platform mapper (a VFIO container's mapper, the emulator's
+//! `SimDma`), or from another context made over the same mapper, are refused too, since
+//! retiring this context could not keep them mapped.
+//!
 //! [`Controller::open_pci`] and [`Controller::new`] make a private context per controller, so
 //! opening one controller stays one call.
 //!
@@ -72,9 +77,15 @@ impl DmaContext {
         }
     }
 
-    /// The IOVA space of every buffer of the context.
+    /// The DMA domain of every buffer of the context: the context's own, distinct from the
+    /// platform mapper's it was made from (buffers of that mapper are refused).
     pub fn domain(&self) -> DmaDomain {
         self.dma.domain()
+    }
+
+    /// The domain of the platform mapper the context was made from.
+    pub(crate) fn platform_domain(&self) -> DmaDomain {
+        self.guard.platform_domain()
     }
 
     /// The context's mapper, to allocate ([`DmaBuffer::allocate`]) or register
@@ -98,8 +109,9 @@ impl DmaContext {
         &self.guard
     }
 
-    /// Whether `mapper` maps into this context's address space.
+    /// Whether `mapper` (a transport's platform mapper) maps into this context's address
+    /// space: it is the mapper the context was made from.
     pub(crate) fn contains(&self, mapper: &dyn DmaMapper) -> bool {
-        mapper.domain() == self.domain()
+        mapper.domain() == self.platform_domain()
     }
 }

@@ -227,7 +227,10 @@ impl Default for ControllerOptions {
 pub struct Transport {
     /// BAR0 register window.
     pub mmio: Mmio,
-    /// Maps memory for the controller's DMA.
+    /// The platform mapper the controller's DMA context is made over. The controller maps
+    /// through the context's retirement guard, never through this directly, and refuses
+    /// buffers allocated from it ([`Error::ForeignBuffer`]): allocate through
+    /// [`Controller::alloc_buffer`] or [`Controller::dma`].
     pub dma: Arc<dyn DmaMapper>,
     /// Name used in messages (a PCI address, or "sim").
     pub name: String,
@@ -475,7 +478,7 @@ impl Controller {
             return Err(Error::ForeignTransport {
                 controller: transport.name,
                 transport: transport.dma.domain(),
-                context: ctx.domain(),
+                context: ctx.platform_domain(),
             });
         }
         let context = ctx;

@@ -226,7 +226,7 @@ pub enum Error {
         controller: String,
         /// The transport's DMA domain.
         transport: nvme_vfio::DmaDomain,
-        /// The context's DMA domain.
+        /// The domain of the platform mapper the context was made from.
         context: nvme_vfio::DmaDomain,
     },
     /// The namespace exists but its format is one this driver cannot do I/O on.

@@ -14,6 +14,15 @@
 //! again (see `nvme_vfio::DmaMapper::unmap`); with a shared context that holds for the
 //! allocations of every controller in it. Memory is thus only ever freed once no command can
 //! reach it.
+//!
+//! The guard is a DMA domain of its own ([`DmaDomain::unique`]), not the platform mapper's: a
+//! controller accepts only buffers mapped through its context's guard. A buffer allocated
+//! straight from the platform mapper (reachable from safe code: `Transport::dma`,
+//! `nvme_vfio::DmaContext::mapper`, the emulator's `SimDma`), or through the guard of another
+//! context made over the same mapper, would be unmapped and freed by a mapper this guard cannot
+//! retire, so it is refused with [`Error::ForeignBuffer`](crate::Error::ForeignBuffer) (the same
+//! one compare of domains per submission as before). The IOVAs stay the platform mapper's, so
+//! guards over one mapper never hand out overlapping ranges.
 
 use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
@@ -23,6 +32,8 @@ use nvme_vfio::{DmaDomain, DmaError, DmaMapper, Iova};
 /// A DMA context's view of the platform mapper that can be retired (see the module docs).
 pub(crate) struct GuardedMapper {
     inner: Arc<dyn DmaMapper>,
+    /// This guard's own domain, never `inner`'s (see the module docs).
+    domain: DmaDomain,
     /// The controller whose failure retired the mapper, once retired.
     retired_by: OnceLock<String>,
 }
@@ -31,8 +42,14 @@ impl GuardedMapper {
     pub(crate) fn new(inner: Arc<dyn DmaMapper>) -> Self {
         Self {
             inner,
+            domain: DmaDomain::unique(),
             retired_by: OnceLock::new(),
         }
+    }
+
+    /// The domain of the platform mapper under the guard (which transports must map into).
+    pub(crate) fn platform_domain(&self) -> DmaDomain {
+        self.inner.domain()
     }
 
     /// From now on no mapping of this context is removed: their memory leaks and their
@@ -43,7 +60,7 @@ impl GuardedMapper {
                 "{controller}: the controller could not be confirmed stopped; the DMA memory of \
                  its {} (every controller sharing it) will be leaked rather than freed (the \
                  device may still write it)",
-                self.inner.domain()
+                self.domain
             );
         }
     }
@@ -58,8 +75,9 @@ impl GuardedMapper {
 }
 
 // SAFETY: a pass-through of `inner`, which upholds the contract; `unmap` may only refuse more
-// (keeping mappings alive), never remove a mapping `inner` did not create. `domain` is
-// `inner`'s.
+// (keeping mappings alive), never remove a mapping `inner` did not create. `domain` is fixed at
+// creation from `DmaDomain::unique`, so no other mapper returns it; the IOVAs are `inner`'s,
+// so no two live mappings made through this guard share one.
 unsafe impl DmaMapper for GuardedMapper {
     unsafe fn map(&self, vaddr: NonNull<u8>, len: usize) -> Result<Iova, DmaError> {
         if self.is_retired() {
@@ -92,7 +110,7 @@ unsafe impl DmaMapper for GuardedMapper {
     }
 
     fn domain(&self) -> DmaDomain {
-        self.inner.domain()
+        self.domain
     }
 
     fn needs_physically_contiguous(&self) -> bool {

@@ -201,3 +201,42 @@ fn an_unstoppable_member_retires_the_whole_context() {
         "B shares the retired context"
     );
 }
+
+/// Issue 19 item 3: two contexts made over one platform mapper (two `with_mapper` calls on one
+/// `SimDma`, or two `DmaContext::from_vfio` on clones of one container) have two retirement
+/// guards. A buffer of one context in flight on a controller of the other would not be kept
+/// when that controller cannot be stopped (only its own context is retired), so each context
+/// is a DMA domain of its own and refuses the other's buffers; so do the mapper's own buffers.
+#[test]
+fn two_contexts_over_one_mapper_do_not_share_buffers() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let dma = Arc::new(SimDma::new());
+    let (ctx1, ctx2) = (
+        DmaContext::with_mapper(dma.clone()),
+        DmaContext::with_mapper(dma.clone()),
+    );
+    assert_ne!(ctx1.domain(), ctx2.domain());
+    let (_sim_a, a) = in_context(&ctx1, &dma, SimConfig::default());
+    let (sim_b, b) = in_context(&ctx2, &dma, SimConfig::default());
+    let ns_b = b.namespace(NS).unwrap();
+    let mut qb = b.create_queue_pair(QueuePairOptions::default()).unwrap();
+    let raw: Arc<dyn nvme_driver::DmaMapper> = dma.clone();
+    for foreign in [
+        ctx1.alloc_buffer(BLOCK).unwrap(),
+        a.alloc_buffer(BLOCK).unwrap(),
+        nvme_driver::DmaBuffer::allocate(&raw, BLOCK).unwrap(),
+    ] {
+        let failure = qb
+            .write(&ns_b, 7, 1, foreign, WriteFlags::NONE)
+            .expect_err("a buffer outside controller B's context was accepted");
+        assert!(
+            matches!(failure.error, Error::ForeignBuffer { .. }),
+            "{}",
+            failure.error
+        );
+        assert!(failure.buffer.is_some(), "the refused buffer is given back");
+    }
+    assert_eq!(sim_b.stats().io_commands(), 0, "nothing reached B");
+    let own = ctx2.alloc_buffer(BLOCK).unwrap();
+    qb.write(&ns_b, 7, 1, own, WriteFlags::NONE).unwrap();
+}

@@ -347,6 +347,57 @@ fn item3_buffer_of_another_controller_is_refused() {
         .unwrap();
 }
 
+/// Issue 19 item 3: a buffer allocated straight from the platform mapper under the retirement
+/// guard (here the emulator's `SimDma`, reachable from safe code as `sim.dma()` or the
+/// transport's `dma`) does not go through the guard, so when the controller cannot be stopped
+/// its mapping would be removed and its memory freed while the device still runs the command
+/// that names it. The controller must refuse it up front, with the buffer given back whole.
+#[test]
+fn item3_raw_mapper_buffer_is_refused_so_retirement_cannot_free_it() {
+    let (sim, ctrl) = start_with_options(
+        SimConfig {
+            timeout_500ms: 1,
+            ..SimConfig::default()
+        },
+        false,
+        ControllerOptions {
+            timeout_action: TimeoutAction::AbortThenReset,
+            ..options()
+        },
+    );
+    let ns = ctrl.namespace(NS).unwrap();
+    let mut q = qp(&ctrl, 8, Duration::from_millis(300));
+    // A buffer allocated through the controller (the guard) is accepted.
+    q.write(&ns, 24, 1, filled(&ctrl, BLOCK, 0x11), WriteFlags::NONE)
+        .unwrap();
+    let mut raw = DmaBuffer::allocate(&sim.dma(), BLOCK).unwrap();
+    raw.fill(0x99);
+    sim.faults().delay_execution_with(
+        1,
+        ExecutionDelay::new(Duration::from_millis(2500))
+            .without_completion()
+            .not_abortable(),
+    );
+    let f = q
+        .submit_write(&ns, 24, 1, raw, WriteFlags::NONE, 1)
+        .expect_err(
+            "a buffer of the raw emulator mapper was accepted: it bypasses the retirement \
+             guard and would be freed while an unstoppable device still writes it",
+        );
+    assert!(
+        matches!(f.error, Error::ForeignBuffer { .. }),
+        "{}",
+        f.error
+    );
+    let back = f.buffer.expect("a refused buffer comes back");
+    assert_all(&back, 0x99, "the refused buffer");
+    // Reads are refused too.
+    let f = q.read(&ns, 24, 1, back).unwrap_err();
+    assert!(matches!(f.error, Error::ForeignBuffer { .. }), "{}", f.error);
+    assert_eq!(sim.stats().commands_deferred, 0, "nothing reached the device");
+    assert_all(&sim.read_disk(NS, 24 * BLOCK as u64, BLOCK), 0x11, "medium");
+}
+
 // ----- item 4: raw passthrough -------------------------------------------------------------
 
 /// A raw write without a buffer but with a caller-set PRP1: the driver clears the data

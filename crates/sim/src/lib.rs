@@ -169,7 +169,10 @@ impl SimController {
         self.shared.regs.mmio()
     }
 
-    /// The controller's IOMMU, for the driver's DMA allocations.
+    /// The controller's IOMMU, the platform mapper a driver `Transport` is built on. A driver
+    /// controller maps through its DMA context's guard over it and refuses buffers allocated
+    /// from this mapper directly (they would escape the guard): allocate I/O buffers through
+    /// the controller or its context.
     pub fn dma(&self) -> Arc<dyn DmaMapper> {
         self.shared.dma.clone()
     }

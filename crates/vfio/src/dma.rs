@@ -106,7 +106,8 @@ pub enum DmaError {
     },
     /// No-IOMMU mode: the memory cannot be given to the device as physical addresses.
     #[error(
-        "VFIO no-IOMMU mode needs pinned, physically contiguous hugepage memory for DMA: {reason}"
+        "VFIO no-IOMMU mode needs pinned (private anonymous), physically contiguous hugepage \
+         memory for DMA: {reason}"
     )]
     NoIommuMemory {
         /// Why the memory cannot be used.
@@ -553,6 +554,12 @@ impl DmaBuffer {
     /// ([`DmaBuffer::join`]). The range is unmapped from the IOMMU when the last piece drops
     /// (unregistration); the memory itself is never freed here.
     ///
+    /// In VFIO no-IOMMU mode ([`DmaMapper::needs_physically_contiguous`]) nothing pins the
+    /// pages, so only private anonymous hugepage memory (`MAP_PRIVATE | MAP_ANONYMOUS |
+    /// MAP_HUGETLB`) is accepted; a file-backed or shared mapping (a hugetlbfs file, a memfd,
+    /// shared memory) is refused with [`DmaError::NoIommuMemory`] (see
+    /// [`check_no_iommu_memory`](crate::pagemap::check_no_iommu_memory)).
+    ///
     /// # Safety
     /// Until every piece of the returned buffer has been dropped (or leaked, if the device may
     /// still write it): the memory stays allocated and mapped at `ptr`, is not accessed by
@@ -604,6 +611,8 @@ impl DmaBuffer {
 
     /// Registers caller-owned memory (page-aligned, whole pages) for DMA once; the buffer can
     /// then be reused for any number of I/Os. The memory is unmapped when the buffer drops.
+    /// In VFIO no-IOMMU mode only private anonymous hugepage memory is accepted (as for
+    /// [`DmaBuffer::register_raw`]): a file mapping is refused with [`DmaError::NoIommuMemory`].
     pub fn register(mapper: &Arc<dyn DmaMapper>, mem: memmap2::MmapMut) -> Result<Self, DmaError> {
         let len = mem.len();
         let mapping = Mapping::register(mapper, mem)?;

@@ -7,7 +7,11 @@
 //!
 //! DMA "mapping" is a lookup: [`NoIommuMapper::map`] returns the physical address from
 //! `/proc/self/pagemap` (root: CAP_SYS_ADMIN) after checking that the memory is hugetlb (pinned:
-//! never swapped or migrated while mapped) and physically contiguous, and refuses otherwise.
+//! never swapped or migrated while mapped), private and anonymous (no file whose truncation or
+//! hole punch could free a page the device holds: registered application memory from a
+//! hugetlbfs file, a memfd or shared memory is refused, see
+//! [`check_no_iommu_memory`](crate::pagemap::check_no_iommu_memory)) and physically contiguous,
+//! and refuses otherwise.
 //! Allocations come from [`allocate_contiguous_hugepages`], which lays hugepages out in physical
 //! order. Nothing is unmapped (there is no IOMMU), and nothing protects memory freed after a
 //! mapping drops: the driver's rule that memory a device may still reach is leaked, never
@@ -130,7 +134,8 @@ pub(crate) fn open_device(
 }
 
 // SAFETY: `map` returns the physical address of memory it checked to be present, pinned
-// (hugetlb) and physically contiguous, so `iova + k` is the byte `vaddr + k` for the whole range
+// (hugetlb), private and anonymous (so only this process's own unmapping, which the `map`
+// contract forbids until `unmap`, can free its pages) and physically contiguous, so `iova + k` is the byte `vaddr + k` for the whole range
 // while the caller keeps it mapped (the `map` contract); the device sees physical addresses in
 // this mode. Physical addresses of live mappings never coincide, as their memory is disjoint.
 // `domain` is fixed at creation from `unique`.

@@ -9,6 +9,10 @@
 //!   by adding to the first address, so a buffer must be contiguous in physical memory).
 //! - [`hugetlb_covers`]: whether `/proc/self/smaps` shows the range in hugetlb mappings only
 //!   (pinned: hugetlb pages are never swapped out or migrated while mapped).
+//! - [`check_no_iommu_memory`]: whether the range may be handed to a device as physical
+//!   addresses at all: private anonymous hugetlb mappings only. Without an IOMMU nothing pins a
+//!   page, so a file-backed mapping (hugetlbfs file, memfd, SysV shared memory) is refused: a
+//!   truncate or hole punch of the file would free a page the device still writes.
 //! - [`allocate_contiguous_hugepages`]: hugetlb memory whose 2 MiB pages are laid out in
 //!   virtual memory in physical order, so that an allocation of several hugepages is one
 //!   contiguous physical range when the pages themselves are (typical of a pool reserved early).
@@ -121,57 +125,176 @@ pub fn physical_range(vaddr: usize, len: usize) -> Result<u64, DmaError> {
     contiguous_start(vaddr, &read_entries(vaddr, len)?)
 }
 
-/// Whether `smaps` (the text of `/proc/self/smaps`) shows every byte of `range` in mappings
-/// whose kernel page size is at least [`HUGEPAGE_SIZE`] (hugetlb).
-pub fn hugetlb_covers(smaps: &str, range: Range<usize>) -> bool {
-    // (start, end, kernel page size in KiB) of each mapping overlapping the range.
-    let mut vmas: Vec<(usize, usize, Option<usize>)> = Vec::new();
+/// One mapping (VMA) of `/proc/self/smaps`.
+#[derive(Clone, Copy, Debug)]
+struct Vma<'a> {
+    start: usize,
+    end: usize,
+    /// The permission field, e.g. `rw-p` (the last letter: `p` private, `s` shared).
+    perms: &'a str,
+    /// The pathname field: a file, a pseudo-name (`[heap]`, `[anon:..]`), or empty.
+    path: &'a str,
+    /// `KernelPageSize` in KiB, once its line is seen.
+    kernel_page_kib: Option<usize>,
+}
+
+impl Vma<'_> {
+    fn hugetlb(&self) -> bool {
+        self.kernel_page_kib.unwrap_or(0) * 1024 >= HUGEPAGE_SIZE
+    }
+
+    fn shared(&self) -> bool {
+        self.perms.ends_with('s')
+    }
+
+    /// Not backed by a file: no name, a bracketed pseudo-name, or the kernel's internal file
+    /// of anonymous hugetlb memory (`MAP_ANONYMOUS | MAP_HUGETLB`).
+    fn anonymous(&self) -> bool {
+        let path = self.path.strip_suffix(DELETED).unwrap_or(self.path);
+        path.is_empty() || path.starts_with('[') || path == ANON_HUGEPAGE
+    }
+}
+
+/// The name the kernel gives the internal file behind anonymous hugetlb mappings.
+const ANON_HUGEPAGE: &str = "/anon_hugepage";
+/// What smaps appends to the name of a file that is no longer linked.
+const DELETED: &str = " (deleted)";
+
+/// The mappings of `smaps` (in address order).
+fn vmas(smaps: &str) -> Vec<Vma<'_>> {
+    let mut vmas: Vec<Vma<'_>> = Vec::new();
     for line in smaps.lines() {
-        let head = line.split_whitespace().next().unwrap_or("");
-        if let Some((lo, hi)) = head.split_once('-') {
-            if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        // Header: "start-end perms offset dev inode   pathname" (single spaces up to the
+        // inode, then padding).
+        let mut fields = line.splitn(6, ' ');
+        let range = fields.next().unwrap_or("");
+        if let Some((lo, hi)) = range.split_once('-') {
+            if let (Ok(start), Ok(end)) =
+                (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
             {
-                vmas.push((lo, hi, None));
+                let perms = fields.next().unwrap_or("");
+                let path = fields.nth(3).unwrap_or("").trim();
+                vmas.push(Vma {
+                    start,
+                    end,
+                    perms,
+                    path,
+                    kernel_page_kib: None,
+                });
                 continue;
             }
         }
         if let Some(rest) = line.strip_prefix("KernelPageSize:") {
-            let kib = rest.trim().trim_end_matches("kB").trim().parse().ok();
             if let Some(last) = vmas.last_mut() {
-                last.2 = kib;
+                last.kernel_page_kib = rest.trim().trim_end_matches("kB").trim().parse().ok();
             }
         }
     }
-    let mut at = range.start;
-    vmas.sort_unstable();
-    for (lo, hi, kib) in vmas {
-        if hi <= at || lo >= range.end {
-            continue;
-        }
-        if lo > at || kib.unwrap_or(0) * 1024 < HUGEPAGE_SIZE {
-            return false;
-        }
-        at = hi;
-        if at >= range.end {
-            return true;
-        }
-    }
-    at >= range.end && !range.is_empty()
+    vmas.sort_unstable_by_key(|v| v.start);
+    vmas
 }
 
-/// Checks that `[vaddr, vaddr + len)` is pinned hugepage memory and physically contiguous;
-/// returns its physical address.
-pub fn pinned_physical_range(vaddr: usize, len: usize) -> Result<u64, DmaError> {
-    let smaps =
-        std::fs::read_to_string(SMAPS).map_err(|e| refuse(format!("cannot read {SMAPS}: {e}")))?;
-    if !hugetlb_covers(&smaps, vaddr..vaddr + len) {
+/// The mappings that cover `range`, in address order; `None` when some byte of it is not
+/// mapped (or the range is empty).
+fn covering<'a>(smaps: &'a str, range: &Range<usize>) -> Option<Vec<Vma<'a>>> {
+    let mut at = range.start;
+    let mut out = Vec::new();
+    for vma in vmas(smaps) {
+        if vma.end <= at || vma.start >= range.end {
+            continue;
+        }
+        if vma.start > at {
+            return None;
+        }
+        out.push(vma);
+        at = vma.end;
+        if at >= range.end {
+            return Some(out);
+        }
+    }
+    None
+}
+
+/// Whether `smaps` (the text of `/proc/self/smaps`) shows every byte of `range` in mappings
+/// whose kernel page size is at least [`HUGEPAGE_SIZE`] (hugetlb).
+pub fn hugetlb_covers(smaps: &str, range: Range<usize>) -> bool {
+    covering(smaps, &range).is_some_and(|v| v.iter().all(Vma::hugetlb))
+}
+
+/// What to use instead of memory no-IOMMU mode refuses.
+const USE_INSTEAD: &str = "allocate DMA memory through the driver (Controller::alloc_buffer, \
+                           DmaBuffer::allocate) or register private anonymous hugepage memory \
+                           (mmap with MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB)";
+
+/// Whether `smaps` shows `[vaddr, vaddr + len)` as memory a device may be given the physical
+/// address of without an IOMMU: private anonymous hugetlb mappings only.
+///
+/// Nothing pins a page in this mode (VFIO's type1 and iommufd pin every mapped page; here
+/// "mapping" is only a lookup), so the page must stay the range's for as long as this process
+/// keeps the range mapped, whatever anyone else does:
+/// - hugetlb pages are never swapped out;
+/// - a file-backed mapping (a hugetlbfs file, a memfd, SysV shared memory), private or shared,
+///   loses its pages when the file is truncated or hole-punched, by this process or by any
+///   other that has the file, and the freed page is reused while the device still writes it;
+/// - a shared anonymous mapping loses them to `MADV_REMOVE`.
+pub fn check_no_iommu_memory(smaps: &str, vaddr: usize, len: usize) -> Result<(), DmaError> {
+    let range = vaddr..vaddr.saturating_add(len);
+    let vmas = covering(smaps, &range).ok_or_else(|| {
+        refuse(format!(
+            "{len} bytes at {vaddr:#x} are not all mapped in this process"
+        ))
+    })?;
+    if let Some(vma) = vmas.iter().find(|v| !v.anonymous() || v.shared()) {
+        let kind = match (vma.anonymous(), vma.shared()) {
+            (true, _) => "shared anonymous",
+            (false, true) => "file-backed shared",
+            (false, false) => "file-backed private",
+        };
+        let how = if vma.anonymous() {
+            "MADV_REMOVE frees them"
+        } else {
+            "truncating or hole-punching the file (from any process that has it) frees them"
+        };
         return Err(refuse(format!(
-            "{len} bytes at {vaddr:#x} are not in hugetlb (2 MiB page) mappings, so the kernel \
-             may move them; allocate DMA memory with this crate, or register memory from a \
-             hugetlbfs mapping (MAP_HUGETLB)"
+            "{len} bytes at {vaddr:#x} lie in a {kind} mapping ({} {}, {:#x}-{:#x}): without \
+             an IOMMU nothing pins its pages, and {how} while the device still holds their \
+             physical addresses; {USE_INSTEAD}",
+            vma.perms, vma.path, vma.start, vma.end
         )));
     }
-    physical_range(vaddr, len)
+    if !vmas.iter().all(Vma::hugetlb) {
+        return Err(refuse(format!(
+            "{len} bytes at {vaddr:#x} are not in hugetlb (2 MiB page) mappings, so the kernel \
+             may swap or move them; {USE_INSTEAD}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that `[vaddr, vaddr + len)` is private anonymous hugepage memory
+/// ([`check_no_iommu_memory`]) and physically contiguous; returns its physical address.
+pub fn pinned_physical_range(vaddr: usize, len: usize) -> Result<u64, DmaError> {
+    if len == 0 || len % PAGE_SIZE != 0 || vaddr % PAGE_SIZE != 0 {
+        return Err(refuse(format!(
+            "{len} bytes at {vaddr:#x} are not whole pages"
+        )));
+    }
+    let smaps =
+        std::fs::read_to_string(SMAPS).map_err(|e| refuse(format!("cannot read {SMAPS}: {e}")))?;
+    pinned_start(&smaps, vaddr, len, || read_entries(vaddr, len))
+}
+
+/// The no-IOMMU decision on `[vaddr, vaddr + len)` (whole pages) given the text of
+/// `/proc/self/smaps` and, only once the mappings pass, the range's pagemap entries from
+/// `entries`: the physical address of `vaddr`, or why the memory cannot be handed to a device.
+pub fn pinned_start(
+    smaps: &str,
+    vaddr: usize,
+    len: usize,
+    entries: impl FnOnce() -> Result<Vec<PagemapEntry>, DmaError>,
+) -> Result<u64, DmaError> {
+    check_no_iommu_memory(smaps, vaddr, len)?;
+    contiguous_start(vaddr, &entries()?)
 }
 
 /// Orders `frames` (the first frame of each hugepage, in virtual order) by physical address:
@@ -513,6 +636,122 @@ KernelPageSize:     2048 kB
         assert!(hugetlb_covers(smaps, 0x7f00_0080_0000..0x7f00_00a0_0000));
         // Not mapped at all.
         assert!(!hugetlb_covers(smaps, 0x1000..0x2000));
+    }
+
+    /// One mapping of `/proc/self/smaps` in the kernel's format (header, then its page size).
+    fn smaps_entry(start: usize, len: usize, perms: &str, path: &str, kib: usize) -> String {
+        format!(
+            "{start:x}-{:x} {perms} 00000000 00:10 4242                       {path}\n\
+             Size:            {} kB\nKernelPageSize:     {kib} kB\nMMUPageSize:        {kib} kB\n",
+            start + len,
+            len / 1024
+        )
+    }
+
+    /// `n` present pagemap entries with consecutive frames from `first`.
+    fn frames(first: u64, n: usize) -> Vec<PagemapEntry> {
+        (0..n as u64).map(|i| PagemapEntry(P | (first + i))).collect()
+    }
+
+    const BASE: usize = 0x7f00_0000_0000;
+
+    /// Issue 19 item 4: the memory the driver allocates in no-IOMMU mode (private anonymous
+    /// hugetlb, as `allocate_contiguous_hugepages` maps it), and an application's own such
+    /// memory, is accepted: its physical address is that of its first frame.
+    #[test]
+    fn no_iommu_accepts_private_anonymous_hugepages() {
+        let pages = 2 * HUGEPAGE_SIZE / PAGE_SIZE;
+        for path in ["/anon_hugepage (deleted)", "/anon_hugepage"] {
+            let smaps = smaps_entry(BASE, 2 * HUGEPAGE_SIZE, "rw-p", path, 2048);
+            let phys = pinned_start(&smaps, BASE, 2 * HUGEPAGE_SIZE, || {
+                Ok(frames(0x4_0000, pages))
+            })
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+            assert_eq!(phys, 0x4_0000 * PAGE_SIZE as u64);
+        }
+    }
+
+    /// Issue 19 item 4: without an IOMMU nothing pins a page the device holds the physical
+    /// address of. A file-backed mapping's pages go back to the system when the file is
+    /// truncated or hole-punched (by this process or any other that has the file), a shared
+    /// anonymous one's on MADV_REMOVE, so they are refused even though they are hugetlb and
+    /// contiguous, with an error saying why and what to use instead.
+    #[test]
+    fn no_iommu_refuses_file_backed_and_shared_hugepages() {
+        let pages = HUGEPAGE_SIZE / PAGE_SIZE;
+        for (perms, path) in [
+            ("rw-s", "/memfd:pool (deleted)"),
+            ("rw-s", "/dev/hugepages/db-pool"),
+            ("rw-p", "/dev/hugepages/db-pool"),
+            ("rw-s", "/SYSV00000000 (deleted)"),
+            ("rw-s", "/anon_hugepage (deleted)"),
+        ] {
+            let smaps = smaps_entry(BASE, HUGEPAGE_SIZE, perms, path, 2048);
+            let err = pinned_start(&smaps, BASE, HUGEPAGE_SIZE, || {
+                Ok(frames(0x4_0000, pages))
+            })
+            .expect_err(&format!("{perms} {path}: accepted in no-IOMMU mode"));
+            let msg = err.to_string();
+            assert!(matches!(err, DmaError::NoIommuMemory { .. }), "{msg}");
+            assert!(msg.contains(path), "names the mapping: {msg}");
+            assert!(msg.contains("pin"), "says why: {msg}");
+            assert!(
+                msg.contains("Controller::alloc_buffer") && msg.contains("MAP_ANONYMOUS"),
+                "says what to use instead: {msg}"
+            );
+        }
+        // One bad mapping in a range that is otherwise fine is enough.
+        let smaps = smaps_entry(BASE, HUGEPAGE_SIZE, "rw-p", "/anon_hugepage (deleted)", 2048)
+            + &smaps_entry(
+                BASE + HUGEPAGE_SIZE,
+                HUGEPAGE_SIZE,
+                "rw-s",
+                "/memfd:pool (deleted)",
+                2048,
+            );
+        let err = pinned_start(&smaps, BASE, 2 * HUGEPAGE_SIZE, || {
+            Ok(frames(0x4_0000, 2 * pages))
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("/memfd:pool"), "{err}");
+    }
+
+    /// The same with real memory: a memfd mapped MAP_SHARED (what a database's shared buffer
+    /// pool often is) is refused, saying it is file-backed.
+    #[test]
+    fn a_shared_memfd_mapping_is_refused_in_no_iommu_mode() {
+        let len = 4 * PAGE_SIZE;
+        // SAFETY: a fresh memfd with a NUL-terminated name and no flags.
+        let fd = unsafe { libc::memfd_create(c"nvme-vfio-pool".as_ptr(), 0) };
+        assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+        // SAFETY: `fd` is our own memfd.
+        assert_eq!(unsafe { libc::ftruncate(fd, len as libc::off_t) }, 0);
+        // SAFETY: a new shared mapping of our own memfd, no address hint: no memory of this
+        // process is replaced.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+        let result = pinned_physical_range(ptr as usize, len);
+        // SAFETY: our own mapping and fd, not used after this.
+        unsafe {
+            libc::munmap(ptr, len);
+            libc::close(fd);
+        }
+        let err = result.expect_err("a shared memfd mapping was accepted");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("file-backed") && msg.contains("/memfd:nvme-vfio-pool"),
+            "{msg}"
+        );
+        assert!(msg.contains("MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB"), "{msg}");
     }
 
     #[test]
