@@ -73,6 +73,15 @@ pub enum Error {
     /// The VFS was dropped while a connection still used it.
     #[error("the VFS was closed")]
     Closed,
+    /// Another VFS of this process already stores its files on the namespace: two would each
+    /// keep their own directory and overwrite the other's.
+    #[error("namespace {namespace} is already used by the VFS `{vfs}` of this process; drop that VFS first")]
+    NamespaceInUse {
+        /// The namespace ([`crate::BlockDevice::identity`]).
+        namespace: String,
+        /// The VFS that holds it.
+        vfs: String,
+    },
     /// The VFS could not be registered with SQLite.
     #[error("registering the VFS `{name}` with SQLite failed (code {code})")]
     Register {
