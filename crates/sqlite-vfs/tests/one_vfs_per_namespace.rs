@@ -60,14 +60,19 @@ fn a_second_vfs_on_the_same_namespace_is_refused_until_the_first_is_dropped() {
     let err = register(&ctrl, 1, Format::Always).expect_err("second VFS on namespace 1");
     let msg = err.to_string();
     assert!(matches!(err, Error::NamespaceInUse { .. }), "{msg}");
-    assert!(msg.contains(first.name()), "names the VFS holding it: {msg}");
+    assert!(
+        msg.contains(first.name()),
+        "names the VFS holding it: {msg}"
+    );
     assert!(msg.contains("ONE-VFS-1"), "names the subsystem: {msg}");
 
     // Another namespace of the same controller is free.
     drop(register(&ctrl, 2, Format::IfBlank).expect("namespace 2"));
 
     // The first VFS was not disturbed.
-    let x: i64 = conn.query_row("SELECT x FROM t", [], |r| r.get(0)).expect("row");
+    let x: i64 = conn
+        .query_row("SELECT x FROM t", [], |r| r.get(0))
+        .expect("row");
     assert_eq!(x, 7);
     drop(conn);
     drop(first);
@@ -75,7 +80,9 @@ fn a_second_vfs_on_the_same_namespace_is_refused_until_the_first_is_dropped() {
     // Released on drop: the namespace can be opened again and still holds the table.
     let again = register(&ctrl, 1, Format::Never).expect("after the first is dropped");
     let conn = again.open("t.db").expect("open");
-    let x: i64 = conn.query_row("SELECT x FROM t", [], |r| r.get(0)).expect("row");
+    let x: i64 = conn
+        .query_row("SELECT x FROM t", [], |r| r.get(0))
+        .expect("row");
     assert_eq!(x, 7);
 }
 

@@ -90,7 +90,11 @@ fn a_write_failing_part_way_still_gets_flushed_by_the_next_sync() {
         .write("f", 100, &[2u8; BS as usize + 100])
         .expect_err("the second device write fails");
     assert!(matches!(err, Error::Driver { .. }), "{err}");
-    assert_eq!(sim.stats().writes, writes + 2, "head block written, body failed");
+    assert_eq!(
+        sim.stats().writes,
+        writes + 2,
+        "head block written, body failed"
+    );
     let mut head = [0u8; 4];
     store.read("f", 100, &mut head).expect("read");
     assert_eq!(head, [2; 4], "the head block landed");
