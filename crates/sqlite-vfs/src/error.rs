@@ -82,6 +82,17 @@ pub enum Error {
         /// The VFS that holds it.
         vfs: String,
     },
+    /// A SQLite callback of this VFS panicked (e.g. in the block device). The panic was
+    /// stopped at the callback (SQLite got an I/O error), but the store's in-memory state
+    /// may be half-updated, so the VFS refuses all I/O from then on: drop it and register
+    /// a new one (what was synced before is intact on the medium).
+    #[error("the SQLite VFS callback {callback} panicked ({message}); the VFS refuses all I/O until it is dropped and registered again")]
+    Panicked {
+        /// The callback (`xWrite`, ...).
+        callback: &'static str,
+        /// The panic message.
+        message: String,
+    },
     /// The VFS could not be registered with SQLite.
     #[error("registering the VFS `{name}` with SQLite failed (code {code})")]
     Register {

@@ -37,6 +37,7 @@ mod claim;
 mod device;
 pub mod dir;
 mod error;
+mod guard;
 mod store;
 mod vfs;
 pub mod workload;
@@ -114,10 +115,11 @@ impl NvmeVfs {
         )
     }
 
-    /// Runs `f` on the store (listing files, statistics).
+    /// Runs `f` on the store (listing files, statistics). Fails with [`Error::Panicked`]
+    /// once a panic in a SQLite callback (or in an earlier `f`) has broken the VFS.
     pub fn with_store<T>(&self, f: impl FnOnce(&mut Store) -> T) -> Result<T> {
         let mut inner = self.shared.lock();
-        inner.store.as_mut().map(f).ok_or(Error::Closed)
+        inner.store_mut().map(f)
     }
 
     /// SQLite's `xDeviceCharacteristics` flags for this VFS's files.
