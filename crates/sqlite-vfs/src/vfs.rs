@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::ptr::{self, NonNull};
+use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -27,6 +27,8 @@ use crate::error::{Error, Result};
 use crate::guard::Callback;
 use crate::store::Store;
 
+mod shm;
+
 /// Per-name lock state (SQLite's five levels, in process).
 #[derive(Debug, Default)]
 struct LockState {
@@ -36,36 +38,10 @@ struct LockState {
     exclusive: Option<u64>,
 }
 
-/// One region of heap shared memory.
-struct ShmRegion {
-    ptr: NonNull<u8>,
-    layout: std::alloc::Layout,
-}
-
-// SAFETY: the region is plain heap memory owned by this value; SQLite synchronises access to
-// its contents with xShmLock/xShmBarrier, and we only allocate and free it under the mutex.
-unsafe impl Send for ShmRegion {}
-
-impl Drop for ShmRegion {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` came from `alloc_zeroed(self.layout)` and is freed exactly once, here.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
-    }
-}
-
-/// The WAL index of one database.
-#[derive(Default)]
-struct Shm {
-    regions: Vec<ShmRegion>,
-    refs: u32,
-    shared: [u32; ffi::SQLITE_SHM_NLOCK as usize],
-    exclusive: [Option<u64>; ffi::SQLITE_SHM_NLOCK as usize],
-}
-
 pub(crate) struct Inner {
     pub(crate) store: Option<Store>,
     locks: HashMap<String, LockState>,
-    shm: HashMap<String, Shm>,
+    shm: HashMap<String, shm::Shm>,
     last_error: String,
     /// Set when the VFS broke: what panicked and the panic message (see [`crate::guard`]).
     panicked: Option<(&'static str, String)>,
@@ -183,10 +159,10 @@ static IO_METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
     xFileControl: Some(x_file_control),
     xSectorSize: Some(x_sector_size),
     xDeviceCharacteristics: Some(x_device_characteristics),
-    xShmMap: Some(x_shm_map),
-    xShmLock: Some(x_shm_lock),
-    xShmBarrier: Some(x_shm_barrier),
-    xShmUnmap: Some(x_shm_unmap),
+    xShmMap: Some(shm::x_shm_map),
+    xShmLock: Some(shm::x_shm_lock),
+    xShmBarrier: Some(shm::x_shm_barrier),
+    xShmUnmap: Some(shm::x_shm_unmap),
     xFetch: None,
     xUnfetch: None,
 };
@@ -549,7 +525,7 @@ unsafe extern "C" fn x_close(file: *mut ffi::sqlite3_file) -> c_int {
             st
         };
         let mut st = *st;
-        shm_release(&mut st, true);
+        shm::release(&mut st, true);
         unlock_to(&mut st, ffi::SQLITE_LOCK_NONE);
         let mut rc = ffi::SQLITE_OK;
         if let Kind::Disk {
@@ -858,157 +834,4 @@ unsafe extern "C" fn x_device_characteristics(file: *mut ffi::sqlite3_file) -> c
     // SAFETY: an open file of ours.
     let shared = unsafe { state(file) }.shared;
     Callback::run_always("xDeviceCharacteristics", 0).run(shared, || shared.characteristics)
-}
-
-unsafe extern "C" fn x_shm_map(
-    file: *mut ffi::sqlite3_file,
-    region: c_int,
-    size: c_int,
-    extend: c_int,
-    out: *mut *mut c_void,
-) -> c_int {
-    // SAFETY: an open file of ours; SQLite passes a valid out pointer.
-    let st = unsafe { state(file) };
-    // SAFETY: as above.
-    unsafe { *out = ptr::null_mut() };
-    Callback::refuse("xShmMap", ffi::SQLITE_IOERR_SHMMAP).run(st.shared, || {
-        let Kind::Disk { name, .. } = &st.kind else {
-            return ffi::SQLITE_IOERR_SHMMAP;
-        };
-        let (Ok(region), Ok(size)) = (usize::try_from(region), usize::try_from(size)) else {
-            return ffi::SQLITE_IOERR_SHMMAP;
-        };
-        let Ok(layout) = std::alloc::Layout::from_size_align(size.max(1), 8) else {
-            return ffi::SQLITE_IOERR_SHMMAP;
-        };
-        let mut inner = st.shared.lock();
-        let shm = inner.shm.entry(name.clone()).or_default();
-        if !st.shm_mapped {
-            shm.refs += 1;
-            st.shm_mapped = true;
-        }
-        while shm.regions.len() <= region {
-            if extend == 0 {
-                return ffi::SQLITE_OK;
-            }
-            // SAFETY: `layout` has a non-zero size.
-            let p = unsafe { std::alloc::alloc_zeroed(layout) };
-            let Some(ptr) = NonNull::new(p) else {
-                return ffi::SQLITE_NOMEM;
-            };
-            shm.regions.push(ShmRegion { ptr, layout });
-        }
-        if shm.regions[region].layout.size() < size {
-            return ffi::SQLITE_IOERR_SHMMAP;
-        }
-        // SAFETY: valid out pointer; the region lives until the last handle unmaps.
-        unsafe { *out = shm.regions[region].ptr.as_ptr() as *mut c_void };
-        ffi::SQLITE_OK
-    })
-}
-
-unsafe extern "C" fn x_shm_lock(
-    file: *mut ffi::sqlite3_file,
-    offset: c_int,
-    n: c_int,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: an open file of ours.
-    let st = unsafe { state(file) };
-    Callback::refuse("xShmLock", ffi::SQLITE_IOERR_SHMLOCK).run(st.shared, || {
-        let Kind::Disk { name, .. } = &st.kind else {
-            return ffi::SQLITE_IOERR_SHMLOCK;
-        };
-        let nlock = ffi::SQLITE_SHM_NLOCK;
-        if offset < 0 || n < 1 || offset + n > nlock {
-            return ffi::SQLITE_IOERR_SHMLOCK;
-        }
-        let range = offset as usize..(offset + n) as usize;
-        let id = st.id;
-        let mut inner = st.shared.lock();
-        let shm = inner.shm.entry(name.clone()).or_default();
-        if flags & ffi::SQLITE_SHM_UNLOCK != 0 {
-            for s in range {
-                let bit = 1u8 << s;
-                if st.shm_shared & bit != 0 {
-                    shm.shared[s] = shm.shared[s].saturating_sub(1);
-                    st.shm_shared &= !bit;
-                }
-                if st.shm_exclusive & bit != 0 {
-                    shm.exclusive[s] = None;
-                    st.shm_exclusive &= !bit;
-                }
-            }
-            return ffi::SQLITE_OK;
-        }
-        let exclusive = flags & ffi::SQLITE_SHM_EXCLUSIVE != 0;
-        for s in range.clone() {
-            if shm.exclusive[s].is_some_and(|o| o != id) {
-                return ffi::SQLITE_BUSY;
-            }
-            let mine = u32::from(st.shm_shared & (1 << s) != 0);
-            if exclusive && shm.shared[s] > mine {
-                return ffi::SQLITE_BUSY;
-            }
-        }
-        for s in range {
-            let bit = 1u8 << s;
-            if exclusive {
-                shm.exclusive[s] = Some(id);
-                st.shm_exclusive |= bit;
-            } else if st.shm_shared & bit == 0 {
-                shm.shared[s] += 1;
-                st.shm_shared |= bit;
-            }
-        }
-        ffi::SQLITE_OK
-    })
-}
-
-unsafe extern "C" fn x_shm_barrier(file: *mut ffi::sqlite3_file) {
-    // SAFETY: an open file of ours.
-    let shared = unsafe { state(file) }.shared;
-    Callback::run_always("xShmBarrier", ()).run(shared, || {
-        std::sync::atomic::fence(Ordering::SeqCst);
-    })
-}
-
-/// Releases the shared-memory locks and mapping of `st`.
-fn shm_release(st: &mut FileState, unmap: bool) {
-    let Kind::Disk { name, .. } = &st.kind else {
-        return;
-    };
-    if !st.shm_mapped {
-        return;
-    }
-    let mut inner = st.shared.lock();
-    if let Some(shm) = inner.shm.get_mut(name) {
-        for s in 0..ffi::SQLITE_SHM_NLOCK as usize {
-            let bit = 1u8 << s;
-            if st.shm_shared & bit != 0 {
-                shm.shared[s] = shm.shared[s].saturating_sub(1);
-            }
-            if st.shm_exclusive & bit != 0 {
-                shm.exclusive[s] = None;
-            }
-        }
-        st.shm_shared = 0;
-        st.shm_exclusive = 0;
-        if unmap {
-            shm.refs = shm.refs.saturating_sub(1);
-            st.shm_mapped = false;
-            if shm.refs == 0 {
-                inner.shm.remove(name);
-            }
-        }
-    }
-}
-
-unsafe extern "C" fn x_shm_unmap(file: *mut ffi::sqlite3_file, _delete: c_int) -> c_int {
-    // SAFETY: an open file of ours.
-    let st = unsafe { state(file) };
-    Callback::run_always("xShmUnmap", ffi::SQLITE_IOERR).run(st.shared, || {
-        shm_release(st, true);
-        ffi::SQLITE_OK
-    })
 }
