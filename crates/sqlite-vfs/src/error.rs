@@ -86,9 +86,9 @@ pub enum Error {
     /// stopped at the callback (SQLite got an I/O error), but the store's in-memory state
     /// may be half-updated, so the VFS refuses all I/O from then on: drop it and register
     /// a new one (what was synced before is intact on the medium).
-    #[error("the SQLite VFS callback {callback} panicked ({message}); the VFS refuses all I/O until it is dropped and registered again")]
+    #[error("a panic in the VFS ({callback}: {message}); the VFS refuses all I/O until it is dropped and registered again")]
     Panicked {
-        /// The callback (`xWrite`, ...).
+        /// The callback (`xWrite`, ...), or where the panic was seen.
         callback: &'static str,
         /// The panic message.
         message: String,

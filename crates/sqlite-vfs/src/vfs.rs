@@ -82,7 +82,7 @@ impl Shared {
             let mut inner = poisoned.into_inner();
             self.set_broken(
                 &mut inner,
-                "NvmeVfs::with_store",
+                "holding the VFS state (NvmeVfs::with_store or a callback)",
                 "a thread panicked while holding the VFS state".to_owned(),
             );
             inner

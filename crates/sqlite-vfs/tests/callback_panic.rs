@@ -190,3 +190,21 @@ fn a_panic_under_xread_is_an_io_error_too() {
     drop(vfs);
     reopen_and_check(&dev, "panic-read-again", 2);
 }
+
+#[test]
+fn a_panic_in_a_with_store_closure_breaks_the_vfs_too() {
+    let dev = PanickingDevice::new();
+    let (vfs, conn) = setup(&dev, "panic-with-store");
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        vfs.with_store(|_| panic!("a panic while holding the store"))
+    }));
+    assert!(unwound.is_err());
+    let err = vfs
+        .with_store(|s| s.files())
+        .expect_err("store after a panic");
+    assert!(matches!(err, Error::Panicked { .. }), "{err}");
+    io_error(conn.execute("INSERT INTO t VALUES (3)", []));
+    drop(conn);
+    drop(vfs);
+    reopen_and_check(&dev, "panic-with-store-again", 2);
+}
