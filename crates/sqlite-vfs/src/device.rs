@@ -269,3 +269,34 @@ impl BlockDevice for NvmeDevice {
             .map_err(|e| Error::driver("flushing", e))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::subsystem_identity;
+    use nvme_driver::spec::identify::{fill_ascii_field, IdentifyController};
+
+    fn controller(nqn: &str, serial: &str) -> IdentifyController {
+        let mut id = IdentifyController::default();
+        id.subnqn[..nqn.len()].copy_from_slice(nqn.as_bytes());
+        fill_ascii_field(&mut id.sn, serial);
+        id
+    }
+
+    #[test]
+    fn the_subsystem_nqn_names_the_subsystem_when_reported() {
+        let a = subsystem_identity(&controller("nqn.2026-01.example:subsys", "A"));
+        // Another controller of the same subsystem (its own serial number).
+        let b = subsystem_identity(&controller("nqn.2026-01.example:subsys", "B"));
+        let other = subsystem_identity(&controller("nqn.2026-01.example:other", "A"));
+        assert_eq!(a, b);
+        assert_ne!(a, other);
+        assert!(a.contains("nqn.2026-01.example:subsys"), "{a}");
+    }
+
+    #[test]
+    fn without_a_subsystem_nqn_the_serial_and_model_name_it() {
+        let a = subsystem_identity(&controller("", "SN-1"));
+        assert_ne!(a, subsystem_identity(&controller("", "SN-2")));
+        assert!(a.contains("SN-1"), "{a}");
+    }
+}
