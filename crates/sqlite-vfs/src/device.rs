@@ -28,6 +28,13 @@ pub trait BlockDevice: Send {
     fn atomic_write_bytes(&self) -> u32 {
         self.block_size()
     }
+    /// A name of the medium unique in the process (for an NVMe namespace: its subsystem and
+    /// namespace ID), under which [`crate::NvmeVfs::register`] claims it so that a second
+    /// VFS on the same medium is refused ([`Error::NamespaceInUse`]). `None` (the default):
+    /// the medium is private to this device value, nothing to claim.
+    fn identity(&self) -> Option<String> {
+        None
+    }
 }
 
 fn check_len(block_size: u32, lba: u64, len: usize, blocks: u64) -> Result<u64> {
@@ -104,6 +111,7 @@ pub struct NvmeDevice {
     ctrl: Controller,
     chunk: usize,
     atomic: u32,
+    identity: String,
 }
 
 impl std::fmt::Debug for NvmeDevice {
@@ -138,6 +146,7 @@ impl NvmeDevice {
         let atomic = (u64::from(units) + 1)
             .saturating_mul(u64::from(ns.block_size()))
             .min(u64::from(u32::MAX)) as u32;
+        let identity = format!("{} nsid {nsid}", subsystem_identity(ctrl.identify()));
         Ok(Self {
             ctrl,
             ns,
@@ -145,6 +154,7 @@ impl NvmeDevice {
             bounce: None,
             chunk,
             atomic,
+            identity,
         })
     }
 
@@ -169,9 +179,35 @@ impl NvmeDevice {
     }
 }
 
+/// The NVM subsystem `id` belongs to: its NQN (SUBNQN, Identify Controller bytes 1023:768),
+/// or for a controller older than NVMe 1.2.1 that reports none, the vendor, subsystem vendor,
+/// serial and model numbers the specification builds a subsystem NQN from (NVMe Base 2.0
+/// §4.5). Every controller of one subsystem (e.g. two NVMe/TCP connections, or two controller
+/// handles to one PCIe function) reports the same value, and a namespace ID names one
+/// namespace across the subsystem (§3.2.1), so the pair identifies a namespace.
+fn subsystem_identity(id: &nvme_driver::spec::identify::IdentifyController) -> String {
+    let nqn = id.subnqn.split(|&b| b == 0).next().unwrap_or_default();
+    let nqn = String::from_utf8_lossy(nqn);
+    let nqn = nqn.trim();
+    if nqn.is_empty() {
+        format!(
+            "subsystem vid {:04x} ssvid {:04x} serial `{}` model `{}`",
+            id.vid,
+            id.ssvid,
+            id.serial(),
+            id.model()
+        )
+    } else {
+        format!("subsystem {nqn}")
+    }
+}
+
 impl BlockDevice for NvmeDevice {
     fn block_size(&self) -> u32 {
         self.ns.block_size()
+    }
+    fn identity(&self) -> Option<String> {
+        Some(self.identity.clone())
     }
     fn blocks(&self) -> u64 {
         self.ns.blocks()
@@ -231,5 +267,36 @@ impl BlockDevice for NvmeDevice {
         self.qp
             .flush(&self.ns)
             .map_err(|e| Error::driver("flushing", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::subsystem_identity;
+    use nvme_driver::spec::identify::{fill_ascii_field, IdentifyController};
+
+    fn controller(nqn: &str, serial: &str) -> IdentifyController {
+        let mut id = IdentifyController::default();
+        id.subnqn[..nqn.len()].copy_from_slice(nqn.as_bytes());
+        fill_ascii_field(&mut id.sn, serial);
+        id
+    }
+
+    #[test]
+    fn the_subsystem_nqn_names_the_subsystem_when_reported() {
+        let a = subsystem_identity(&controller("nqn.2026-01.example:subsys", "A"));
+        // Another controller of the same subsystem (its own serial number).
+        let b = subsystem_identity(&controller("nqn.2026-01.example:subsys", "B"));
+        let other = subsystem_identity(&controller("nqn.2026-01.example:other", "A"));
+        assert_eq!(a, b);
+        assert_ne!(a, other);
+        assert!(a.contains("nqn.2026-01.example:subsys"), "{a}");
+    }
+
+    #[test]
+    fn without_a_subsystem_nqn_the_serial_and_model_name_it() {
+        let a = subsystem_identity(&controller("", "SN-1"));
+        assert_ne!(a, subsystem_identity(&controller("", "SN-2")));
+        assert!(a.contains("SN-1"), "{a}");
     }
 }

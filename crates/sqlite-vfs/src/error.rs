@@ -73,6 +73,26 @@ pub enum Error {
     /// The VFS was dropped while a connection still used it.
     #[error("the VFS was closed")]
     Closed,
+    /// Another VFS of this process already stores its files on the namespace: two would each
+    /// keep their own directory and overwrite the other's.
+    #[error("namespace {namespace} is already used by the VFS `{vfs}` of this process; drop that VFS first")]
+    NamespaceInUse {
+        /// The namespace ([`crate::BlockDevice::identity`]).
+        namespace: String,
+        /// The VFS that holds it.
+        vfs: String,
+    },
+    /// A SQLite callback of this VFS panicked (e.g. in the block device). The panic was
+    /// stopped at the callback (SQLite got an I/O error), but the store's in-memory state
+    /// may be half-updated, so the VFS refuses all I/O from then on: drop it and register
+    /// a new one (what was synced before is intact on the medium).
+    #[error("a panic in the VFS ({callback}: {message}); the VFS refuses all I/O until it is dropped and registered again")]
+    Panicked {
+        /// The callback (`xWrite`, ...), or where the panic was seen.
+        callback: &'static str,
+        /// The panic message.
+        message: String,
+    },
     /// The VFS could not be registered with SQLite.
     #[error("registering the VFS `{name}` with SQLite failed (code {code})")]
     Register {

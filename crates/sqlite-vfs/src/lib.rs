@@ -7,7 +7,9 @@
 //! [`NvmeVfs::open`] (or `rusqlite::Connection::open_with_flags_and_vfs` and
 //! [`NvmeVfs::name`]). See `docs/sqlite.md` for the layout and the durability argument.
 //!
-//! Single process: locks are tracked in process memory only.
+//! Single process: locks are tracked in process memory only. Within the process a namespace
+//! serves one VFS at a time: registering a second on it fails with
+//! [`Error::NamespaceInUse`] until the first is dropped.
 //!
 //! # Example
 //!
@@ -31,9 +33,11 @@
 
 #![deny(missing_docs)]
 
+mod claim;
 mod device;
 pub mod dir;
 mod error;
+mod guard;
 mod store;
 mod vfs;
 pub mod workload;
@@ -62,6 +66,9 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 pub struct NvmeVfs {
     name: String,
     shared: &'static vfs::Shared,
+    /// The namespace this VFS holds; dropped (released) after [`Drop::drop`] has closed the
+    /// store.
+    _claim: Option<claim::Claim>,
 }
 
 impl std::fmt::Debug for NvmeVfs {
@@ -73,12 +80,22 @@ impl std::fmt::Debug for NvmeVfs {
 impl NvmeVfs {
     /// Opens the store on `device` (formatting it per `format`) and registers a VFS named
     /// `name` for it (not the default VFS).
+    ///
+    /// Fails with [`Error::NamespaceInUse`], before reading or writing the device, when
+    /// another `NvmeVfs` of this process is on the same medium
+    /// ([`BlockDevice::identity`]: for an [`NvmeDevice`], the same NVM subsystem and
+    /// namespace ID, whichever controller handle it came through).
     pub fn register(name: &str, device: Box<dyn BlockDevice>, format: Format) -> Result<Self> {
+        let claim = device
+            .identity()
+            .map(|id| claim::Claim::take(id, name))
+            .transpose()?;
         let store = Store::open(device, format)?;
         let shared = vfs::register(name, store)?;
         Ok(Self {
             name: name.to_owned(),
             shared,
+            _claim: claim,
         })
     }
 
@@ -98,10 +115,11 @@ impl NvmeVfs {
         )
     }
 
-    /// Runs `f` on the store (listing files, statistics).
+    /// Runs `f` on the store (listing files, statistics). Fails with [`Error::Panicked`]
+    /// once a panic in a SQLite callback (or in an earlier `f`) has broken the VFS.
     pub fn with_store<T>(&self, f: impl FnOnce(&mut Store) -> T) -> Result<T> {
         let mut inner = self.shared.lock();
-        inner.store.as_mut().map(f).ok_or(Error::Closed)
+        inner.store_mut().map(f)
     }
 
     /// SQLite's `xDeviceCharacteristics` flags for this VFS's files.

@@ -305,6 +305,8 @@ impl Store {
         let step = (COPY_CHUNK as u64 / bs).max(1);
         let mut buf = vec![0; (step.min(left.max(1)) * bs) as usize];
         let mut done = 0;
+        // Dirty before the first write: a copy that fails part-way has still written blocks.
+        self.data_dirty = true;
         while left > 0 {
             let n = step.min(left);
             let b = &mut buf[..(n * bs) as usize];
@@ -313,7 +315,6 @@ impl Store {
             done += n;
             left -= n;
         }
-        self.data_dirty = true;
         self.cached = None;
         self.entries[i].start = start;
         self.entries[i].alloc = alloc;
@@ -460,10 +461,18 @@ impl Store {
     /// read-modify-written, except blocks that start at or past `valid_end` (the file's
     /// length before this write): nothing there is ever read back, so they are not read and
     /// their unwritten bytes become zeroes.
+    ///
+    /// The store is marked dirty before the first device write: a write that fails part-way
+    /// may have stored some of its blocks (earlier pieces, or part of the failed command: a
+    /// failed NVMe Write leaves its range indeterminate), and the next [`Store::sync`] must
+    /// flush them.
     fn write_blocks(&mut self, base: u64, offset: u64, data: &[u8], valid_end: u64) -> Result<()> {
         let bs = self.layout.block_size as usize;
         let mut pos = offset;
         let mut done = 0;
+        if !data.is_empty() {
+            self.data_dirty = true;
+        }
         while done < data.len() {
             let lba = base + pos / bs as u64;
             let within = (pos % bs as u64) as usize;
@@ -500,7 +509,6 @@ impl Store {
                 pos += n as u64;
             }
         }
-        self.data_dirty = true;
         Ok(())
     }
 }

@@ -16,15 +16,18 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::ffi;
 
 use crate::dir::MAX_NAME;
 use crate::error::{Error, Result};
+use crate::guard::Callback;
 use crate::store::Store;
+
+mod shm;
 
 /// Per-name lock state (SQLite's five levels, in process).
 #[derive(Debug, Default)]
@@ -35,37 +38,27 @@ struct LockState {
     exclusive: Option<u64>,
 }
 
-/// One region of heap shared memory.
-struct ShmRegion {
-    ptr: NonNull<u8>,
-    layout: std::alloc::Layout,
-}
-
-// SAFETY: the region is plain heap memory owned by this value; SQLite synchronises access to
-// its contents with xShmLock/xShmBarrier, and we only allocate and free it under the mutex.
-unsafe impl Send for ShmRegion {}
-
-impl Drop for ShmRegion {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` came from `alloc_zeroed(self.layout)` and is freed exactly once, here.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
-    }
-}
-
-/// The WAL index of one database.
-#[derive(Default)]
-struct Shm {
-    regions: Vec<ShmRegion>,
-    refs: u32,
-    shared: [u32; ffi::SQLITE_SHM_NLOCK as usize],
-    exclusive: [Option<u64>; ffi::SQLITE_SHM_NLOCK as usize],
-}
-
 pub(crate) struct Inner {
     pub(crate) store: Option<Store>,
     locks: HashMap<String, LockState>,
-    shm: HashMap<String, Shm>,
+    shm: HashMap<String, shm::Shm>,
     last_error: String,
+    /// Set when the VFS broke: what panicked and the panic message (see [`crate::guard`]).
+    panicked: Option<(&'static str, String)>,
+}
+
+impl Inner {
+    /// The store, unless the VFS was dropped ([`Error::Closed`]) or broken by a panic
+    /// ([`Error::Panicked`]).
+    pub(crate) fn store_mut(&mut self) -> Result<&mut Store> {
+        if let Some((callback, message)) = &self.panicked {
+            return Err(Error::Panicked {
+                callback,
+                message: message.clone(),
+            });
+        }
+        self.store.as_mut().ok_or(Error::Closed)
+    }
 }
 
 /// State shared by every file of one VFS (leaked: lives as long as the process).
@@ -76,13 +69,45 @@ pub(crate) struct Shared {
     default_vfs: usize,
     sector_size: c_int,
     characteristics: c_int,
+    /// A panic broke the VFS (see [`crate::guard`]); the details are in [`Inner`].
+    broken: AtomicBool,
 }
 
 impl Shared {
+    /// The state. A thread that panicked while holding it (inside a callback, or in a
+    /// closure given to [`crate::NvmeVfs::with_store`]) may have left it half-updated: the
+    /// VFS is then broken.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic while holding the lock cannot leave the store half-updated in a way that
-        // matters more than the I/O error it caused; keep going.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock().unwrap_or_else(|poisoned| {
+            let mut inner = poisoned.into_inner();
+            self.set_broken(
+                &mut inner,
+                "holding the VFS state (NvmeVfs::with_store or a callback)",
+                "a thread panicked while holding the VFS state".to_owned(),
+            );
+            inner
+        })
+    }
+
+    /// Whether a panic broke the VFS.
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Acquire)
+    }
+
+    /// Breaks the VFS: `callback` panicked with `message`.
+    pub(crate) fn mark_broken(&self, callback: &'static str, message: String) {
+        // Not through `lock`: record this panic, not the poisoning it caused.
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        self.set_broken(&mut inner, callback, message);
+    }
+
+    /// Breaks the VFS unless it is already (the first panic is the one reported).
+    fn set_broken(&self, inner: &mut Inner, callback: &'static str, message: String) {
+        self.broken.store(true, Ordering::Release);
+        if inner.panicked.is_none() {
+            inner.last_error = format!("{callback} panicked: {message}");
+            inner.panicked = Some((callback, message));
+        }
     }
 
     fn fail(&self, inner: &mut Inner, what: &str, e: &Error, code: c_int) -> c_int {
@@ -134,10 +159,10 @@ static IO_METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
     xFileControl: Some(x_file_control),
     xSectorSize: Some(x_sector_size),
     xDeviceCharacteristics: Some(x_device_characteristics),
-    xShmMap: Some(x_shm_map),
-    xShmLock: Some(x_shm_lock),
-    xShmBarrier: Some(x_shm_barrier),
-    xShmUnmap: Some(x_shm_unmap),
+    xShmMap: Some(shm::x_shm_map),
+    xShmLock: Some(shm::x_shm_lock),
+    xShmBarrier: Some(shm::x_shm_barrier),
+    xShmUnmap: Some(shm::x_shm_unmap),
     xFetch: None,
     xUnfetch: None,
 };
@@ -187,11 +212,13 @@ pub(crate) fn register(name: &str, store: Store) -> Result<&'static Shared> {
             locks: HashMap::new(),
             shm: HashMap::new(),
             last_error: String::new(),
+            panicked: None,
         }),
         next_id: AtomicU64::new(1),
         default_vfs: default_vfs as usize,
         sector_size: bs as c_int,
         characteristics: characteristics(bs),
+        broken: AtomicBool::new(false),
     }));
     let c_name: &'static CStr = Box::leak(c_name.into_boxed_c_str());
     let vfs = Box::leak(Box::new(ffi::sqlite3_vfs {
@@ -292,60 +319,62 @@ unsafe extern "C" fn x_open(
     // Until a state is placed, pMethods stays NULL so SQLite will not call xClose.
     // SAFETY: `file` points to szOsFile writable bytes.
     unsafe { (*file).pMethods = ptr::null() };
-    let kind = match name {
-        // SQLite opens nameless files only for temporary storage (DELETEONCLOSE).
-        None => Kind::Mem(Vec::new()),
-        Some(name) => {
-            let mut inner = shared.lock();
-            let inner = &mut *inner;
-            let Some(store) = inner.store.as_mut() else {
-                return ffi::SQLITE_CANTOPEN;
-            };
-            let exists = store.exists(name);
-            if exists && flags & ffi::SQLITE_OPEN_EXCLUSIVE != 0 {
-                return ffi::SQLITE_CANTOPEN;
-            }
-            if !exists {
-                if flags & ffi::SQLITE_OPEN_CREATE == 0 {
+    Callback::refuse("xOpen", ffi::SQLITE_CANTOPEN).run(shared, || {
+        let kind = match name {
+            // SQLite opens nameless files only for temporary storage (DELETEONCLOSE).
+            None => Kind::Mem(Vec::new()),
+            Some(name) => {
+                let mut inner = shared.lock();
+                let inner = &mut *inner;
+                let Some(store) = inner.store.as_mut() else {
+                    return ffi::SQLITE_CANTOPEN;
+                };
+                let exists = store.exists(name);
+                if exists && flags & ffi::SQLITE_OPEN_EXCLUSIVE != 0 {
                     return ffi::SQLITE_CANTOPEN;
                 }
-                if let Err(e) = store.create(name) {
-                    return shared.fail(inner, "creating a file", &e, ffi::SQLITE_CANTOPEN);
+                if !exists {
+                    if flags & ffi::SQLITE_OPEN_CREATE == 0 {
+                        return ffi::SQLITE_CANTOPEN;
+                    }
+                    if let Err(e) = store.create(name) {
+                        return shared.fail(inner, "creating a file", &e, ffi::SQLITE_CANTOPEN);
+                    }
+                }
+                Kind::Disk {
+                    name: name.to_owned(),
+                    delete_on_close: flags & ffi::SQLITE_OPEN_DELETEONCLOSE != 0,
                 }
             }
-            Kind::Disk {
-                name: name.to_owned(),
-                delete_on_close: flags & ffi::SQLITE_OPEN_DELETEONCLOSE != 0,
-            }
-        }
-    };
-    let st = Box::new(FileState {
-        shared,
-        id: shared.next_id.fetch_add(1, Ordering::Relaxed),
-        kind,
-        lock: ffi::SQLITE_LOCK_NONE,
-        shm_mapped: false,
-        shm_shared: 0,
-        shm_exclusive: 0,
-    });
-    // SAFETY: `file` points to at least size_of::<File>() writable bytes (szOsFile), suitably
-    // aligned by SQLite's allocator (8 bytes); we initialise it whole.
-    unsafe {
-        ptr::write(
-            file as *mut File,
-            File {
-                base: ffi::sqlite3_file {
-                    pMethods: &IO_METHODS,
+        };
+        let st = Box::new(FileState {
+            shared,
+            id: shared.next_id.fetch_add(1, Ordering::Relaxed),
+            kind,
+            lock: ffi::SQLITE_LOCK_NONE,
+            shm_mapped: false,
+            shm_shared: 0,
+            shm_exclusive: 0,
+        });
+        // SAFETY: `file` points to at least size_of::<File>() writable bytes (szOsFile), suitably
+        // aligned by SQLite's allocator (8 bytes); we initialise it whole.
+        unsafe {
+            ptr::write(
+                file as *mut File,
+                File {
+                    base: ffi::sqlite3_file {
+                        pMethods: &IO_METHODS,
+                    },
+                    state: Box::into_raw(st),
                 },
-                state: Box::into_raw(st),
-            },
-        );
-    }
-    if !out_flags.is_null() {
-        // SAFETY: non-NULL out pointer from SQLite.
-        unsafe { *out_flags = flags };
-    }
-    ffi::SQLITE_OK
+            );
+        }
+        if !out_flags.is_null() {
+            // SAFETY: non-NULL out pointer from SQLite.
+            unsafe { *out_flags = flags };
+        }
+        ffi::SQLITE_OK
+    })
 }
 
 unsafe extern "C" fn x_delete(
@@ -355,23 +384,25 @@ unsafe extern "C" fn x_delete(
 ) -> c_int {
     // SAFETY: our registered VFS; SQLite passes a NUL-terminated name.
     let (shared, name) = unsafe { (shared_of(vfs), name_of(name)) };
-    let Some(name) = name else {
-        return ffi::SQLITE_IOERR_DELETE;
-    };
-    let mut inner = shared.lock();
-    let inner = &mut *inner;
-    let Some(store) = inner.store.as_mut() else {
-        return ffi::SQLITE_IOERR_DELETE;
-    };
-    if !store.exists(name) {
-        return ffi::SQLITE_IOERR_DELETE_NOENT;
-    }
-    // Always durable (directory written and flushed), whatever syncDir says: in DELETE
-    // journal mode the journal's deletion is the commit point.
-    match store.delete(name) {
-        Ok(()) => ffi::SQLITE_OK,
-        Err(e) => shared.fail(inner, "deleting", &e, ffi::SQLITE_IOERR_DELETE),
-    }
+    Callback::refuse("xDelete", ffi::SQLITE_IOERR_DELETE).run(shared, || {
+        let Some(name) = name else {
+            return ffi::SQLITE_IOERR_DELETE;
+        };
+        let mut inner = shared.lock();
+        let inner = &mut *inner;
+        let Some(store) = inner.store.as_mut() else {
+            return ffi::SQLITE_IOERR_DELETE;
+        };
+        if !store.exists(name) {
+            return ffi::SQLITE_IOERR_DELETE_NOENT;
+        }
+        // Always durable (directory written and flushed), whatever syncDir says: in DELETE
+        // journal mode the journal's deletion is the commit point.
+        match store.delete(name) {
+            Ok(()) => ffi::SQLITE_OK,
+            Err(e) => shared.fail(inner, "deleting", &e, ffi::SQLITE_IOERR_DELETE),
+        }
+    })
 }
 
 unsafe extern "C" fn x_access(
@@ -382,65 +413,81 @@ unsafe extern "C" fn x_access(
 ) -> c_int {
     // SAFETY: our registered VFS; SQLite passes a NUL-terminated name.
     let (shared, name) = unsafe { (shared_of(vfs), name_of(name)) };
-    let inner = shared.lock();
-    let exists = match (name, inner.store.as_ref()) {
-        (Some(name), Some(store)) => store.exists(name),
-        _ => false,
-    };
-    // SAFETY: SQLite passes a valid out pointer.
-    unsafe { *out = c_int::from(exists) };
-    ffi::SQLITE_OK
+    Callback::refuse("xAccess", ffi::SQLITE_IOERR_ACCESS).run(shared, || {
+        let inner = shared.lock();
+        let exists = match (name, inner.store.as_ref()) {
+            (Some(name), Some(store)) => store.exists(name),
+            _ => false,
+        };
+        // SAFETY: SQLite passes a valid out pointer.
+        unsafe { *out = c_int::from(exists) };
+        ffi::SQLITE_OK
+    })
 }
 
 unsafe extern "C" fn x_full_pathname(
-    _vfs: *mut ffi::sqlite3_vfs,
+    vfs: *mut ffi::sqlite3_vfs,
     name: *const c_char,
     n_out: c_int,
     out: *mut c_char,
 ) -> c_int {
-    // SAFETY: SQLite passes a NUL-terminated name.
-    let bytes = unsafe { CStr::from_ptr(name) }.to_bytes_with_nul();
-    if bytes.len() > n_out.max(0) as usize || bytes.len() > MAX_NAME + 1 {
-        return ffi::SQLITE_CANTOPEN;
-    }
-    // SAFETY: `out` has room for n_out bytes, and bytes.len() <= n_out; the regions are
-    // distinct SQLite buffers.
-    unsafe { ptr::copy_nonoverlapping(bytes.as_ptr() as *const c_char, out, bytes.len()) };
-    ffi::SQLITE_OK
+    // SAFETY: SQLite calls the VFS methods on our registered VFS only.
+    let shared = unsafe { shared_of(vfs) };
+    Callback::run_always("xFullPathname", ffi::SQLITE_CANTOPEN).run(shared, || {
+        // SAFETY: SQLite passes a NUL-terminated name.
+        let bytes = unsafe { CStr::from_ptr(name) }.to_bytes_with_nul();
+        if bytes.len() > n_out.max(0) as usize || bytes.len() > MAX_NAME + 1 {
+            return ffi::SQLITE_CANTOPEN;
+        }
+        // SAFETY: `out` has room for n_out bytes, and bytes.len() <= n_out; the regions are
+        // distinct SQLite buffers.
+        unsafe { ptr::copy_nonoverlapping(bytes.as_ptr() as *const c_char, out, bytes.len()) };
+        ffi::SQLITE_OK
+    })
 }
 
 /// The default VFS.
-fn default_vfs(vfs: *mut ffi::sqlite3_vfs) -> *mut ffi::sqlite3_vfs {
-    // SAFETY: called only from methods of our registered VFS.
-    unsafe { shared_of(vfs) }.default_vfs as *mut ffi::sqlite3_vfs
+fn default_vfs(shared: &Shared) -> *mut ffi::sqlite3_vfs {
+    shared.default_vfs as *mut ffi::sqlite3_vfs
 }
 
 unsafe extern "C" fn x_randomness(vfs: *mut ffi::sqlite3_vfs, n: c_int, out: *mut c_char) -> c_int {
-    let d = default_vfs(vfs);
-    // SAFETY: `d` is the live default VFS; we forward SQLite's own arguments.
-    unsafe {
-        match (*d).xRandomness {
-            Some(f) => f(d, n, out),
-            None => 0,
+    // SAFETY: SQLite calls the VFS methods on our registered VFS only.
+    let shared = unsafe { shared_of(vfs) };
+    Callback::run_always("xRandomness", 0).run(shared, || {
+        let d = default_vfs(shared);
+        // SAFETY: `d` is the live default VFS; we forward SQLite's own arguments.
+        unsafe {
+            match (*d).xRandomness {
+                Some(f) => f(d, n, out),
+                None => 0,
+            }
         }
-    }
+    })
 }
 
 unsafe extern "C" fn x_sleep(vfs: *mut ffi::sqlite3_vfs, micros: c_int) -> c_int {
-    std::thread::sleep(std::time::Duration::from_micros(micros.max(0) as u64));
-    let _ = vfs;
-    micros
+    // SAFETY: SQLite calls the VFS methods on our registered VFS only.
+    let shared = unsafe { shared_of(vfs) };
+    Callback::run_always("xSleep", 0).run(shared, || {
+        std::thread::sleep(std::time::Duration::from_micros(micros.max(0) as u64));
+        micros
+    })
 }
 
 unsafe extern "C" fn x_current_time(vfs: *mut ffi::sqlite3_vfs, out: *mut f64) -> c_int {
-    let d = default_vfs(vfs);
-    // SAFETY: `d` is the live default VFS; we forward SQLite's own arguments.
-    unsafe {
-        match (*d).xCurrentTime {
-            Some(f) => f(d, out),
-            None => ffi::SQLITE_ERROR,
+    // SAFETY: SQLite calls the VFS methods on our registered VFS only.
+    let shared = unsafe { shared_of(vfs) };
+    Callback::run_always("xCurrentTime", ffi::SQLITE_ERROR).run(shared, || {
+        let d = default_vfs(shared);
+        // SAFETY: `d` is the live default VFS; we forward SQLite's own arguments.
+        unsafe {
+            match (*d).xCurrentTime {
+                Some(f) => f(d, out),
+                None => ffi::SQLITE_ERROR,
+            }
         }
-    }
+    })
 }
 
 unsafe extern "C" fn x_get_last_error(
@@ -450,50 +497,58 @@ unsafe extern "C" fn x_get_last_error(
 ) -> c_int {
     // SAFETY: our registered VFS.
     let shared = unsafe { shared_of(vfs) };
-    let inner = shared.lock();
-    let msg = inner.last_error.as_bytes();
-    let len = msg.len().min((n.max(1) - 1) as usize);
-    if n > 0 {
-        // SAFETY: `out` has room for n bytes; we write len + 1 <= n.
-        unsafe {
-            ptr::copy_nonoverlapping(msg.as_ptr() as *const c_char, out, len);
-            *out.add(len) = 0;
+    Callback::run_always("xGetLastError", ffi::SQLITE_ERROR).run(shared, || {
+        let inner = shared.lock();
+        let msg = inner.last_error.as_bytes();
+        let len = msg.len().min((n.max(1) - 1) as usize);
+        if n > 0 {
+            // SAFETY: `out` has room for n bytes; we write len + 1 <= n.
+            unsafe {
+                ptr::copy_nonoverlapping(msg.as_ptr() as *const c_char, out, len);
+                *out.add(len) = 0;
+            }
         }
-    }
-    ffi::SQLITE_OK
+        ffi::SQLITE_OK
+    })
 }
 
 unsafe extern "C" fn x_close(file: *mut ffi::sqlite3_file) -> c_int {
-    // SAFETY: SQLite calls xClose once on a file x_open initialised; we take the box back
-    // and clear the pointer so nothing can use it again.
-    let st = unsafe {
-        let f = file as *mut File;
-        let st = Box::from_raw((*f).state);
-        (*f).state = ptr::null_mut();
-        st
-    };
-    let mut st = *st;
-    shm_release(&mut st, true);
-    unlock_to(&mut st, ffi::SQLITE_LOCK_NONE);
-    let mut rc = ffi::SQLITE_OK;
-    if let Kind::Disk {
-        name,
-        delete_on_close,
-    } = &st.kind
-    {
-        if *delete_on_close {
-            let mut inner = st.shared.lock();
-            let inner = &mut *inner;
-            if let Some(store) = inner.store.as_mut() {
-                if let Err(e) = store.delete(name) {
-                    rc = st
-                        .shared
-                        .fail(inner, "deleting on close", &e, ffi::SQLITE_IOERR_CLOSE);
+    // SAFETY: an open file of ours.
+    let shared = unsafe { state(file) }.shared;
+    Callback::run_always("xClose", ffi::SQLITE_IOERR_CLOSE).run(shared, || {
+        // SAFETY: SQLite calls xClose once on a file x_open initialised; we take the box back
+        // and clear the pointer so nothing can use it again.
+        let st = unsafe {
+            let f = file as *mut File;
+            let st = Box::from_raw((*f).state);
+            (*f).state = ptr::null_mut();
+            st
+        };
+        let mut st = *st;
+        shm::release(&mut st, true);
+        unlock_to(&mut st, ffi::SQLITE_LOCK_NONE);
+        let mut rc = ffi::SQLITE_OK;
+        if let Kind::Disk {
+            name,
+            delete_on_close,
+        } = &st.kind
+        {
+            // A broken VFS writes nothing more (its directory may be half-updated); the file
+            // stays, as after a crash.
+            if *delete_on_close && !st.shared.is_broken() {
+                let mut inner = st.shared.lock();
+                let inner = &mut *inner;
+                if let Some(store) = inner.store.as_mut() {
+                    if let Err(e) = store.delete(name) {
+                        rc =
+                            st.shared
+                                .fail(inner, "deleting on close", &e, ffi::SQLITE_IOERR_CLOSE);
+                    }
                 }
             }
         }
-    }
-    rc
+        rc
+    })
 }
 
 unsafe extern "C" fn x_read(
@@ -504,36 +559,38 @@ unsafe extern "C" fn x_read(
 ) -> c_int {
     // SAFETY: an open file of ours.
     let st = unsafe { state(file) };
-    // SAFETY: SQLite passes a buffer of `amt` writable bytes.
-    let out = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, amt.max(0) as usize) };
-    let Ok(offset) = u64::try_from(offset) else {
-        return ffi::SQLITE_IOERR_READ;
-    };
-    let n = match &mut st.kind {
-        Kind::Mem(v) => {
-            let from = (offset as usize).min(v.len());
-            let n = (v.len() - from).min(out.len());
-            out[..n].copy_from_slice(&v[from..from + n]);
-            n
-        }
-        Kind::Disk { name, .. } => {
-            let mut inner = st.shared.lock();
-            let inner = &mut *inner;
-            let Some(store) = inner.store.as_mut() else {
-                return ffi::SQLITE_IOERR_READ;
-            };
-            match store.read(name, offset, out) {
-                Ok(n) => n,
-                Err(e) => return st.shared.fail(inner, "reading", &e, ffi::SQLITE_IOERR_READ),
+    Callback::refuse("xRead", ffi::SQLITE_IOERR_READ).run(st.shared, || {
+        // SAFETY: SQLite passes a buffer of `amt` writable bytes.
+        let out = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, amt.max(0) as usize) };
+        let Ok(offset) = u64::try_from(offset) else {
+            return ffi::SQLITE_IOERR_READ;
+        };
+        let n = match &mut st.kind {
+            Kind::Mem(v) => {
+                let from = (offset as usize).min(v.len());
+                let n = (v.len() - from).min(out.len());
+                out[..n].copy_from_slice(&v[from..from + n]);
+                n
             }
+            Kind::Disk { name, .. } => {
+                let mut inner = st.shared.lock();
+                let inner = &mut *inner;
+                let Some(store) = inner.store.as_mut() else {
+                    return ffi::SQLITE_IOERR_READ;
+                };
+                match store.read(name, offset, out) {
+                    Ok(n) => n,
+                    Err(e) => return st.shared.fail(inner, "reading", &e, ffi::SQLITE_IOERR_READ),
+                }
+            }
+        };
+        if n < out.len() {
+            // SQLite requires the unread tail zeroed on a short read.
+            out[n..].fill(0);
+            return ffi::SQLITE_IOERR_SHORT_READ;
         }
-    };
-    if n < out.len() {
-        // SQLite requires the unread tail zeroed on a short read.
-        out[n..].fill(0);
-        return ffi::SQLITE_IOERR_SHORT_READ;
-    }
-    ffi::SQLITE_OK
+        ffi::SQLITE_OK
+    })
 }
 
 unsafe extern "C" fn x_write(
@@ -544,153 +601,163 @@ unsafe extern "C" fn x_write(
 ) -> c_int {
     // SAFETY: an open file of ours.
     let st = unsafe { state(file) };
-    // SAFETY: SQLite passes `amt` readable bytes.
-    let data = unsafe { std::slice::from_raw_parts(buf as *const u8, amt.max(0) as usize) };
-    let Ok(offset) = u64::try_from(offset) else {
-        return ffi::SQLITE_IOERR_WRITE;
-    };
-    match &mut st.kind {
-        Kind::Mem(v) => {
-            let Some(end) = (offset as usize).checked_add(data.len()) else {
-                return ffi::SQLITE_IOERR_WRITE;
-            };
-            if v.len() < end {
-                v.resize(end, 0);
+    Callback::refuse("xWrite", ffi::SQLITE_IOERR_WRITE).run(st.shared, || {
+        // SAFETY: SQLite passes `amt` readable bytes.
+        let data = unsafe { std::slice::from_raw_parts(buf as *const u8, amt.max(0) as usize) };
+        let Ok(offset) = u64::try_from(offset) else {
+            return ffi::SQLITE_IOERR_WRITE;
+        };
+        match &mut st.kind {
+            Kind::Mem(v) => {
+                let Some(end) = (offset as usize).checked_add(data.len()) else {
+                    return ffi::SQLITE_IOERR_WRITE;
+                };
+                if v.len() < end {
+                    v.resize(end, 0);
+                }
+                v[offset as usize..end].copy_from_slice(data);
+                ffi::SQLITE_OK
             }
-            v[offset as usize..end].copy_from_slice(data);
-            ffi::SQLITE_OK
-        }
-        Kind::Disk { name, .. } => {
-            let mut inner = st.shared.lock();
-            let inner = &mut *inner;
-            let Some(store) = inner.store.as_mut() else {
-                return ffi::SQLITE_IOERR_WRITE;
-            };
-            match store.write(name, offset, data) {
-                Ok(()) => ffi::SQLITE_OK,
-                Err(e) => st
-                    .shared
-                    .fail(inner, "writing", &e, ffi::SQLITE_IOERR_WRITE),
+            Kind::Disk { name, .. } => {
+                let mut inner = st.shared.lock();
+                let inner = &mut *inner;
+                let Some(store) = inner.store.as_mut() else {
+                    return ffi::SQLITE_IOERR_WRITE;
+                };
+                match store.write(name, offset, data) {
+                    Ok(()) => ffi::SQLITE_OK,
+                    Err(e) => st
+                        .shared
+                        .fail(inner, "writing", &e, ffi::SQLITE_IOERR_WRITE),
+                }
             }
         }
-    }
+    })
 }
 
 unsafe extern "C" fn x_truncate(file: *mut ffi::sqlite3_file, size: i64) -> c_int {
     // SAFETY: an open file of ours.
     let st = unsafe { state(file) };
-    let Ok(size) = u64::try_from(size) else {
-        return ffi::SQLITE_IOERR_TRUNCATE;
-    };
-    match &mut st.kind {
-        Kind::Mem(v) => {
-            v.resize(size as usize, 0);
-            ffi::SQLITE_OK
-        }
-        Kind::Disk { name, .. } => {
-            let mut inner = st.shared.lock();
-            let inner = &mut *inner;
-            let Some(store) = inner.store.as_mut() else {
-                return ffi::SQLITE_IOERR_TRUNCATE;
-            };
-            match store.truncate(name, size) {
-                Ok(()) => ffi::SQLITE_OK,
-                Err(e) => st
-                    .shared
-                    .fail(inner, "truncating", &e, ffi::SQLITE_IOERR_TRUNCATE),
+    Callback::refuse("xTruncate", ffi::SQLITE_IOERR_TRUNCATE).run(st.shared, || {
+        let Ok(size) = u64::try_from(size) else {
+            return ffi::SQLITE_IOERR_TRUNCATE;
+        };
+        match &mut st.kind {
+            Kind::Mem(v) => {
+                v.resize(size as usize, 0);
+                ffi::SQLITE_OK
+            }
+            Kind::Disk { name, .. } => {
+                let mut inner = st.shared.lock();
+                let inner = &mut *inner;
+                let Some(store) = inner.store.as_mut() else {
+                    return ffi::SQLITE_IOERR_TRUNCATE;
+                };
+                match store.truncate(name, size) {
+                    Ok(()) => ffi::SQLITE_OK,
+                    Err(e) => st
+                        .shared
+                        .fail(inner, "truncating", &e, ffi::SQLITE_IOERR_TRUNCATE),
+                }
             }
         }
-    }
+    })
 }
 
 unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, _flags: c_int) -> c_int {
     // SAFETY: an open file of ours.
     let st = unsafe { state(file) };
-    if let Kind::Mem(_) = st.kind {
-        return ffi::SQLITE_OK;
-    }
-    let mut inner = st.shared.lock();
-    let inner = &mut *inner;
-    let Some(store) = inner.store.as_mut() else {
-        return ffi::SQLITE_IOERR_FSYNC;
-    };
-    // NVMe Flush, then (if any length or extent changed) the directory and another Flush.
-    match store.sync() {
-        Ok(()) => ffi::SQLITE_OK,
-        Err(e) => st
-            .shared
-            .fail(inner, "syncing", &e, ffi::SQLITE_IOERR_FSYNC),
-    }
+    Callback::refuse("xSync", ffi::SQLITE_IOERR_FSYNC).run(st.shared, || {
+        if let Kind::Mem(_) = st.kind {
+            return ffi::SQLITE_OK;
+        }
+        let mut inner = st.shared.lock();
+        let inner = &mut *inner;
+        let Some(store) = inner.store.as_mut() else {
+            return ffi::SQLITE_IOERR_FSYNC;
+        };
+        // NVMe Flush, then (if any length or extent changed) the directory and another Flush.
+        match store.sync() {
+            Ok(()) => ffi::SQLITE_OK,
+            Err(e) => st
+                .shared
+                .fail(inner, "syncing", &e, ffi::SQLITE_IOERR_FSYNC),
+        }
+    })
 }
 
 unsafe extern "C" fn x_file_size(file: *mut ffi::sqlite3_file, out: *mut i64) -> c_int {
     // SAFETY: an open file of ours.
     let st = unsafe { state(file) };
-    let len = match &st.kind {
-        Kind::Mem(v) => v.len() as u64,
-        Kind::Disk { name, .. } => {
-            let mut inner = st.shared.lock();
-            let inner = &mut *inner;
-            let Some(store) = inner.store.as_mut() else {
-                return ffi::SQLITE_IOERR_FSTAT;
-            };
-            match store.len(name) {
-                Ok(n) => n,
-                Err(e) => return st.shared.fail(inner, "sizing", &e, ffi::SQLITE_IOERR_FSTAT),
+    Callback::refuse("xFileSize", ffi::SQLITE_IOERR_FSTAT).run(st.shared, || {
+        let len = match &st.kind {
+            Kind::Mem(v) => v.len() as u64,
+            Kind::Disk { name, .. } => {
+                let mut inner = st.shared.lock();
+                let inner = &mut *inner;
+                let Some(store) = inner.store.as_mut() else {
+                    return ffi::SQLITE_IOERR_FSTAT;
+                };
+                match store.len(name) {
+                    Ok(n) => n,
+                    Err(e) => return st.shared.fail(inner, "sizing", &e, ffi::SQLITE_IOERR_FSTAT),
+                }
             }
-        }
-    };
-    // SAFETY: SQLite passes a valid out pointer.
-    unsafe { *out = len as i64 };
-    ffi::SQLITE_OK
+        };
+        // SAFETY: SQLite passes a valid out pointer.
+        unsafe { *out = len as i64 };
+        ffi::SQLITE_OK
+    })
 }
 
 unsafe extern "C" fn x_lock(file: *mut ffi::sqlite3_file, level: c_int) -> c_int {
     // SAFETY: an open file of ours.
     let st = unsafe { state(file) };
-    let Kind::Disk { name, .. } = &st.kind else {
-        st.lock = level;
-        return ffi::SQLITE_OK;
-    };
-    if st.lock >= level {
-        return ffi::SQLITE_OK;
-    }
-    let id = st.id;
-    let mut inner = st.shared.lock();
-    let l = inner.locks.entry(name.clone()).or_default();
-    let other = |o: Option<u64>| o.is_some_and(|o| o != id);
-    match level {
-        ffi::SQLITE_LOCK_SHARED => {
-            if other(l.pending) || other(l.exclusive) {
-                return ffi::SQLITE_BUSY;
-            }
-            l.shared += 1;
+    Callback::refuse("xLock", ffi::SQLITE_IOERR_LOCK).run(st.shared, || {
+        let Kind::Disk { name, .. } = &st.kind else {
             st.lock = level;
+            return ffi::SQLITE_OK;
+        };
+        if st.lock >= level {
+            return ffi::SQLITE_OK;
         }
-        ffi::SQLITE_LOCK_RESERVED => {
-            if l.reserved.is_some() {
-                return ffi::SQLITE_BUSY;
-            }
-            l.reserved = Some(id);
-            st.lock = level;
-        }
-        ffi::SQLITE_LOCK_EXCLUSIVE | ffi::SQLITE_LOCK_PENDING => {
-            if other(l.pending) || other(l.exclusive) {
-                return ffi::SQLITE_BUSY;
-            }
-            l.pending = Some(id);
-            st.lock = ffi::SQLITE_LOCK_PENDING;
-            if level == ffi::SQLITE_LOCK_EXCLUSIVE {
-                if l.shared > 1 {
+        let id = st.id;
+        let mut inner = st.shared.lock();
+        let l = inner.locks.entry(name.clone()).or_default();
+        let other = |o: Option<u64>| o.is_some_and(|o| o != id);
+        match level {
+            ffi::SQLITE_LOCK_SHARED => {
+                if other(l.pending) || other(l.exclusive) {
                     return ffi::SQLITE_BUSY;
                 }
-                l.exclusive = Some(id);
+                l.shared += 1;
                 st.lock = level;
             }
+            ffi::SQLITE_LOCK_RESERVED => {
+                if l.reserved.is_some() {
+                    return ffi::SQLITE_BUSY;
+                }
+                l.reserved = Some(id);
+                st.lock = level;
+            }
+            ffi::SQLITE_LOCK_EXCLUSIVE | ffi::SQLITE_LOCK_PENDING => {
+                if other(l.pending) || other(l.exclusive) {
+                    return ffi::SQLITE_BUSY;
+                }
+                l.pending = Some(id);
+                st.lock = ffi::SQLITE_LOCK_PENDING;
+                if level == ffi::SQLITE_LOCK_EXCLUSIVE {
+                    if l.shared > 1 {
+                        return ffi::SQLITE_BUSY;
+                    }
+                    l.exclusive = Some(id);
+                    st.lock = level;
+                }
+            }
+            _ => return ffi::SQLITE_IOERR_LOCK,
         }
-        _ => return ffi::SQLITE_IOERR_LOCK,
-    }
-    ffi::SQLITE_OK
+        ffi::SQLITE_OK
+    })
 }
 
 /// Drops the lock of `st` to `level` (SHARED or NONE).
@@ -719,184 +786,52 @@ fn unlock_to(st: &mut FileState, level: c_int) {
 unsafe extern "C" fn x_unlock(file: *mut ffi::sqlite3_file, level: c_int) -> c_int {
     // SAFETY: an open file of ours.
     let st = unsafe { state(file) };
-    unlock_to(st, level);
-    ffi::SQLITE_OK
+    Callback::run_always("xUnlock", ffi::SQLITE_IOERR_UNLOCK).run(st.shared, || {
+        unlock_to(st, level);
+        ffi::SQLITE_OK
+    })
 }
 
 unsafe extern "C" fn x_check_reserved_lock(file: *mut ffi::sqlite3_file, out: *mut c_int) -> c_int {
     // SAFETY: an open file of ours.
     let st = unsafe { state(file) };
-    let held = match &st.kind {
-        Kind::Mem(_) => false,
-        Kind::Disk { name, .. } => {
-            let inner = st.shared.lock();
-            inner.locks.get(name).is_some_and(|l| {
-                l.reserved.is_some() || l.pending.is_some() || l.exclusive.is_some()
-            })
-        }
-    };
-    // SAFETY: SQLite passes a valid out pointer.
-    unsafe { *out = c_int::from(held) };
-    ffi::SQLITE_OK
+    Callback::refuse("xCheckReservedLock", ffi::SQLITE_IOERR_CHECKRESERVEDLOCK).run(
+        st.shared,
+        || {
+            let held = match &st.kind {
+                Kind::Mem(_) => false,
+                Kind::Disk { name, .. } => {
+                    let inner = st.shared.lock();
+                    inner.locks.get(name).is_some_and(|l| {
+                        l.reserved.is_some() || l.pending.is_some() || l.exclusive.is_some()
+                    })
+                }
+            };
+            // SAFETY: SQLite passes a valid out pointer.
+            unsafe { *out = c_int::from(held) };
+            ffi::SQLITE_OK
+        },
+    )
 }
 
 unsafe extern "C" fn x_file_control(
-    _file: *mut ffi::sqlite3_file,
+    file: *mut ffi::sqlite3_file,
     _op: c_int,
     _arg: *mut c_void,
 ) -> c_int {
-    ffi::SQLITE_NOTFOUND
+    // SAFETY: an open file of ours.
+    let shared = unsafe { state(file) }.shared;
+    Callback::run_always("xFileControl", ffi::SQLITE_NOTFOUND).run(shared, || ffi::SQLITE_NOTFOUND)
 }
 
 unsafe extern "C" fn x_sector_size(file: *mut ffi::sqlite3_file) -> c_int {
     // SAFETY: an open file of ours.
-    unsafe { state(file) }.shared.sector_size
+    let shared = unsafe { state(file) }.shared;
+    Callback::run_always("xSectorSize", 0).run(shared, || shared.sector_size)
 }
 
 unsafe extern "C" fn x_device_characteristics(file: *mut ffi::sqlite3_file) -> c_int {
     // SAFETY: an open file of ours.
-    unsafe { state(file) }.shared.characteristics
-}
-
-unsafe extern "C" fn x_shm_map(
-    file: *mut ffi::sqlite3_file,
-    region: c_int,
-    size: c_int,
-    extend: c_int,
-    out: *mut *mut c_void,
-) -> c_int {
-    // SAFETY: an open file of ours; SQLite passes a valid out pointer.
-    let st = unsafe { state(file) };
-    // SAFETY: as above.
-    unsafe { *out = ptr::null_mut() };
-    let Kind::Disk { name, .. } = &st.kind else {
-        return ffi::SQLITE_IOERR_SHMMAP;
-    };
-    let (Ok(region), Ok(size)) = (usize::try_from(region), usize::try_from(size)) else {
-        return ffi::SQLITE_IOERR_SHMMAP;
-    };
-    let Ok(layout) = std::alloc::Layout::from_size_align(size.max(1), 8) else {
-        return ffi::SQLITE_IOERR_SHMMAP;
-    };
-    let mut inner = st.shared.lock();
-    let shm = inner.shm.entry(name.clone()).or_default();
-    if !st.shm_mapped {
-        shm.refs += 1;
-        st.shm_mapped = true;
-    }
-    while shm.regions.len() <= region {
-        if extend == 0 {
-            return ffi::SQLITE_OK;
-        }
-        // SAFETY: `layout` has a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(p) else {
-            return ffi::SQLITE_NOMEM;
-        };
-        shm.regions.push(ShmRegion { ptr, layout });
-    }
-    if shm.regions[region].layout.size() < size {
-        return ffi::SQLITE_IOERR_SHMMAP;
-    }
-    // SAFETY: valid out pointer; the region lives until the last handle unmaps.
-    unsafe { *out = shm.regions[region].ptr.as_ptr() as *mut c_void };
-    ffi::SQLITE_OK
-}
-
-unsafe extern "C" fn x_shm_lock(
-    file: *mut ffi::sqlite3_file,
-    offset: c_int,
-    n: c_int,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: an open file of ours.
-    let st = unsafe { state(file) };
-    let Kind::Disk { name, .. } = &st.kind else {
-        return ffi::SQLITE_IOERR_SHMLOCK;
-    };
-    let nlock = ffi::SQLITE_SHM_NLOCK;
-    if offset < 0 || n < 1 || offset + n > nlock {
-        return ffi::SQLITE_IOERR_SHMLOCK;
-    }
-    let range = offset as usize..(offset + n) as usize;
-    let id = st.id;
-    let mut inner = st.shared.lock();
-    let shm = inner.shm.entry(name.clone()).or_default();
-    if flags & ffi::SQLITE_SHM_UNLOCK != 0 {
-        for s in range {
-            let bit = 1u8 << s;
-            if st.shm_shared & bit != 0 {
-                shm.shared[s] = shm.shared[s].saturating_sub(1);
-                st.shm_shared &= !bit;
-            }
-            if st.shm_exclusive & bit != 0 {
-                shm.exclusive[s] = None;
-                st.shm_exclusive &= !bit;
-            }
-        }
-        return ffi::SQLITE_OK;
-    }
-    let exclusive = flags & ffi::SQLITE_SHM_EXCLUSIVE != 0;
-    for s in range.clone() {
-        if shm.exclusive[s].is_some_and(|o| o != id) {
-            return ffi::SQLITE_BUSY;
-        }
-        let mine = u32::from(st.shm_shared & (1 << s) != 0);
-        if exclusive && shm.shared[s] > mine {
-            return ffi::SQLITE_BUSY;
-        }
-    }
-    for s in range {
-        let bit = 1u8 << s;
-        if exclusive {
-            shm.exclusive[s] = Some(id);
-            st.shm_exclusive |= bit;
-        } else if st.shm_shared & bit == 0 {
-            shm.shared[s] += 1;
-            st.shm_shared |= bit;
-        }
-    }
-    ffi::SQLITE_OK
-}
-
-unsafe extern "C" fn x_shm_barrier(_file: *mut ffi::sqlite3_file) {
-    std::sync::atomic::fence(Ordering::SeqCst);
-}
-
-/// Releases the shared-memory locks and mapping of `st`.
-fn shm_release(st: &mut FileState, unmap: bool) {
-    let Kind::Disk { name, .. } = &st.kind else {
-        return;
-    };
-    if !st.shm_mapped {
-        return;
-    }
-    let mut inner = st.shared.lock();
-    if let Some(shm) = inner.shm.get_mut(name) {
-        for s in 0..ffi::SQLITE_SHM_NLOCK as usize {
-            let bit = 1u8 << s;
-            if st.shm_shared & bit != 0 {
-                shm.shared[s] = shm.shared[s].saturating_sub(1);
-            }
-            if st.shm_exclusive & bit != 0 {
-                shm.exclusive[s] = None;
-            }
-        }
-        st.shm_shared = 0;
-        st.shm_exclusive = 0;
-        if unmap {
-            shm.refs = shm.refs.saturating_sub(1);
-            st.shm_mapped = false;
-            if shm.refs == 0 {
-                inner.shm.remove(name);
-            }
-        }
-    }
-}
-
-unsafe extern "C" fn x_shm_unmap(file: *mut ffi::sqlite3_file, _delete: c_int) -> c_int {
-    // SAFETY: an open file of ours.
-    let st = unsafe { state(file) };
-    shm_release(st, true);
-    ffi::SQLITE_OK
+    let shared = unsafe { state(file) }.shared;
+    Callback::run_always("xDeviceCharacteristics", 0).run(shared, || shared.characteristics)
 }

@@ -10,8 +10,12 @@ use nvme_sqlite_vfs::{Error, Format, NvmeDevice, NvmeVfs};
 
 const NS_BYTES: u64 = 64 << 20;
 
+/// A new emulated controller. Each gets its own serial number: the tests of this binary run
+/// in parallel, and one subsystem's namespace serves one VFS at a time.
 fn sim() -> SimController {
+    static SERIAL: AtomicU32 = AtomicU32::new(0);
     SimController::start(SimConfig {
+        serial: format!("EMU{}", SERIAL.fetch_add(1, Ordering::Relaxed)),
         namespaces: vec![
             SimNamespace {
                 nsid: 1,

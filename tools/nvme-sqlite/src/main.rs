@@ -91,8 +91,13 @@ fn main() -> ExitCode {
     nvme_tool_support::main(run)
 }
 
+/// An emulator configuration; each emulator gets its own serial number, so each is its own
+/// NVM subsystem (a namespace serves one VFS at a time per process, and the tests run
+/// several emulators at once).
 fn sim_config(block_size: u32) -> SimConfig {
+    static SERIAL: AtomicU32 = AtomicU32::new(0);
     SimConfig {
+        serial: format!("SQLSIM{}", SERIAL.fetch_add(1, Ordering::Relaxed)),
         namespaces: vec![SimNamespace {
             nsid: 1,
             block_size,
