@@ -63,7 +63,8 @@ pub unsafe extern "C" fn nvme_ctrlr_rescan_namespaces(ctrlr: *const nvme_ctrlr) 
 #[doc(hidden)]
 pub unsafe fn emulated_device<'a>(ctrlr: *const nvme_ctrlr) -> Option<&'a SimController> {
     // SAFETY: `ctrlr` is a live handle for `'a` (caller contract).
-    unsafe { (&(*ctrlr).shared)._sim.as_ref() }
+    let shared = unsafe { &(*ctrlr).shared };
+    shared._sim.as_ref()
 }
 
 impl nvme_qpair {
