@@ -421,6 +421,20 @@ int nvme_qpair_poll(struct nvme_qpair *qpair, uint32_t max_completions);
 // `qpair` is NULL or a live handle used only by the calling thread.
 uint32_t nvme_qpair_outstanding(const struct nvme_qpair *qpair);
 
+// Re-reads the controller's active namespaces and their formats, for example after another
+// host or an administrator formatted, resized, attached or detached one (the driver cannot
+// know before). Afterwards `nvme_ctrlr_num_namespaces`, `nvme_ctrlr_namespace_ids` and
+// `nvme_ctrlr_get_ns_info` report the new set, and every queue pair uses it on its next
+// submission to a namespace that changed: a request to a namespace reformatted to a format
+// this driver refuses (metadata, protection information) or detached fails with
+// `NVME_ERR_NAMESPACE`. Requests already submitted are not affected. Fails with
+// `NVME_ERR_UNSUPPORTED` on an NVMe/TCP controller, whose namespace list is read once when it
+// is opened.
+//
+// # Safety
+// `ctrlr` is NULL or an open controller handle.
+int nvme_ctrlr_rescan_namespaces(const struct nvme_ctrlr *ctrlr);
+
 // Creates an empty DMA context (a new VFIO container) and stores its handle in `*out`.
 // Open controllers in it with `nvme_ctrlr_open_in`; buffers can be allocated from it once
 // the first controller is open.

@@ -68,7 +68,9 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         Error::Timeout { .. } => NVME_ERR_TIMEOUT,
         Error::Reset { .. } | Error::Resetting { .. } => NVME_ERR_RESET,
         Error::Removed { .. } => NVME_ERR_REMOVED,
-        Error::InactiveNamespace { .. } | Error::UnsupportedNamespace { .. } => NVME_ERR_NAMESPACE,
+        Error::InactiveNamespace { .. }
+        | Error::UnsupportedNamespace { .. }
+        | Error::StaleNamespace { .. } => NVME_ERR_NAMESPACE,
         Error::LbaOutOfRange { .. } => NVME_ERR_LBA_RANGE,
         Error::ZeroLength
         | Error::NotBlockMultiple { .. }

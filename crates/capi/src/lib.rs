@@ -67,11 +67,13 @@ use nvme_sim::{SimConfig, SimController};
 use nvme_tcp::{TcpController, TcpOptions, TransportId};
 
 mod errors;
+mod namespaces;
 mod transport;
 
 use transport::{AnyCtrl, AnyQp};
 
 pub use errors::*;
+pub use namespaces::*;
 
 // ----- error reporting ------------------------------------------------------------------------
 
@@ -773,22 +775,19 @@ unsafe fn restore(buf: *mut nvme_buf, buffer: Option<DmaBuffer>) {
 }
 
 impl nvme_qpair {
-    fn namespace(&self, nsid: u32) -> Result<&Namespace, c_int> {
+    fn namespace(&mut self, nsid: u32) -> Result<&Namespace, c_int> {
         self.namespace_index(nsid).map(|i| &self.namespaces[i])
     }
 
     /// Position of namespace `nsid` in this pair's list (an index lets a caller borrow the
-    /// namespace and the queue pair apart), or the error for a missing one.
-    fn namespace_index(&self, nsid: u32) -> Result<usize, c_int> {
+    /// namespace and the queue pair apart), or the error for a missing one. A namespace a
+    /// rescan found changed, or one not in the list, sends the pair to the controller's
+    /// current set first (see [`nvme_qpair::refresh_namespaces`]).
+    #[inline]
+    fn namespace_index(&mut self, nsid: u32) -> Result<usize, c_int> {
         match self.namespaces.iter().position(|n| n.nsid() == nsid) {
-            Some(i) => Ok(i),
-            None => Err(match self.shared.ctrl.namespace(nsid) {
-                Err(e) => fail_with(&e),
-                Ok(_) => fail(
-                    NVME_ERR_NAMESPACE,
-                    format!("namespace {nsid} appeared after the queue pair was created"),
-                ),
-            }),
+            Some(i) if self.namespaces[i].is_current() => Ok(i),
+            _ => self.refresh_namespaces(nsid),
         }
     }
 

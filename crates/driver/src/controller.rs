@@ -310,6 +310,8 @@ pub(crate) struct Inner {
     /// Active namespaces as of bring-up or the last rescan, replaced whole (readers clone
     /// the `Arc`, never hold the lock across I/O).
     namespaces: RwLock<Arc<NamespaceSet>>,
+    /// Serialises rescans, so that a slower scan never publishes over a newer one.
+    rescan_lock: Mutex<()>,
     io_queues: u16,
     /// `qid_in_use[q]` for q in 1..=io_queues.
     qid_in_use: Mutex<Vec<bool>>,
@@ -575,6 +577,7 @@ impl Controller {
             aers: 0,
             identify: Box::new(IdentifyController::default()),
             namespaces: RwLock::new(Arc::new(NamespaceSet::default())),
+            rescan_lock: Mutex::new(()),
             io_queues: 0,
             qid_in_use: Mutex::new(Vec::new()),
             shutdown_on_drop: options.shutdown_on_drop,
@@ -726,9 +729,13 @@ impl Controller {
     /// [`Controller::namespaces`] returns, and says what changed. [`Controller::take_events`]
     /// calls it on its own when the controller reports a Namespace Attribute Changed notice.
     ///
-    /// [`Namespace`] handles taken before stay usable for what they describe: I/O to a
-    /// namespace that was detached fails with the device's Invalid Namespace status, and I/O
-    /// past a shrunken end with LBA Out of Range; take fresh handles after a change.
+    /// [`Namespace`] handles of a namespace found resized, reformatted or detached go stale:
+    /// from the moment the rescan has marked them (before it returns, and before the new set
+    /// is visible to [`Controller::namespace`]), their submissions fail with
+    /// [`Error::StaleNamespace`] without reaching the device; take fresh handles. Handles of
+    /// namespaces found unchanged stay valid. The driver cannot know of a change before the
+    /// controller's notice is taken or a rescan runs: until then I/O goes out with the old
+    /// geometry, as it does for a submission racing with the rescan on another thread.
     pub fn rescan_namespaces(&self) -> Result<NamespaceChanges> {
         self.inner.rescan_namespaces()
     }
@@ -1085,8 +1092,9 @@ impl Inner {
 
     /// See [`Controller::rescan_namespaces`].
     fn rescan_namespaces(&self) -> Result<NamespaceChanges> {
+        let _one_at_a_time = self.rescan_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut page = DmaBuffer::allocate(&self.dma, IDENTIFY_DATA_SIZE)?;
-        let set = match self.scan_namespaces(&mut page) {
+        let mut set = match self.scan_namespaces(&mut page) {
             Ok(set) => set,
             Err(e @ (Error::Timeout { .. } | Error::ControllerFatal { .. })) => {
                 // The device may still write the page.
@@ -1095,9 +1103,13 @@ impl Inner {
             }
             Err(e) => return Err(e),
         };
-        let old = self.namespace_set();
-        let changes = NamespaceChanges::between(&old, &set);
-        *self.namespaces.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(set);
+        // Compared, marked and published under the write lock: two rescans cannot interleave
+        // their marks, and a thread that reads the new set also sees the marks.
+        let mut current = self.namespaces.write().unwrap_or_else(|p| p.into_inner());
+        let changes = NamespaceChanges::between(&current, &set);
+        set.supersede(&current);
+        *current = Arc::new(set);
+        drop(current);
         if !changes.is_empty() {
             log::info!("{}: namespaces changed: {changes:?}", self.name);
         }

@@ -114,6 +114,21 @@ pub enum Error {
         /// The active namespace ids.
         active: Vec<u32>,
     },
+    /// The [`Namespace`](crate::Namespace) handle describes a namespace that a rescan
+    /// ([`Controller::rescan_namespaces`](crate::Controller::rescan_namespaces), or a
+    /// Namespace Attribute Changed notice handled by
+    /// [`Controller::take_events`](crate::Controller::take_events)) found resized,
+    /// reformatted or detached: nothing was sent to the device. Take a new handle.
+    #[error(
+        "namespace {nsid} changed ({change}; found by a namespace rescan): get a new handle \
+         with Controller::namespace({nsid})"
+    )]
+    StaleNamespace {
+        /// The namespace id.
+        nsid: u32,
+        /// What the rescan found.
+        change: crate::namespace::NamespaceChange,
+    },
     /// The LBA range falls outside the namespace.
     #[error(
         "LBA range {lba}..{end} is outside namespace {nsid}, which has {capacity} blocks \

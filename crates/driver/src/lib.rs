@@ -58,7 +58,7 @@ pub use controller::{
 pub use error::{Error, IoFailure, Result};
 pub use flags::WriteFlags;
 pub use io_queue::IoQueue;
-pub use namespace::{Namespace, NamespaceChanges};
+pub use namespace::{Namespace, NamespaceChange, NamespaceChanges};
 pub use platform::CpuPlatform;
 pub use queue_pair::{
     Completion, QueuePair, QueuePairOptions, QueuePairStats, DEFAULT_QUEUE_DEPTH,

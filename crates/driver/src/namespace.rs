@@ -1,5 +1,15 @@
 //! Namespace handles: block size, capacity and the range checks every I/O goes through.
+//!
+//! A handle also carries its namespace's [`Validity`], shared with the controller's current
+//! namespace set: when a rescan finds the namespace resized, reformatted or detached, it marks
+//! the validity stale, and every later submission through an old handle fails with
+//! [`Error::StaleNamespace`] before anything reaches the device (an old 512-byte handle on a
+//! namespace now formatted with 4 KiB blocks would otherwise size PRPs for 512 bytes per
+//! block while the device moves 4096). Handles of a namespace the rescan found unchanged
+//! share the validity of the new set and stay usable.
 
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use nvme_spec::IdentifyNamespace;
@@ -8,6 +18,13 @@ use crate::error::{Error, Result};
 
 /// An active namespace of a controller. Cheap to clone.
 ///
+/// A handle describes the namespace as the scan that built it found it. When a later rescan
+/// ([`Controller::rescan_namespaces`](crate::Controller::rescan_namespaces), also run by
+/// [`Controller::take_events`](crate::Controller::take_events) on a Namespace Attribute
+/// Changed notice) finds it resized, reformatted or detached, the handle goes stale: its
+/// submissions fail with [`Error::StaleNamespace`] and nothing reaches the device. A rescan
+/// that finds the namespace unchanged leaves old handles valid.
+///
 /// INVARIANT: `block_size` is a power of two >= 512 and `block_size == 1 << block_shift`.
 #[derive(Clone, Debug)]
 pub struct Namespace {
@@ -15,7 +32,76 @@ pub struct Namespace {
     block_size: u32,
     block_shift: u32,
     blocks: u64,
+    validity: Arc<Validity>,
     data: Arc<IdentifyNamespace>,
+}
+
+/// What a namespace rescan found different about a namespace an old handle describes
+/// ([`Error::StaleNamespace`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NamespaceChange {
+    /// Same block size, different capacity (NSZE).
+    Resized = 1,
+    /// A different LBA format: another block size, or one this driver cannot use (metadata,
+    /// protection information).
+    Reformatted = 2,
+    /// No longer active (detached or deleted).
+    Detached = 3,
+}
+
+impl NamespaceChange {
+    fn from_raw(raw: u8) -> Option<Self> {
+        match raw {
+            1 => Some(Self::Resized),
+            2 => Some(Self::Reformatted),
+            3 => Some(Self::Detached),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for NamespaceChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Resized => "resized",
+            Self::Reformatted => "reformatted",
+            Self::Detached => "detached",
+        })
+    }
+}
+
+/// Whether the handles built from one scan of a namespace still describe it: shared by those
+/// handles and by the controller's namespace set, marked once by the rescan that finds the
+/// namespace changed, never reset (a later change builds a new one).
+///
+/// What is guaranteed: the rescan marks it (under the namespace set's write lock, before the
+/// new set is published and before the rescan returns), so a submission that happens after
+/// that mark — on the thread that ran the rescan or `take_events`, or on any thread that
+/// synchronised with it, for instance by taking a handle from the new set — sees it and fails.
+/// The driver cannot know of a change before the notice is taken or a rescan runs: until then,
+/// and for a submission racing with the rescan on another thread without synchronising with
+/// it, old handles pass (as do commands already submitted).
+#[derive(Debug, Default)]
+struct Validity(AtomicU8);
+
+/// [`Validity`]: the handles describe the namespace (otherwise a [`NamespaceChange`]).
+const CURRENT: u8 = 0;
+
+impl Validity {
+    /// The change a rescan recorded, if any. One relaxed load: ordering with the rescan
+    /// comes from the happens-before described on [`Validity`] (read-after-write coherence).
+    #[inline(always)]
+    fn change(&self) -> u8 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Records `change` (the first one recorded stays).
+    fn mark(&self, change: NamespaceChange) {
+        let _ =
+            self.0
+                .compare_exchange(CURRENT, change as u8, Ordering::Relaxed, Ordering::Relaxed);
+    }
 }
 
 /// Smallest LBA data size the NVM command set allows (LBADS >= 9).
@@ -76,6 +162,7 @@ impl Namespace {
             block_size: 1 << shift,
             block_shift: shift,
             blocks: data.nsze,
+            validity: Arc::default(),
             data: Arc::new(data),
         })
     }
@@ -107,9 +194,36 @@ impl Namespace {
         &self.data
     }
 
-    /// Checks that `blocks` blocks starting at `lba` lie inside the namespace.
+    /// Whether this handle still describes its namespace: false once a rescan found the
+    /// namespace resized, reformatted or detached (see [`Namespace`]).
+    pub fn is_current(&self) -> bool {
+        self.validity.change() == CURRENT
+    }
+
+    /// Fails with [`Error::StaleNamespace`] when a rescan found the namespace changed: one
+    /// load and compare on the submission path.
+    #[inline(always)]
+    pub fn check_current(&self) -> Result<()> {
+        if self.validity.change() != CURRENT {
+            return Err(self.stale());
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn stale(&self) -> Error {
+        Error::StaleNamespace {
+            nsid: self.nsid,
+            change: NamespaceChange::from_raw(self.validity.change())
+                .unwrap_or(NamespaceChange::Reformatted),
+        }
+    }
+
+    /// Checks that the handle is current ([`Namespace::check_current`]) and that `blocks`
+    /// blocks starting at `lba` lie inside the namespace.
     #[inline(always)]
     pub fn check_range(&self, lba: u64, blocks: u64) -> Result<()> {
+        self.check_current()?;
         if blocks == 0 {
             return Err(Error::ZeroLength);
         }
@@ -220,6 +334,61 @@ mod tests {
     }
 
     #[test]
+    fn a_rescan_marks_only_the_handles_of_changed_namespaces() {
+        let handle = |nsid, lbads, nsze| {
+            Namespace::from_identify(nsid, identify(lbads, 0, nsze), 1 << 20).unwrap()
+        };
+        let old = NamespaceSet {
+            active: vec![
+                handle(1, 9, 100),
+                handle(2, 9, 100),
+                handle(3, 9, 100),
+                handle(4, 9, 100),
+                handle(5, 9, 100),
+            ],
+            unsupported: Vec::new(),
+        };
+        let kept: Vec<Namespace> = old.active.clone();
+        let mut new = NamespaceSet {
+            // 1 unchanged, 2 resized, 3 reformatted, 4 now unusable, 5 detached.
+            active: vec![handle(1, 9, 100), handle(2, 9, 50), handle(3, 12, 100)],
+            unsupported: vec![(4, "metadata".into())],
+        };
+        new.supersede(&old);
+        let change = |n: &Namespace| {
+            n.check_current().err().map(|e| match e {
+                Error::StaleNamespace { nsid, change } => {
+                    assert_eq!(nsid, n.nsid());
+                    change
+                }
+                other => panic!("{other:?}"),
+            })
+        };
+        let found: Vec<Option<NamespaceChange>> = kept.iter().map(change).collect();
+        assert_eq!(
+            found,
+            [
+                None,
+                Some(NamespaceChange::Resized),
+                Some(NamespaceChange::Reformatted),
+                Some(NamespaceChange::Reformatted),
+                Some(NamespaceChange::Detached),
+            ]
+        );
+        // The new set's handles are all current; the unchanged one shares the old validity,
+        // and the range check refuses a stale handle first.
+        assert!(new.active.iter().all(Namespace::is_current));
+        assert!(Arc::ptr_eq(&new.active[0].validity, &kept[0].validity));
+        assert!(matches!(
+            kept[1].check_range(0, 1),
+            Err(Error::StaleNamespace { nsid: 2, .. })
+        ));
+        // A second change keeps the first one recorded.
+        kept[1].validity.mark(NamespaceChange::Detached);
+        assert_eq!(change(&kept[1]), Some(NamespaceChange::Resized));
+    }
+
+    #[test]
     fn refuses_blocks_larger_than_the_largest_transfer() {
         // 64 KiB blocks with a 32 KiB MDTS: splitting would divide by zero blocks per command.
         let why = Namespace::from_identify(1, identify(16, 0, 100), 32 << 10).unwrap_err();
@@ -238,6 +407,33 @@ pub(crate) struct NamespaceSet {
 }
 
 impl NamespaceSet {
+    /// Prepares `self`, a fresh scan, to replace `old`: a namespace found with the same
+    /// geometry (block size and capacity, usable) shares the old handles' [`Validity`], so
+    /// they stay valid; every other old handle is marked stale with what changed. The caller
+    /// holds the set's write lock and publishes `self` right after (see [`Validity`]).
+    pub(crate) fn supersede(&mut self, old: &NamespaceSet) {
+        for before in &old.active {
+            let nsid = before.nsid;
+            let change = match self.active.iter_mut().find(|n| n.nsid == nsid) {
+                Some(now) if now.block_size == before.block_size => {
+                    if now.blocks == before.blocks {
+                        // Unchanged (or already stale, which stays stale: a later change
+                        // back to the old geometry builds no bridge to handles of before).
+                        now.validity = Arc::clone(&before.validity);
+                        continue;
+                    }
+                    NamespaceChange::Resized
+                }
+                Some(_) => NamespaceChange::Reformatted,
+                None if self.unsupported.iter().any(|(id, _)| *id == nsid) => {
+                    NamespaceChange::Reformatted
+                }
+                None => NamespaceChange::Detached,
+            };
+            before.validity.mark(change);
+        }
+    }
+
     /// Every active namespace id, usable or not, with its geometry (None when unusable).
     fn ids(&self) -> impl Iterator<Item = (u32, Option<(u32, u64)>)> + '_ {
         self.active

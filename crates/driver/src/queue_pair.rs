@@ -645,6 +645,7 @@ impl QueuePair {
 
     /// Queues a Flush of the namespace's volatile write cache.
     pub fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
+        ns.check_current()?;
         self.submit_single(command::flush(ns.nsid()), None, 0, user_data)
             .map(drop)
             .map_err(|f| f.error)
@@ -1778,6 +1779,7 @@ impl QueuePair {
 
     /// Flushes the namespace's volatile write cache and waits.
     pub fn flush(&mut self, ns: &Namespace) -> Result<()> {
+        ns.check_current()?;
         let r = self.submit_single(command::flush(ns.nsid()), None, 0, 0);
         self.run_sync(r).map(drop).map_err(|f| f.error)
     }

@@ -130,25 +130,27 @@ fn namespace_attribute_notice_rescans_the_namespaces() {
         .expect("write to the attached namespace");
     assert_eq!(sim.read_disk(2, 7 * 4096, 4096), vec![0x5A; 4096]);
 
-    // Detach namespace 1: it disappears from the list; an old handle's I/O gets the device's
-    // Invalid Namespace or Format status, not a hang or a panic.
+    // Detach namespace 1: it disappears from the list; an old handle's I/O fails as stale
+    // (the rescan marked it) before reaching the device, not with a hang or a panic.
     let ns1 = ctrl.namespace(1).unwrap();
     sim.set_namespace_attached(1, false);
     events(&ctrl, 1);
     assert_eq!(nsids(&ctrl), [2]);
+    let reads = sim.stats().reads;
     match q.read(&ns1, 0, 1, buf) {
         Err(nvme_driver::IoFailure {
-            error: nvme_driver::Error::Command { status, .. },
-            ..
-        }) => {
-            assert_eq!(status.sct(), nvme_driver::spec::StatusCodeType::Generic);
-            assert_eq!(
-                status.sc(),
-                nvme_driver::spec::status::generic::INVALID_NAMESPACE_OR_FORMAT
-            )
-        }
+            error:
+                nvme_driver::Error::StaleNamespace {
+                    nsid: 1,
+                    change: nvme_driver::NamespaceChange::Detached,
+                },
+            buffer: Some(_),
+        }) => {}
         other => panic!("read of a detached namespace: {other:?}"),
     }
+    assert_eq!(sim.stats().reads, reads, "the device saw the read");
+    // Namespace 2 did not change: its handle from before still works.
+    q.flush(&ns2).unwrap();
 
     // An explicit rescan with nothing new reports no change.
     assert!(ctrl.rescan_namespaces().unwrap().is_empty());

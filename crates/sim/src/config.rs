@@ -98,7 +98,7 @@ const DEFAULT_MSIX_VECTORS: u32 = 17;
 
 /// Default namespace size of each of the two default namespaces.
 const DEFAULT_NAMESPACE_BYTES: u64 = 16 << 20;
-const SMALL_BLOCK: u32 = 512;
+pub(crate) const SMALL_BLOCK: u32 = 512;
 const LARGE_BLOCK: u32 = 4096;
 /// CAP.DSTRD is a 4-bit field.
 const MAX_DSTRD: u8 = 15;

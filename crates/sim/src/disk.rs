@@ -2,9 +2,13 @@
 //!
 //! Each namespace's bytes sit behind their own mutex: the device thread holds it for the data
 //! phase of one command, tests hold it to inspect or seed the medium.
+//!
+//! A namespace's geometry never changes in place: a format or resize
+//! ([`Disks::reformat`]) replaces the whole [`Disk`], so a command that looked its namespace
+//! up works on one consistent geometry and byte vector to its end.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::config::SimNamespace;
 
@@ -63,71 +67,145 @@ impl Disk {
 }
 
 /// All namespaces, in configuration order.
-pub(crate) struct Disks(Vec<Disk>, ChangedList);
+pub(crate) struct Disks(RwLock<Vec<Arc<Disk>>>, ChangedList);
 
 /// Namespaces attached or detached since the host last read the Changed Namespace List log
 /// page (NVMe Base 2.0 §5.16.1.5).
 #[derive(Default)]
 struct ChangedList(Mutex<Vec<u32>>);
 
+impl Disk {
+    /// A namespace of geometry `ns` over `data` (zero-filled to the geometry's size).
+    fn new(ns: &SimNamespace, attached: bool, mut data: Vec<u8>) -> Self {
+        let per_block = u64::from(ns.block_size) + u64::from(ns.metadata_size);
+        let bytes = ns
+            .blocks
+            .checked_mul(per_block)
+            .and_then(|b| usize::try_from(b).ok())
+            .expect("namespace larger than the address space");
+        // `vec![0; n]` gets lazily zeroed pages from the allocator, so large namespaces cost
+        // nothing until written.
+        if data.is_empty() {
+            data = vec![0u8; bytes];
+        } else {
+            data.resize(bytes, 0);
+        }
+        Disk {
+            nsid: ns.nsid,
+            block_size: ns.block_size,
+            blocks: ns.blocks,
+            metadata_size: ns.metadata_size,
+            extended: ns.extended,
+            protection: ns.protection,
+            attached: AtomicBool::new(attached),
+            data: Mutex::new(data),
+        }
+    }
+
+    /// This namespace's geometry.
+    pub fn geometry(&self) -> SimNamespace {
+        SimNamespace {
+            nsid: self.nsid,
+            block_size: self.block_size,
+            blocks: self.blocks,
+            metadata_size: self.metadata_size,
+            extended: self.extended,
+            protection: self.protection,
+        }
+    }
+}
+
 impl Disks {
     pub fn new(namespaces: &[SimNamespace]) -> Self {
         Disks(
-            namespaces
-                .iter()
-                .map(|ns| {
-                    let per_block = u64::from(ns.block_size) + u64::from(ns.metadata_size);
-                    let bytes = ns
-                        .blocks
-                        .checked_mul(per_block)
-                        .and_then(|b| usize::try_from(b).ok())
-                        .expect("namespace larger than the address space");
-                    Disk {
-                        nsid: ns.nsid,
-                        block_size: ns.block_size,
-                        blocks: ns.blocks,
-                        metadata_size: ns.metadata_size,
-                        extended: ns.extended,
-                        protection: ns.protection,
-                        attached: AtomicBool::new(true),
-                        // `vec![0; n]` gets lazily zeroed pages from the allocator, so large
-                        // namespaces cost nothing until written.
-                        data: Mutex::new(vec![0u8; bytes]),
-                    }
-                })
-                .collect(),
+            RwLock::new(
+                namespaces
+                    .iter()
+                    .map(|ns| Arc::new(Disk::new(ns, true, Vec::new())))
+                    .collect(),
+            ),
             ChangedList::default(),
         )
     }
 
+    fn slots(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Disk>>> {
+        self.0.read().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The attached namespace with this ID (a linear scan: there are only a handful).
     #[inline]
-    pub fn get(&self, nsid: u32) -> Option<&Disk> {
-        self.0
+    pub fn get(&self, nsid: u32) -> Option<Arc<Disk>> {
+        self.slots()
             .iter()
             .find(|d| d.nsid == nsid && d.attached.load(Ordering::Relaxed))
+            .cloned()
     }
 
     /// IDs of the attached namespaces, in configuration order.
-    pub fn attached(&self) -> impl Iterator<Item = u32> + '_ {
-        self.0
+    pub fn attached(&self) -> Vec<u32> {
+        self.slots()
             .iter()
             .filter(|d| d.attached.load(Ordering::Relaxed))
             .map(|d| d.nsid)
+            .collect()
     }
 
     /// Attaches or detaches configured namespace `nsid`; false when it is not configured.
     pub fn set_attached(&self, nsid: u32, attached: bool) -> bool {
-        match self.0.iter().find(|d| d.nsid == nsid) {
+        match self.slots().iter().find(|d| d.nsid == nsid) {
             Some(d) => {
                 d.attached.store(attached, Ordering::Relaxed);
-                let mut changed = self.1 .0.lock().unwrap_or_else(|p| p.into_inner());
-                if !changed.contains(&nsid) {
-                    changed.push(nsid);
-                }
+                self.record_change(nsid);
                 true
             }
             None => false,
+        }
+    }
+
+    /// Replaces configured namespace `nsid` with the geometry `change` makes of the current
+    /// one (same nsid, same attachment); `keep_data`: the first blocks' data (and separate
+    /// metadata) carry over, as after a resize, else the medium reads zeros, as after a
+    /// format. Returns the new geometry, or None when `nsid` is not configured. Commands
+    /// already executing finish on the old namespace.
+    pub fn reformat(
+        &self,
+        nsid: u32,
+        keep_data: bool,
+        change: impl FnOnce(&mut SimNamespace),
+    ) -> Option<SimNamespace> {
+        let mut slots = self.0.write().unwrap_or_else(|p| p.into_inner());
+        let slot = slots.iter_mut().find(|d| d.nsid == nsid)?;
+        let mut geometry = slot.geometry();
+        change(&mut geometry);
+        let data = if keep_data {
+            let old = slot.lock();
+            let kept = geometry.blocks.min(slot.blocks);
+            let new = Disk::new(&geometry, false, Vec::new());
+            {
+                let mut bytes = new.lock();
+                let area = (kept * slot.lba_stride()) as usize;
+                bytes[..area].copy_from_slice(&old[..area]);
+                let ms = u64::from(slot.separate_metadata());
+                let (from, to) = (slot.metadata_base() as usize, new.metadata_base() as usize);
+                let meta = (kept * ms) as usize;
+                bytes[to..to + meta].copy_from_slice(&old[from..from + meta]);
+            }
+            new.data.into_inner().unwrap_or_else(|p| p.into_inner())
+        } else {
+            Vec::new()
+        };
+        let attached = slot.attached.load(Ordering::Relaxed);
+        *slot = Arc::new(Disk::new(&geometry, attached, data));
+        drop(slots);
+        self.record_change(nsid);
+        Some(geometry)
+    }
+
+    /// Adds `nsid` to the Changed Namespace List.
+    fn record_change(&self, nsid: u32) {
+        let mut changed = self.1 .0.lock().unwrap_or_else(|p| p.into_inner());
+        if !changed.contains(&nsid) {
+            changed.push(nsid);
         }
     }
 
@@ -138,10 +216,15 @@ impl Disks {
     }
 
     /// The namespace or a panic naming the configured IDs (test helper paths only).
-    pub fn expect(&self, nsid: u32) -> &Disk {
-        self.0.iter().find(|d| d.nsid == nsid).unwrap_or_else(|| {
-            let ids: Vec<u32> = self.0.iter().map(|d| d.nsid).collect();
-            panic!("no namespace {nsid} in the emulated controller (configured: {ids:?})")
-        })
+    pub fn expect(&self, nsid: u32) -> Arc<Disk> {
+        let slots = self.slots();
+        slots
+            .iter()
+            .find(|d| d.nsid == nsid)
+            .cloned()
+            .unwrap_or_else(|| {
+                let ids: Vec<u32> = slots.iter().map(|d| d.nsid).collect();
+                panic!("no namespace {nsid} in the emulated controller (configured: {ids:?})")
+            })
     }
 }

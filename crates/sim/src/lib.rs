@@ -257,13 +257,63 @@ impl SimController {
         );
     }
 
+    /// Formats configured namespace `nsid` with `block_size`-byte blocks and `metadata_size`
+    /// bytes of metadata per block in a separate buffer (0: none; protection information
+    /// off), keeping its data capacity in bytes (NSZE becomes bytes / `block_size`), as a
+    /// Format NVM from another host would. The medium reads zeros afterwards. Records the
+    /// change in the Changed Namespace List and raises the Namespace Attribute Changed notice
+    /// (NVMe Base 2.0 §5.2.1, §5.23); a driver learns of the new format only from that
+    /// notice or a rescan.
+    ///
+    /// Panics if `nsid` is not configured or `block_size` is not a power of two >= 512.
+    pub fn format_namespace(&self, nsid: u32, block_size: u32, metadata_size: u16) {
+        assert!(
+            block_size.is_power_of_two() && block_size >= config::SMALL_BLOCK,
+            "block size {block_size} is not a power of two >= {}",
+            config::SMALL_BLOCK
+        );
+        self.change_namespace(nsid, false, |ns| {
+            let bytes = ns.blocks * u64::from(ns.block_size);
+            ns.blocks = bytes / u64::from(block_size);
+            ns.block_size = block_size;
+            ns.metadata_size = metadata_size;
+            ns.extended = false;
+            ns.protection = 0;
+        });
+    }
+
+    /// Resizes configured namespace `nsid` to `blocks` blocks (same format), keeping the data
+    /// of the blocks both sizes have, as a namespace resize by another host or port would;
+    /// posts the Namespace Attribute Changed notice like [`SimController::format_namespace`].
+    ///
+    /// Panics if `nsid` is not configured or `blocks` is 0.
+    pub fn resize_namespace(&self, nsid: u32, blocks: u64) {
+        assert!(blocks > 0, "a namespace cannot have zero blocks");
+        self.change_namespace(nsid, true, |ns| ns.blocks = blocks);
+    }
+
+    fn change_namespace(&self, nsid: u32, keep_data: bool, change: impl FnOnce(&mut SimNamespace)) {
+        let geometry = self
+            .shared
+            .disks
+            .reformat(nsid, keep_data, change)
+            .unwrap_or_else(|| panic!("no namespace {nsid} in the emulated controller"));
+        log::debug!("sim: namespace {nsid} is now {geometry:?}");
+        self.shared.faults.raise_async_event(
+            nvme_spec::event::event_type::NOTICE,
+            nvme_spec::event::notice::NAMESPACE_ATTRIBUTE_CHANGED,
+            nvme_spec::opcode::log_page::CHANGED_NAMESPACE_LIST,
+        );
+    }
+
     /// `len` bytes of namespace `nsid` from `byte_offset`, as the medium holds them.
     ///
     /// Panics if the namespace does not exist or the range is beyond its end.
     pub fn read_disk(&self, nsid: u32, byte_offset: u64, len: usize) -> Vec<u8> {
         let disk = self.shared.disks.expect(nsid);
         let (start, end) = disk_range(disk.bytes(), nsid, byte_offset, len);
-        disk.lock()[start..end].to_vec()
+        let bytes = disk.lock()[start..end].to_vec();
+        bytes
     }
 
     /// Overwrites namespace `nsid` at `byte_offset` with `data`, bypassing the driver.

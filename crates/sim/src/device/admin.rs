@@ -343,6 +343,7 @@ impl Device {
                 .shared
                 .disks
                 .attached()
+                .into_iter()
                 .filter(|&id| id > sqe.nsid)
                 .collect();
             ids.sort_unstable();

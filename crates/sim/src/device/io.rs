@@ -10,6 +10,8 @@ use nvme_spec::queue::{DsmRange, SubmissionEntry};
 use nvme_spec::sgl::Psdt;
 use nvme_spec::status::{generic, media, Status, StatusCodeType};
 
+use std::sync::Arc;
+
 use super::{Device, Outcome};
 use crate::disk::Disk;
 use crate::dma::GuestView;
@@ -105,7 +107,9 @@ impl Device {
         self.outcome(result.map(|()| Outcome::SUCCESS))
     }
 
-    fn namespace(&self, nsid: u32) -> Result<&Disk, Fail> {
+    /// The attached namespace `nsid` (the command keeps this geometry even if a format or
+    /// resize replaces the namespace meanwhile).
+    fn namespace(&self, nsid: u32) -> Result<Arc<Disk>, Fail> {
         self.shared
             .disks
             .get(nsid)
@@ -129,13 +133,13 @@ impl Device {
     ) -> Result<(), Fail> {
         let disk = self.namespace(sqe.nsid)?;
         let (first, count) = (slba(sqe), u64::from(nlb(sqe)));
-        let (start, end) = block_range(disk, first, count)?;
+        let (start, end) = block_range(&disk, first, count)?;
         let len = end - start;
         if len > self.max_transfer() {
             return Err(status(generic::INVALID_FIELD));
         }
         if disk.separate_metadata() != 0 && opcode != nvm::COMPARE {
-            self.transfer_metadata(view, sqe, disk, first, count, opcode)?;
+            self.transfer_metadata(view, sqe, &disk, first, count, opcode)?;
         }
         let (page, sgl) = (self.page_size, self.shared.config.sgl);
         let lost = opcode == nvm::WRITE && self.shared.faults.take_lost_write(sqe.nsid, first);
@@ -213,7 +217,7 @@ impl Device {
 
     fn write_zeroes(&self, sqe: &SubmissionEntry) -> Result<(), Fail> {
         let disk = self.namespace(sqe.nsid)?;
-        let (start, end) = block_range(disk, slba(sqe), u64::from(nlb(sqe)))?;
+        let (start, end) = block_range(&disk, slba(sqe), u64::from(nlb(sqe)))?;
         disk.lock()[start..end].fill(0);
         Ok(())
     }
@@ -243,11 +247,11 @@ impl Device {
         });
         // Check every range first so that a bad one leaves the medium untouched.
         for range in ranges.clone() {
-            block_range(disk, range.slba, u64::from(range.nlb))?;
+            block_range(&disk, range.slba, u64::from(range.nlb))?;
         }
         let mut data = disk.lock();
         for range in ranges {
-            let (start, end) = block_range(disk, range.slba, u64::from(range.nlb))?;
+            let (start, end) = block_range(&disk, range.slba, u64::from(range.nlb))?;
             data[start..end].fill(0);
         }
         Ok(())
