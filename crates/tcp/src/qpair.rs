@@ -12,8 +12,9 @@ use nvme_driver::{
 use nvme_spec::command;
 use nvme_spec::opcode;
 
-use crate::controller::{generation, Inner, STATE_FAILED, STATE_RESETTING};
+use crate::controller::{generation, Inner, STATE_FAILED, STATE_LOST, STATE_RESETTING};
 use crate::error::TcpError;
+use crate::keep_alive::CHECKS_PER_KATO;
 use crate::queue::{Queue, TcpQueueStats};
 
 /// Expired commands handled per clock tick (Aborts sent).
@@ -26,11 +27,8 @@ const SYNC_SPIN_POLLS: u32 = 64;
 const SYNC_IDLE_PAUSE: Duration = Duration::from_micros(50);
 
 /// Polls between keep-alive checks (each check reads the clock; the admin queue is
-/// try-locked only when the check is due, every quarter of the KATO).
+/// try-locked only when the check is due, every KATO / `CHECKS_PER_KATO`).
 const POLLS_PER_KEEP_ALIVE_CHECK: u32 = 32;
-/// Keep-alive checks per KATO: with Keep Alive sent once half the KATO has passed since
-/// the last one, a pair polled at least this often keeps the association alive.
-const KEEP_ALIVE_CHECKS_PER_KATO: u32 = 4;
 
 /// An NVMe/TCP I/O queue pair: one TCP connection. `Send` but not `Sync`: one thread owns
 /// it and drives it with [`TcpQueuePair::poll`].
@@ -101,7 +99,9 @@ impl TcpQueuePair {
     /// connection once (in-flight requests complete with the retryable `Error::Reset`, or are
     /// kept with `resubmit_after_reset`); while it runs, refuses with `Error::Resetting`; once
     /// it is done, reconnects (same queue id, the new controller id) and sends kept requests
-    /// again; after a failed reset, refuses with `Error::Failed`.
+    /// again; after a failed reset, refuses with `Error::Failed`. When the association was
+    /// declared lost (keep-alive), closes the connection and completes every request with the
+    /// reason (`Error::Transport`).
     #[cold]
     fn sync_state(&mut self) -> Result<()> {
         let state = self.ctrl.state();
@@ -117,6 +117,9 @@ impl TcpQueuePair {
                 controller: self.ctrl.name.to_string(),
             });
         }
+        if state & STATE_LOST != 0 {
+            return Err(self.close_lost(state));
+        }
         if state & STATE_FAILED != 0 {
             let name = self.ctrl.name.clone();
             self.q.drop_kept(|| Error::Failed {
@@ -129,6 +132,23 @@ impl TcpQueuePair {
         self.seen = state;
         self.watch(state);
         self.connect_again(state)
+    }
+
+    /// The association was declared lost: closes this pair's connection and completes what
+    /// it holds with the reason. Returns the error later submissions get.
+    fn close_lost(&mut self, state: u64) -> Error {
+        self.seen = state;
+        self.watch(state);
+        let reason = self.ctrl.lost_reason().unwrap_or_else(|| {
+            std::sync::Arc::new(TcpError::ClosedForReconnect {
+                addr: self.ctrl.addr,
+                qid: self.q.qid,
+            })
+        });
+        self.q.close_lost(reason);
+        self.q
+            .closed_error()
+            .expect("a closed queue has its error")
     }
 
     /// Closes the connection for a reconnect (see [`Queue::abandon`]).
@@ -202,7 +222,7 @@ impl TcpQueuePair {
                 controller: self.ctrl.name.to_string(),
             });
         }
-        if state & STATE_FAILED != 0 {
+        if state & (STATE_FAILED | STATE_LOST) != 0 {
             return Err(Error::Failed {
                 controller: self.ctrl.name.to_string(),
             });
@@ -485,7 +505,7 @@ impl TcpQueuePair {
         }
         let now = Instant::now();
         if now >= self.keep_alive_due {
-            self.keep_alive_due = now + kato / KEEP_ALIVE_CHECKS_PER_KATO;
+            self.keep_alive_due = now + kato / CHECKS_PER_KATO;
             self.ctrl.keep_alive_tick(true);
         }
     }

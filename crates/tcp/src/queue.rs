@@ -540,6 +540,25 @@ impl Queue {
         }
     }
 
+    /// Closes the queue because its association was declared lost: every request still
+    /// here completes once with the transport error `reason`, later submissions fail with it.
+    pub(crate) fn close_lost(&mut self, reason: Arc<TcpError>) {
+        let _ = self.stream.shutdown(Shutdown::Both);
+        self.failed = Some(reason.clone());
+        self.tx.clear();
+        self.tx_head = 0;
+        self.rx_state = Rx::Header;
+        self.rx_head = 0;
+        self.rx_tail = 0;
+        self.timeout_work = false;
+        for cid in 0..self.slots.len() as u16 {
+            if self.slots[usize::from(cid)].busy {
+                let e = self.transport_error(reason.clone());
+                self.finish(cid, Err(e));
+            }
+        }
+    }
+
     /// Takes a new connection (same queue id, already connected by Fabrics Connect).
     pub(crate) fn attach(&mut self, stream: TcpStream, neg: Negotiated) {
         let _ = self.stream.shutdown(Shutdown::Both);
