@@ -225,7 +225,12 @@ impl Inner {
             Some((generation(state), reason.clone()));
         if self
             .state
-            .compare_exchange(state, state | STATE_LOST, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(
+                state,
+                state | STATE_LOST,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .is_ok()
         {
             log::error!(
@@ -273,6 +278,9 @@ mod tests {
             ka.due(t0 + KATO * 3),
             Due::Lost(Lost::Lapsed { .. })
         ));
-        assert_eq!(KeepAlive::new(Duration::ZERO, t0).due(t0 + KATO * 9), Due::Nothing);
+        assert_eq!(
+            KeepAlive::new(Duration::ZERO, t0).due(t0 + KATO * 9),
+            Due::Nothing
+        );
     }
 }

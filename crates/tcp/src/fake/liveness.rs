@@ -99,9 +99,7 @@ pub(super) fn cc_written(st: &State, cntlid: u16, old: u32, new: u32) {
         let before = held.len();
         held.retain(|k, _| k.0 != cntlid);
         let n = (before - held.len()) as u64;
-        st.live
-            .discarded_by_disable
-            .fetch_add(n, Ordering::SeqCst);
+        st.live.discarded_by_disable.fetch_add(n, Ordering::SeqCst);
     }
 }
 
