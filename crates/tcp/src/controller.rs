@@ -48,7 +48,9 @@ pub struct TcpOptions {
     pub hostid: [u8; 16],
     /// Keep Alive Timeout asked of the controller (0 turns it off). Keep Alive commands go
     /// out every half of it from the owner threads' polls ([`TcpQueuePair::poll`]) or
-    /// [`TcpController::keep_alive`].
+    /// [`TcpController::keep_alive`]; one unanswered for half of it, or none answered for a
+    /// whole KATO, declares the association lost (every request fails with
+    /// `Error::Transport`, [`TcpController::is_failed`], [`TcpController::reset`] recovers).
     pub kato: Duration,
     /// I/O queue pairs to ask for.
     pub io_queues: u16,
@@ -122,6 +124,10 @@ pub(crate) struct Inner {
     pub reset_lock: Mutex<()>,
     /// Why the association of a generation was declared lost ([`STATE_LOST`]).
     pub lost: Mutex<Option<(u64, Arc<TcpError>)>>,
+    /// The newest generation whose reset ended the old association without proof that its
+    /// commands stopped (no CSTS.RDY = 0 after CC.EN = 0, no CQT to wait out): requests sent
+    /// on an association older than it may still run on the target.
+    pub unconfirmed: AtomicU64,
     pub cap: Cap,
     pub version: Version,
     pub identify: IdentifyController,
@@ -722,6 +728,7 @@ impl TcpController {
             state: Arc::new(AtomicU64::new(0)),
             reset_lock: Mutex::new(()),
             lost: Mutex::new(None),
+            unconfirmed: AtomicU64::new(0),
             cap: up.cap,
             version: up.version,
             identify: up.identify,
@@ -836,8 +843,10 @@ impl TcpController {
         Ok(DmaBuffer::allocate(&self.inner.mapper, len)?)
     }
 
-    /// Sends a Keep Alive if one is due and reaps admin completions. Queue pairs do this from
-    /// `poll`; call it when no queue pair is polled for longer than half the KATO.
+    /// Sends a Keep Alive if one is due and reaps admin completions; declares the association
+    /// lost when a Keep Alive went unanswered for half the KATO or none was answered for a
+    /// whole KATO (`crate::keep_alive`). Queue pairs do this from `poll`; call it when no
+    /// queue pair is polled for longer than a quarter of the KATO.
     pub fn keep_alive(&self) {
         self.inner.keep_alive_tick(false);
     }
@@ -862,17 +871,22 @@ impl TcpController {
     ///
     /// 1. A new reset generation is published with the "resetting" flag: from now on queue
     ///    pairs refuse submissions with the retryable `Error::Resetting`, and each one, at its
-    ///    next submission or poll, closes its connection and completes what was in flight
-    ///    with the retryable `Error::Reset` (buffers returned) — or keeps those requests to
-    ///    send again when created with `QueuePairOptions::resubmit_after_reset`.
-    /// 2. If the old admin connection still answers, CC.EN = 0 by Property Set (bounded to
-    ///    1 s): the old controller aborts everything it still holds. The connection closes.
+    ///    next submission or poll, closes its connection and keeps what was in flight until
+    ///    the reset is done.
+    /// 2. If the old admin connection still answers, CC.EN = 0 by Property Set and CSTS.RDY
+    ///    = 0 read back (each bounded to 1 s): the old controller aborted everything it held.
+    ///    The connection closes. Without that proof, a Command Quiesce Time (Identify CQT) is
+    ///    waited out from the close before step 4; without either, the old commands' outcome
+    ///    is unknown (`crate::reset`).
     /// 3. A new admin connection: ICReq/ICResp, Fabrics Connect (a new association with a
     ///    dynamic controller id), CC.EN = 1 and CSTS.RDY = 1 within CAP.TO, Set Features
     ///    Number of Queues (at least the queues granted at bring-up).
-    /// 4. The generation is published as ready: each queue pair reconnects its own
-    ///    connection (ICReq, Connect with its queue id and the new controller id) at its
-    ///    next submission or poll, and sends kept requests again.
+    /// 4. The generation is published as ready. Each queue pair, at its next submission or
+    ///    poll, settles what it kept: writes whose outcome is unknown complete with the
+    ///    non-retryable `Error::OutcomeUnknown` (never resubmitted); the others complete with
+    ///    the retryable `Error::Reset` (buffers returned) or, with
+    ///    `QueuePairOptions::resubmit_after_reset`, are sent again once the pair has
+    ///    reconnected (ICReq, Connect with its queue id and the new controller id).
     ///
     /// On failure (nothing listening, Connect refused, not ready in time) the error says
     /// why, the controller is marked failed ([`TcpController::is_failed`]), queue pairs
