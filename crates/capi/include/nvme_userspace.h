@@ -118,6 +118,10 @@
 // mismatch); the message says what happened.
 #define NVME_ERR_TRANSPORT -22
 
+// A write was in flight when the NVMe/TCP association ended without proof that its commands
+// stopped: it may still reach the medium later. Not retried; check the data.
+#define NVME_ERR_OUTCOME_UNKNOWN -23
+
 // A DMA-capable I/O buffer allocated for one controller. Not thread-safe: one thread at a
 // time may use it (it may move between threads).
 typedef struct nvme_buf nvme_buf;

@@ -55,6 +55,10 @@ pub const NVME_ERR_INTERRUPT: c_int = -21;
 /// mismatch); the message says what happened.
 pub const NVME_ERR_TRANSPORT: c_int = -22;
 
+/// A write was in flight when the NVMe/TCP association ended without proof that its commands
+/// stopped: it may still reach the medium later. Not retried; check the data.
+pub const NVME_ERR_OUTCOME_UNKNOWN: c_int = -23;
+
 /// The code of a driver error.
 pub(crate) fn error_code(error: &Error) -> c_int {
     match error {
@@ -86,6 +90,7 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         Error::ForeignBuffer { .. } => NVME_ERR_FOREIGN_BUFFER,
         Error::NoInterrupts { .. } | Error::InterruptWait { .. } => NVME_ERR_INTERRUPT,
         Error::Transport { .. } => NVME_ERR_TRANSPORT,
+        Error::OutcomeUnknown { .. } => NVME_ERR_OUTCOME_UNKNOWN,
         // `Error` is #[non_exhaustive]: a variant added later without a code of its own here
         // reads as an unsupported request; nvme_last_error_message() has its message. Give
         // new variants their own arm above.
@@ -121,6 +126,9 @@ pub(crate) fn describe(code: c_int) -> &'static CStr {
         NVME_ERR_PANIC => c"internal error in the NVMe library",
         NVME_ERR_INTERRUPT => c"interrupt setup or wait failed",
         NVME_ERR_TRANSPORT => c"the NVMe/TCP connection failed or was closed",
+        NVME_ERR_OUTCOME_UNKNOWN => {
+            c"the write may still be carried out later (association ended unconfirmed): check the data"
+        }
         _ => c"unknown error code",
     }
 }

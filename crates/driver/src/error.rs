@@ -91,6 +91,26 @@ pub enum Error {
         /// The controller's name (PCI address or transport name).
         controller: String,
     },
+    /// The request was in flight when its connection or association was torn down, and
+    /// nothing proved that the controller stopped working on it: no CSTS.RDY = 0 after CC.EN
+    /// = 0 on the old association, and no Command Quiesce Time to wait out (NVMe Base 2.0
+    /// §3.7.2, Identify CQT). A write may still reach the medium later, after any newer write
+    /// to the same blocks, so it is **not retryable** and is never resubmitted: check the
+    /// blocks' content (or rewrite them once the target is known to have stopped) before
+    /// relying on them.
+    #[error(
+        "the {command} was in flight when the association with controller {controller} ended \
+         without proof that its commands stopped ({why}); it may still be carried out later, \
+         after newer writes: not retried, check the data"
+    )]
+    OutcomeUnknown {
+        /// The controller's name (PCI address or transport name).
+        controller: String,
+        /// The command's name.
+        command: &'static str,
+        /// Why no proof was available.
+        why: &'static str,
+    },
     /// A reset of the controller is running; the submission was refused. Retryable.
     #[error("controller {controller} is being reset: submit again once the reset is done")]
     Resetting {

@@ -148,8 +148,14 @@ wire_struct! {
         rsvd358 @ 358: [u8; 10],
         /// Max Endurance Group Capacity (bytes, 128-bit LE).
         megcap @ 368: [u8; 16],
-        /// Reserved (bytes 384..512).
-        rsvd384 @ 384: [u8; 128],
+        /// Reserved (bytes 384..386: TMPTHHA and a reserved byte, not decoded here).
+        rsvd384 @ 384: [u8; 2],
+        /// Command Quiesce Time (milliseconds; 0 = not reported): how long after a command
+        /// stopped being tracked by the host (its connection or association gone) the
+        /// controller may still process it (NVMe Base 2.0 ECN / 2.1 Figure 313, bytes 387:386).
+        cqt @ 386: u16,
+        /// Reserved (bytes 388..512).
+        rsvd388 @ 388: [u8; 124],
         /// Submission Queue Entry Size: bits 3:0 required, 7:4 maximum (log2 bytes).
         sqes @ 512: u8,
         /// Completion Queue Entry Size: bits 3:0 required, 7:4 maximum (log2 bytes).

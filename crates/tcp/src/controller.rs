@@ -21,6 +21,7 @@ use nvme_spec::{ErrorLogEntry, SmartLog};
 use nvme_spec::{IdentifyController, IdentifyNamespace, NamespaceList, StatusCodeType};
 
 use crate::error::TcpError;
+use crate::keep_alive::KeepAlive;
 use crate::mapper::HostMemory;
 use crate::qpair::TcpQueuePair;
 use crate::queue::{handshake, Negotiated, Queue};
@@ -37,8 +38,6 @@ pub const DEFAULT_TCP_QUEUE_DEPTH: u32 = 128;
 pub const MAX_TRANSFER: usize = 1 << 20;
 /// Unit of IOCCSZ (NVMe Base 2.0 Figure 275: 16 bytes).
 const CCSZ_UNIT: usize = 16;
-/// How long a reset waits for the old association to take CC.EN = 0 before it closes it.
-const OLD_ASSOCIATION_LIMIT: Duration = Duration::from_secs(1);
 
 /// Options of an NVMe/TCP connection.
 #[derive(Clone, Debug)]
@@ -49,7 +48,9 @@ pub struct TcpOptions {
     pub hostid: [u8; 16],
     /// Keep Alive Timeout asked of the controller (0 turns it off). Keep Alive commands go
     /// out every half of it from the owner threads' polls ([`TcpQueuePair::poll`]) or
-    /// [`TcpController::keep_alive`].
+    /// [`TcpController::keep_alive`]; one unanswered for half of it, or none answered for a
+    /// whole KATO, declares the association lost (every request fails with
+    /// `Error::Transport`, [`TcpController::is_failed`], [`TcpController::reset`] recovers).
     pub kato: Duration,
     /// I/O queue pairs to ask for.
     pub io_queues: u16,
@@ -120,7 +121,13 @@ pub(crate) struct Inner {
     /// compare it with their copy on every submission and poll (one load).
     pub state: Arc<AtomicU64>,
     /// One reset at a time.
-    reset_lock: Mutex<()>,
+    pub reset_lock: Mutex<()>,
+    /// Why the association of a generation was declared lost ([`STATE_LOST`]).
+    pub lost: Mutex<Option<(u64, Arc<TcpError>)>>,
+    /// The newest generation whose reset ended the old association without proof that its
+    /// commands stopped (no CSTS.RDY = 0 after CC.EN = 0, no CQT to wait out): requests sent
+    /// on an association older than it may still run on the target.
+    pub unconfirmed: AtomicU64,
     pub cap: Cap,
     pub version: Version,
     pub identify: IdentifyController,
@@ -138,8 +145,11 @@ pub(crate) struct Inner {
 pub(crate) const STATE_FAILED: u64 = 1;
 /// State word bit: a reset is running.
 pub(crate) const STATE_RESETTING: u64 = 2;
+/// State word bit: the current association was declared lost (keep-alive expiry, admin
+/// connection failed); queue pairs fail their requests with the reason (`Inner::lost`).
+pub(crate) const STATE_LOST: u64 = 4;
 /// State word increment of one reset generation (the bits above the flags).
-pub(crate) const STATE_GENERATION: u64 = 4;
+pub(crate) const STATE_GENERATION: u64 = 8;
 
 /// The reset generation of a state word (flags masked off).
 pub(crate) fn generation(state: u64) -> u64 {
@@ -149,10 +159,9 @@ pub(crate) fn generation(state: u64) -> u64 {
 /// The admin queue and its keep-alive state.
 pub(crate) struct Admin {
     pub q: Queue,
-    last_keep_alive: Instant,
-    keep_alive_outstanding: bool,
+    pub ka: KeepAlive,
     /// Abort outcomes (kept across resets).
-    aborts: AbortStats,
+    pub aborts: AbortStats,
     /// Aborts submitted and not yet completed.
     aborts_outstanding: u32,
 }
@@ -164,7 +173,7 @@ const ABORT_TAG: u64 = 1 << 62;
 
 impl Admin {
     /// Runs one admin command to completion: completion dword 0 (and dword 1) and the buffer.
-    fn execute(
+    pub(crate) fn execute(
         &mut self,
         sqe: nvme_spec::SubmissionEntry,
         buffer: Option<DmaBuffer>,
@@ -177,21 +186,29 @@ impl Admin {
         let deadline = Instant::now() + self.q.timeout;
         let c = self.q.wait_sync(deadline, "waiting for an admin command");
         self.reap();
+        if !matches!(c.result, Err(Error::Transport { .. })) {
+            self.ka.heard(Instant::now());
+        }
         let dw0 = c.result?;
         Ok((dw0, self.q.sync_dw1, c.buffer))
     }
 
     /// Consumes asynchronous admin completions (Keep Alive, Abort).
-    fn reap(&mut self) {
+    pub(crate) fn reap(&mut self) {
         let name = self.q.controller.clone();
-        let mut done = false;
         let aborts = &mut self.aborts;
         let outstanding = &mut self.aborts_outstanding;
+        let ka = &mut self.ka;
         self.q.poll(usize::MAX, |c| {
             if c.user_data == KEEP_ALIVE_TAG {
-                done = true;
-                if let Err(e) = c.result {
-                    log::warn!("{name}: Keep Alive failed: {e}");
+                match c.result {
+                    // The queue failed: no answer came.
+                    Err(Error::Transport { .. }) => ka.dropped(),
+                    Err(e) => {
+                        log::warn!("{name}: Keep Alive failed: {e}");
+                        ka.answered(Instant::now());
+                    }
+                    Ok(_) => ka.answered(Instant::now()),
                 }
             } else if c.user_data & ABORT_TAG != 0 {
                 *outstanding = outstanding.saturating_sub(1);
@@ -209,28 +226,19 @@ impl Admin {
                 }
             }
         });
-        if done {
-            self.keep_alive_outstanding = false;
-        }
     }
 
-    /// Sends a Keep Alive if half the KATO has passed since the last one, and reaps.
-    fn tick(&mut self, kato: Duration) {
-        self.reap();
-        if kato.is_zero() || self.keep_alive_outstanding || self.q.failed.is_some() {
+    /// Sends a Keep Alive (asynchronously: its answer is picked up by [`Admin::reap`]).
+    pub(crate) fn send_keep_alive(&mut self, now: Instant) {
+        if self.ka.is_outstanding() || self.q.failed.is_some() {
             return;
         }
-        let now = Instant::now();
-        if now.duration_since(self.last_keep_alive) < kato / 2 {
-            return;
-        }
-        self.last_keep_alive = now;
         if self
             .q
             .submit(fabrics::keep_alive(), None, 0, false, KEEP_ALIVE_TAG, false)
             .is_ok()
         {
-            self.keep_alive_outstanding = true;
+            self.ka.sent(now);
         }
     }
 }
@@ -328,7 +336,7 @@ pub(crate) fn connect_queue(
 }
 
 impl Admin {
-    fn property_get(&mut self, offset: usize, eight: bool) -> Result<u64> {
+    pub(crate) fn property_get(&mut self, offset: usize, eight: bool) -> Result<u64> {
         let (dw0, dw1, _) =
             self.execute(fabrics::property_get(offset as u32, eight), None, 0, false)?;
         Ok(if eight {
@@ -338,7 +346,7 @@ impl Admin {
         })
     }
 
-    fn property_set(&mut self, offset: usize, value: u32) -> Result<()> {
+    pub(crate) fn property_set(&mut self, offset: usize, value: u32) -> Result<()> {
         self.execute(fabrics::property_set(offset as u32, value), None, 0, false)?;
         Ok(())
     }
@@ -376,7 +384,7 @@ struct BroughtUp {
 
 /// The CC value this host enables a controller with (NVM command set, 4 KiB pages, 64-byte
 /// SQ and 16-byte CQ entries).
-fn enabled_cc() -> Cc {
+pub(crate) fn enabled_cc() -> Cc {
     Cc(0)
         .with_css(regs::CC_CSS_NVM)
         .with_mps(0)
@@ -387,7 +395,7 @@ fn enabled_cc() -> Cc {
 
 /// Waits (Property Get of CSTS every 10 ms) until CSTS.RDY reads `ready`, within CAP.TO
 /// (at least 500 ms).
-fn wait_ready(admin: &mut Admin, cap: Cap, ready: bool) -> Result<()> {
+pub(crate) fn wait_ready(admin: &mut Admin, cap: Cap, ready: bool) -> Result<()> {
     let name = admin.q.controller.to_string();
     let limit = cap.timeout().max(Duration::from_millis(500));
     let deadline = Instant::now() + limit;
@@ -413,7 +421,7 @@ fn wait_ready(admin: &mut Admin, cap: Cap, ready: bool) -> Result<()> {
 /// Controller enable over Fabrics (NVMe Base 2.0 §3.5.2 and §3.7.2): CAP and VS by Property
 /// Get; a controller found enabled is first disabled (CC.EN = 0, CSTS.RDY = 0 awaited, a
 /// controller reset); then CC.EN = 1 and CSTS.RDY = 1 awaited within CAP.TO.
-fn enable(admin: &mut Admin) -> Result<(Cap, Version)> {
+pub(crate) fn enable(admin: &mut Admin) -> Result<(Cap, Version)> {
     let cap = Cap(admin.property_get(regs::CAP, true)?);
     let version = Version(admin.property_get(regs::VS, false)? as u32);
     let cc = Cc(admin.property_get(regs::CC, false)? as u32);
@@ -501,7 +509,7 @@ type OpenedAdmin = (Admin, u16, String, Negotiated);
 
 /// Connects the admin queue: TCP connection, ICReq/ICResp, Fabrics Connect (a new
 /// association: dynamic controller id).
-fn open_admin(
+pub(crate) fn open_admin(
     trid: &TransportId,
     options: &TcpOptions,
     mapper: &Arc<dyn DmaMapper>,
@@ -549,8 +557,7 @@ fn open_admin(
     Ok((
         Admin {
             q,
-            last_keep_alive: Instant::now(),
-            keep_alive_outstanding: false,
+            ka: KeepAlive::new(options.kato, Instant::now()),
             aborts: AbortStats::default(),
             aborts_outstanding: 0,
         },
@@ -720,6 +727,8 @@ impl TcpController {
             cntlid: AtomicU16::new(cntlid),
             state: Arc::new(AtomicU64::new(0)),
             reset_lock: Mutex::new(()),
+            lost: Mutex::new(None),
+            unconfirmed: AtomicU64::new(0),
             cap: up.cap,
             version: up.version,
             identify: up.identify,
@@ -834,8 +843,10 @@ impl TcpController {
         Ok(DmaBuffer::allocate(&self.inner.mapper, len)?)
     }
 
-    /// Sends a Keep Alive if one is due and reaps admin completions. Queue pairs do this from
-    /// `poll`; call it when no queue pair is polled for longer than half the KATO.
+    /// Sends a Keep Alive if one is due and reaps admin completions; declares the association
+    /// lost when a Keep Alive went unanswered for half the KATO or none was answered for a
+    /// whole KATO (`crate::keep_alive`). Queue pairs do this from `poll`; call it when no
+    /// queue pair is polled for longer than a quarter of the KATO.
     pub fn keep_alive(&self) {
         self.inner.keep_alive_tick(false);
     }
@@ -844,7 +855,8 @@ impl TcpController {
     /// connection has failed (target gone, keep-alive timeout expired, a Keep Alive not
     /// answered in time) or the last reset failed.
     pub fn is_failed(&self) -> bool {
-        self.inner.state.load(Ordering::Acquire) & STATE_FAILED != 0
+        self.inner.check_liveness();
+        self.inner.state.load(Ordering::Acquire) & (STATE_FAILED | STATE_LOST) != 0
             || self
                 .inner
                 .admin
@@ -859,17 +871,22 @@ impl TcpController {
     ///
     /// 1. A new reset generation is published with the "resetting" flag: from now on queue
     ///    pairs refuse submissions with the retryable `Error::Resetting`, and each one, at its
-    ///    next submission or poll, closes its connection and completes what was in flight
-    ///    with the retryable `Error::Reset` (buffers returned) — or keeps those requests to
-    ///    send again when created with `QueuePairOptions::resubmit_after_reset`.
-    /// 2. If the old admin connection still answers, CC.EN = 0 by Property Set (bounded to
-    ///    1 s): the old controller aborts everything it still holds. The connection closes.
+    ///    next submission or poll, closes its connection and keeps what was in flight until
+    ///    the reset is done.
+    /// 2. If the old admin connection still answers, CC.EN = 0 by Property Set and CSTS.RDY
+    ///    = 0 read back (each bounded to 1 s): the old controller aborted everything it held.
+    ///    The connection closes. Without that proof, a Command Quiesce Time (Identify CQT) is
+    ///    waited out from the close before step 4; without either, the old commands' outcome
+    ///    is unknown (`crate::reset`).
     /// 3. A new admin connection: ICReq/ICResp, Fabrics Connect (a new association with a
     ///    dynamic controller id), CC.EN = 1 and CSTS.RDY = 1 within CAP.TO, Set Features
     ///    Number of Queues (at least the queues granted at bring-up).
-    /// 4. The generation is published as ready: each queue pair reconnects its own
-    ///    connection (ICReq, Connect with its queue id and the new controller id) at its
-    ///    next submission or poll, and sends kept requests again.
+    /// 4. The generation is published as ready. Each queue pair, at its next submission or
+    ///    poll, settles what it kept: writes whose outcome is unknown complete with the
+    ///    non-retryable `Error::OutcomeUnknown` (never resubmitted); the others complete with
+    ///    the retryable `Error::Reset` (buffers returned) or, with
+    ///    `QueuePairOptions::resubmit_after_reset`, are sent again once the pair has
+    ///    reconnected (ICReq, Connect with its queue id and the new controller id).
     ///
     /// On failure (nothing listening, Connect refused, not ready in time) the error says
     /// why, the controller is marked failed ([`TcpController::is_failed`]), queue pairs
@@ -945,7 +962,7 @@ impl TcpController {
                 controller: inner.name.to_string(),
             });
         }
-        if state & STATE_FAILED != 0 {
+        if state & (STATE_FAILED | STATE_LOST) != 0 {
             return Err(Error::Failed {
                 controller: inner.name.to_string(),
             });
@@ -989,19 +1006,6 @@ impl TcpController {
 }
 
 impl Inner {
-    /// Keep Alive duty, from queue pairs' polls (`try_lock`: never waits for an admin
-    /// command another thread runs) or from [`TcpController::keep_alive`].
-    pub(crate) fn keep_alive_tick(&self, try_only: bool) {
-        let guard = if try_only {
-            self.admin.try_lock().ok()
-        } else {
-            self.admin.lock().ok()
-        };
-        if let Some(mut admin) = guard {
-            admin.tick(self.options.kato);
-        }
-    }
-
     /// The state word (see [`STATE_GENERATION`]).
     pub(crate) fn state(&self) -> u64 {
         self.state.load(Ordering::Acquire)
@@ -1048,92 +1052,11 @@ impl Inner {
         Ok((q.into_stream(), neg))
     }
 
-    /// Controller reset (see [`TcpController::reset`]).
-    pub(crate) fn reset(&self) -> Result<()> {
-        let _one_at_a_time = self.reset_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let generation = generation(self.state()) + STATE_GENERATION;
-        self.state
-            .store(generation | STATE_RESETTING, Ordering::Release);
-        log::warn!("{}: resetting the controller", self.name);
-        let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
-        // The old association: a controller reset if it still answers, then close.
-        admin.reap();
-        if admin.q.failed.is_none() {
-            admin.q.timeout = admin.q.timeout.min(OLD_ASSOCIATION_LIMIT);
-            let cc = enabled_cc().with_en(false);
-            if let Err(e) = admin.property_set(regs::CC, cc.0) {
-                log::info!("{}: disabling the old controller: {e}", self.name);
-            }
-        }
-        admin.q.fail(TcpError::ClosedForReconnect {
-            addr: self.addr,
-            qid: 0,
-        });
-        admin.reap();
-        let aborts = admin.aborts;
-        match self.new_association() {
-            Ok((mut fresh, cntlid)) => {
-                fresh.aborts = aborts;
-                *admin = fresh;
-                self.cntlid.store(cntlid, Ordering::Release);
-                self.state.store(generation, Ordering::Release);
-                log::info!(
-                    "{}: controller reset done, controller id {cntlid}",
-                    self.name
-                );
-                Ok(())
-            }
-            Err(e) => {
-                self.state
-                    .store(generation | STATE_FAILED, Ordering::Release);
-                log::error!("{}: controller reset failed: {e}", self.name);
-                Err(e)
-            }
-        }
-    }
-
-    /// Connects, enables and configures a new association for [`Inner::reset`].
-    fn new_association(&self) -> Result<(Admin, u16)> {
-        let (mut admin, cntlid, _, _) = open_admin(&self.trid, &self.options, &self.mapper)?;
-        let configured = (|| {
-            enable(&mut admin)?;
-            if self.granted > 0 {
-                let wanted = self.options.io_queues.max(1);
-                let (dw0, _, _) = admin.execute(
-                    command::set_number_of_queues(wanted, wanted),
-                    None,
-                    0,
-                    false,
-                )?;
-                let (sq, cq) = command::number_of_queues_allocated(dw0);
-                if sq.min(cq) < self.granted {
-                    return Err(Error::Unsupported {
-                        controller: self.name.to_string(),
-                        what: format!(
-                            "after the reset it grants {} I/O queue pairs, fewer than the {} \
-                             in use",
-                            sq.min(cq),
-                            self.granted
-                        ),
-                    });
-                }
-            }
-            Ok(())
-        })();
-        match configured {
-            Ok(()) => Ok((admin, cntlid)),
-            Err(e) => {
-                admin.q.close();
-                Err(e)
-            }
-        }
-    }
-
     /// Sends an Abort for command `cid` of queue `qid` without waiting: the admin queue is
     /// only try-locked (a busy one means a retry at the next clock tick). Returns whether
     /// it went out.
     pub(crate) fn abort_async(&self, qid: u16, cid: u16) -> bool {
-        if self.state() & (STATE_FAILED | STATE_RESETTING) != 0 {
+        if self.state() & (STATE_FAILED | STATE_RESETTING | STATE_LOST) != 0 {
             return false;
         }
         let Ok(mut admin) = self.admin.try_lock() else {

@@ -86,4 +86,27 @@ pub enum TcpError {
          connects it again, call TcpQueuePair::reconnect or TcpController::reset"
     )]
     ClosedForReconnect { addr: SocketAddr, qid: u16 },
+    #[error(
+        "no answer to Keep Alive from {addr} within {waited:?} (KATO {kato:?}; last answer \
+         {since_answer:?} ago): the target keeps the connection but does not answer, so the \
+         association is considered lost and every connection of it was closed; call \
+         TcpController::reset"
+    )]
+    KeepAliveUnanswered {
+        addr: SocketAddr,
+        waited: Duration,
+        since_answer: Duration,
+        kato: Duration,
+    },
+    #[error(
+        "the keep-alive timeout expired: no Keep Alive was answered by {addr} for {idle:?}, \
+         longer than the KATO {kato:?} (nothing polled a queue pair or called \
+         TcpController::keep_alive for that long), so the controller has ended the association \
+         (NVMe Base 2.0 §3.9); every connection of it was closed; call TcpController::reset"
+    )]
+    KeepAliveLapsed {
+        addr: SocketAddr,
+        idle: Duration,
+        kato: Duration,
+    },
 }

@@ -35,6 +35,9 @@ use nvme_spec::{
 /// Byte offset of CNTLID in the Connect data (NVMe Base 2.0 Figure 548).
 const CONNECT_DATA_CNTLID_OFFSET: u32 = 16;
 
+mod liveness;
+pub use liveness::Unresponsive;
+
 /// What the fake target does wrong, on I/O queues' Read/Write commands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -126,6 +129,8 @@ struct Ctrl {
 struct Held {
     w: Arc<Mutex<TcpStream>>,
     hdgst: bool,
+    /// A held write's effect, applied if the association ends with late writes on.
+    write: Option<liveness::HeldWrite>,
 }
 
 struct State {
@@ -141,6 +146,7 @@ struct State {
     /// Every connection accepted (closed by `stop`).
     conns: Mutex<Vec<TcpStream>>,
     stopped: AtomicBool,
+    live: liveness::Liveness,
 }
 
 /// First controller id handed out.
@@ -246,6 +252,7 @@ impl FakeTarget {
             held: Mutex::new(HashMap::new()),
             conns: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
+            live: Default::default(),
         });
         let handle = spawn_listener(listener, state.clone());
         FakeTarget {
@@ -495,6 +502,7 @@ impl Conn<'_> {
                 id.nn = 8;
                 id.elpe = (ERROR_LOG_ENTRIES - 1) as u8;
                 id.acl = 3;
+                id.cqt = self.st.live.cqt_ms.load(Ordering::SeqCst);
                 id.sqes = 0x66;
                 id.cqes = 0x44;
                 let nqn = fabrics::nqn_field(&cfg.subnqn).unwrap();
@@ -626,6 +634,7 @@ impl Conn<'_> {
                 fctype::PROPERTY_SET => {
                     if fabrics::property_offset(&sqe) as usize == regs::CC {
                         if let Some(c) = self.st.ctrls.lock().unwrap().get_mut(&self.cntlid) {
+                            liveness::cc_written(self.st, self.cntlid, c.cc, sqe.cdw12);
                             c.cc = sqe.cdw12;
                         }
                     }
@@ -747,9 +756,18 @@ impl Conn<'_> {
                 return Ok(true);
             }
             Fault::Hold => {
+                let write = (op == opcode::nvm::WRITE && in_capsule)
+                    .then(|| {
+                        let &(_, shift, _) =
+                            self.st.config.namespaces.iter().find(|n| n.0 == sqe.nsid)?;
+                        let offset = (nvme_spec::command::slba(&sqe) << shift) as usize;
+                        Some((sqe.nsid, offset, data.clone()))
+                    })
+                    .flatten();
                 let held = Held {
                     w: self.w.clone(),
                     hdgst: self.hdgst,
+                    write,
                 };
                 self.st
                     .held
@@ -809,7 +827,7 @@ impl Conn<'_> {
     }
 }
 
-fn serve(mut s: TcpStream, st: &State) -> Res<()> {
+fn serve(mut s: TcpStream, st: &Arc<State>) -> Res<()> {
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     s.set_nodelay(true)?;
     let mut req = [0u8; 128];
@@ -867,7 +885,7 @@ fn serve(mut s: TcpStream, st: &State) -> Res<()> {
                 let _ = io.shutdown(Shutdown::Both);
             }
         }
-        st.held.lock().unwrap().retain(|k, _| k.0 != c.cntlid);
+        liveness::end_association(st, c.cntlid);
     }
     result
 }
@@ -880,11 +898,15 @@ fn serve_commands(c: &mut Conn) -> Res<()> {
             }
             continue;
         }
+        liveness::wait_while_deaf(c.st, c.cntlid, c.qid);
         let (ch, hdr, data) = c.recv()?;
         if ch.pdu_type != pdu_type::CAPSULE_CMD || hdr.len() != 64 {
             return Err(bad("expected CapsuleCmd"));
         }
         let sqe = SubmissionEntry::from_bytes(&hdr.try_into().unwrap());
+        if liveness::muted(c.st, c.cntlid, c.qid).is_some() {
+            continue;
+        }
         if !c.command(sqe, data)? {
             return Ok(());
         }

@@ -23,9 +23,11 @@
 mod controller;
 mod error;
 mod io_queue;
+mod keep_alive;
 mod mapper;
 mod qpair;
 mod queue;
+mod reset;
 pub mod trid;
 
 #[cfg(any(test, feature = "fake-target"))]

@@ -12,8 +12,9 @@ use nvme_driver::{
 use nvme_spec::command;
 use nvme_spec::opcode;
 
-use crate::controller::{generation, Inner, STATE_FAILED, STATE_RESETTING};
+use crate::controller::{generation, Inner, STATE_FAILED, STATE_LOST, STATE_RESETTING};
 use crate::error::TcpError;
+use crate::keep_alive::CHECKS_PER_KATO;
 use crate::queue::{Queue, TcpQueueStats};
 
 /// Expired commands handled per clock tick (Aborts sent).
@@ -26,11 +27,8 @@ const SYNC_SPIN_POLLS: u32 = 64;
 const SYNC_IDLE_PAUSE: Duration = Duration::from_micros(50);
 
 /// Polls between keep-alive checks (each check reads the clock; the admin queue is
-/// try-locked only when the check is due, every quarter of the KATO).
+/// try-locked only when the check is due, every KATO / `CHECKS_PER_KATO`).
 const POLLS_PER_KEEP_ALIVE_CHECK: u32 = 32;
-/// Keep-alive checks per KATO: with Keep Alive sent once half the KATO has passed since
-/// the last one, a pair polled at least this often keeps the association alive.
-const KEEP_ALIVE_CHECKS_PER_KATO: u32 = 4;
 
 /// An NVMe/TCP I/O queue pair: one TCP connection. `Send` but not `Sync`: one thread owns
 /// it and drives it with [`TcpQueuePair::poll`].
@@ -46,6 +44,10 @@ pub struct TcpQueuePair {
     seen: u64,
     /// Reset generation whose teardown this pair has done.
     torn_down: u64,
+    /// Generation of the association the requests kept by the last teardown were sent on.
+    sent_on: u64,
+    /// A teardown kept requests that wait for the reset's outcome to be settled.
+    settle_pending: bool,
     /// Keep requests in flight across a reconnect and send them again.
     resubmit: bool,
     /// Timeout policy of the controller.
@@ -80,6 +82,8 @@ impl TcpQueuePair {
             ctrl,
             seen: state,
             torn_down: generation(state),
+            sent_on: generation(state),
+            settle_pending: false,
             resubmit: options.resubmit_after_reset,
         }
     }
@@ -98,10 +102,14 @@ impl TcpQueuePair {
     }
 
     /// Acts on a new controller state word: after a reset started, closes this pair's
-    /// connection once (in-flight requests complete with the retryable `Error::Reset`, or are
-    /// kept with `resubmit_after_reset`); while it runs, refuses with `Error::Resetting`; once
-    /// it is done, reconnects (same queue id, the new controller id) and sends kept requests
-    /// again; after a failed reset, refuses with `Error::Failed`.
+    /// connection once and keeps its in-flight requests; while the reset runs, refuses with
+    /// `Error::Resetting`; once it is done, settles them with what the reset learnt
+    /// (`crate::reset`): writes whose commands may still run on the target complete with
+    /// `Error::OutcomeUnknown`, the others with the retryable `Error::Reset` or, with
+    /// `resubmit_after_reset`, are sent again after the pair reconnects (same queue id, the
+    /// new controller id); after a failed reset, refuses with `Error::Failed`. When the
+    /// association was declared lost (keep-alive), closes the connection and completes every
+    /// request with the reason (`Error::Transport`).
     #[cold]
     fn sync_state(&mut self) -> Result<()> {
         let state = self.ctrl.state();
@@ -109,13 +117,22 @@ impl TcpQueuePair {
             return Ok(());
         }
         if generation(state) != self.torn_down {
+            self.sent_on = self.torn_down;
             self.torn_down = generation(state);
-            self.abandon();
+            self.close_for_reset();
+            self.settle_pending = true;
         }
         if state & STATE_RESETTING != 0 {
             return Err(Error::Resetting {
                 controller: self.ctrl.name.to_string(),
             });
+        }
+        if self.settle_pending {
+            self.settle_pending = false;
+            self.settle(state & STATE_FAILED == 0);
+        }
+        if state & STATE_LOST != 0 {
+            return Err(self.close_lost(state));
         }
         if state & STATE_FAILED != 0 {
             let name = self.ctrl.name.clone();
@@ -129,6 +146,65 @@ impl TcpQueuePair {
         self.seen = state;
         self.watch(state);
         self.connect_again(state)
+    }
+
+    /// Closes the connection for a controller reset, keeping every request that has not
+    /// timed out until the reset's outcome is known ([`TcpQueuePair::settle`]).
+    fn close_for_reset(&mut self) {
+        let name = self.ctrl.name.clone();
+        let reason = TcpError::ClosedForReconnect {
+            addr: self.ctrl.addr,
+            qid: self.q.qid,
+        };
+        self.q.abandon(true, reason, || Error::Reset {
+            controller: name.to_string(),
+        });
+    }
+
+    /// Settles the requests kept across a reset that is now over (`resend`: it succeeded,
+    /// so kept requests may go out again).
+    fn settle(&mut self, resend: bool) {
+        let unknown = self
+            .ctrl
+            .unconfirmed
+            .load(std::sync::atomic::Ordering::Acquire)
+            > self.sent_on;
+        let name = self.ctrl.name.clone();
+        // Kept to be sent again, but the reset failed: as before, `Error::Failed`.
+        let failed = self.resubmit && !resend;
+        self.q.settle_kept(
+            self.resubmit && resend,
+            unknown,
+            || {
+                let controller = name.to_string();
+                if failed {
+                    Error::Failed { controller }
+                } else {
+                    Error::Reset { controller }
+                }
+            },
+            |command| Error::OutcomeUnknown {
+                controller: name.to_string(),
+                command,
+                why: "the old association neither answered CC.EN = 0 with CSTS.RDY = 0 nor \
+                      reported a Command Quiesce Time",
+            },
+        );
+    }
+
+    /// The association was declared lost: closes this pair's connection and completes what
+    /// it holds with the reason. Returns the error later submissions get.
+    fn close_lost(&mut self, state: u64) -> Error {
+        self.seen = state;
+        self.watch(state);
+        let reason = self.ctrl.lost_reason().unwrap_or_else(|| {
+            std::sync::Arc::new(TcpError::ClosedForReconnect {
+                addr: self.ctrl.addr,
+                qid: self.q.qid,
+            })
+        });
+        self.q.close_lost(reason);
+        self.q.closed_error().expect("a closed queue has its error")
     }
 
     /// Closes the connection for a reconnect (see [`Queue::abandon`]).
@@ -202,7 +278,7 @@ impl TcpQueuePair {
                 controller: self.ctrl.name.to_string(),
             });
         }
-        if state & STATE_FAILED != 0 {
+        if state & (STATE_FAILED | STATE_LOST) != 0 {
             return Err(Error::Failed {
                 controller: self.ctrl.name.to_string(),
             });
@@ -485,7 +561,7 @@ impl TcpQueuePair {
         }
         let now = Instant::now();
         if now >= self.keep_alive_due {
-            self.keep_alive_due = now + kato / KEEP_ALIVE_CHECKS_PER_KATO;
+            self.keep_alive_due = now + kato / CHECKS_PER_KATO;
             self.ctrl.keep_alive_tick(true);
         }
     }

@@ -540,6 +540,55 @@ impl Queue {
         }
     }
 
+    /// Settles the requests [`Queue::abandon`] kept for a controller reset, once the reset
+    /// is done: with `unknown` (the old association's commands were not confirmed stopped)
+    /// every command other than a read or a flush completes with `unknown_error(command)`
+    /// (a write may still run on the target: never resubmitted); the rest stay kept when
+    /// `resubmit`, else complete with `error()`.
+    pub(crate) fn settle_kept(
+        &mut self,
+        resubmit: bool,
+        unknown: bool,
+        mut error: impl FnMut() -> Error,
+        mut unknown_error: impl FnMut(&'static str) -> Error,
+    ) {
+        for cid in 0..self.slots.len() as u16 {
+            let s = &self.slots[usize::from(cid)];
+            if !s.busy {
+                continue;
+            }
+            let harmless = matches!(
+                s.opcode,
+                nvme_spec::opcode::nvm::READ | nvme_spec::opcode::nvm::FLUSH
+            );
+            if unknown && !harmless {
+                let e = unknown_error(command_name(s.opcode));
+                self.finish(cid, Err(e));
+            } else if !resubmit {
+                self.finish(cid, Err(error()));
+            }
+        }
+    }
+
+    /// Closes the queue because its association was declared lost: every request still
+    /// here completes once with the transport error `reason`, later submissions fail with it.
+    pub(crate) fn close_lost(&mut self, reason: Arc<TcpError>) {
+        let _ = self.stream.shutdown(Shutdown::Both);
+        self.failed = Some(reason.clone());
+        self.tx.clear();
+        self.tx_head = 0;
+        self.rx_state = Rx::Header;
+        self.rx_head = 0;
+        self.rx_tail = 0;
+        self.timeout_work = false;
+        for cid in 0..self.slots.len() as u16 {
+            if self.slots[usize::from(cid)].busy {
+                let e = self.transport_error(reason.clone());
+                self.finish(cid, Err(e));
+            }
+        }
+    }
+
     /// Takes a new connection (same queue id, already connected by Fabrics Connect).
     pub(crate) fn attach(&mut self, stream: TcpStream, neg: Negotiated) {
         let _ = self.stream.shutdown(Shutdown::Both);

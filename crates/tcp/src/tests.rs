@@ -10,6 +10,8 @@ use nvme_driver::{Completion, Error, QueuePairOptions, TimeoutAction, WriteFlags
 use crate::fake::{Config, FakeTarget, Fault};
 use crate::{TcpController, TcpError, TcpOptions, TransportId};
 
+mod liveness;
+
 fn connect(target: &FakeTarget) -> TcpController {
     TcpController::connect(&target.trid(), TcpOptions::default()).expect("connect")
 }
