@@ -392,11 +392,12 @@ int nvme_qpair_submit_write_zeroes(struct nvme_qpair *qpair,
                                    void *cb_arg);
 
 // Queues a Dataset Management deallocate (trim) of `count` (1..=256) ranges, copied before
-// the call returns.
+// the call returns. A `count` outside 1..=256 fails with `NVME_ERR_INVALID_ARGUMENT` before
+// anything is read from `ranges`.
 //
 // # Safety
 // `qpair` is NULL or a live handle used only by the calling thread; `ranges` is NULL or
-// valid for `count` reads.
+// valid for `count` reads (when `count` is in 1..=256).
 int nvme_qpair_submit_deallocate(struct nvme_qpair *qpair,
                                  uint32_t nsid,
                                  const struct nvme_lba_range *ranges,

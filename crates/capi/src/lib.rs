@@ -59,6 +59,7 @@ use std::ptr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nvme_driver::spec::queue::DSM_MAX_RANGES;
 use nvme_driver::{
     Completion, Controller, ControllerOptions, DmaBuffer, Error, IoFailure, Namespace,
     QueuePairOptions, Transport, WriteFlags,
@@ -1079,11 +1080,12 @@ pub unsafe extern "C" fn nvme_qpair_submit_write_zeroes(
 }
 
 /// Queues a Dataset Management deallocate (trim) of `count` (1..=256) ranges, copied before
-/// the call returns.
+/// the call returns. A `count` outside 1..=256 fails with `NVME_ERR_INVALID_ARGUMENT` before
+/// anything is read from `ranges`.
 ///
 /// # Safety
 /// `qpair` is NULL or a live handle used only by the calling thread; `ranges` is NULL or
-/// valid for `count` reads.
+/// valid for `count` reads (when `count` is in 1..=256).
 #[no_mangle]
 pub unsafe extern "C" fn nvme_qpair_submit_deallocate(
     qpair: *mut nvme_qpair,
@@ -1097,6 +1099,17 @@ pub unsafe extern "C" fn nvme_qpair_submit_deallocate(
         return fail(
             NVME_ERR_NULL_POINTER,
             "nvme_qpair_submit_deallocate: argument `ranges` is NULL",
+        );
+    }
+    // Before the ranges are read: the caller's array is only known to hold `count` entries
+    // when `count` is one the command can carry (NVM CS §3.3.3: at most 256 ranges).
+    if count == 0 || count as usize > DSM_MAX_RANGES {
+        return fail(
+            NVME_ERR_INVALID_ARGUMENT,
+            format!(
+                "nvme_qpair_submit_deallocate: {count} ranges: a deallocate carries \
+                 1..={DSM_MAX_RANGES}"
+            ),
         );
     }
     // SAFETY: forwarded caller contract.

@@ -304,3 +304,85 @@ fn controller_handle_is_shared_across_threads() {
         }
     });
 }
+
+/// A single `nvme_lba_range` at the very end of a readable page that is followed by an
+/// inaccessible one: any read past the range faults (SIGSEGV) instead of passing unnoticed.
+struct GuardedRange {
+    base: *mut c_void,
+    len: usize,
+    range: *mut nvme_lba_range,
+}
+
+impl GuardedRange {
+    fn new(range: nvme_lba_range) -> Self {
+        // SAFETY: sysconf has no memory preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let len = 2 * page;
+        // SAFETY: a fresh anonymous private mapping; the result is checked.
+        let base = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        // SAFETY: the second page lies inside the mapping made above.
+        let rc = unsafe { libc::mprotect(base.cast::<u8>().add(page).cast(), page, libc::PROT_NONE) };
+        assert_eq!(rc, 0);
+        // SAFETY: the last range-sized slot of the first (writable) page, suitably aligned
+        // (the page size is a multiple of the range's size and alignment).
+        let slot = unsafe {
+            base.cast::<u8>()
+                .add(page - std::mem::size_of::<nvme_lba_range>())
+                .cast::<nvme_lba_range>()
+        };
+        // SAFETY: `slot` is writable and aligned (above).
+        unsafe { slot.write(range) };
+        Self {
+            base,
+            len,
+            range: slot,
+        }
+    }
+}
+
+impl Drop for GuardedRange {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+#[test]
+fn deallocate_refuses_a_bad_range_count_before_reading_the_ranges() {
+    let env = open(8);
+    let guarded = GuardedRange::new(nvme_lba_range { lba: 0, blocks: 8 });
+    let seen = Seen::default();
+    let arg = seen.arg();
+    // SAFETY: live handles owned by this thread; `guarded.range` is valid for one read, and
+    // the library must not read more than that for these counts (it refuses them first).
+    unsafe {
+        for count in [0, 257, 100_000, u32::MAX] {
+            assert_eq!(
+                nvme_qpair_submit_deallocate(env.qp, 1, guarded.range, count, Some(record), arg),
+                NVME_ERR_INVALID_ARGUMENT,
+                "count {count}"
+            );
+            let message = last_error();
+            assert!(message.contains("1..=256"), "count {count}: {message}");
+            assert!(message.contains(&count.to_string()), "count {count}: {message}");
+        }
+        assert_eq!(nvme_qpair_outstanding(env.qp), 0);
+        // The one range that is there works.
+        assert_eq!(
+            nvme_qpair_submit_deallocate(env.qp, 1, guarded.range, 1, Some(record), arg),
+            NVME_OK
+        );
+        poll_until(env.qp, &seen, 1);
+        assert_eq!(seen.error.get(), NVME_OK);
+    }
+}
