@@ -222,8 +222,9 @@ const char *nvme_last_error_message(void);
 // (the function must be bound to `vfio-pci`), or an NVMe/TCP subsystem,
 // `"trtype:TCP adrfam:IPv4 traddr:192.0.2.1 trsvcid:4420 subnqn:NQN [hostnqn:NQN]"`
 // (connects the admin queue; each `nvme_qpair_create` opens one more connection). Every
-// other function works on either kind; an NVMe/TCP queue pair supports read, write and
-// flush (write zeroes and deallocate fail with `NVME_ERR_UNSUPPORTED`), and a lost
+// other function works on either kind; an NVMe/TCP queue pair supports read, write (split
+// above `max_transfer_bytes` as on PCIe) and flush (write zeroes and deallocate fail with
+// `NVME_ERR_UNSUPPORTED`), and a lost
 // connection completes its outstanding requests with `NVME_ERR_TRANSPORT`.
 // On success stores the handle in `*out` and returns `NVME_OK`.
 //
@@ -341,9 +342,12 @@ int nvme_qpair_destroy(struct nvme_qpair *qpair);
 // Queues a read of `blocks` blocks at `lba` of namespace `nsid` into `buf` (which must hold
 // `blocks * block_size` bytes). `buf` is in flight until `cb_fn(cb_arg, status)` runs from
 // `nvme_qpair_poll`; `cb_fn` may be NULL. Transfers larger than `max_transfer_bytes` are
-// split by the driver (one callback). On failure nothing is queued and the buffer stays
-// idle (`NVME_ERR_BUFFER_IN_FLIGHT` when it already is in flight, `NVME_ERR_QUEUE_FULL`:
-// poll first).
+// split by the driver into several commands, on PCIe and NVMe/TCP alike: one callback when
+// all are done, with the first error of any of them. A split request takes as many of the
+// queue pair's slots as it has commands (`NVME_ERR_QUEUE_FULL` when fewer are free,
+// `NVME_ERR_TOO_LARGE` when the pair has fewer at all). On failure nothing is queued and
+// the buffer stays idle (`NVME_ERR_BUFFER_IN_FLIGHT` when it already is in flight,
+// `NVME_ERR_QUEUE_FULL`: poll first).
 //
 // # Safety
 // `qpair` and `buf` are NULL or live handles used only by the calling thread; `buf` stays

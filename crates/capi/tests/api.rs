@@ -331,7 +331,8 @@ impl GuardedRange {
         };
         assert_ne!(base, libc::MAP_FAILED);
         // SAFETY: the second page lies inside the mapping made above.
-        let rc = unsafe { libc::mprotect(base.cast::<u8>().add(page).cast(), page, libc::PROT_NONE) };
+        let rc =
+            unsafe { libc::mprotect(base.cast::<u8>().add(page).cast(), page, libc::PROT_NONE) };
         assert_eq!(rc, 0);
         // SAFETY: the last range-sized slot of the first (writable) page, suitably aligned
         // (the page size is a multiple of the range's size and alignment).
@@ -374,7 +375,10 @@ fn deallocate_refuses_a_bad_range_count_before_reading_the_ranges() {
             );
             let message = last_error();
             assert!(message.contains("1..=256"), "count {count}: {message}");
-            assert!(message.contains(&count.to_string()), "count {count}: {message}");
+            assert!(
+                message.contains(&count.to_string()),
+                "count {count}: {message}"
+            );
         }
         assert_eq!(nvme_qpair_outstanding(env.qp), 0);
         // The one range that is there works.
