@@ -328,11 +328,14 @@ int nvme_qpair_create(const struct nvme_ctrlr *ctrlr,
                       uint32_t timeout_ms,
                       struct nvme_qpair **out);
 
-// Deletes the queue pair. Callbacks of requests still outstanding are NOT called; their
-// buffers are returned if the device finished with them and detached otherwise (see
-// `nvme_buf_in_flight`); completions reaped but not yet delivered are returned too. Fails with
-// `NVME_ERR_BUSY` when called from one of this queue pair's callbacks. Destroying NULL does
-// nothing.
+// Deletes the queue pair. Callbacks of requests still outstanding are NOT called. First it
+// waits, polling, up to 1 s for the outstanding requests to complete: the buffer of every
+// request that completed by then (or before the call) is idle again when this returns, with
+// the data of a completed read. The queues are deleted after that; the buffer of a request
+// still outstanding then, or that timed out, is *detached*: `nvme_buf_in_flight` stays true,
+// its memory belongs to the driver (released once no command can reach it, or never if
+// that cannot be made sure), and the handle can only be freed. Fails with `NVME_ERR_BUSY`
+// when called from one of this queue pair's callbacks. Destroying NULL does nothing.
 //
 // # Safety
 // `qpair` is NULL or a live queue pair handle, used by no other thread; after `NVME_OK` it

@@ -68,6 +68,7 @@ use nvme_sim::{SimConfig, SimController};
 use nvme_tcp::{TcpController, TcpOptions, TransportId};
 
 mod errors;
+mod lifecycle;
 mod split;
 mod transport;
 
@@ -703,11 +704,14 @@ pub unsafe extern "C" fn nvme_qpair_create(
     })
 }
 
-/// Deletes the queue pair. Callbacks of requests still outstanding are NOT called; their
-/// buffers are returned if the device finished with them and detached otherwise (see
-/// `nvme_buf_in_flight`); completions reaped but not yet delivered are returned too. Fails with
-/// `NVME_ERR_BUSY` when called from one of this queue pair's callbacks. Destroying NULL does
-/// nothing.
+/// Deletes the queue pair. Callbacks of requests still outstanding are NOT called. First it
+/// waits, polling, up to 1 s for the outstanding requests to complete: the buffer of every
+/// request that completed by then (or before the call) is idle again when this returns, with
+/// the data of a completed read. The queues are deleted after that; the buffer of a request
+/// still outstanding then, or that timed out, is *detached*: `nvme_buf_in_flight` stays true,
+/// its memory belongs to the driver (released once no command can reach it, or never if
+/// that cannot be made sure), and the handle can only be freed. Fails with `NVME_ERR_BUSY`
+/// when called from one of this queue pair's callbacks. Destroying NULL does nothing.
 ///
 /// # Safety
 /// `qpair` is NULL or a live queue pair handle, used by no other thread; after `NVME_OK` it
@@ -726,7 +730,15 @@ pub unsafe extern "C" fn nvme_qpair_destroy(qpair: *mut nvme_qpair) -> c_int {
             );
         }
         // SAFETY: `qpair` came from Box::into_raw and is released once (caller contract).
-        let handle = unsafe { Box::from_raw(qpair) };
+        let mut handle = unsafe { Box::from_raw(qpair) };
+        let left = handle.drain();
+        if left > 0 {
+            log::info!(
+                "nvme_qpair_destroy: {left} requests still outstanding after {:?}; their buffers \
+                 stay with the driver",
+                lifecycle::DESTROY_DRAIN_LIMIT
+            );
+        }
         let nvme_qpair {
             qp,
             requests,

@@ -390,3 +390,50 @@ fn deallocate_refuses_a_bad_range_count_before_reading_the_ranges() {
         assert_eq!(seen.error.get(), NVME_OK);
     }
 }
+
+#[test]
+fn destroy_hands_back_the_buffers_of_requests_that_complete_during_its_drain() {
+    let env = open(8);
+    let bufs: Vec<*mut nvme_buf> = (0..3).map(|_| alloc(&env, 4096)).collect();
+    let seen = Seen::default();
+    let mut qp = ptr::null_mut();
+    // SAFETY: live handles owned by this thread; every buffer outlives the queue pair.
+    unsafe {
+        // Known data on the disk first (a pair of its own, polled to the end).
+        for (i, &b) in bufs.iter().enumerate() {
+            std::slice::from_raw_parts_mut(nvme_buf_ptr(b).cast::<u8>(), 4096).fill(0x30 + i as u8);
+            let rc =
+                nvme_qpair_submit_write(env.qp, 1, 8 * i as u64, 8, b, 0, Some(record), seen.arg());
+            assert_eq!(rc, NVME_OK, "{}", last_error());
+        }
+        poll_until(env.qp, &seen, 3);
+        // Reads on a new pair, destroyed without a single poll: the emulated device answers
+        // them at once, so destroy's drain sees them complete.
+        assert_eq!(nvme_qpair_create(env.ctrlr, 8, 5000, &mut qp), NVME_OK);
+        for (i, &b) in bufs.iter().enumerate() {
+            std::slice::from_raw_parts_mut(nvme_buf_ptr(b).cast::<u8>(), 4096).fill(0);
+            let rc = nvme_qpair_submit_read(qp, 1, 8 * i as u64, 8, b, Some(record), seen.arg());
+            assert_eq!(rc, NVME_OK, "{}", last_error());
+        }
+        assert_eq!(nvme_qpair_destroy(qp), NVME_OK);
+        assert_eq!(seen.calls.get(), 3, "destroy calls no callback");
+        for (i, &b) in bufs.iter().enumerate() {
+            assert!(
+                !nvme_buf_in_flight(b),
+                "buffer {i} is idle again after destroy"
+            );
+            let data = std::slice::from_raw_parts(nvme_buf_ptr(b).cast::<u8>(), 4096);
+            assert!(
+                data.iter().all(|&x| x == 0x30 + i as u8),
+                "buffer {i} holds the read"
+            );
+            // Usable: submitted again on the remaining pair.
+            let rc = nvme_qpair_submit_read(env.qp, 1, 0, 8, b, Some(record), seen.arg());
+            assert_eq!(rc, NVME_OK, "{}", last_error());
+        }
+        poll_until(env.qp, &seen, 6);
+        for b in bufs {
+            assert_eq!(nvme_buf_free(b), NVME_OK);
+        }
+    }
+}

@@ -455,3 +455,70 @@ fn a_split_transfer_that_fails_part_way_completes_once_with_the_error_and_its_bu
         assert_eq!(nvme_ctrlr_close(ctrlr), NVME_OK);
     }
 }
+
+/// Waits until the target has received `n` I/O commands.
+fn wait_for_commands(t: &FakeTarget, n: u64) {
+    let start = Instant::now();
+    while t
+        .counters()
+        .io_commands
+        .load(std::sync::atomic::Ordering::Relaxed)
+        < n
+    {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the target did not get {n} commands"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn destroy_hands_back_answered_buffers_and_detaches_held_ones() {
+    let t = FakeTarget::start(Config::default());
+    let ctrlr = open(&t);
+    let qp = qpair(ctrlr, 16);
+    let seen = Seen::default();
+    // SAFETY: live handles of this test, valid pointers; the buffers outlive the pair.
+    unsafe {
+        let bufs: Vec<*mut nvme_buf> = (0..4).map(|_| alloc(ctrlr, 4096)).collect();
+        // Two reads the target answers (never polled here), two it holds.
+        for (i, &b) in bufs.iter().enumerate() {
+            if i == 2 {
+                wait_for_commands(&t, 2);
+                t.set_fault(Fault::Hold);
+            }
+            let rc = nvme_qpair_submit_read(qp, NS_4K, i as u64, 1, b, Some(record), seen.arg());
+            assert_eq!(rc, NVME_OK, "{}", last_error());
+        }
+        // The third command was read after the second was answered (one connection, in order).
+        wait_for_commands(&t, 4);
+        let start = Instant::now();
+        assert_eq!(nvme_qpair_destroy(qp), NVME_OK);
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(5), "destroy took {took:?}");
+        assert_eq!(seen.calls.get(), 0, "destroy calls no callback");
+        assert!(
+            !nvme_buf_in_flight(bufs[0]) && !nvme_buf_in_flight(bufs[1]),
+            "answered: idle"
+        );
+        assert!(
+            nvme_buf_in_flight(bufs[2]) && nvme_buf_in_flight(bufs[3]),
+            "held: detached"
+        );
+        // A detached buffer cannot be submitted again, only freed.
+        let qp = qpair(ctrlr, 16);
+        let rc = nvme_qpair_submit_read(qp, NS_4K, 0, 1, bufs[2], Some(record), seen.arg());
+        assert_eq!(rc, NVME_ERR_BUFFER_IN_FLIGHT);
+        t.set_fault(Fault::None);
+        let rc = nvme_qpair_submit_read(qp, NS_4K, 0, 1, bufs[0], Some(record), seen.arg());
+        assert_eq!(rc, NVME_OK, "{}", last_error());
+        poll_until(qp, &seen, 1);
+        assert_eq!(seen.ok.get(), 1);
+        for b in bufs {
+            assert_eq!(nvme_buf_free(b), NVME_OK);
+        }
+        assert_eq!(nvme_qpair_destroy(qp), NVME_OK);
+        assert_eq!(nvme_ctrlr_close(ctrlr), NVME_OK);
+    }
+}
