@@ -188,6 +188,9 @@ typedef struct nvme_cpl_status {
 
 // Completion callback: `cb_arg` as given at submission, `status` valid during the call only.
 // It may submit new requests on the same queue pair, but must not poll or destroy it.
+// It must return: leaving it any other way (`longjmp`, a C++ exception, ending the thread)
+// is not allowed. A queue pair left so stays busy (`NVME_ERR_BUSY` from `nvme_qpair_poll` and
+// `nvme_qpair_destroy`, submissions held) until `nvme_qpair_recover` is called.
 typedef void (*nvme_cb_fn)(void *cb_arg, const struct nvme_cpl_status *status);
 
 // One LBA range of `nvme_qpair_submit_deallocate`.
@@ -415,7 +418,8 @@ int nvme_qpair_submit_deallocate(struct nvme_qpair *qpair,
 // Reaps completions and runs their callbacks on this thread, at most `max_completions` of
 // them (0 = no limit; completions beyond the limit are kept for the next call). Returns the
 // number of callbacks run, or a negative error code (`NVME_ERR_BUSY` when called from one of
-// this queue pair's callbacks). Also detects timed-out requests, whose callbacks get
+// this queue pair's callbacks, or after one of them did not return: see
+// `nvme_qpair_recover`). Also detects timed-out requests, whose callbacks get
 // `NVME_ERR_TIMEOUT`.
 //
 // # Safety
@@ -477,6 +481,23 @@ int nvme_ctrlr_open_emulated_in(const struct nvme_dma_context *ctx, struct nvme_
 // # Safety
 // `ctx` is NULL or a live context handle; `out` is NULL or valid for a write.
 int nvme_buf_alloc_in(const struct nvme_dma_context *ctx, size_t len, struct nvme_buf **out);
+
+// Makes a queue pair usable again after one of its callbacks did not return to
+// `nvme_qpair_poll`, which callbacks must not do (see `nvme_cb_fn`): a `longjmp` out of the
+// callback, a C++ exception, a thread or coroutine that never comes back. The queue pair then
+// cannot tell that poll from one still running its callbacks: `nvme_qpair_poll` and
+// `nvme_qpair_destroy` fail with `NVME_ERR_BUSY`, and submissions made since are held (not
+// sent to the device). This ends that abandoned poll: held submissions are sent, and the
+// completions that poll had reaped but not delivered are delivered by the next
+// `nvme_qpair_poll`. The request whose callback did not return counts as completed (its
+// buffer is idle). Returns 1 when an abandoned poll was ended, 0 when the pair was not busy
+// (nothing done), or a negative error code.
+//
+// # Safety
+// `qpair` is NULL or a live handle used only by the calling thread, and NOT called from a
+// callback of this queue pair or while one runs: the poll it ends must really be abandoned
+// (recovering a poll that is still running its callbacks lets them destroy the pair under it).
+int nvme_qpair_recover(struct nvme_qpair *qpair);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -68,7 +68,6 @@ use nvme_sim::{SimConfig, SimController};
 use nvme_tcp::{TcpController, TcpOptions, TransportId};
 
 mod errors;
-mod lifecycle;
 mod split;
 mod transport;
 
@@ -603,6 +602,9 @@ pub struct nvme_cpl_status {
 
 /// Completion callback: `cb_arg` as given at submission, `status` valid during the call only.
 /// It may submit new requests on the same queue pair, but must not poll or destroy it.
+/// It must return: leaving it any other way (`longjmp`, a C++ exception, ending the thread)
+/// is not allowed. A queue pair left so stays busy (`NVME_ERR_BUSY` from `nvme_qpair_poll` and
+/// `nvme_qpair_destroy`, submissions held) until `nvme_qpair_recover` is called.
 pub type nvme_cb_fn =
     Option<unsafe extern "C" fn(cb_arg: *mut c_void, status: *const nvme_cpl_status)>;
 
@@ -1154,7 +1156,8 @@ pub unsafe extern "C" fn nvme_qpair_submit_deallocate(
 /// Reaps completions and runs their callbacks on this thread, at most `max_completions` of
 /// them (0 = no limit; completions beyond the limit are kept for the next call). Returns the
 /// number of callbacks run, or a negative error code (`NVME_ERR_BUSY` when called from one of
-/// this queue pair's callbacks). Also detects timed-out requests, whose callbacks get
+/// this queue pair's callbacks, or after one of them did not return: see
+/// `nvme_qpair_recover`). Also detects timed-out requests, whose callbacks get
 /// `NVME_ERR_TIMEOUT`.
 ///
 /// # Safety
@@ -1176,7 +1179,8 @@ pub unsafe extern "C" fn nvme_qpair_poll(qpair: *mut nvme_qpair, max_completions
             if q.polling {
                 return fail(
                     NVME_ERR_BUSY,
-                    "nvme_qpair_poll: called from a completion callback of this queue pair",
+                    "nvme_qpair_poll: called from a completion callback of this queue pair \
+                     (or one never returned: then call nvme_qpair_recover)",
                 );
             }
             if q.pending.len() < max {
@@ -1277,3 +1281,6 @@ fn completion_status(result: &Result<u32, Error>, buf: *mut nvme_buf) -> nvme_cp
 
 mod context;
 pub use context::*;
+// After `check_null!`, which it uses.
+mod lifecycle;
+pub use lifecycle::nvme_qpair_recover;
