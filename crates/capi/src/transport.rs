@@ -1,7 +1,9 @@
 //! The two transports behind the C handles: a `struct nvme_ctrlr` is a PCIe [`Controller`]
 //! or an NVMe/TCP [`TcpController`], a `struct nvme_qpair` holds the matching queue pair.
-//! One predictable branch per call: the PCIe arm calls the `QueuePair` as before, the TCP arm
-//! goes out of line to the pair's [`IoQueue`] methods (static dispatch).
+//! One predictable branch per call: the PCIe arm calls the `QueuePair` as before (it splits
+//! transfers above MDTS itself), the TCP arm goes out of line to the pair's [`IoQueue`]
+//! methods (static dispatch), through [`TcpPair`], which splits what one TCP command cannot
+//! carry ([`crate::split`]).
 
 use nvme_driver::spec::IdentifyController;
 use nvme_driver::{
