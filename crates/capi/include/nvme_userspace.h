@@ -338,7 +338,8 @@ int nvme_qpair_create(const struct nvme_ctrlr *ctrlr,
 // still outstanding then, or that timed out, is *detached*: `nvme_buf_in_flight` stays true,
 // its memory belongs to the driver (released once no command can reach it, or never if
 // that cannot be made sure), and the handle can only be freed. Fails with `NVME_ERR_BUSY`
-// when called from one of this queue pair's callbacks. Destroying NULL does nothing.
+// when called from one of this queue pair's callbacks (or after one did not return: see
+// `nvme_qpair_recover`). Destroying NULL does nothing.
 //
 // # Safety
 // `qpair` is NULL or a live queue pair handle, used by no other thread; after `NVME_OK` it

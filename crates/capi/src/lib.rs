@@ -713,7 +713,8 @@ pub unsafe extern "C" fn nvme_qpair_create(
 /// still outstanding then, or that timed out, is *detached*: `nvme_buf_in_flight` stays true,
 /// its memory belongs to the driver (released once no command can reach it, or never if
 /// that cannot be made sure), and the handle can only be freed. Fails with `NVME_ERR_BUSY`
-/// when called from one of this queue pair's callbacks. Destroying NULL does nothing.
+/// when called from one of this queue pair's callbacks (or after one did not return: see
+/// `nvme_qpair_recover`). Destroying NULL does nothing.
 ///
 /// # Safety
 /// `qpair` is NULL or a live queue pair handle, used by no other thread; after `NVME_OK` it
@@ -728,7 +729,8 @@ pub unsafe extern "C" fn nvme_qpair_destroy(qpair: *mut nvme_qpair) -> c_int {
         if unsafe { (*qpair).polling } {
             return fail(
                 NVME_ERR_BUSY,
-                "nvme_qpair_destroy: called from a completion callback of this queue pair",
+                "nvme_qpair_destroy: called from a completion callback of this queue pair \
+                 (or one never returned: then call nvme_qpair_recover)",
             );
         }
         // SAFETY: `qpair` came from Box::into_raw and is released once (caller contract).
