@@ -192,6 +192,9 @@ typedef struct nvme_cpl_status {
 
 // Completion callback: `cb_arg` as given at submission, `status` valid during the call only.
 // It may submit new requests on the same queue pair, but must not poll or destroy it.
+// It must return: leaving it any other way (`longjmp`, a C++ exception, ending the thread)
+// is not allowed. A queue pair left so stays busy (`NVME_ERR_BUSY` from `nvme_qpair_poll` and
+// `nvme_qpair_destroy`, submissions held) until `nvme_qpair_recover` is called.
 typedef void (*nvme_cb_fn)(void *cb_arg, const struct nvme_cpl_status *status);
 
 // One LBA range of `nvme_qpair_submit_deallocate`.
@@ -226,8 +229,9 @@ const char *nvme_last_error_message(void);
 // (the function must be bound to `vfio-pci`), or an NVMe/TCP subsystem,
 // `"trtype:TCP adrfam:IPv4 traddr:192.0.2.1 trsvcid:4420 subnqn:NQN [hostnqn:NQN]"`
 // (connects the admin queue; each `nvme_qpair_create` opens one more connection). Every
-// other function works on either kind; an NVMe/TCP queue pair supports read, write and
-// flush (write zeroes and deallocate fail with `NVME_ERR_UNSUPPORTED`), and a lost
+// other function works on either kind; an NVMe/TCP queue pair supports read, write (split
+// above `max_transfer_bytes` as on PCIe) and flush (write zeroes and deallocate fail with
+// `NVME_ERR_UNSUPPORTED`), and a lost
 // connection completes its outstanding requests with `NVME_ERR_TRANSPORT`.
 // On success stores the handle in `*out` and returns `NVME_OK`.
 //
@@ -331,11 +335,15 @@ int nvme_qpair_create(const struct nvme_ctrlr *ctrlr,
                       uint32_t timeout_ms,
                       struct nvme_qpair **out);
 
-// Deletes the queue pair. Callbacks of requests still outstanding are NOT called; their
-// buffers are returned if the device finished with them and detached otherwise (see
-// `nvme_buf_in_flight`); completions reaped but not yet delivered are returned too. Fails with
-// `NVME_ERR_BUSY` when called from one of this queue pair's callbacks. Destroying NULL does
-// nothing.
+// Deletes the queue pair. Callbacks of requests still outstanding are NOT called. First it
+// waits, polling, up to 1 s for the outstanding requests to complete: the buffer of every
+// request that completed by then (or before the call) is idle again when this returns, with
+// the data of a completed read. The queues are deleted after that; the buffer of a request
+// still outstanding then, or that timed out, is *detached*: `nvme_buf_in_flight` stays true,
+// its memory belongs to the driver (released once no command can reach it, or never if
+// that cannot be made sure), and the handle can only be freed. Fails with `NVME_ERR_BUSY`
+// when called from one of this queue pair's callbacks (or after one did not return: see
+// `nvme_qpair_recover`). Destroying NULL does nothing.
 //
 // # Safety
 // `qpair` is NULL or a live queue pair handle, used by no other thread; after `NVME_OK` it
@@ -345,9 +353,12 @@ int nvme_qpair_destroy(struct nvme_qpair *qpair);
 // Queues a read of `blocks` blocks at `lba` of namespace `nsid` into `buf` (which must hold
 // `blocks * block_size` bytes). `buf` is in flight until `cb_fn(cb_arg, status)` runs from
 // `nvme_qpair_poll`; `cb_fn` may be NULL. Transfers larger than `max_transfer_bytes` are
-// split by the driver (one callback). On failure nothing is queued and the buffer stays
-// idle (`NVME_ERR_BUFFER_IN_FLIGHT` when it already is in flight, `NVME_ERR_QUEUE_FULL`:
-// poll first).
+// split by the driver into several commands, on PCIe and NVMe/TCP alike: one callback when
+// all are done, with the first error of any of them. A split request takes as many of the
+// queue pair's slots as it has commands (`NVME_ERR_QUEUE_FULL` when fewer are free,
+// `NVME_ERR_TOO_LARGE` when the pair has fewer at all). On failure nothing is queued and
+// the buffer stays idle (`NVME_ERR_BUFFER_IN_FLIGHT` when it already is in flight,
+// `NVME_ERR_QUEUE_FULL`: poll first).
 //
 // # Safety
 // `qpair` and `buf` are NULL or live handles used only by the calling thread; `buf` stays
@@ -396,11 +407,12 @@ int nvme_qpair_submit_write_zeroes(struct nvme_qpair *qpair,
                                    void *cb_arg);
 
 // Queues a Dataset Management deallocate (trim) of `count` (1..=256) ranges, copied before
-// the call returns.
+// the call returns. A `count` outside 1..=256 fails with `NVME_ERR_INVALID_ARGUMENT` before
+// anything is read from `ranges`.
 //
 // # Safety
 // `qpair` is NULL or a live handle used only by the calling thread; `ranges` is NULL or
-// valid for `count` reads.
+// valid for `count` reads (when `count` is in 1..=256).
 int nvme_qpair_submit_deallocate(struct nvme_qpair *qpair,
                                  uint32_t nsid,
                                  const struct nvme_lba_range *ranges,
@@ -411,7 +423,8 @@ int nvme_qpair_submit_deallocate(struct nvme_qpair *qpair,
 // Reaps completions and runs their callbacks on this thread, at most `max_completions` of
 // them (0 = no limit; completions beyond the limit are kept for the next call). Returns the
 // number of callbacks run, or a negative error code (`NVME_ERR_BUSY` when called from one of
-// this queue pair's callbacks). Also detects timed-out requests, whose callbacks get
+// this queue pair's callbacks, or after one of them did not return: see
+// `nvme_qpair_recover`). Also detects timed-out requests, whose callbacks get
 // `NVME_ERR_TIMEOUT`.
 //
 // # Safety
@@ -487,6 +500,23 @@ int nvme_ctrlr_open_emulated_in(const struct nvme_dma_context *ctx, struct nvme_
 // # Safety
 // `ctx` is NULL or a live context handle; `out` is NULL or valid for a write.
 int nvme_buf_alloc_in(const struct nvme_dma_context *ctx, size_t len, struct nvme_buf **out);
+
+// Makes a queue pair usable again after one of its callbacks did not return to
+// `nvme_qpair_poll`, which callbacks must not do (see `nvme_cb_fn`): a `longjmp` out of the
+// callback, a C++ exception, a thread or coroutine that never comes back. The queue pair then
+// cannot tell that poll from one still running its callbacks: `nvme_qpair_poll` and
+// `nvme_qpair_destroy` fail with `NVME_ERR_BUSY`, and submissions made since are held (not
+// sent to the device). This ends that abandoned poll: held submissions are sent, and the
+// completions that poll had reaped but not delivered are delivered by the next
+// `nvme_qpair_poll`. The request whose callback did not return counts as completed (its
+// buffer is idle). Returns 1 when an abandoned poll was ended, 0 when the pair was not busy
+// (nothing done), or a negative error code.
+//
+// # Safety
+// `qpair` is NULL or a live handle used only by the calling thread, and NOT called from a
+// callback of this queue pair or while one runs: the poll it ends must really be abandoned
+// (recovering a poll that is still running its callbacks lets them destroy the pair under it).
+int nvme_qpair_recover(struct nvme_qpair *qpair);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -59,6 +59,7 @@ use std::ptr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nvme_driver::spec::queue::DSM_MAX_RANGES;
 use nvme_driver::{
     Completion, Controller, ControllerOptions, DmaBuffer, Error, IoFailure, Namespace,
     QueuePairOptions, Transport, WriteFlags,
@@ -68,6 +69,7 @@ use nvme_tcp::{TcpController, TcpOptions, TransportId};
 
 mod errors;
 mod namespaces;
+mod split;
 mod transport;
 
 use transport::{AnyCtrl, AnyQp};
@@ -232,8 +234,9 @@ unsafe fn publish_ctrlr(ctrl: AnyCtrl, sim: Option<SimController>, out: *mut *mu
 /// (the function must be bound to `vfio-pci`), or an NVMe/TCP subsystem,
 /// `"trtype:TCP adrfam:IPv4 traddr:192.0.2.1 trsvcid:4420 subnqn:NQN [hostnqn:NQN]"`
 /// (connects the admin queue; each `nvme_qpair_create` opens one more connection). Every
-/// other function works on either kind; an NVMe/TCP queue pair supports read, write and
-/// flush (write zeroes and deallocate fail with `NVME_ERR_UNSUPPORTED`), and a lost
+/// other function works on either kind; an NVMe/TCP queue pair supports read, write (split
+/// above `max_transfer_bytes` as on PCIe) and flush (write zeroes and deallocate fail with
+/// `NVME_ERR_UNSUPPORTED`), and a lost
 /// connection completes its outstanding requests with `NVME_ERR_TRANSPORT`.
 /// On success stores the handle in `*out` and returns `NVME_OK`.
 ///
@@ -601,6 +604,9 @@ pub struct nvme_cpl_status {
 
 /// Completion callback: `cb_arg` as given at submission, `status` valid during the call only.
 /// It may submit new requests on the same queue pair, but must not poll or destroy it.
+/// It must return: leaving it any other way (`longjmp`, a C++ exception, ending the thread)
+/// is not allowed. A queue pair left so stays busy (`NVME_ERR_BUSY` from `nvme_qpair_poll` and
+/// `nvme_qpair_destroy`, submissions held) until `nvme_qpair_recover` is called.
 pub type nvme_cb_fn =
     Option<unsafe extern "C" fn(cb_arg: *mut c_void, status: *const nvme_cpl_status)>;
 
@@ -702,11 +708,15 @@ pub unsafe extern "C" fn nvme_qpair_create(
     })
 }
 
-/// Deletes the queue pair. Callbacks of requests still outstanding are NOT called; their
-/// buffers are returned if the device finished with them and detached otherwise (see
-/// `nvme_buf_in_flight`); completions reaped but not yet delivered are returned too. Fails with
-/// `NVME_ERR_BUSY` when called from one of this queue pair's callbacks. Destroying NULL does
-/// nothing.
+/// Deletes the queue pair. Callbacks of requests still outstanding are NOT called. First it
+/// waits, polling, up to 1 s for the outstanding requests to complete: the buffer of every
+/// request that completed by then (or before the call) is idle again when this returns, with
+/// the data of a completed read. The queues are deleted after that; the buffer of a request
+/// still outstanding then, or that timed out, is *detached*: `nvme_buf_in_flight` stays true,
+/// its memory belongs to the driver (released once no command can reach it, or never if
+/// that cannot be made sure), and the handle can only be freed. Fails with `NVME_ERR_BUSY`
+/// when called from one of this queue pair's callbacks (or after one did not return: see
+/// `nvme_qpair_recover`). Destroying NULL does nothing.
 ///
 /// # Safety
 /// `qpair` is NULL or a live queue pair handle, used by no other thread; after `NVME_OK` it
@@ -721,11 +731,20 @@ pub unsafe extern "C" fn nvme_qpair_destroy(qpair: *mut nvme_qpair) -> c_int {
         if unsafe { (*qpair).polling } {
             return fail(
                 NVME_ERR_BUSY,
-                "nvme_qpair_destroy: called from a completion callback of this queue pair",
+                "nvme_qpair_destroy: called from a completion callback of this queue pair \
+                 (or one never returned: then call nvme_qpair_recover)",
             );
         }
         // SAFETY: `qpair` came from Box::into_raw and is released once (caller contract).
-        let handle = unsafe { Box::from_raw(qpair) };
+        let mut handle = unsafe { Box::from_raw(qpair) };
+        let left = handle.drain();
+        if left > 0 {
+            log::info!(
+                "nvme_qpair_destroy: {left} requests still outstanding after {:?}; their buffers \
+                 stay with the driver",
+                lifecycle::DESTROY_DRAIN_LIMIT
+            );
+        }
         let nvme_qpair {
             qp,
             requests,
@@ -901,9 +920,12 @@ unsafe fn submit_data(
 /// Queues a read of `blocks` blocks at `lba` of namespace `nsid` into `buf` (which must hold
 /// `blocks * block_size` bytes). `buf` is in flight until `cb_fn(cb_arg, status)` runs from
 /// `nvme_qpair_poll`; `cb_fn` may be NULL. Transfers larger than `max_transfer_bytes` are
-/// split by the driver (one callback). On failure nothing is queued and the buffer stays
-/// idle (`NVME_ERR_BUFFER_IN_FLIGHT` when it already is in flight, `NVME_ERR_QUEUE_FULL`:
-/// poll first).
+/// split by the driver into several commands, on PCIe and NVMe/TCP alike: one callback when
+/// all are done, with the first error of any of them. A split request takes as many of the
+/// queue pair's slots as it has commands (`NVME_ERR_QUEUE_FULL` when fewer are free,
+/// `NVME_ERR_TOO_LARGE` when the pair has fewer at all). On failure nothing is queued and
+/// the buffer stays idle (`NVME_ERR_BUFFER_IN_FLIGHT` when it already is in flight,
+/// `NVME_ERR_QUEUE_FULL`: poll first).
 ///
 /// # Safety
 /// `qpair` and `buf` are NULL or live handles used only by the calling thread; `buf` stays
@@ -1078,11 +1100,12 @@ pub unsafe extern "C" fn nvme_qpair_submit_write_zeroes(
 }
 
 /// Queues a Dataset Management deallocate (trim) of `count` (1..=256) ranges, copied before
-/// the call returns.
+/// the call returns. A `count` outside 1..=256 fails with `NVME_ERR_INVALID_ARGUMENT` before
+/// anything is read from `ranges`.
 ///
 /// # Safety
 /// `qpair` is NULL or a live handle used only by the calling thread; `ranges` is NULL or
-/// valid for `count` reads.
+/// valid for `count` reads (when `count` is in 1..=256).
 #[no_mangle]
 pub unsafe extern "C" fn nvme_qpair_submit_deallocate(
     qpair: *mut nvme_qpair,
@@ -1096,6 +1119,17 @@ pub unsafe extern "C" fn nvme_qpair_submit_deallocate(
         return fail(
             NVME_ERR_NULL_POINTER,
             "nvme_qpair_submit_deallocate: argument `ranges` is NULL",
+        );
+    }
+    // Before the ranges are read: the caller's array is only known to hold `count` entries
+    // when `count` is one the command can carry (NVM CS §3.3.3: at most 256 ranges).
+    if count == 0 || count as usize > DSM_MAX_RANGES {
+        return fail(
+            NVME_ERR_INVALID_ARGUMENT,
+            format!(
+                "nvme_qpair_submit_deallocate: {count} ranges: a deallocate carries \
+                 1..={DSM_MAX_RANGES}"
+            ),
         );
     }
     // SAFETY: forwarded caller contract.
@@ -1123,7 +1157,8 @@ pub unsafe extern "C" fn nvme_qpair_submit_deallocate(
 /// Reaps completions and runs their callbacks on this thread, at most `max_completions` of
 /// them (0 = no limit; completions beyond the limit are kept for the next call). Returns the
 /// number of callbacks run, or a negative error code (`NVME_ERR_BUSY` when called from one of
-/// this queue pair's callbacks). Also detects timed-out requests, whose callbacks get
+/// this queue pair's callbacks, or after one of them did not return: see
+/// `nvme_qpair_recover`). Also detects timed-out requests, whose callbacks get
 /// `NVME_ERR_TIMEOUT`.
 ///
 /// # Safety
@@ -1145,7 +1180,8 @@ pub unsafe extern "C" fn nvme_qpair_poll(qpair: *mut nvme_qpair, max_completions
             if q.polling {
                 return fail(
                     NVME_ERR_BUSY,
-                    "nvme_qpair_poll: called from a completion callback of this queue pair",
+                    "nvme_qpair_poll: called from a completion callback of this queue pair \
+                     (or one never returned: then call nvme_qpair_recover)",
                 );
             }
             if q.pending.len() < max {
@@ -1246,3 +1282,6 @@ fn completion_status(result: &Result<u32, Error>, buf: *mut nvme_buf) -> nvme_cp
 
 mod context;
 pub use context::*;
+// After `check_null!`, which it uses.
+mod lifecycle;
+pub use lifecycle::nvme_qpair_recover;

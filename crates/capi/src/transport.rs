@@ -1,7 +1,9 @@
 //! The two transports behind the C handles: a `struct nvme_ctrlr` is a PCIe [`Controller`]
 //! or an NVMe/TCP [`TcpController`], a `struct nvme_qpair` holds the matching queue pair.
-//! One predictable branch per call: the PCIe arm calls the `QueuePair` as before, the TCP arm
-//! goes out of line to the pair's [`IoQueue`] methods (static dispatch).
+//! One predictable branch per call: the PCIe arm calls the `QueuePair` as before (it splits
+//! transfers above MDTS itself), the TCP arm goes out of line to the pair's [`IoQueue`]
+//! methods (static dispatch), through [`TcpPair`], which splits what one TCP command cannot
+//! carry ([`crate::split`]).
 
 use nvme_driver::spec::IdentifyController;
 use nvme_driver::{
@@ -9,6 +11,8 @@ use nvme_driver::{
     QueuePairOptions, Result, WriteFlags,
 };
 use nvme_tcp::{TcpController, TcpQueuePair};
+
+use crate::split::TcpPair;
 
 /// A controller of either transport.
 pub(crate) enum AnyCtrl {
@@ -61,7 +65,7 @@ impl AnyCtrl {
     pub(crate) fn create_queue_pair(&self, options: QueuePairOptions) -> Result<AnyQp> {
         Ok(match self {
             AnyCtrl::Pcie(c) => AnyQp::Pcie(c.create_queue_pair(options)?),
-            AnyCtrl::Tcp(c) => AnyQp::Tcp(c.create_queue_pair(options)?),
+            AnyCtrl::Tcp(c) => AnyQp::Tcp(TcpPair::new(c.create_queue_pair(options)?)),
         })
     }
 }
@@ -72,15 +76,15 @@ impl AnyCtrl {
 pub(crate) enum AnyQp {
     /// Through vfio-pci (or the emulator).
     Pcie(QueuePair),
-    /// Over NVMe/TCP.
-    Tcp(TcpQueuePair),
+    /// Over NVMe/TCP, with the reads and writes split here that exceed one command.
+    Tcp(TcpPair),
 }
 
 macro_rules! qp {
     ($self:expr, $q:ident => $e:expr) => {
         match $self {
             AnyQp::Pcie($q) => $e,
-            AnyQp::Tcp($q) => $e,
+            AnyQp::Tcp(TcpPair { qp: $q, .. }) => $e,
         }
     };
 }
@@ -136,7 +140,7 @@ impl AnyQp {
     ) -> Result<()> {
         match self {
             AnyQp::Pcie(q) => q.submit_write_zeroes(ns, lba, blocks, deallocate, user_data),
-            AnyQp::Tcp(q) => Err(tcp_unsupported(q, "Write Zeroes")),
+            AnyQp::Tcp(q) => Err(tcp_unsupported(&q.qp, "Write Zeroes")),
         }
     }
 
@@ -149,7 +153,7 @@ impl AnyQp {
     ) -> Result<()> {
         match self {
             AnyQp::Pcie(q) => q.submit_deallocate(ns, ranges, user_data),
-            AnyQp::Tcp(q) => Err(tcp_unsupported(q, "Dataset Management (deallocate)")),
+            AnyQp::Tcp(q) => Err(tcp_unsupported(&q.qp, "Dataset Management (deallocate)")),
         }
     }
 
@@ -185,24 +189,29 @@ fn tcp_unsupported(q: &TcpQueuePair, what: &str) -> Error {
 
 /// The TCP arms of the hot calls, kept out of line so that the PCIe arm of each C entry point
 /// compiles to what it was before the handles had two transports (the socket work dwarfs a call).
+/// A read or write that fits one command goes straight to the TCP queue pair; a larger one is
+/// split ([`crate::split`]).
 mod tcp {
     use super::*;
 
     #[inline(never)]
     pub(super) fn submit_read(
-        q: &mut TcpQueuePair,
+        q: &mut TcpPair,
         ns: &Namespace,
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        IoQueue::submit_read(q, ns, lba, blocks, buf, user_data)
+        if q.needs_split(ns, blocks) {
+            return q.submit_split(None, ns, lba, blocks, buf, user_data);
+        }
+        IoQueue::submit_read(&mut q.qp, ns, lba, blocks, buf, user_data)
     }
 
     #[inline(never)]
     pub(super) fn submit_write(
-        q: &mut TcpQueuePair,
+        q: &mut TcpPair,
         ns: &Namespace,
         lba: u64,
         blocks: u32,
@@ -210,11 +219,14 @@ mod tcp {
         flags: WriteFlags,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        IoQueue::submit_write(q, ns, lba, blocks, buf, flags, user_data)
+        if q.needs_split(ns, blocks) {
+            return q.submit_split(Some(flags), ns, lba, blocks, buf, user_data);
+        }
+        IoQueue::submit_write(&mut q.qp, ns, lba, blocks, buf, flags, user_data)
     }
 
     #[inline(never)]
-    pub(super) fn poll<F: FnMut(Completion)>(q: &mut TcpQueuePair, f: F) -> usize {
-        IoQueue::poll(q, f)
+    pub(super) fn poll<F: FnMut(Completion)>(q: &mut TcpPair, f: F) -> usize {
+        q.poll(f)
     }
 }

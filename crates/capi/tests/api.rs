@@ -304,3 +304,136 @@ fn controller_handle_is_shared_across_threads() {
         }
     });
 }
+
+/// A single `nvme_lba_range` at the very end of a readable page that is followed by an
+/// inaccessible one: any read past the range faults (SIGSEGV) instead of passing unnoticed.
+struct GuardedRange {
+    base: *mut c_void,
+    len: usize,
+    range: *mut nvme_lba_range,
+}
+
+impl GuardedRange {
+    fn new(range: nvme_lba_range) -> Self {
+        // SAFETY: sysconf has no memory preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let len = 2 * page;
+        // SAFETY: a fresh anonymous private mapping; the result is checked.
+        let base = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        // SAFETY: the second page lies inside the mapping made above.
+        let rc =
+            unsafe { libc::mprotect(base.cast::<u8>().add(page).cast(), page, libc::PROT_NONE) };
+        assert_eq!(rc, 0);
+        // SAFETY: the last range-sized slot of the first (writable) page, suitably aligned
+        // (the page size is a multiple of the range's size and alignment).
+        let slot = unsafe {
+            base.cast::<u8>()
+                .add(page - std::mem::size_of::<nvme_lba_range>())
+                .cast::<nvme_lba_range>()
+        };
+        // SAFETY: `slot` is writable and aligned (above).
+        unsafe { slot.write(range) };
+        Self {
+            base,
+            len,
+            range: slot,
+        }
+    }
+}
+
+impl Drop for GuardedRange {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+#[test]
+fn deallocate_refuses_a_bad_range_count_before_reading_the_ranges() {
+    let env = open(8);
+    let guarded = GuardedRange::new(nvme_lba_range { lba: 0, blocks: 8 });
+    let seen = Seen::default();
+    let arg = seen.arg();
+    // SAFETY: live handles owned by this thread; `guarded.range` is valid for one read, and
+    // the library must not read more than that for these counts (it refuses them first).
+    unsafe {
+        for count in [0, 257, 100_000, u32::MAX] {
+            assert_eq!(
+                nvme_qpair_submit_deallocate(env.qp, 1, guarded.range, count, Some(record), arg),
+                NVME_ERR_INVALID_ARGUMENT,
+                "count {count}"
+            );
+            let message = last_error();
+            assert!(message.contains("1..=256"), "count {count}: {message}");
+            assert!(
+                message.contains(&count.to_string()),
+                "count {count}: {message}"
+            );
+        }
+        assert_eq!(nvme_qpair_outstanding(env.qp), 0);
+        // The one range that is there works.
+        assert_eq!(
+            nvme_qpair_submit_deallocate(env.qp, 1, guarded.range, 1, Some(record), arg),
+            NVME_OK
+        );
+        poll_until(env.qp, &seen, 1);
+        assert_eq!(seen.error.get(), NVME_OK);
+    }
+}
+
+#[test]
+fn destroy_hands_back_the_buffers_of_requests_that_complete_during_its_drain() {
+    let env = open(8);
+    let bufs: Vec<*mut nvme_buf> = (0..3).map(|_| alloc(&env, 4096)).collect();
+    let seen = Seen::default();
+    let mut qp = ptr::null_mut();
+    // SAFETY: live handles owned by this thread; every buffer outlives the queue pair.
+    unsafe {
+        // Known data on the disk first (a pair of its own, polled to the end).
+        for (i, &b) in bufs.iter().enumerate() {
+            std::slice::from_raw_parts_mut(nvme_buf_ptr(b).cast::<u8>(), 4096).fill(0x30 + i as u8);
+            let rc =
+                nvme_qpair_submit_write(env.qp, 1, 8 * i as u64, 8, b, 0, Some(record), seen.arg());
+            assert_eq!(rc, NVME_OK, "{}", last_error());
+        }
+        poll_until(env.qp, &seen, 3);
+        // Reads on a new pair, destroyed without a single poll: the emulated device answers
+        // them at once, so destroy's drain sees them complete.
+        assert_eq!(nvme_qpair_create(env.ctrlr, 8, 5000, &mut qp), NVME_OK);
+        for (i, &b) in bufs.iter().enumerate() {
+            std::slice::from_raw_parts_mut(nvme_buf_ptr(b).cast::<u8>(), 4096).fill(0);
+            let rc = nvme_qpair_submit_read(qp, 1, 8 * i as u64, 8, b, Some(record), seen.arg());
+            assert_eq!(rc, NVME_OK, "{}", last_error());
+        }
+        assert_eq!(nvme_qpair_destroy(qp), NVME_OK);
+        assert_eq!(seen.calls.get(), 3, "destroy calls no callback");
+        for (i, &b) in bufs.iter().enumerate() {
+            assert!(
+                !nvme_buf_in_flight(b),
+                "buffer {i} is idle again after destroy"
+            );
+            let data = std::slice::from_raw_parts(nvme_buf_ptr(b).cast::<u8>(), 4096);
+            assert!(
+                data.iter().all(|&x| x == 0x30 + i as u8),
+                "buffer {i} holds the read"
+            );
+            // Usable: submitted again on the remaining pair.
+            let rc = nvme_qpair_submit_read(env.qp, 1, 0, 8, b, Some(record), seen.arg());
+            assert_eq!(rc, NVME_OK, "{}", last_error());
+        }
+        poll_until(env.qp, &seen, 6);
+        for b in bufs {
+            assert_eq!(nvme_buf_free(b), NVME_OK);
+        }
+    }
+}

@@ -37,9 +37,14 @@ fn staticlib() -> PathBuf {
         })
 }
 
-/// Compiles `examples/c/<name>.c` and returns the executable (one file per call: tests run in
-/// parallel, and executing a file another test is rewriting fails with ETXTBSY).
+/// Compiles `examples/c/<name>.c` and returns the executable.
 fn build_example(name: &str) -> PathBuf {
+    build_c(name, &repo_root().join(format!("examples/c/{name}.c")))
+}
+
+/// Compiles the C program `source` and returns the executable (one file per call: tests run
+/// in parallel, and executing a file another test is rewriting fails with ETXTBSY).
+fn build_c(name: &str, source: &Path) -> PathBuf {
     static BUILDS: AtomicUsize = AtomicUsize::new(0);
     let root = repo_root();
     let n = BUILDS.fetch_add(1, Ordering::Relaxed);
@@ -48,7 +53,7 @@ fn build_example(name: &str) -> PathBuf {
     let output = Command::new(&cc)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
         .arg(root.join("crates/capi/include"))
-        .arg(root.join(format!("examples/c/{name}.c")))
+        .arg(source)
         .arg(staticlib())
         .args(["-lpthread", "-ldl", "-lm", "-o"])
         .arg(&out)
@@ -160,4 +165,24 @@ fn hello_writes_and_reads_back_a_block_over_nvme_tcp() {
     // The block is on the target: hello writes byte i as i * 7 + 3.
     let expected: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
     assert_eq!(t.disk(1, 255 * 4096, 4096), expected);
+}
+
+#[test]
+fn a_callback_left_by_longjmp_leaves_the_pair_busy_until_recovered() {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/longjmp_callback.c");
+    let exe = build_c("longjmp_callback", &source);
+    let out = run(&exe, &[]);
+    for expected in [
+        "left a callback by longjmp: 1",
+        // Indistinguishable from a callback still running: refused, not undefined.
+        "poll after the longjmp: busy",
+        "destroy after the longjmp: busy",
+        "recover: 1",
+        // The completion reaped with the abandoned one, and a new read.
+        "callbacks after recover: 2",
+        "recover again: 0",
+        "longjmp_callback: done",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
 }

@@ -328,3 +328,197 @@ fn bad_transport_ids_are_clear_errors() {
         assert_eq!(nvme_dma_context_free(ctx), NVME_OK);
     }
 }
+
+/// The fake target with MDTS 1: at most 8 KiB (two 4 KiB pages) per command.
+fn small_mdts_target() -> FakeTarget {
+    FakeTarget::start(Config {
+        mdts: 1,
+        ..Config::default()
+    })
+}
+
+const SMALL_MDTS_BYTES: usize = 8192;
+
+#[test]
+fn transfers_larger_than_mdts_are_split_and_complete_once() {
+    let t = small_mdts_target();
+    let ctrlr = open(&t);
+    let qp = qpair(ctrlr, 16);
+    let seen = Seen::default();
+    // SAFETY: live handles of this test, valid pointers.
+    unsafe {
+        let mut info: nvme_ctrlr_info = std::mem::zeroed();
+        assert_eq!(nvme_ctrlr_get_info(ctrlr, &mut info), NVME_OK);
+        assert_eq!(info.max_transfer_bytes, SMALL_MDTS_BYTES as u64);
+        let mut calls = 0;
+        // 64 KiB = 8 commands (4 KiB blocks), and 60.5 KiB = 7 full commands and a short
+        // one (512-byte blocks): the last piece of a split need not be whole.
+        for (nsid, block, blocks, lba) in [(NS_4K, 4096, 16u32, 3u64), (NS_512, 512, 121, 7)] {
+            let len = block * blocks as usize;
+            let buf = alloc(ctrlr, len);
+            let data = pattern(len, u64::from(nsid));
+            bytes(buf)[..len].copy_from_slice(&data);
+            let rc =
+                nvme_qpair_submit_write(qp, nsid, lba, blocks, buf, 0, Some(record), seen.arg());
+            assert_eq!(rc, NVME_OK, "write nsid {nsid}: {}", last_error());
+            assert_eq!(
+                nvme_qpair_outstanding(qp),
+                1,
+                "one request, however many commands"
+            );
+            calls += 1;
+            poll_until(qp, &seen, calls);
+            assert_eq!((seen.ok.get(), seen.bufs_back.get()), (calls, calls));
+            assert_eq!(
+                t.disk(nsid, lba as usize * block, len),
+                data,
+                "nsid {nsid} on disk"
+            );
+            bytes(buf).fill(0);
+            let rc = nvme_qpair_submit_read(qp, nsid, lba, blocks, buf, Some(record), seen.arg());
+            assert_eq!(rc, NVME_OK, "read nsid {nsid}: {}", last_error());
+            calls += 1;
+            poll_until(qp, &seen, calls);
+            assert_eq!((seen.ok.get(), seen.bufs_back.get()), (calls, calls));
+            assert_eq!(&bytes(buf)[..len], &data[..], "nsid {nsid} read back");
+            assert_eq!(nvme_qpair_outstanding(qp), 0);
+            assert_eq!(nvme_buf_free(buf), NVME_OK);
+        }
+        assert_eq!(seen.calls.get(), calls, "one callback per request");
+        assert_eq!(
+            t.counters()
+                .over_mdts
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "no command on the wire exceeded MDTS"
+        );
+
+        // More commands than the pair has slots at all (1 MiB = 128 > 15): refused, idle.
+        let whole = alloc(ctrlr, 256 * 4096);
+        let rc = nvme_qpair_submit_read(qp, NS_4K, 0, 256, whole, Some(record), seen.arg());
+        assert_eq!(rc, NVME_ERR_TOO_LARGE, "{}", last_error());
+        assert!(!nvme_buf_in_flight(whole));
+        // More than are free now: queue full, nothing sent, buffer idle.
+        let small: Vec<*mut nvme_buf> = (0..10).map(|_| alloc(ctrlr, 4096)).collect();
+        for (i, &b) in small.iter().enumerate() {
+            let rc = nvme_qpair_submit_read(qp, NS_4K, i as u64, 1, b, Some(record), seen.arg());
+            assert_eq!(rc, NVME_OK, "{}", last_error());
+        }
+        let rc = nvme_qpair_submit_read(qp, NS_4K, 0, 16, whole, Some(record), seen.arg());
+        assert_eq!(rc, NVME_ERR_QUEUE_FULL, "{}", last_error());
+        assert!(!nvme_buf_in_flight(whole));
+        assert_eq!(nvme_qpair_outstanding(qp), 10);
+        poll_until(qp, &seen, calls + 10);
+        for b in small {
+            assert_eq!(nvme_buf_free(b), NVME_OK);
+        }
+        assert_eq!(nvme_buf_free(whole), NVME_OK);
+        assert_eq!(nvme_qpair_destroy(qp), NVME_OK);
+        assert_eq!(nvme_ctrlr_close(ctrlr), NVME_OK);
+    }
+}
+
+#[test]
+fn a_split_transfer_that_fails_part_way_completes_once_with_the_error_and_its_buffer() {
+    let t = small_mdts_target();
+    let ctrlr = open(&t);
+    let qp = qpair(ctrlr, 16);
+    let seen = Seen::default();
+    // SAFETY: live handles of this test, valid pointers.
+    unsafe {
+        // Warm-up read, then the target holds every command: the split read's pieces are
+        // all in flight when the connection drops.
+        let buf = alloc(ctrlr, 64 * 1024);
+        let rc = nvme_qpair_submit_read(qp, NS_4K, 0, 16, buf, Some(record), seen.arg());
+        assert_eq!(rc, NVME_OK, "{}", last_error());
+        poll_until(qp, &seen, 1);
+        t.set_fault(Fault::Hold);
+        let rc = nvme_qpair_submit_read(qp, NS_4K, 0, 16, buf, Some(record), seen.arg());
+        assert_eq!(rc, NVME_OK, "{}", last_error());
+        for _ in 0..100 {
+            assert_eq!(nvme_qpair_poll(qp, 0), 0, "held pieces do not complete");
+        }
+        assert!(nvme_buf_in_flight(buf));
+        t.stop();
+        poll_until(qp, &seen, 2);
+        // Give stray piece completions a chance to show up as extra callbacks.
+        for _ in 0..100 {
+            assert!(nvme_qpair_poll(qp, 0) >= 0);
+        }
+        assert_eq!(seen.calls.get(), 2, "one callback for the eight commands");
+        assert_eq!(seen.transport_errors.get(), 1);
+        assert_eq!(seen.bufs_back.get(), 2, "the whole buffer handed back");
+        assert_eq!(nvme_buf_len(buf), 64 * 1024);
+        assert_eq!(nvme_qpair_outstanding(qp), 0);
+        assert_eq!(nvme_buf_free(buf), NVME_OK);
+        assert_eq!(nvme_qpair_destroy(qp), NVME_OK);
+        assert_eq!(nvme_ctrlr_close(ctrlr), NVME_OK);
+    }
+}
+
+/// Waits until the target has received `n` I/O commands.
+fn wait_for_commands(t: &FakeTarget, n: u64) {
+    let start = Instant::now();
+    while t
+        .counters()
+        .io_commands
+        .load(std::sync::atomic::Ordering::Relaxed)
+        < n
+    {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the target did not get {n} commands"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn destroy_hands_back_answered_buffers_and_detaches_held_ones() {
+    let t = FakeTarget::start(Config::default());
+    let ctrlr = open(&t);
+    let qp = qpair(ctrlr, 16);
+    let seen = Seen::default();
+    // SAFETY: live handles of this test, valid pointers; the buffers outlive the pair.
+    unsafe {
+        let bufs: Vec<*mut nvme_buf> = (0..4).map(|_| alloc(ctrlr, 4096)).collect();
+        // Two reads the target answers (never polled here), two it holds.
+        for (i, &b) in bufs.iter().enumerate() {
+            if i == 2 {
+                wait_for_commands(&t, 2);
+                t.set_fault(Fault::Hold);
+            }
+            let rc = nvme_qpair_submit_read(qp, NS_4K, i as u64, 1, b, Some(record), seen.arg());
+            assert_eq!(rc, NVME_OK, "{}", last_error());
+        }
+        // The third command was read after the second was answered (one connection, in order).
+        wait_for_commands(&t, 4);
+        let start = Instant::now();
+        assert_eq!(nvme_qpair_destroy(qp), NVME_OK);
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(5), "destroy took {took:?}");
+        assert_eq!(seen.calls.get(), 0, "destroy calls no callback");
+        assert!(
+            !nvme_buf_in_flight(bufs[0]) && !nvme_buf_in_flight(bufs[1]),
+            "answered: idle"
+        );
+        assert!(
+            nvme_buf_in_flight(bufs[2]) && nvme_buf_in_flight(bufs[3]),
+            "held: detached"
+        );
+        // A detached buffer cannot be submitted again, only freed.
+        let qp = qpair(ctrlr, 16);
+        let rc = nvme_qpair_submit_read(qp, NS_4K, 0, 1, bufs[2], Some(record), seen.arg());
+        assert_eq!(rc, NVME_ERR_BUFFER_IN_FLIGHT);
+        t.set_fault(Fault::None);
+        let rc = nvme_qpair_submit_read(qp, NS_4K, 0, 1, bufs[0], Some(record), seen.arg());
+        assert_eq!(rc, NVME_OK, "{}", last_error());
+        poll_until(qp, &seen, 1);
+        assert_eq!(seen.ok.get(), 1);
+        for b in bufs {
+            assert_eq!(nvme_buf_free(b), NVME_OK);
+        }
+        assert_eq!(nvme_qpair_destroy(qp), NVME_OK);
+        assert_eq!(nvme_ctrlr_close(ctrlr), NVME_OK);
+    }
+}

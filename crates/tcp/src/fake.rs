@@ -81,6 +81,9 @@ pub struct Config {
     /// that receives nothing for that long is closed with its controller's I/O connections
     /// (NVMe Base 2.0 §3.9: the controller treats it as a lost host).
     pub enforce_kato: bool,
+    /// Identify Controller MDTS (log2 of the largest transfer in minimum pages; 0 = no
+    /// limit). Reads and writes larger than that fail with Invalid Field in Command.
+    pub mdts: u8,
 }
 
 impl Default for Config {
@@ -96,6 +99,7 @@ impl Default for Config {
             fault: Fault::None,
             fault_after: 0,
             enforce_kato: false,
+            mdts: 0,
         }
     }
 }
@@ -116,6 +120,8 @@ pub struct Counters {
     pub kato_expiries: AtomicU64,
     /// Get Log Page commands served.
     pub log_pages: AtomicU64,
+    /// Reads and writes refused for exceeding the configured MDTS.
+    pub over_mdts: AtomicU64,
 }
 
 /// One association: its CC and its I/O connections.
@@ -443,6 +449,16 @@ impl Conn<'_> {
         }
     }
 
+    /// Whether a `bytes`-long transfer exceeds the configured MDTS (NVMe Base 2.0 §5.17.2.1:
+    /// MDTS is a power of two in units of CAP.MPSMIN; this fake's MPSMIN is 0, 4 KiB pages).
+    fn over_mdts(&self, bytes: usize) -> bool {
+        let mdts = self.st.config.mdts;
+        mdts != 0
+            && (1usize << regs::PAGE_SIZE_SHIFT_BASE)
+                .checked_shl(u32::from(mdts))
+                .is_some_and(|max| bytes > max)
+    }
+
     /// Sends read data in C2HData PDUs; with the shortcut the last one carries SUCCESS.
     fn push(&mut self, cid: u16, data: &[u8], fault: Fault) -> Res<()> {
         let chunk = self.st.config.c2h_chunk.max(1);
@@ -503,6 +519,7 @@ impl Conn<'_> {
                 id.elpe = (ERROR_LOG_ENTRIES - 1) as u8;
                 id.acl = 3;
                 id.cqt = self.st.live.cqt_ms.load(Ordering::SeqCst);
+                id.mdts = cfg.mdts;
                 id.sqes = 0x66;
                 id.cqes = 0x44;
                 let nqn = fabrics::nqn_field(&cfg.subnqn).unwrap();
@@ -799,6 +816,11 @@ impl Conn<'_> {
         let offset = (slba << shift) as usize;
         if op != opcode::nvm::FLUSH && (slba + nlb > blocks || bytes != len) {
             self.respond(cid, Status::new(0, 0x80, true), 0, 0)?; // LBA Out of Range
+            return Ok(true);
+        }
+        if op != opcode::nvm::FLUSH && self.over_mdts(bytes) {
+            self.st.counters.over_mdts.fetch_add(1, Ordering::Relaxed);
+            self.respond(cid, Status::new(0, generic::INVALID_FIELD, true), 0, 0)?;
             return Ok(true);
         }
         match op {
