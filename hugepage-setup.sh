@@ -2,7 +2,8 @@
 # hugepage-setup.sh: prepare a Linux host (or the QEMU test guest) for the userspace NVMe driver.
 #
 #   config  reserve hugepages, load vfio-pci and bind NVMe controllers to it
-#   reset   give the controllers this script bound back to the kernel's nvme driver
+#   reset   give the controllers this script bound back to the kernel's nvme driver, and undo
+#           the other changes config recorded (node owners, the no-IOMMU switch)
 #   status  list NVMe functions, their drivers, IOMMU groups, namespaces and hugepages
 #   help    usage
 #
@@ -24,15 +25,29 @@ HUGEMEM=${HUGEMEM:-256}
 PCI_ALLOWED=${PCI_ALLOWED:-}
 TARGET_USER=${TARGET_USER:-}
 HUGETLBFS_MOUNT=${HUGETLBFS_MOUNT:-/dev/hugepages}
-# VFIO mode the driver will use (the driver reads the same variable): noiommu makes 'config'
-# enable VFIO's unsafe no-IOMMU mode for machines without an IOMMU.
+# VFIO mode the driver will use (the driver reads the same variable): noiommu is the explicit
+# request for 'config' to enable VFIO's unsafe no-IOMMU mode, which it only does on a machine
+# without an IOMMU.
 NVME_VFIO_MODE=${NVME_VFIO_MODE:-}
 NOIOMMU_PARAM=/sys/module/vfio/parameters/enable_unsafe_noiommu_mode
+# 1: also give TARGET_USER /dev/iommu (iommufd mode). It is one node for every iommufd user of the
+# machine, so by default it is left alone.
+IOMMUFD_USER=${IOMMUFD_USER:-}
+IOMMUFD_NODE=/dev/iommu
+# Registered IOMMUs (dmar0, ivhd0, ...); empty without one.
+IOMMU_CLASS=/sys/class/iommu
 # How long to wait for /dev/vfio/<group> or driver (re)binding to show up, in tenths of a second.
 SETTLE_TENTHS=50
 # Controllers that 'config' bound to vfio-pci, one BDF a line; 'reset' gives back only these.
 STATE_DIR=${NVME_USERSPACE_STATE_DIR:-/run/nvme-userspace}
 STATE_FILE=$STATE_DIR/bound
+# The other changes 'config' made, one a line "KIND WHO OLD PATH", for 'reset' to undo exactly:
+#   owner BDF UID:GID:MODE PATH  config chowned PATH to TARGET_USER: a VFIO node of controller BDF,
+#                                or with BDF "-" a shared one (/dev/iommu, a hugetlbfs mount it
+#                                made); before, PATH had this owner, group and octal mode
+#   param - VALUE PATH           config wrote the kernel parameter PATH, which held VALUE before
+# The first record of a PATH wins: it holds the state before any 'config'.
+CHANGES_FILE=$STATE_DIR/changes
 # Largest HUGEMEM accepted, in MiB (16 TiB): keeps the page arithmetic far from overflow.
 HUGEMEM_MAX=16777216
 
@@ -43,7 +58,11 @@ Usage: $PROG [config|reset|status|help]
   config   Reserve HUGEMEM MiB of hugepages (never lowers an existing reservation), load
            vfio-pci and bind NVMe controllers to it.
   reset    Give the controllers that 'config' bound (recorded in $STATE_FILE) back to the
-           kernel nvme driver; with PCI_ALLOWED, exactly the controllers it names.
+           kernel nvme driver; with PCI_ALLOWED, exactly the controllers it names. Puts back
+           the owner and mode of every node 'config' chowned for them (without PCI_ALLOWED:
+           every node it chowned) and, once none of that remains, of /dev/iommu and its
+           hugetlbfs mount, and the previous enable_unsafe_noiommu_mode (all recorded in
+           $CHANGES_FILE). The hugepage reservation and the mount stay.
   status   Show NVMe PCI functions (BDF, vendor:device, driver, IOMMU group, namespaces)
            and hugepage totals.
   help     Show this text.
@@ -53,14 +72,22 @@ Environment:
   PCI_ALLOWED="BDF..." only touch these controllers (space-separated, e.g. "0000:01:00.0");
                        default: config binds every free NVMe controller (class $NVME_CLASS),
                        reset gives back the ones config bound
-  TARGET_USER=name     make /dev/vfio/<group> and the hugetlbfs mount this script creates
-                       usable by this user (who also needs a memlock limit, see 'ulimit -l')
+  TARGET_USER=name     make the bound controllers' own VFIO nodes (/dev/vfio/<group>, and
+                       /dev/vfio/devices/vfioN where the kernel has it) and the hugetlbfs mount
+                       this script creates usable by this user (who also needs a memlock
+                       limit, see 'ulimit -l'); 'reset' gives them back
+  IOMMUFD_USER=1       with TARGET_USER, also chown /dev/iommu to that user, which the driver's
+                       iommufd mode opens (Linux 6.6+). /dev/iommu is one node for the whole
+                       machine, so this is a system-wide grant; without it /dev/iommu is left
+                       alone and TARGET_USER runs the tools with NVME_VFIO_MODE=type1
   HUGETLBFS_MOUNT=dir  where to mount hugetlbfs if none is mounted (default /dev/hugepages)
   NVME_VFIO_MODE=noiommu
-                       no IOMMU: 'config' sets vfio's enable_unsafe_noiommu_mode=1 (UNSAFE: the
-                       device can then DMA to all memory; the kernel needs CONFIG_VFIO_NOIOMMU),
-                       and the group node is /dev/vfio/noiommu-<group>. The driver must be run
-                       with the same NVME_VFIO_MODE=noiommu (as root).
+                       the explicit request for VFIO's unsafe no-IOMMU mode, on a machine without
+                       an IOMMU only (refused when /sys/class/iommu or an IOMMU group shows one):
+                       'config' sets vfio's enable_unsafe_noiommu_mode=1 (UNSAFE: the device can
+                       then DMA to all memory; the kernel needs CONFIG_VFIO_NOIOMMU), the group
+                       node is /dev/vfio/noiommu-<group>, and 'reset' sets the previous value
+                       back. The driver must be run with the same NVME_VFIO_MODE=noiommu (as root).
 
 A controller is never bound while any namespace or partition on it is in use: mounted, active
 swap, held by dm/md/LVM/bcache (sysfs holders/), opened exclusively (ZFS vdev, btrfs member,
@@ -93,6 +120,19 @@ iommu_enabled() {
     return 1
 }
 
+# Succeeds when the machine has an IOMMU: one registered in /sys/class/iommu, or an IOMMU group
+# that is not one of the groups VFIO's no-IOMMU mode makes for itself (named vfio-noiommu).
+iommu_present() {
+    for i in "$IOMMU_CLASS"/*; do
+        [ -e "$i" ] && return 0
+    done
+    for g in /sys/kernel/iommu_groups/*; do
+        [ -e "$g" ] || continue
+        [ "$(cat "$g/name" 2>/dev/null)" = vfio-noiommu ] || return 0
+    done
+    return 1
+}
+
 require_iommu() {
     if [ "$NVME_VFIO_MODE" = noiommu ]; then
         enable_noiommu
@@ -105,22 +145,29 @@ Without an IOMMU (e.g. a cloud VM), NVME_VFIO_MODE=noiommu uses VFIO's unsafe no
     fi
 }
 
-# No-IOMMU mode: vfio must offer it (CONFIG_VFIO_NOIOMMU) and have it switched on before vfio-pci
-# probes the device, which then gets a no-IOMMU group (/dev/vfio/noiommu-<group>).
+# No-IOMMU mode, asked for with NVME_VFIO_MODE=noiommu, and only where no IOMMU exists: with one,
+# devices get ordinary IOMMU groups anyway and the switch would only drop the protection for
+# whatever vfio-pci binds next. vfio must offer the mode (CONFIG_VFIO_NOIOMMU) and have it on
+# before vfio-pci probes the device, which then gets a no-IOMMU group (/dev/vfio/noiommu-<group>).
+# The previous value goes to CHANGES_FILE first, so that 'reset' can set it back.
 enable_noiommu() {
-    [ -e "$NOIOMMU_PARAM" ] || modprobe vfio enable_unsafe_noiommu_mode=1 2>/dev/null
+    if iommu_present; then
+        die "NVME_VFIO_MODE=noiommu asks for VFIO's unsafe no-IOMMU mode, but this machine has an IOMMU
+($IOMMU_CLASS or /sys/kernel/iommu_groups is not empty): not enabling it. Use the IOMMU: run
+without NVME_VFIO_MODE=noiommu (the driver then takes type1 or iommufd)"
+    fi
+    [ -e "$NOIOMMU_PARAM" ] || modprobe vfio 2>/dev/null
     [ -e "$NOIOMMU_PARAM" ] || die "NVME_VFIO_MODE=noiommu: this kernel's vfio has no
 enable_unsafe_noiommu_mode parameter ($NOIOMMU_PARAM): it needs CONFIG_VFIO_NOIOMMU=y"
-    case "$(cat "$NOIOMMU_PARAM")" in
+    en_old=$(cat "$NOIOMMU_PARAM") || die "cannot read $NOIOMMU_PARAM"
+    case "$en_old" in
     Y | 1) info "VFIO no-IOMMU mode is already enabled (UNSAFE: devices bound now can DMA to all memory)" ;;
     *)
-        info "enabling VFIO's UNSAFE no-IOMMU mode ($NOIOMMU_PARAM = 1): a device bound to vfio-pci without an IOMMU can read and write all memory"
+        [ -n "$(change_old param - "$NOIOMMU_PARAM")" ] || change_set param - "$NOIOMMU_PARAM" "$en_old"
+        info "enabling VFIO's UNSAFE no-IOMMU mode ($NOIOMMU_PARAM = 1, 'reset' sets it back to $en_old): a device bound to vfio-pci without an IOMMU can read and write all memory"
         echo 1 >"$NOIOMMU_PARAM" || die "cannot write $NOIOMMU_PARAM"
         ;;
     esac
-    if iommu_enabled; then
-        warn "an IOMMU is enabled: devices behind it get ordinary IOMMU groups, not no-IOMMU ones"
-    fi
 }
 
 # The VFIO group node of IOMMU group $1 (/dev/vfio/noiommu-N for a no-IOMMU group).
@@ -427,7 +474,8 @@ memory is fragmented or short: free some, lower HUGEMEM, or reserve at boot with
             info "mounted hugetlbfs on $HUGETLBFS_MOUNT"
             # Only a mount this script created changes owner; existing ones belong to someone else.
             if [ -n "$TARGET_USER" ]; then
-                chown "$TARGET_USER" "$HUGETLBFS_MOUNT" || warn "cannot chown $HUGETLBFS_MOUNT to $TARGET_USER"
+                grant_node - "$HUGETLBFS_MOUNT"
+                info "$HUGETLBFS_MOUNT now owned by $TARGET_USER ('reset' gives it back, the mount stays)"
             fi
         else
             warn "could not mount hugetlbfs on $HUGETLBFS_MOUNT (anonymous MAP_HUGETLB still works)"
@@ -457,6 +505,160 @@ state_record() {
         [ "${2:-}" = remove ] || echo "$1"
     } >"$STATE_FILE.new" || die "cannot write $STATE_FILE.new"
     mv "$STATE_FILE.new" "$STATE_FILE" || die "cannot write $STATE_FILE"
+}
+
+# Rewrites CHANGES_FILE without the record (kind $1, controller $2, path $3), with the record
+# "$1 $2 $4 $3" instead when $4 (the old value) is given.
+change_set() {
+    mkdir -p "$STATE_DIR" || die "cannot create $STATE_DIR"
+    {
+        if [ -f "$CHANGES_FILE" ]; then
+            while read -r cs_kind cs_who cs_old cs_path; do
+                [ -n "$cs_kind" ] || continue
+                [ "$cs_kind $cs_who $cs_path" = "$1 $2 $3" ] || echo "$cs_kind $cs_who $cs_old $cs_path"
+            done <"$CHANGES_FILE"
+        fi
+        [ -z "${4:-}" ] || echo "$1 $2 $4 $3"
+    } >"$CHANGES_FILE.new" || die "cannot write $CHANGES_FILE.new"
+    mv "$CHANGES_FILE.new" "$CHANGES_FILE" || die "cannot write $CHANGES_FILE"
+}
+
+# Prints the old value recorded for (kind $1, controller $2, path $3), nothing if there is none.
+# $2 = "*" matches any controller, "!BDF" any but BDF.
+change_old() {
+    [ -f "$CHANGES_FILE" ] || return 0
+    while read -r co_kind co_who co_old co_path; do
+        if [ "$co_kind" != "$1" ] || [ "$co_path" != "$3" ]; then continue; fi
+        case "$2" in
+        "*") ;;
+        "!"*) [ "$co_who" != "${2#!}" ] || continue ;;
+        *) [ "$co_who" = "$2" ] || continue ;;
+        esac
+        echo "$co_old"
+        return 0
+    done <"$CHANGES_FILE"
+}
+
+# Chowns node $2 to TARGET_USER for controller $1 ("-": a shared node), having recorded its owner
+# and mode for 'reset'. A node already recorded (an earlier config, or another controller of
+# the same IOMMU group) keeps the first record's values: the state before any config.
+grant_node() {
+    gn_old=$(change_old owner "*" "$2")
+    if [ -z "$gn_old" ]; then
+        gn_old=$(stat -c '%u:%g:%a' "$2") || die "cannot read the owner and mode of $2"
+    fi
+    [ -n "$(change_old owner "$1" "$2")" ] || change_set owner "$1" "$2" "$gn_old"
+    chown "$TARGET_USER" "$2" || die "cannot chown $2 to $TARGET_USER"
+}
+
+# Gives node $2 back the owner and mode recorded for controller $1, then forgets the record. While
+# another controller still has a record of the same node (one IOMMU group, not given back yet)
+# the node stays as it is; the last one restores it. A node that is gone (the kernel removes a
+# device's VFIO nodes when it leaves vfio-pci) has nothing to restore.
+restore_node() {
+    rn_old=$(change_old owner "$1" "$2")
+    [ -n "$rn_old" ] || return 0
+    rn_uid=${rn_old%%:*}
+    rn_gid=${rn_old#*:}
+    rn_mode=${rn_gid#*:}
+    rn_gid=${rn_gid%%:*}
+    # UID:GID:MODE: decimal ids, an octal mode, nothing else.
+    case "$rn_old" in
+    *[!0-9:]* | *:*:*:* | :* | *::* | *: | *:*:*[!0-7]*) rn_ok="" ;;
+    *:*:*) rn_ok=1 ;;
+    *) rn_ok="" ;;
+    esac
+    case "$rn_ok" in
+    "") warn "$CHANGES_FILE: unreadable record '$rn_old' for $2; leaving $2 as it is" ;;
+    *)
+        if [ "$1" != - ] && [ -n "$(change_old owner "!$1" "$2")" ]; then
+            info "$2 stays as it is: another controller config set up uses it too"
+        elif [ ! -e "$2" ]; then
+            info "$2 went away with the device; nothing to give back"
+        elif [ "$(stat -c '%u:%g:%a' "$2" 2>/dev/null)" != "$rn_uid:$rn_gid:$rn_mode" ]; then
+            { chown "$rn_uid:$rn_gid" "$2" && chmod "$rn_mode" "$2"; } ||
+                die "cannot give $2 back its owner $rn_uid:$rn_gid and mode $rn_mode"
+            info "$2 back to owner $rn_uid:$rn_gid, mode $rn_mode"
+        fi
+        ;;
+    esac
+    change_set owner "$1" "$2"
+}
+
+# Restores every node recorded for controller $1 ("*": for every controller, not the shared ones).
+restore_nodes_of() {
+    rno_records=$(cat "$CHANGES_FILE" 2>/dev/null)
+    while read -r rno_kind rno_who _ rno_path; do
+        if [ "$rno_kind" != owner ] || [ "$rno_who" = - ]; then continue; fi
+        [ "$1" = "*" ] || [ "$rno_who" = "$1" ] || continue
+        restore_node "$rno_who" "$rno_path"
+    done <<EOF
+$rno_records
+EOF
+}
+
+# Once nothing config set up for a controller remains (none it bound, no node of one it chowned),
+# undoes the shared changes: /dev/iommu and hugetlbfs mount owners, and kernel parameters.
+undo_shared() {
+    if [ -s "$STATE_FILE" ] || grep -q '^owner [^-]' "$CHANGES_FILE" 2>/dev/null; then
+        [ ! -s "$CHANGES_FILE" ] ||
+            info "shared changes kept while controllers config set up remain (see '$0 status')"
+        return 0
+    fi
+    us_records=$(cat "$CHANGES_FILE" 2>/dev/null)
+    while read -r us_kind _ us_old us_path; do
+        case "$us_kind" in
+        owner)
+            # A hugetlbfs mount: only while it is still mounted (not the directory under it).
+            if [ "$us_path" = "$HUGETLBFS_MOUNT" ] && ! is_hugetlbfs_mount "$us_path"; then
+                info "$us_path is no longer a hugetlbfs mount; leaving it as it is"
+                change_set owner - "$us_path"
+            else
+                restore_node - "$us_path"
+            fi
+            ;;
+        param)
+            case "$us_old" in
+            Y | N | 0 | 1) ;;
+            *)
+                warn "$CHANGES_FILE: unreadable value '$us_old' for $us_path; leaving it as it is"
+                change_set param - "$us_path"
+                continue
+                ;;
+            esac
+            if [ -e "$us_path" ] && [ "$(cat "$us_path")" != "$us_old" ]; then
+                echo "$us_old" >"$us_path" || die "cannot set $us_path back to $us_old"
+                info "$us_path back to $us_old"
+            fi
+            change_set param - "$us_path"
+            ;;
+        esac
+    done <<EOF
+$us_records
+EOF
+    rm -f "$CHANGES_FILE"
+}
+
+# Succeeds when directory $1 is a hugetlbfs mount point (/proc/mounts writes a blank as \040).
+is_hugetlbfs_mount() {
+    awk -v m="$(printf '%s' "$1" | sed 's/ /\\040/g')" '$2 == m && $3 == "hugetlbfs" { f = 1 } END { exit !f }' /proc/mounts
+}
+
+# Gives TARGET_USER /dev/iommu when IOMMUFD_USER=1 asks for it (see usage); otherwise says, where
+# it matters (a device cdev exists, so the driver's automatic choice is iommufd), how to get on.
+grant_iommufd() {
+    if [ "$IOMMUFD_USER" != 1 ]; then
+        if [ -n "$TARGET_USER" ] && [ -n "$CDEV_SEEN" ] && [ -e "$IOMMUFD_NODE" ]; then
+            info "$IOMMUFD_NODE (one node for every iommufd user) is left as it is: as $TARGET_USER, run the tools with NVME_VFIO_MODE=type1, or give it with IOMMUFD_USER=1"
+        fi
+        return 0
+    fi
+    if [ ! -e "$IOMMUFD_NODE" ]; then
+        warn "IOMMUFD_USER=1, but there is no $IOMMUFD_NODE (modprobe iommufd; CONFIG_IOMMUFD); nothing to give"
+        return 0
+    fi
+    grant_node - "$IOMMUFD_NODE"
+    info "$IOMMUFD_NODE now owned by $TARGET_USER (IOMMUFD_USER=1: a grant for the whole machine; 'reset' gives it back)"
 }
 
 # Clears driver_override of BDF $1 and lets the PCI core probe it again, so a failed bind does
@@ -517,14 +719,18 @@ bind_one() {
         info "$bdf is in no-IOMMU group $node (no DMA isolation)"
         ;;
     esac
+    # Only this controller's own nodes change hands: its group node and, where the kernel has it
+    # (Linux 6.6+), its VFIO device cdev. /dev/iommu is shared: see grant_iommufd.
+    for c in "$dev"/vfio-dev/vfio*; do
+        [ -e "/dev/vfio/devices/${c##*/}" ] && CDEV_SEEN=1
+    done
     if [ -n "$TARGET_USER" ]; then
-        chown "$TARGET_USER" "$node" || die "cannot chown $node to $TARGET_USER"
+        grant_node "$bdf" "$node"
         info "$node (IOMMU group $group) now owned by $TARGET_USER"
-        # The VFIO device cdev and /dev/iommu (iommufd mode, Linux 6.6+), when present.
         for c in "$dev"/vfio-dev/vfio*; do
-            [ -e "$c" ] || continue
-            chown "$TARGET_USER" "/dev/vfio/devices/${c##*/}" /dev/iommu 2>/dev/null &&
-                info "/dev/vfio/devices/${c##*/} and /dev/iommu now owned by $TARGET_USER"
+            [ -e "/dev/vfio/devices/${c##*/}" ] || continue
+            grant_node "$bdf" "/dev/vfio/devices/${c##*/}"
+            info "/dev/vfio/devices/${c##*/} (VFIO device cdev) now owned by $TARGET_USER"
         done
     fi
     # Other functions in the same group must also be bound to vfio-pci (or to no driver) before
@@ -544,6 +750,12 @@ bind_one() {
 cmd_config() {
     require_root config
     validate_hugemem
+    case "$IOMMUFD_USER" in
+    "" | 0) ;;
+    1) [ -n "$TARGET_USER" ] || die "IOMMUFD_USER=1 gives /dev/iommu to TARGET_USER; name the user with TARGET_USER=name" ;;
+    *) die "IOMMUFD_USER='$IOMMUFD_USER': write IOMMUFD_USER=1 to give TARGET_USER /dev/iommu, or leave it unset" ;;
+    esac
+    CDEV_SEEN=""
     require_iommu
     reserve_hugepages
     load_vfio
@@ -567,6 +779,7 @@ cmd_config() {
         echo "$PROG: error: $busy controller(s) skipped because they are in use" >&2
         exit 2
     fi
+    grant_iommufd
     return 0
 }
 
@@ -579,16 +792,20 @@ cmd_reset() {
         if [ -z "$list" ]; then
             info "no controllers to give back: 'config' bound none ($STATE_FILE is empty or absent);"
             info "to give back one bound by other means, name it: PCI_ALLOWED=BDF $0 reset"
-            return 0
         fi
     fi
-    modprobe "$KERNEL_DRIVER" 2>/dev/null
-    [ -d "$SYSFS_PCI/drivers/$KERNEL_DRIVER" ] || die "the kernel nvme driver is not available (modprobe $KERNEL_DRIVER failed)"
+    if [ -n "$list" ]; then
+        modprobe "$KERNEL_DRIVER" 2>/dev/null
+        [ -d "$SYSFS_PCI/drivers/$KERNEL_DRIVER" ] || die "the kernel nvme driver is not available (modprobe $KERNEL_DRIVER failed)"
+    fi
     for bdf in $list; do
         dev=$SYSFS_PCI/devices/$bdf
+        # Each controller's nodes are given back once it is off vfio-pci (most then are gone with
+        # it; a group node other functions still hold is not): a failed unbind keeps the records.
         if [ ! -e "$dev" ]; then
             info "$bdf is gone (hot-unplugged?); forgetting it"
             state_record "$bdf" remove
+            restore_nodes_of "$bdf"
             continue
         fi
         drv=$(driver_of "$bdf")
@@ -596,6 +813,7 @@ cmd_reset() {
         if [ "$drv" = "$KERNEL_DRIVER" ] && [ "$override" = "(null)" ]; then
             info "$bdf already bound to $KERNEL_DRIVER"
             state_record "$bdf" remove
+            restore_nodes_of "$bdf"
             continue
         fi
         if [ "$drv" != "" ] && [ "$drv" != "$VFIO_DRIVER" ] && [ "$drv" != "$KERNEL_DRIVER" ]; then
@@ -614,7 +832,12 @@ cmd_reset() {
         fi
         state_record "$bdf" remove
         info "$bdf ${drv:-no driver} -> $KERNEL_DRIVER"
+        restore_nodes_of "$bdf"
     done
+    # A plain reset undoes every node config chowned, also of controllers it found on vfio-pci
+    # (which stay there).
+    [ -n "$PCI_ALLOWED" ] || restore_nodes_of "*"
+    undo_shared
 }
 
 cmd_status() {
@@ -640,6 +863,10 @@ cmd_status() {
     [ "$found" = 1 ] || echo "(no NVMe controllers, PCI class $NVME_CLASS)"
     if [ -s "$STATE_FILE" ]; then
         echo "bound by '$PROG config' (what 'reset' gives back): $(tr '\n' ' ' <"$STATE_FILE")"
+    fi
+    if [ -s "$CHANGES_FILE" ]; then
+        echo "changed by '$PROG config' (what 'reset' puts back; KIND WHO OLD PATH):"
+        sed 's/^/    /' "$CHANGES_FILE"
     fi
     echo
     awk '/^HugePages_Total:|^HugePages_Free:|^Hugepagesize:/ { print }' /proc/meminfo

@@ -2,15 +2,26 @@
 # EXPECT_VFIO_MODE and NVME_VFIO_MODE), and the mode's own rules hold:
 #   type1:   /dev/vfio/<group>; iommufd refused with the reason when the kernel lacks it
 #   iommufd: the device cdev and /dev/iommu exist; forcing type1 on the same kernel works too
-#   noiommu: hugepage-setup.sh says it enables the UNSAFE mode; /dev/vfio/noiommu-<group>; the
-#            tools warn exactly once; without NVME_VFIO_MODE=noiommu they refuse the device
+#   noiommu: hugepage-setup.sh, asked explicitly (NVME_VFIO_MODE=noiommu on its command line),
+#            says it enables the UNSAFE mode; /dev/vfio/noiommu-<group>; the tools warn exactly
+#            once; without NVME_VFIO_MODE=noiommu they refuse the device; reset sets
+#            enable_unsafe_noiommu_mode back to what it was before config
 # Without EXPECT_VFIO_MODE (a stock-kernel boot) the expectation is the automatic choice:
 # iommufd when the cdev and /dev/iommu exist, else type1.
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
 
-out=$(PCI_ALLOWED=$NVME_BDF HUGEMEM=$CASE_HUGEMEM hugepage-setup.sh config 2>&1) ||
-    fail "hugepage-setup.sh config failed: $out"
+noiommu_param=/sys/module/vfio/parameters/enable_unsafe_noiommu_mode
+param_before=$(cat "$noiommu_param" 2>/dev/null || echo absent)
+# hugepage-setup.sh enables the unsafe no-IOMMU mode only when asked (and only without an
+# IOMMU): a no-IOMMU boot asks on the command line, not just through the boot's environment.
+if [ "${EXPECT_VFIO_MODE:-}" = noiommu ]; then
+    out=$(NVME_VFIO_MODE=noiommu PCI_ALLOWED=$NVME_BDF HUGEMEM=$CASE_HUGEMEM hugepage-setup.sh config 2>&1) ||
+        fail "hugepage-setup.sh config (NVME_VFIO_MODE=noiommu) failed: $out"
+else
+    out=$(PCI_ALLOWED=$NVME_BDF HUGEMEM=$CASE_HUGEMEM hugepage-setup.sh config 2>&1) ||
+        fail "hugepage-setup.sh config failed: $out"
+fi
 echo "$out"
 group=$(readlink "/sys/bus/pci/devices/$NVME_BDF/iommu_group")
 group=${group##*/}
@@ -94,3 +105,7 @@ noiommu)
 *) fail "unknown EXPECT_VFIO_MODE '$expected'" ;;
 esac
 bind_kernel
+# reset undoes what config switched on (a no-IOMMU boot) and leaves it alone otherwise.
+param_after=$(cat "$noiommu_param" 2>/dev/null || echo absent)
+[ "$param_after" = "$param_before" ] ||
+    fail "enable_unsafe_noiommu_mode is $param_after after reset, it was $param_before before config"
