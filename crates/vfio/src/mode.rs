@@ -9,7 +9,7 @@
 //!   ([`crate::noiommu`]). Only ever chosen when asked for.
 //!
 //! The choice: `NVME_VFIO_MODE=type1|iommufd|noiommu` (or `auto`, the default) forces one;
-//! `auto` takes iommufd when the device has a cdev and `/dev/iommu` exists, else type1, and
+//! `auto` takes iommufd when the device has a cdev and `/dev/iommu` exists and opens, else type1, and
 //! refuses a device in a no-IOMMU group (opting into unprotected DMA must be explicit).
 
 use std::fmt;
@@ -92,6 +92,10 @@ pub struct Availability {
     pub cdev: Option<PathBuf>,
     /// `/dev/iommu`.
     pub iommufd: Option<PathBuf>,
+    /// `/dev/iommu` exists but this process may not open it for reading and writing (it is a
+    /// shared node: `hugepage-setup.sh` hands it to a user only with `IOMMUFD_USER=1`). `auto`
+    /// then takes type1, whose group node the script does hand over.
+    pub iommufd_denied: bool,
 }
 
 /// `/dev/iommu` next to `dev_vfio` (`/dev/vfio` -> `/dev/iommu`).
@@ -111,11 +115,21 @@ impl Availability {
             .ok()
             .and_then(|mut d| d.find_map(|e| e.ok()))
             .and_then(|e| exists(dev_vfio.join("devices").join(e.file_name())));
+        let iommufd = exists(iommufd_node(dev_vfio));
+        // Opening /dev/iommu only creates an empty iommufd context, closed again at once; it is
+        // the one test that also sees ACLs, capabilities and the effective ids.
+        let iommufd_denied = iommufd.as_ref().is_some_and(|p| {
+            matches!(
+                std::fs::OpenOptions::new().read(true).write(true).open(p),
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied
+            )
+        });
         Availability {
             group_node: exists(dev_vfio.join(group.to_string())),
             noiommu_node: exists(dev_vfio.join(format!("noiommu-{group}"))),
             cdev,
-            iommufd: exists(iommufd_node(dev_vfio)),
+            iommufd,
+            iommufd_denied,
         }
     }
 
@@ -141,6 +155,13 @@ impl Availability {
             },
             _ if self.noiommu_node.is_some() => Err(VfioError::NoIommuNotRequested { addr: *addr }),
             Some(VfioMode::Iommufd) => match (&self.cdev, &self.iommufd) {
+                (Some(_), Some(_)) if self.iommufd_denied => Err(unavailable(
+                    VfioMode::Iommufd,
+                    "no permission to open /dev/iommu (a node shared by every iommufd user): run \
+                     as root, grant it with `sudo IOMMUFD_USER=1 TARGET_USER=<user> \
+                     ./hugepage-setup.sh config`, or use NVME_VFIO_MODE=type1"
+                        .into(),
+                )),
                 (Some(_), Some(_)) => Ok(VfioMode::Iommufd),
                 (None, _) => Err(unavailable(
                     VfioMode::Iommufd,
@@ -162,7 +183,9 @@ impl Availability {
                         .into(),
                 )),
             },
-            None if self.cdev.is_some() && self.iommufd.is_some() => Ok(VfioMode::Iommufd),
+            None if self.cdev.is_some() && self.iommufd.is_some() && !self.iommufd_denied => {
+                Ok(VfioMode::Iommufd)
+            }
             None => Ok(VfioMode::Type1),
         }
     }
@@ -221,6 +244,27 @@ mod tests {
         // Forcing type1 still works when both exist.
         let type1 = ModeRequest(Some(VfioMode::Type1));
         assert_eq!(a.choose(&addr(), type1).unwrap(), VfioMode::Type1);
+    }
+
+    #[test]
+    fn auto_takes_type1_when_dev_iommu_may_not_be_opened() {
+        // hugepage-setup.sh hands a user the group node and the cdev, not the shared /dev/iommu.
+        let a = Availability {
+            group_node: some("/dev/vfio/4"),
+            cdev: some("/dev/vfio/devices/vfio0"),
+            iommufd: some("/dev/iommu"),
+            iommufd_denied: true,
+            ..Default::default()
+        };
+        assert_eq!(a.choose(&addr(), ModeRequest(None)).unwrap(), VfioMode::Type1);
+        let err = a
+            .choose(&addr(), ModeRequest(Some(VfioMode::Iommufd)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("permission") && err.contains("IOMMUFD_USER=1") && err.contains("type1"),
+            "{err}"
+        );
     }
 
     #[test]
