@@ -32,6 +32,9 @@ use nvme_spec::{
     Status, SubmissionEntry,
 };
 
+mod hostile;
+pub use hostile::{Hostile, R2T_FLOOD};
+
 /// Byte offset of CNTLID in the Connect data (NVMe Base 2.0 Figure 548).
 const CONNECT_DATA_CNTLID_OFFSET: u32 = 16;
 
@@ -55,6 +58,9 @@ pub enum Fault {
     /// completes with Command Abort Requested (SCT 0h, SC 07h) and the Abort with dword 0
     /// bit 0 clear. (With `Silent` an Abort is declined: dword 0 bit 0 set.)
     Hold,
+    /// A protocol violation in answer to a Read or Write (`fake/hostile.rs`); commands it
+    /// does not apply to are served normally.
+    Hostile(Hostile),
 }
 
 #[derive(Clone, Debug)]
@@ -78,6 +84,10 @@ pub struct Config {
     /// that receives nothing for that long is closed with its controller's I/O connections
     /// (NVMe Base 2.0 §3.9: the controller treats it as a lost host).
     pub enforce_kato: bool,
+    /// CAP.MQES (0's based largest queue; the spec's minimum is 1).
+    pub mqes: u16,
+    /// Identify Controller MAXCMD (commands outstanding per queue).
+    pub maxcmd: u16,
 }
 
 impl Default for Config {
@@ -93,6 +103,8 @@ impl Default for Config {
             fault: Fault::None,
             fault_after: 0,
             enforce_kato: false,
+            mqes: 127,
+            maxcmd: 128,
         }
     }
 }
@@ -491,7 +503,7 @@ impl Conn<'_> {
                 fill_ascii_field(&mut id.fr, "1.0");
                 id.ioccsz = cfg.ioccsz;
                 id.iorcsz = 1;
-                id.maxcmd = 128;
+                id.maxcmd = cfg.maxcmd;
                 id.nn = 8;
                 id.elpe = (ERROR_LOG_ENTRIES - 1) as u8;
                 id.acl = 3;
@@ -609,7 +621,7 @@ impl Conn<'_> {
                         .get(&self.cntlid)
                         .map_or(0, |c| c.cc));
                     let v: u64 = match fabrics::property_offset(&sqe) as usize {
-                        regs::CAP => Cap::new(127, true, 2, 0, true, 0, 0).0,
+                        regs::CAP => Cap::new(self.st.config.mqes, true, 2, 0, true, 0, 0).0,
                         regs::VS => 0x0001_0400,
                         regs::CC => u64::from(cc.0),
                         regs::CSTS => {
@@ -767,6 +779,11 @@ impl Conn<'_> {
                 h.extend_from_slice(&[0; 10]);
                 self.write_all(&h)?;
                 return Ok(false);
+            }
+            Fault::Hostile(h) => {
+                if self.hostile(h, op, cid, len, in_capsule)? {
+                    return Ok(true);
+                }
             }
             _ => {}
         }

@@ -26,12 +26,15 @@ mod io_queue;
 mod mapper;
 mod qpair;
 mod queue;
+mod r2t;
 pub mod trid;
 
 #[cfg(any(test, feature = "fake-target"))]
 pub mod fake;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hostile;
 
 pub use controller::{
     discover, DiscoveryEntry, TcpController, TcpOptions, DEFAULT_TCP_QUEUE_DEPTH, MAX_TRANSFER,

@@ -26,6 +26,7 @@ use nvme_spec::tcp::{
 use nvme_spec::{Status, SubmissionEntry};
 
 use crate::error::TcpError;
+use crate::r2t::{self, R2tState, R2tTarget, TX_HIGH_WATER};
 
 /// Receive buffer size: holds any non-data PDU with room to batch many small ones.
 const RX_BUFFER: usize = 64 * 1024;
@@ -78,6 +79,8 @@ struct Slot {
     expired: bool,
     /// An Abort for it went out on the admin queue.
     abort_sent: bool,
+    /// What R2Ts asked of it so far (`r2t.rs`).
+    r2t: R2tState,
 }
 
 /// Receive state.
@@ -139,6 +142,11 @@ pub(crate) struct Queue {
     rx_state: Rx,
     tx: Vec<u8>,
     tx_head: usize,
+    /// Bytes written to the socket since the connection opened (R2T bookkeeping).
+    tx_sent: u64,
+    /// PDU handling stopped with bytes left in `rx` because `tx` is over
+    /// [`TX_HIGH_WATER`]; resumed once the socket has taken enough.
+    rx_paused: bool,
     /// Don't write to the socket at each submission (plugged batch).
     pub plugged: bool,
     slots: Vec<Slot>,
@@ -203,7 +211,7 @@ pub(crate) fn handshake(
         pfv: tcp::PFV_1_0,
         hpda: 0,
         dgst: if want_hdgst { dgst::HEADER } else { 0 } | if want_ddgst { dgst::DATA } else { 0 },
-        maxr2t: 0,
+        maxr2t: crate::r2t::MAXR2T,
         rsvd: [0; 112],
     };
     (&stream).write_all(&req.to_bytes()).map_err(io)?;
@@ -334,6 +342,8 @@ impl Queue {
             rx_state: Rx::Header,
             tx: Vec::with_capacity(RX_BUFFER),
             tx_head: 0,
+            tx_sent: 0,
+            rx_paused: false,
             plugged: false,
             slots: (0..slots)
                 .map(|_| Slot {
@@ -349,6 +359,7 @@ impl Queue {
                     sqe: SubmissionEntry::default(),
                     expired: false,
                     abort_sent: false,
+                    r2t: R2tState::default(),
                 })
                 .collect(),
             free: (0..slots).rev().collect(),
@@ -432,6 +443,7 @@ impl Queue {
         slot.sqe = sqe;
         slot.expired = false;
         slot.abort_sent = false;
+        slot.r2t = R2tState::new(if in_capsule { len } else { 0 });
         self.in_flight += 1;
         self.encode(cid);
         if !self.plugged {
@@ -509,6 +521,7 @@ impl Queue {
         self.tx.clear();
         self.tx_head = 0;
         self.rx_state = Rx::Header;
+        self.rx_paused = false;
         self.rx_head = 0;
         self.rx_tail = 0;
         self.timeout_work = false;
@@ -549,6 +562,7 @@ impl Queue {
         self.tx.clear();
         self.tx_head = 0;
         self.rx_state = Rx::Header;
+        self.rx_paused = false;
         self.rx_head = 0;
         self.rx_tail = 0;
         self.plugged = false;
@@ -567,6 +581,7 @@ impl Queue {
                 continue;
             }
             s.received = 0;
+            s.r2t = R2tState::new(in_capsule_len(&s.sqe));
             s.epoch = epoch;
             s.expired = false;
             s.abort_sent = false;
@@ -618,7 +633,10 @@ impl Queue {
     pub(crate) fn flush_tx(&mut self) {
         while self.tx_head < self.tx.len() {
             match (&self.stream).write(&self.tx[self.tx_head..]) {
-                Ok(n) if n > 0 => self.tx_head += n,
+                Ok(n) if n > 0 => {
+                    self.tx_head += n;
+                    self.tx_sent += n as u64;
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 other => {
@@ -674,6 +692,7 @@ impl Queue {
         self.tx.clear();
         self.tx_head = 0;
         self.rx_state = Rx::Header;
+        self.rx_paused = false;
         self.rx_head = 0;
         self.rx_tail = 0;
         if let Some((word, seen)) = &self.state_watch {
@@ -889,6 +908,18 @@ impl Queue {
     /// `Some(true)`: the read filled the buffer (more may be waiting); `Some(false)`: it
     /// did not; `None`: nothing to read (or the queue failed).
     fn read_some(&mut self) -> Option<bool> {
+        if self.rx_paused {
+            // Back-pressure: nothing more is read or handled until the queued PDUs have
+            // gone out (`flush_tx` at each poll).
+            if self.tx_backlog() > TX_HIGH_WATER {
+                return None;
+            }
+            self.rx_paused = false;
+            self.parse();
+            if self.rx_paused || self.failed.is_some() {
+                return None;
+            }
+        }
         loop {
             if self.rx_head == self.rx_tail {
                 self.rx_head = 0;
@@ -961,6 +992,13 @@ impl Queue {
                 Rx::Header => {
                     if avail < CommonHeader::SIZE {
                         return;
+                    }
+                    if self.tx_backlog() > TX_HIGH_WATER {
+                        self.flush_tx();
+                        if self.tx_backlog() > TX_HIGH_WATER {
+                            self.rx_paused = true;
+                            return;
+                        }
                     }
                     match self.parse_header(avail) {
                         Some(true) => {}
@@ -1052,7 +1090,8 @@ impl Queue {
         if pdu_flags & flags::SUCCESS != 0 {
             if slot.received != slot.len {
                 let what = format!(
-                    "SUCCESS flag after {} of the command's {} bytes",
+                    "SUCCESS flag after {} of the command's {} bytes (check: SUCCESS before the \
+                     end of the transfer)",
                     slot.received, slot.len
                 );
                 self.malformed(pdu_type::C2H_DATA, what);
@@ -1074,7 +1113,7 @@ impl Queue {
         );
         let t = ch.pdu_type;
         let Some(hlen) = tcp::expected_hlen(t) else {
-            self.malformed(t, format!("unknown PDU type {t:#04x}"));
+            self.malformed(t, format!("unknown PDU type {t:#04x} (check: PDU type)"));
             return None;
         };
         if !matches!(
@@ -1083,12 +1122,15 @@ impl Queue {
         ) {
             self.malformed(
                 t,
-                "a controller must not send this PDU type after ICResp".into(),
+                "a controller must not send this PDU type after ICResp (check: PDU type)".into(),
             );
             return None;
         }
         if ch.hlen != hlen {
-            self.malformed(t, format!("HLEN {} (must be {hlen})", ch.hlen));
+            self.malformed(
+                t,
+                format!("HLEN {} (must be {hlen}) (check: HLEN)", ch.hlen),
+            );
             return None;
         }
         let hlen = usize::from(hlen);
@@ -1112,7 +1154,7 @@ impl Queue {
             self.malformed(
                 t,
                 format!(
-                    "HDGSTF flag is {} but header digests are {}",
+                    "HDGSTF flag is {} but header digests are {} (check: HDGSTF)",
                     ch.flags & flags::HDGSTF != 0,
                     if self.neg.hdgst { "on" } else { "off" }
                 ),
@@ -1120,7 +1162,10 @@ impl Queue {
             return None;
         }
         if ch.plen > MAX_PLEN {
-            self.malformed(t, format!("PLEN {} is beyond any transfer", ch.plen));
+            self.malformed(
+                t,
+                format!("PLEN {} is beyond any transfer (check: PLEN)", ch.plen),
+            );
             return None;
         }
         let plen = ch.plen as usize;
@@ -1131,14 +1176,20 @@ impl Queue {
             if pdo < hlen + hd {
                 self.malformed(
                     t,
-                    format!("PDO {pdo} overlaps the header ({} bytes)", hlen + hd),
+                    format!(
+                        "PDO {pdo} overlaps the header ({} bytes) (check: PDO)",
+                        hlen + hd
+                    ),
                 );
                 return None;
             }
             pdo
         } else {
             if plen != hlen + hd {
-                self.malformed(t, format!("PLEN {plen} (must be {})", hlen + hd));
+                self.malformed(
+                    t,
+                    format!("PLEN {plen} (must be {}) (check: PLEN)", hlen + hd),
+                );
                 return None;
             }
             plen
@@ -1191,7 +1242,8 @@ impl Queue {
                 if (ch.flags & flags::DDGSTF != 0) != self.neg.ddgst {
                     self.malformed(
                         t,
-                        "DDGSTF flag disagrees with the negotiated data digest".into(),
+                        "DDGSTF flag disagrees with the negotiated data digest (check: DDGSTF)"
+                            .into(),
                     );
                     return None;
                 }
@@ -1199,14 +1251,17 @@ impl Queue {
                     self.malformed(
                         t,
                         format!(
-                            "DATAL {} does not fit PLEN {plen} and PDO {}",
+                            "DATAL {} does not fit PLEN {plen} and PDO {} (check: DATAL)",
                             d.datal, ch.pdo
                         ),
                     );
                     return None;
                 }
                 if ch.flags & flags::SUCCESS != 0 && ch.flags & flags::LAST_PDU == 0 {
-                    self.malformed(t, "SUCCESS without LAST_PDU".into());
+                    self.malformed(
+                        t,
+                        "SUCCESS without LAST_PDU (check: SUCCESS without LAST_PDU)".into(),
+                    );
                     return None;
                 }
                 Action::Data {
@@ -1226,12 +1281,23 @@ impl Queue {
                 dw1,
             } => {
                 if !self.slot_busy(cid) {
-                    self.malformed(t, format!("command id {cid:#x} is not outstanding"));
+                    self.malformed(
+                        t,
+                        format!("command id {cid:#x} is not outstanding (check: CCCID)"),
+                    );
                     return None;
                 }
                 if self.slots[usize::from(cid)].sync {
                     self.sync_dw0 = dw0;
                     self.sync_dw1 = dw1;
+                }
+                let s = &self.slots[usize::from(cid)];
+                if status.is_success() {
+                    let sends = s.to_device && s.buffer.is_some();
+                    if let Err(what) = r2t::check_success(sends, s.len, s.received, &s.r2t) {
+                        self.malformed(t, what);
+                        return None;
+                    }
                 }
                 let result = if status.is_success() {
                     Ok(dw0)
@@ -1251,19 +1317,34 @@ impl Queue {
                 pdu_flags,
             } => {
                 if !self.slot_busy(cid) {
-                    self.malformed(t, format!("command id {cid:#x} is not outstanding"));
+                    self.malformed(
+                        t,
+                        format!("command id {cid:#x} is not outstanding (check: CCCID)"),
+                    );
                     return None;
                 }
                 let s = &self.slots[usize::from(cid)];
                 if s.to_device || s.buffer.is_none() {
-                    self.malformed(t, format!("command id {cid:#x} reads no data"));
+                    self.malformed(
+                        t,
+                        format!("command id {cid:#x} reads no data (check: C2HData for a write)"),
+                    );
                     return None;
                 }
-                if datao != s.received || datao + datal > s.len {
+                if datao + datal > s.len {
                     let what = format!(
-                        "data at {datao}..{} for a {}-byte transfer ({} bytes received so far)",
+                        "data at {datao}..{} for a {}-byte transfer (check: data past the \
+                         transfer)",
                         datao + datal,
                         s.len,
+                    );
+                    self.malformed(t, what);
+                    return None;
+                }
+                if datao != s.received {
+                    let what = format!(
+                        "DATAO {datao} after {} bytes received (data arrive in order) \
+                         (check: DATAO)",
                         s.received
                     );
                     self.malformed(t, what);
@@ -1291,17 +1372,21 @@ impl Queue {
         let t = pdu_type::R2T;
         let cid = r2t.cccid;
         if !self.slot_busy(cid) {
-            self.malformed(t, format!("command id {cid:#x} is not outstanding"));
+            self.malformed(
+                t,
+                format!("command id {cid:#x} is not outstanding (check: CCCID)"),
+            );
             return None;
         }
         let (offset, len) = (r2t.r2to as usize, r2t.r2tl as usize);
         let s = &self.slots[usize::from(cid)];
-        if !s.to_device || s.buffer.is_none() || len == 0 || offset + len > s.len {
-            let what = format!(
-                "asks for bytes {offset}..{} of command {cid:#x}, which sends {} bytes",
-                offset + len,
-                if s.to_device { s.len } else { 0 }
-            );
+        let target = R2tTarget {
+            cid,
+            sends: s.to_device && s.buffer.is_some(),
+            len: s.len,
+            sent: self.tx_sent,
+        };
+        if let Err(what) = r2t::check(&s.r2t, &target, offset, len) {
             self.malformed(t, what);
             return None;
         }
@@ -1348,8 +1433,18 @@ impl Queue {
             }
             done += chunk;
         }
+        let answer_end = self.tx_sent + (self.tx.len() - self.tx_head) as u64;
+        let s = &mut self.slots[usize::from(cid)].r2t;
+        s.asked_end = offset + len;
+        s.asked += len;
+        s.answer_end = answer_end;
         self.flush_tx();
         Some(())
+    }
+
+    /// Bytes queued for sending and not yet taken by the socket.
+    fn tx_backlog(&self) -> usize {
+        self.tx.len() - self.tx_head
     }
 
     /// Closes the connection (the queue is being dropped).
@@ -1360,6 +1455,15 @@ impl Queue {
     /// The socket, for a queue that only ran the Fabrics Connect of another one.
     pub(crate) fn into_stream(self) -> TcpStream {
         self.stream
+    }
+}
+
+/// Bytes of data a command carries in its capsule (0 when it moves data by R2T/C2HData).
+fn in_capsule_len(sqe: &SubmissionEntry) -> usize {
+    if sqe.sgl_id() == tcp::sgl::IN_CAPSULE_DATA {
+        sqe.sgl_len() as usize
+    } else {
+        0
     }
 }
 
