@@ -31,8 +31,13 @@ pub mod trid;
 
 #[cfg(any(test, feature = "fake-target"))]
 pub mod fake;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_fuzz;
 #[cfg(test)]
 mod tests_hostile;
 

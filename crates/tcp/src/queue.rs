@@ -26,10 +26,10 @@ use nvme_spec::tcp::{
 use nvme_spec::{Status, SubmissionEntry};
 
 use crate::error::TcpError;
-use crate::r2t::{self, R2tState, R2tTarget, TX_HIGH_WATER};
+use crate::r2t::{self, R2tState, R2tTarget, TX_COMPACT, TX_HIGH_WATER};
 
 /// Receive buffer size: holds any non-data PDU with room to batch many small ones.
-const RX_BUFFER: usize = 64 * 1024;
+pub(crate) const RX_BUFFER: usize = 64 * 1024;
 /// Largest PLEN accepted (a C2HData PDU carries at most the transfer; 16 MiB is far above
 /// what this host asks for), so a garbage length is caught at once.
 const MAX_PLEN: u32 = 16 << 20;
@@ -637,7 +637,16 @@ impl Queue {
                     self.tx_head += n;
                     self.tx_sent += n as u64;
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if self.tx_head >= TX_COMPACT {
+                        // The socket is slow to drain: drop what it took (cold path), so
+                        // the buffer holds the backlog, not everything since the last
+                        // complete flush.
+                        self.tx.drain(..self.tx_head);
+                        self.tx_head = 0;
+                    }
+                    return;
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 other => {
                     // The target may have said why before closing (C2HTermReq): read what
@@ -1440,6 +1449,13 @@ impl Queue {
         s.answer_end = answer_end;
         self.flush_tx();
         Some(())
+    }
+
+    /// Sizes of the send queue (bytes held, sent or not) and of the receive buffer.
+    #[cfg(any(test, feature = "fuzzing"))]
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn buffer_sizes(&self) -> (usize, usize) {
+        (self.tx.len(), self.rx.len())
     }
 
     /// Bytes queued for sending and not yet taken by the socket.

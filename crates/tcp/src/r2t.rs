@@ -21,6 +21,10 @@ pub(crate) const MAXR2T: u32 = 0;
 /// socket is slow to drain must not lose its connection.)
 pub(crate) const TX_HIGH_WATER: usize = 4 << 20;
 
+/// Bytes already written from the front of the send buffer above which a partial flush
+/// drops them (so the buffer holds at most this plus the backlog).
+pub(crate) const TX_COMPACT: usize = 1 << 20;
+
 /// R2T state of one command, reset at each (re)submission.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct R2tState {
