@@ -780,11 +780,7 @@ impl Conn<'_> {
                 self.write_all(&h)?;
                 return Ok(false);
             }
-            Fault::Hostile(h) => {
-                if self.hostile(h, op, cid, len, in_capsule)? {
-                    return Ok(true);
-                }
-            }
+            Fault::Hostile(h) if self.hostile(h, op, cid, len, in_capsule)? => return Ok(true),
             _ => {}
         }
         let Some(&(_, shift, blocks)) = self.st.config.namespaces.iter().find(|n| n.0 == sqe.nsid)

@@ -94,6 +94,10 @@ pub struct Case {
     pub chunks: Vec<u16>,
     /// The target side reads what the host sends.
     pub drain: bool,
+    /// The target closes its end after the stream (EOF).
+    pub eof: bool,
+    /// A real loopback socket (else an in-memory pipe: faster, same queue code).
+    pub socket: bool,
 }
 
 /// Little reader for [`Case::from_bytes`].
@@ -194,6 +198,8 @@ impl Case {
             ops,
             chunks,
             drain: head & 4 == 0,
+            eof: head & 16 != 0,
+            socket: false,
         }
     }
 }
@@ -307,10 +313,59 @@ pub fn encode(case: &Case) -> Vec<u8> {
     out
 }
 
+/// An in-memory connection in place of the socket: the target's bytes, released to the
+/// host in the case's chunks, and a sink for what the host sends that takes at most
+/// `room` bytes unless the target drains it.
+pub struct MemPipe {
+    input: Vec<u8>,
+    pos: usize,
+    released: usize,
+    eof: bool,
+    drain: bool,
+    held: usize,
+}
+
+/// What an undrained [`MemPipe`] takes before writes would block (a socket's buffers).
+const MEM_ROOM: usize = 256 * 1024;
+
+impl MemPipe {
+    pub(crate) fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.pos < self.released {
+            let n = buf.len().min(self.released - self.pos);
+            buf[..n].copy_from_slice(&self.input[self.pos..self.pos + n]);
+            self.pos += n;
+            Ok(n)
+        } else if self.eof {
+            Ok(0)
+        } else {
+            Err(ErrorKind::WouldBlock.into())
+        }
+    }
+
+    pub(crate) fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.drain {
+            return Ok(buf.len());
+        }
+        let n = buf.len().min(MEM_ROOM - self.held);
+        if n == 0 && !buf.is_empty() {
+            return Err(ErrorKind::WouldBlock.into());
+        }
+        self.held += n;
+        Ok(n)
+    }
+}
+
 thread_local! {
     /// Requests that completed successfully in this thread's last [`run`].
     static SUCCESSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     static LISTENER: TcpListener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    /// A socket for queues whose I/O goes through a `MemPipe` (never read or written).
+    static IDLE: TcpStream = socket_pair().0;
+    /// Buffers of `MAX_LEN` bytes, reused across cases (they come back with completions).
+    static BUFFERS: std::cell::RefCell<Vec<DmaBuffer>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// A connected loopback pair: (host side, target side).
@@ -334,17 +389,30 @@ fn tx_bound() -> usize {
         + usize::from(SLOTS) * (IN_CAPSULE_MAX + 256)
 }
 
+/// The target's end of the connection.
+enum Peer {
+    Socket(TcpStream),
+    Memory,
+}
+
 /// Runs one case and checks the invariants (panics when one breaks).
 pub fn run(case: &Case) {
     SUCCESSES.with(|s| s.set(0));
-    let (host, mut target) = socket_pair();
-    host.set_nonblocking(true).expect("non-blocking");
-    target.set_nonblocking(true).expect("non-blocking");
-    // No Nagle delay on either side (the host's handshake sets it too): the stream's last
-    // small write must arrive while the case still polls.
-    host.set_nodelay(true).expect("nodelay");
-    target.set_nodelay(true).expect("nodelay");
-    let addr = host.peer_addr().expect("peer addr");
+    let stream = encode(case);
+    let (host, mut peer) = if case.socket {
+        let (host, target) = socket_pair();
+        host.set_nonblocking(true).expect("non-blocking");
+        target.set_nonblocking(true).expect("non-blocking");
+        // No Nagle delay on either side (the host's handshake sets it too): the stream's
+        // last small write must arrive while the case still polls.
+        host.set_nodelay(true).expect("nodelay");
+        target.set_nodelay(true).expect("nodelay");
+        (host, Peer::Socket(target))
+    } else {
+        let idle = IDLE.with(|s| s.try_clone()).expect("dup the idle socket");
+        (idle, Peer::Memory)
+    };
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], nvme_spec::tcp::DEFAULT_PORT));
     let neg = Negotiated {
         hdgst: case.hdgst,
         ddgst: case.ddgst,
@@ -361,7 +429,16 @@ pub fn run(case: &Case) {
         IN_CAPSULE_MAX,
         Duration::from_secs(3600),
     );
-    let mapper: Arc<dyn DmaMapper> = Arc::new(HostMemory::new());
+    if let Peer::Memory = peer {
+        q.mem = Some(MemPipe {
+            input: stream.clone(),
+            pos: 0,
+            released: 0,
+            eof: false,
+            drain: case.drain,
+            held: 0,
+        });
+    }
     let mut submitted = Vec::new();
     for (i, cmd) in case.cmds.iter().take(usize::from(SLOTS)).enumerate() {
         let (sqe, len, to_device) = match *cmd {
@@ -369,7 +446,12 @@ pub fn run(case: &Case) {
             Cmd::Write(l) => (command::write(1, 0, (l / 512) as u32, false), l, true),
             Cmd::Flush => (command::flush(1), 0, false),
         };
-        let buffer = (len > 0).then(|| DmaBuffer::allocate(&mapper, len).expect("host memory"));
+        let buffer = (len > 0).then(|| {
+            BUFFERS.with(|b| b.borrow_mut().pop()).unwrap_or_else(|| {
+                let mapper: Arc<dyn DmaMapper> = Arc::new(HostMemory::new());
+                DmaBuffer::allocate(&mapper, MAX_LEN).expect("host memory")
+            })
+        });
         let has_buffer = buffer.is_some();
         q.submit(sqe, buffer, len, to_device, i as u64, false)
             .expect("a fresh queue takes SLOTS commands");
@@ -389,10 +471,12 @@ pub fn run(case: &Case) {
                 submitted[i],
                 "request {i} came back without its buffer"
             );
+            if let Some(b) = c.buffer {
+                BUFFERS.with(|p| p.borrow_mut().push(b));
+            }
         }
     };
-    let stream = encode(case);
-    let mut scratch = vec![0u8; 256 * 1024];
+    let mut scratch = [0u8; 16 * 1024];
     let mut at = 0;
     let mut chunk_i = 0;
     let mut stalls = 0;
@@ -404,18 +488,33 @@ pub fn run(case: &Case) {
             .unwrap_or(0);
         chunk_i += 1;
         let n = usize::from(c).max(1).min(stream.len() - at);
-        match target.write(&stream[at..at + n]) {
-            Ok(w) => {
-                at += w;
-                stalls = 0;
+        match &mut peer {
+            Peer::Socket(target) => {
+                match target.write(&stream[at..at + n]) {
+                    Ok(w) => {
+                        at += w;
+                        stalls = 0;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => stalls += 1,
+                    Err(_) => break,
+                }
+                if case.drain {
+                    while let Ok(r) = target.read(&mut scratch) {
+                        if r == 0 {
+                            break;
+                        }
+                    }
+                }
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => stalls += 1,
-            Err(_) => break,
-        }
-        if case.drain {
-            while let Ok(r) = target.read(&mut scratch) {
-                if r == 0 {
-                    break;
+            Peer::Memory => {
+                let m = q.mem.as_mut().expect("memory pipe");
+                // Bytes the host has not read yet count as unwritten (a full socket).
+                if m.released - m.pos > MEM_ROOM {
+                    stalls += 1;
+                } else {
+                    at += n;
+                    m.released = at;
+                    stalls = 0;
                 }
             }
         }
@@ -425,10 +524,19 @@ pub fn run(case: &Case) {
             deliver(&mut q, &mut done);
         }
     }
+    if case.eof {
+        match &peer {
+            Peer::Socket(target) => {
+                let _ = target.shutdown(std::net::Shutdown::Write);
+            }
+            Peer::Memory => q.mem.as_mut().expect("memory pipe").eof = true,
+        }
+    }
     // Let the host take what is still on the socket (until it has nothing left to do, or
     // nothing arrives for a while), then close the queue.
     let mut quiet = 0;
-    while q.in_flight > 0 && q.failed.is_none() && quiet < 50 {
+    let patience = if case.socket { 50 } else { 3 };
+    while q.in_flight > 0 && q.failed.is_none() && quiet < patience {
         let before = (q.stats.pdus_received, q.in_flight);
         q.progress();
         check_bounds(&q);

@@ -180,6 +180,10 @@ pub(crate) struct Queue {
     /// close the old association's connections before the pair looks at the word) leaves
     /// its requests in flight for the pair's reset handling (`Error::Reset`, or resubmitted).
     pub state_watch: Option<(Arc<std::sync::atomic::AtomicU64>, u64)>,
+    /// Fuzzing and tests: an in-memory pipe that replaces the socket's reads and writes
+    /// (`fuzzing.rs`).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub mem: Option<crate::fuzzing::MemPipe>,
 }
 
 /// Epochs a command may live (the timeout is split into `TIMEOUT_EPOCHS - 1` epochs).
@@ -378,6 +382,8 @@ impl Queue {
             abort_on_timeout: false,
             timeout_work: false,
             state_watch: None,
+            #[cfg(any(test, feature = "fuzzing"))]
+            mem: None,
         }
     }
 
@@ -632,7 +638,7 @@ impl Queue {
     /// Writes queued PDUs as far as the socket takes them.
     pub(crate) fn flush_tx(&mut self) {
         while self.tx_head < self.tx.len() {
-            match (&self.stream).write(&self.tx[self.tx_head..]) {
+            match self.link_write() {
                 Ok(n) if n > 0 => {
                     self.tx_head += n;
                     self.tx_sent += n as u64;
@@ -938,7 +944,7 @@ impl Queue {
                 self.rx_tail -= self.rx_head;
                 self.rx_head = 0;
             }
-            match (&self.stream).read(&mut self.rx[self.rx_tail..]) {
+            match self.link_read() {
                 Ok(0) => {
                     self.fail(TcpError::Closed {
                         addr: self.addr,
@@ -1449,6 +1455,26 @@ impl Queue {
         s.answer_end = answer_end;
         self.flush_tx();
         Some(())
+    }
+
+    /// Reads from the socket into the free end of the receive buffer.
+    fn link_read(&mut self) -> std::io::Result<usize> {
+        let buf = &mut self.rx[self.rx_tail..];
+        #[cfg(any(test, feature = "fuzzing"))]
+        if let Some(m) = self.mem.as_mut() {
+            return m.read(buf);
+        }
+        (&self.stream).read(buf)
+    }
+
+    /// Writes the unsent part of the send buffer to the socket.
+    fn link_write(&mut self) -> std::io::Result<usize> {
+        let buf = &self.tx[self.tx_head..];
+        #[cfg(any(test, feature = "fuzzing"))]
+        if let Some(m) = self.mem.as_mut() {
+            return m.write(buf);
+        }
+        (&self.stream).write(buf)
     }
 
     /// Sizes of the send queue (bytes held, sent or not) and of the receive buffer.

@@ -75,15 +75,21 @@ fn case() -> impl Strategy<Value = Case> {
         proptest::collection::vec(op(), 0..24),
         proptest::collection::vec(0u16..4096, 1..4),
         prop_oneof![4 => Just(true), 1 => Just(false)],
+        any::<bool>(),
+        prop_oneof![3 => Just(false), 1 => Just(true)],
     )
-        .prop_map(|(hdgst, ddgst, cmds, ops, chunks, drain)| Case {
-            hdgst,
-            ddgst,
-            cmds,
-            ops,
-            chunks,
-            drain,
-        })
+        .prop_map(
+            |(hdgst, ddgst, cmds, ops, chunks, drain, eof, socket)| Case {
+                hdgst,
+                ddgst,
+                cmds,
+                ops,
+                chunks,
+                drain,
+                eof,
+                socket,
+            },
+        )
 }
 
 proptest! {
@@ -141,9 +147,24 @@ fn a_valid_script_completes_every_request() {
         ],
         chunks: vec![7, 300, 4096],
         drain: true,
+        eof: false,
+        socket: true,
     };
     fuzzing::run(&c);
-    assert!(fuzzing::last_run_successes() == 4, "all four succeed");
+    assert_eq!(
+        fuzzing::last_run_successes(),
+        4,
+        "all four succeed on a socket"
+    );
+    fuzzing::run(&Case {
+        socket: false,
+        ..c.clone()
+    });
+    assert_eq!(
+        fuzzing::last_run_successes(),
+        4,
+        "and through the memory pipe"
+    );
 }
 
 /// A target that asks for the data of many large writes and never reads its socket: the
@@ -206,6 +227,10 @@ fn r2ts_from_a_target_that_never_reads_leave_the_send_buffer_bounded() {
         most = most.max(q.buffer_sizes().0);
         std::thread::sleep(Duration::from_micros(100));
     }
+    eprintln!(
+        "send buffer at most {most} bytes; {} of {WRITES} R2Ts answered",
+        q.stats.r2ts
+    );
     assert!(q.failed.is_none(), "a slow reader is not a protocol error");
     let bound = TX_HIGH_WATER + TX_COMPACT + LEN + 64 * 1024;
     assert!(
