@@ -35,7 +35,7 @@ use crate::queue::{self, Negotiated, Queue};
 use crate::r2t::{TX_COMPACT, TX_HIGH_WATER};
 
 /// Largest data length of one command in a case.
-pub const MAX_LEN: usize = 64 * 1024;
+pub const MAX_LEN: usize = 16 * 1024;
 /// In-capsule data limit of the fuzzed queue.
 const IN_CAPSULE_MAX: usize = 4096;
 /// Slots of the fuzzed queue.
@@ -90,7 +90,7 @@ pub struct Case {
     pub ddgst: bool,
     pub cmds: Vec<Cmd>,
     pub ops: Vec<Op>,
-    /// Sizes of the writes to the socket (cycled); 0 means 1.
+    /// Sizes of the writes to the socket (cycled); 0 means the rest of the stream.
     pub chunks: Vec<u16>,
     /// The target side reads what the host sends.
     pub drain: bool,
@@ -147,7 +147,7 @@ impl Case {
         if head & 8 != 0 {
             ops.push(Op::Raw(b.0.to_vec()));
         } else {
-            while !b.empty() && ops.len() < 256 {
+            while !b.empty() && ops.len() < 64 {
                 let cid = |b: &mut Bytes| {
                     let v = b.u8();
                     if v < 0xF0 {
@@ -480,6 +480,7 @@ pub fn run(case: &Case) {
     let mut at = 0;
     let mut chunk_i = 0;
     let mut stalls = 0;
+    let min_chunk = stream.len().div_ceil(256).max(1);
     while at < stream.len() && q.failed.is_none() && stalls < 64 {
         let c = case
             .chunks
@@ -487,7 +488,12 @@ pub fn run(case: &Case) {
             .copied()
             .unwrap_or(0);
         chunk_i += 1;
-        let n = usize::from(c).max(1).min(stream.len() - at);
+        // Chunk 0: the rest at once; at most 256 chunks per stream (a long stream in
+        // one-byte pieces costs time the fuzzer spends better elsewhere).
+        let n = match usize::from(c) {
+            0 => stream.len() - at,
+            c => c.max(min_chunk).min(stream.len() - at),
+        };
         match &mut peer {
             Peer::Socket(target) => {
                 match target.write(&stream[at..at + n]) {
