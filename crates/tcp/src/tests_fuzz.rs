@@ -92,9 +92,20 @@ fn case() -> impl Strategy<Value = Case> {
         )
 }
 
+/// Cases per property unless `PROPTEST_CASES` says otherwise (an explicit `cases` in the
+/// config would override the variable).
+const DEFAULT_CASES: u32 = 256;
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_CASES)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 256,
+        cases: cases(),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
