@@ -23,7 +23,7 @@ if command -v cargo-fuzz >/dev/null && rustup toolchain list 2>/dev/null | grep 
         -max_total_time="$SECS" -max_len=4096 -rss_limit_mb=2048 -print_final_stats=1
 else
     echo "tcp-fuzz.sh: cargo-fuzz or nightly missing; release proptest run instead" >&2
-    # About 2,000 structured cases per second per core on a loaded 2-core machine.
-    PROPTEST_CASES=$((SECS * 2000)) cargo test -q --release -p nvme-tcp --lib \
+    # About 20,000 structured cases per second in release (100,000 took 4.3 s here).
+    PROPTEST_CASES=$((SECS * 20000)) cargo test -q --release -p nvme-tcp --lib \
         tests_fuzz::receive_path_survives_structured_pdu_streams
 fi
