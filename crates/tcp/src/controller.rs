@@ -38,6 +38,8 @@ pub const DEFAULT_TCP_QUEUE_DEPTH: u32 = 128;
 pub const MAX_TRANSFER: usize = 1 << 20;
 /// Unit of IOCCSZ (NVMe Base 2.0 Figure 275: 16 bytes).
 const CCSZ_UNIT: usize = 16;
+/// Smallest queue (entries) CAP.MQES may allow: MQES is 0's based, at least 1.
+const MIN_QUEUE_ENTRIES: u32 = 2;
 
 /// Options of an NVMe/TCP connection.
 #[derive(Clone, Debug)]
@@ -450,9 +452,24 @@ fn bring_up(
         .unwrap_or(MAX_TRANSFER)
         .min(MAX_TRANSFER);
     let io_in_capsule = (identify.ioccsz as usize * CCSZ_UNIT).saturating_sub(SQE_SIZE);
+    // CAP.MQES is 0's based with a minimum of 1, two entries (NVMe Base 2.0 §3.1.4.1):
+    // a controller below that leaves no usable slot in any queue.
+    if cap.max_queue_entries() < MIN_QUEUE_ENTRIES {
+        return Err(Error::Unsupported {
+            controller: name,
+            what: format!(
+                "CAP.MQES={} allows queues of {} entry; NVMe queues need at least \
+                 {MIN_QUEUE_ENTRIES}",
+                cap.mqes(),
+                cap.max_queue_entries()
+            ),
+        });
+    }
     let mut max_entries = cap.max_queue_entries();
     if identify.maxcmd != 0 {
-        max_entries = max_entries.min(u32::from(identify.maxcmd));
+        // MAXCMD counts commands outstanding; a queue of n entries holds n - 1 of them
+        // (one entry is kept free, as on PCIe), so MAXCMD allows MAXCMD + 1 entries.
+        max_entries = max_entries.min(u32::from(identify.maxcmd) + 1);
     }
     if discovery {
         // A discovery controller has no I/O queues and no namespaces (§3.1.2.3).

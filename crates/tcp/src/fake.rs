@@ -32,6 +32,9 @@ use nvme_spec::{
     Status, SubmissionEntry,
 };
 
+mod hostile;
+pub use hostile::{Hostile, R2T_FLOOD};
+
 /// Byte offset of CNTLID in the Connect data (NVMe Base 2.0 Figure 548).
 const CONNECT_DATA_CNTLID_OFFSET: u32 = 16;
 
@@ -58,6 +61,9 @@ pub enum Fault {
     /// completes with Command Abort Requested (SCT 0h, SC 07h) and the Abort with dword 0
     /// bit 0 clear. (With `Silent` an Abort is declined: dword 0 bit 0 set.)
     Hold,
+    /// A protocol violation in answer to a Read or Write (`fake/hostile.rs`); commands it
+    /// does not apply to are served normally.
+    Hostile(Hostile),
 }
 
 #[derive(Clone, Debug)]
@@ -84,6 +90,10 @@ pub struct Config {
     /// Identify Controller MDTS (log2 of the largest transfer in minimum pages; 0 = no
     /// limit). Reads and writes larger than that fail with Invalid Field in Command.
     pub mdts: u8,
+    /// CAP.MQES (0's based largest queue; the spec's minimum is 1).
+    pub mqes: u16,
+    /// Identify Controller MAXCMD (commands outstanding per queue).
+    pub maxcmd: u16,
 }
 
 impl Default for Config {
@@ -100,6 +110,8 @@ impl Default for Config {
             fault_after: 0,
             enforce_kato: false,
             mdts: 0,
+            mqes: 127,
+            maxcmd: 128,
         }
     }
 }
@@ -514,7 +526,7 @@ impl Conn<'_> {
                 fill_ascii_field(&mut id.fr, "1.0");
                 id.ioccsz = cfg.ioccsz;
                 id.iorcsz = 1;
-                id.maxcmd = 128;
+                id.maxcmd = cfg.maxcmd;
                 id.nn = 8;
                 id.elpe = (ERROR_LOG_ENTRIES - 1) as u8;
                 id.acl = 3;
@@ -634,7 +646,7 @@ impl Conn<'_> {
                         .get(&self.cntlid)
                         .map_or(0, |c| c.cc));
                     let v: u64 = match fabrics::property_offset(&sqe) as usize {
-                        regs::CAP => Cap::new(127, true, 2, 0, true, 0, 0).0,
+                        regs::CAP => Cap::new(self.st.config.mqes, true, 2, 0, true, 0, 0).0,
                         regs::VS => 0x0001_0400,
                         regs::CC => u64::from(cc.0),
                         regs::CSTS => {
@@ -803,6 +815,7 @@ impl Conn<'_> {
                 self.write_all(&h)?;
                 return Ok(false);
             }
+            Fault::Hostile(h) if self.hostile(h, op, cid, len, in_capsule)? => return Ok(true),
             _ => {}
         }
         let Some(&(_, shift, blocks)) = self.st.config.namespaces.iter().find(|n| n.0 == sqe.nsid)

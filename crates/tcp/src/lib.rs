@@ -27,13 +27,21 @@ mod keep_alive;
 mod mapper;
 mod qpair;
 mod queue;
+mod r2t;
 mod reset;
 pub mod trid;
 
 #[cfg(any(test, feature = "fake-target"))]
 pub mod fake;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_fuzz;
+#[cfg(test)]
+mod tests_hostile;
 
 pub use controller::{
     discover, DiscoveryEntry, TcpController, TcpOptions, DEFAULT_TCP_QUEUE_DEPTH, MAX_TRANSFER,

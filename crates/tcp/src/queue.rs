@@ -4,7 +4,8 @@
 //! Receive path (no allocation): bytes are read into a fixed buffer; a PDU header is parsed
 //! once it is complete (header digest checked), then C2HData payload is copied straight into
 //! the caller's buffer as it arrives (data digest accumulated), so a PDU of any size passes
-//! through a buffer of fixed size. Send path: PDUs are appended to a reusable byte vector and
+//! through a buffer of fixed size (parsing and every check on target input: `queue/rx.rs`,
+//! per-command R2T rules: `r2t.rs`). Send path: PDUs are appended to a reusable byte vector and
 //! written as far as the socket takes them; the rest goes out on the next submit or poll.
 //!
 //! Any protocol violation, digest mismatch, connection reset or end of stream fails the
@@ -20,15 +21,17 @@ use std::time::{Duration, Instant};
 
 use nvme_driver::{Completion, DmaBuffer, Error, IoFailure};
 use nvme_spec::tcp::{
-    self, dgst, flags, pdu_type, C2HData, CapsuleCmd, CapsuleResp, CommonHeader, H2CData, IcReq,
-    IcResp, TermReq, DIGEST_SIZE, R2T,
+    self, dgst, flags, pdu_type, CapsuleCmd, CommonHeader, IcReq, IcResp, TermReq, DIGEST_SIZE,
 };
-use nvme_spec::{Status, SubmissionEntry};
+use nvme_spec::SubmissionEntry;
+
+mod rx;
 
 use crate::error::TcpError;
+use crate::r2t::{R2tState, TX_COMPACT, TX_HIGH_WATER};
 
 /// Receive buffer size: holds any non-data PDU with room to batch many small ones.
-const RX_BUFFER: usize = 64 * 1024;
+pub(crate) const RX_BUFFER: usize = 64 * 1024;
 /// Largest PLEN accepted (a C2HData PDU carries at most the transfer; 16 MiB is far above
 /// what this host asks for), so a garbage length is caught at once.
 const MAX_PLEN: u32 = 16 << 20;
@@ -78,6 +81,8 @@ struct Slot {
     expired: bool,
     /// An Abort for it went out on the admin queue.
     abort_sent: bool,
+    /// What R2Ts asked of it so far (`r2t.rs`).
+    r2t: R2tState,
 }
 
 /// Receive state.
@@ -139,6 +144,11 @@ pub(crate) struct Queue {
     rx_state: Rx,
     tx: Vec<u8>,
     tx_head: usize,
+    /// Bytes written to the socket since the connection opened (R2T bookkeeping).
+    tx_sent: u64,
+    /// PDU handling stopped with bytes left in `rx` because `tx` is over
+    /// [`TX_HIGH_WATER`]; resumed once the socket has taken enough.
+    rx_paused: bool,
     /// Don't write to the socket at each submission (plugged batch).
     pub plugged: bool,
     slots: Vec<Slot>,
@@ -172,6 +182,10 @@ pub(crate) struct Queue {
     /// close the old association's connections before the pair looks at the word) leaves
     /// its requests in flight for the pair's reset handling (`Error::Reset`, or resubmitted).
     pub state_watch: Option<(Arc<std::sync::atomic::AtomicU64>, u64)>,
+    /// Fuzzing and tests: an in-memory pipe that replaces the socket's reads and writes
+    /// (`fuzzing.rs`).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub mem: Option<crate::fuzzing::MemPipe>,
 }
 
 /// Epochs a command may live (the timeout is split into `TIMEOUT_EPOCHS - 1` epochs).
@@ -203,7 +217,7 @@ pub(crate) fn handshake(
         pfv: tcp::PFV_1_0,
         hpda: 0,
         dgst: if want_hdgst { dgst::HEADER } else { 0 } | if want_ddgst { dgst::DATA } else { 0 },
-        maxr2t: 0,
+        maxr2t: crate::r2t::MAXR2T,
         rsvd: [0; 112],
     };
     (&stream).write_all(&req.to_bytes()).map_err(io)?;
@@ -291,23 +305,6 @@ pub(crate) fn handshake(
     ))
 }
 
-/// What a PDU header asks of the queue, decided while the header bytes are borrowed.
-enum Action {
-    Complete {
-        cid: u16,
-        status: Status,
-        dw0: u32,
-        dw1: u32,
-    },
-    R2t(R2T),
-    Data {
-        cid: u16,
-        datao: usize,
-        datal: usize,
-        pdu_flags: u8,
-    },
-}
-
 impl Queue {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
@@ -334,6 +331,8 @@ impl Queue {
             rx_state: Rx::Header,
             tx: Vec::with_capacity(RX_BUFFER),
             tx_head: 0,
+            tx_sent: 0,
+            rx_paused: false,
             plugged: false,
             slots: (0..slots)
                 .map(|_| Slot {
@@ -349,6 +348,7 @@ impl Queue {
                     sqe: SubmissionEntry::default(),
                     expired: false,
                     abort_sent: false,
+                    r2t: R2tState::default(),
                 })
                 .collect(),
             free: (0..slots).rev().collect(),
@@ -367,6 +367,8 @@ impl Queue {
             abort_on_timeout: false,
             timeout_work: false,
             state_watch: None,
+            #[cfg(any(test, feature = "fuzzing"))]
+            mem: None,
         }
     }
 
@@ -432,6 +434,7 @@ impl Queue {
         slot.sqe = sqe;
         slot.expired = false;
         slot.abort_sent = false;
+        slot.r2t = R2tState::new(if in_capsule { len } else { 0 });
         self.in_flight += 1;
         self.encode(cid);
         if !self.plugged {
@@ -509,6 +512,7 @@ impl Queue {
         self.tx.clear();
         self.tx_head = 0;
         self.rx_state = Rx::Header;
+        self.rx_paused = false;
         self.rx_head = 0;
         self.rx_tail = 0;
         self.timeout_work = false;
@@ -598,6 +602,7 @@ impl Queue {
         self.tx.clear();
         self.tx_head = 0;
         self.rx_state = Rx::Header;
+        self.rx_paused = false;
         self.rx_head = 0;
         self.rx_tail = 0;
         self.plugged = false;
@@ -616,6 +621,7 @@ impl Queue {
                 continue;
             }
             s.received = 0;
+            s.r2t = R2tState::new(in_capsule_len(&s.sqe));
             s.epoch = epoch;
             s.expired = false;
             s.abort_sent = false;
@@ -666,9 +672,21 @@ impl Queue {
     /// Writes queued PDUs as far as the socket takes them.
     pub(crate) fn flush_tx(&mut self) {
         while self.tx_head < self.tx.len() {
-            match (&self.stream).write(&self.tx[self.tx_head..]) {
-                Ok(n) if n > 0 => self.tx_head += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+            match self.link_write() {
+                Ok(n) if n > 0 => {
+                    self.tx_head += n;
+                    self.tx_sent += n as u64;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if self.tx_head >= TX_COMPACT {
+                        // The socket is slow to drain: drop what it took (cold path), so
+                        // the buffer holds the backlog, not everything since the last
+                        // complete flush.
+                        self.tx.drain(..self.tx_head);
+                        self.tx_head = 0;
+                    }
+                    return;
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 other => {
                     // The target may have said why before closing (C2HTermReq): read what
@@ -723,6 +741,7 @@ impl Queue {
         self.tx.clear();
         self.tx_head = 0;
         self.rx_state = Rx::Header;
+        self.rx_paused = false;
         self.rx_head = 0;
         self.rx_tail = 0;
         if let Some((word, seen)) = &self.state_watch {
@@ -938,6 +957,18 @@ impl Queue {
     /// `Some(true)`: the read filled the buffer (more may be waiting); `Some(false)`: it
     /// did not; `None`: nothing to read (or the queue failed).
     fn read_some(&mut self) -> Option<bool> {
+        if self.rx_paused {
+            // Back-pressure: nothing more is read or handled until the queued PDUs have
+            // gone out (`flush_tx` at each poll).
+            if self.tx_backlog() > TX_HIGH_WATER {
+                return None;
+            }
+            self.rx_paused = false;
+            self.parse();
+            if self.rx_paused || self.failed.is_some() {
+                return None;
+            }
+        }
         loop {
             if self.rx_head == self.rx_tail {
                 self.rx_head = 0;
@@ -947,7 +978,7 @@ impl Queue {
                 self.rx_tail -= self.rx_head;
                 self.rx_head = 0;
             }
-            match (&self.stream).read(&mut self.rx[self.rx_tail..]) {
+            match self.link_read() {
                 Ok(0) => {
                     self.fail(TcpError::Closed {
                         addr: self.addr,
@@ -1002,403 +1033,36 @@ impl Queue {
         !self.deferred.is_empty()
     }
 
-    /// Handles every complete PDU (and partial C2HData payload) in the receive buffer.
-    fn parse(&mut self) {
-        while self.failed.is_none() {
-            let avail = self.rx_tail - self.rx_head;
-            match self.rx_state {
-                Rx::Header => {
-                    if avail < CommonHeader::SIZE {
-                        return;
-                    }
-                    match self.parse_header(avail) {
-                        Some(true) => {}
-                        Some(false) | None => return,
-                    }
-                }
-                Rx::Data {
-                    cid,
-                    pos,
-                    remaining,
-                    datal,
-                    pdu_flags,
-                    crc,
-                } => {
-                    if avail == 0 {
-                        return;
-                    }
-                    let n = avail.min(remaining);
-                    let src = &self.rx[self.rx_head..self.rx_head + n];
-                    let crc = if self.neg.ddgst {
-                        crc32c::crc32c_append(crc, src)
-                    } else {
-                        crc
-                    };
-                    let buf = self.slots[usize::from(cid)]
-                        .buffer
-                        .as_mut()
-                        .expect("validated: a read slot has a buffer");
-                    buf[pos..pos + n].copy_from_slice(src);
-                    self.rx_head += n;
-                    self.rx_state = if n < remaining {
-                        Rx::Data {
-                            cid,
-                            pos: pos + n,
-                            remaining: remaining - n,
-                            datal,
-                            pdu_flags,
-                            crc,
-                        }
-                    } else if self.neg.ddgst {
-                        Rx::DataDigest {
-                            cid,
-                            datal,
-                            pdu_flags,
-                            crc,
-                        }
-                    } else {
-                        self.data_done(cid, datal, pdu_flags);
-                        Rx::Header
-                    };
-                }
-                Rx::DataDigest {
-                    cid,
-                    datal,
-                    pdu_flags,
-                    crc,
-                } => {
-                    if avail < DIGEST_SIZE {
-                        return;
-                    }
-                    let received = u32::from_le_bytes(
-                        self.rx[self.rx_head..self.rx_head + 4]
-                            .try_into()
-                            .expect("sized"),
-                    );
-                    self.rx_head += DIGEST_SIZE;
-                    if received != crc {
-                        self.fail(TcpError::Digest {
-                            addr: self.addr,
-                            qid: self.qid,
-                            kind: "data",
-                            pdu: "C2HData",
-                            computed: crc,
-                            received,
-                        });
-                        return;
-                    }
-                    self.rx_state = Rx::Header;
-                    self.data_done(cid, datal, pdu_flags);
-                }
-            }
+    /// Reads from the socket into the free end of the receive buffer.
+    fn link_read(&mut self) -> std::io::Result<usize> {
+        let buf = &mut self.rx[self.rx_tail..];
+        #[cfg(any(test, feature = "fuzzing"))]
+        if let Some(m) = self.mem.as_mut() {
+            return m.read(buf);
         }
+        (&self.stream).read(buf)
     }
 
-    /// The payload of a C2HData PDU has arrived (and its digest matched).
-    fn data_done(&mut self, cid: u16, datal: usize, pdu_flags: u8) {
-        let slot = &mut self.slots[usize::from(cid)];
-        slot.received += datal;
-        if pdu_flags & flags::SUCCESS != 0 {
-            if slot.received != slot.len {
-                let what = format!(
-                    "SUCCESS flag after {} of the command's {} bytes",
-                    slot.received, slot.len
-                );
-                self.malformed(pdu_type::C2H_DATA, what);
-                return;
-            }
-            self.stats.success_shortcuts += 1;
-            self.finish(cid, Ok(0));
+    /// Writes the unsent part of the send buffer to the socket.
+    fn link_write(&mut self) -> std::io::Result<usize> {
+        let buf = &self.tx[self.tx_head..];
+        #[cfg(any(test, feature = "fuzzing"))]
+        if let Some(m) = self.mem.as_mut() {
+            return m.write(buf);
         }
+        (&self.stream).write(buf)
     }
 
-    /// Parses one PDU header at `rx_head`. `Some(true)`: consumed, go on; `Some(false)`:
-    /// incomplete, wait for more bytes; `None`: the queue failed.
-    fn parse_header(&mut self, avail: usize) -> Option<bool> {
-        let h = self.rx_head;
-        let ch = CommonHeader::from_bytes(
-            &self.rx[h..h + CommonHeader::SIZE]
-                .try_into()
-                .expect("sized"),
-        );
-        let t = ch.pdu_type;
-        let Some(hlen) = tcp::expected_hlen(t) else {
-            self.malformed(t, format!("unknown PDU type {t:#04x}"));
-            return None;
-        };
-        if !matches!(
-            t,
-            pdu_type::CAPSULE_RESP | pdu_type::C2H_DATA | pdu_type::R2T | pdu_type::C2H_TERM_REQ
-        ) {
-            self.malformed(
-                t,
-                "a controller must not send this PDU type after ICResp".into(),
-            );
-            return None;
-        }
-        if ch.hlen != hlen {
-            self.malformed(t, format!("HLEN {} (must be {hlen})", ch.hlen));
-            return None;
-        }
-        let hlen = usize::from(hlen);
-        if t == pdu_type::C2H_TERM_REQ {
-            if avail < hlen {
-                return Some(false);
-            }
-            let term =
-                TermReq::from_bytes(&self.rx[h..h + TermReq::SIZE].try_into().expect("sized"));
-            self.fail(TcpError::Terminated {
-                addr: self.addr,
-                qid: self.qid,
-                fes: term.fes,
-                fei: term.fei(),
-                name: tcp::fes::name(term.fes),
-            });
-            return None;
-        }
-        let hd = if self.neg.hdgst { DIGEST_SIZE } else { 0 };
-        if (ch.flags & flags::HDGSTF != 0) != self.neg.hdgst {
-            self.malformed(
-                t,
-                format!(
-                    "HDGSTF flag is {} but header digests are {}",
-                    ch.flags & flags::HDGSTF != 0,
-                    if self.neg.hdgst { "on" } else { "off" }
-                ),
-            );
-            return None;
-        }
-        if ch.plen > MAX_PLEN {
-            self.malformed(t, format!("PLEN {} is beyond any transfer", ch.plen));
-            return None;
-        }
-        let plen = ch.plen as usize;
-        // Bytes of this PDU that must be in the buffer before it is handled: everything for
-        // PDUs without data, the header (and digest and padding) for C2HData.
-        let need = if t == pdu_type::C2H_DATA {
-            let pdo = usize::from(ch.pdo);
-            if pdo < hlen + hd {
-                self.malformed(
-                    t,
-                    format!("PDO {pdo} overlaps the header ({} bytes)", hlen + hd),
-                );
-                return None;
-            }
-            pdo
-        } else {
-            if plen != hlen + hd {
-                self.malformed(t, format!("PLEN {plen} (must be {})", hlen + hd));
-                return None;
-            }
-            plen
-        };
-        if avail < need {
-            if self.rx.len() - self.rx_head < need {
-                // Make room for the whole header.
-                self.rx.copy_within(self.rx_head..self.rx_tail, 0);
-                self.rx_tail -= self.rx_head;
-                self.rx_head = 0;
-            }
-            return Some(false);
-        }
-        if self.neg.hdgst {
-            let computed = crc32c(&self.rx[h..h + hlen]);
-            let received =
-                u32::from_le_bytes(self.rx[h + hlen..h + hlen + 4].try_into().expect("sized"));
-            if computed != received {
-                self.fail(TcpError::Digest {
-                    addr: self.addr,
-                    qid: self.qid,
-                    kind: "header",
-                    pdu: pdu_type::name(t),
-                    computed,
-                    received,
-                });
-                return None;
-            }
-        }
-        self.stats.pdus_received += 1;
-        let action = match t {
-            pdu_type::CAPSULE_RESP => {
-                let r = CapsuleResp::from_bytes(
-                    &self.rx[h..h + CapsuleResp::SIZE].try_into().expect("sized"),
-                );
-                Action::Complete {
-                    cid: r.cqe.cid,
-                    status: r.cqe.status(),
-                    dw0: r.cqe.dw0,
-                    dw1: r.cqe.dw1,
-                }
-            }
-            pdu_type::R2T => Action::R2t(R2T::from_bytes(
-                &self.rx[h..h + R2T::SIZE].try_into().expect("sized"),
-            )),
-            _ => {
-                let d =
-                    C2HData::from_bytes(&self.rx[h..h + C2HData::SIZE].try_into().expect("sized"));
-                let dd = if self.neg.ddgst { DIGEST_SIZE } else { 0 };
-                if (ch.flags & flags::DDGSTF != 0) != self.neg.ddgst {
-                    self.malformed(
-                        t,
-                        "DDGSTF flag disagrees with the negotiated data digest".into(),
-                    );
-                    return None;
-                }
-                if d.datal == 0 || plen != usize::from(ch.pdo) + d.datal as usize + dd {
-                    self.malformed(
-                        t,
-                        format!(
-                            "DATAL {} does not fit PLEN {plen} and PDO {}",
-                            d.datal, ch.pdo
-                        ),
-                    );
-                    return None;
-                }
-                if ch.flags & flags::SUCCESS != 0 && ch.flags & flags::LAST_PDU == 0 {
-                    self.malformed(t, "SUCCESS without LAST_PDU".into());
-                    return None;
-                }
-                Action::Data {
-                    cid: d.cccid,
-                    datao: d.datao as usize,
-                    datal: d.datal as usize,
-                    pdu_flags: ch.flags,
-                }
-            }
-        };
-        self.rx_head += need;
-        match action {
-            Action::Complete {
-                cid,
-                status,
-                dw0,
-                dw1,
-            } => {
-                if !self.slot_busy(cid) {
-                    self.malformed(t, format!("command id {cid:#x} is not outstanding"));
-                    return None;
-                }
-                if self.slots[usize::from(cid)].sync {
-                    self.sync_dw0 = dw0;
-                    self.sync_dw1 = dw1;
-                }
-                let result = if status.is_success() {
-                    Ok(dw0)
-                } else {
-                    Err(Error::Command {
-                        command: command_name(self.slots[usize::from(cid)].opcode),
-                        status,
-                    })
-                };
-                self.finish(cid, result);
-            }
-            Action::R2t(r2t) => self.answer_r2t(r2t)?,
-            Action::Data {
-                cid,
-                datao,
-                datal,
-                pdu_flags,
-            } => {
-                if !self.slot_busy(cid) {
-                    self.malformed(t, format!("command id {cid:#x} is not outstanding"));
-                    return None;
-                }
-                let s = &self.slots[usize::from(cid)];
-                if s.to_device || s.buffer.is_none() {
-                    self.malformed(t, format!("command id {cid:#x} reads no data"));
-                    return None;
-                }
-                if datao != s.received || datao + datal > s.len {
-                    let what = format!(
-                        "data at {datao}..{} for a {}-byte transfer ({} bytes received so far)",
-                        datao + datal,
-                        s.len,
-                        s.received
-                    );
-                    self.malformed(t, what);
-                    return None;
-                }
-                self.rx_state = Rx::Data {
-                    cid,
-                    pos: datao,
-                    remaining: datal,
-                    datal,
-                    pdu_flags,
-                    crc: 0,
-                };
-            }
-        }
-        Some(true)
+    /// Sizes of the send queue (bytes held, sent or not) and of the receive buffer.
+    #[cfg(any(test, feature = "fuzzing"))]
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn buffer_sizes(&self) -> (usize, usize) {
+        (self.tx.len(), self.rx.len())
     }
 
-    fn slot_busy(&self, cid: u16) -> bool {
-        self.slots.get(usize::from(cid)).is_some_and(|s| s.busy)
-    }
-
-    /// Queues the H2CData PDUs an R2T asks for (at most MAXH2CDATA bytes each).
-    fn answer_r2t(&mut self, r2t: R2T) -> Option<()> {
-        let t = pdu_type::R2T;
-        let cid = r2t.cccid;
-        if !self.slot_busy(cid) {
-            self.malformed(t, format!("command id {cid:#x} is not outstanding"));
-            return None;
-        }
-        let (offset, len) = (r2t.r2to as usize, r2t.r2tl as usize);
-        let s = &self.slots[usize::from(cid)];
-        if !s.to_device || s.buffer.is_none() || len == 0 || offset + len > s.len {
-            let what = format!(
-                "asks for bytes {offset}..{} of command {cid:#x}, which sends {} bytes",
-                offset + len,
-                if s.to_device { s.len } else { 0 }
-            );
-            self.malformed(t, what);
-            return None;
-        }
-        self.stats.r2ts += 1;
-        let hd = if self.neg.hdgst { DIGEST_SIZE } else { 0 };
-        let dd = if self.neg.ddgst { DIGEST_SIZE } else { 0 };
-        let hlen = H2CData::SIZE;
-        let pdo = align_up(hlen + hd, self.neg.cpda_align);
-        let mut done = 0;
-        while done < len {
-            let chunk = (len - done).min(self.neg.maxh2cdata);
-            let last = done + chunk == len;
-            let pdu = H2CData {
-                ch: CommonHeader {
-                    pdu_type: pdu_type::H2C_DATA,
-                    flags: if self.neg.hdgst { flags::HDGSTF } else { 0 }
-                        | if self.neg.ddgst { flags::DDGSTF } else { 0 }
-                        | if last { flags::LAST_PDU } else { 0 },
-                    hlen: hlen as u8,
-                    pdo: pdo as u8,
-                    plen: (pdo + chunk + dd) as u32,
-                },
-                cccid: cid,
-                ttag: r2t.ttag,
-                datao: (offset + done) as u32,
-                datal: chunk as u32,
-                rsvd: 0,
-            };
-            let start = self.tx.len();
-            self.tx.extend_from_slice(&pdu.to_bytes());
-            if self.neg.hdgst {
-                let d = crc32c(&self.tx[start..start + hlen]);
-                self.tx.extend_from_slice(&d.to_le_bytes());
-            }
-            self.tx.resize(start + pdo, 0);
-            let buf = self.slots[usize::from(cid)]
-                .buffer
-                .as_ref()
-                .expect("checked");
-            let data = &buf[offset + done..offset + done + chunk];
-            self.tx.extend_from_slice(data);
-            if self.neg.ddgst {
-                self.tx.extend_from_slice(&crc32c(data).to_le_bytes());
-            }
-            done += chunk;
-        }
-        self.flush_tx();
-        Some(())
+    /// Bytes queued for sending and not yet taken by the socket.
+    fn tx_backlog(&self) -> usize {
+        self.tx.len() - self.tx_head
     }
 
     /// Closes the connection (the queue is being dropped).
@@ -1409,6 +1073,15 @@ impl Queue {
     /// The socket, for a queue that only ran the Fabrics Connect of another one.
     pub(crate) fn into_stream(self) -> TcpStream {
         self.stream
+    }
+}
+
+/// Bytes of data a command carries in its capsule (0 when it moves data by R2T/C2HData).
+fn in_capsule_len(sqe: &SubmissionEntry) -> usize {
+    if sqe.sgl_id() == tcp::sgl::IN_CAPSULE_DATA {
+        sqe.sgl_len() as usize
+    } else {
+        0
     }
 }
 
