@@ -36,6 +36,11 @@ step "examples" sh -c 'cargo run -q -p nvme-driver --example hello -- sim &&
     cargo run -q -p nvme-driver --example app_memory -- sim &&
     cargo run -q -p nvme-poll --example tokio_local -- sim 8 200'
 
+# The NVMe/TCP receive path fuzzed for 30 s (libFuzzer where cargo-fuzz and nightly exist, else a
+# release proptest run of the structured property): no panic, one completion per request, bounded
+# buffers, every buffer back (docs/nvme-tcp.md, "A hostile target").
+step "tcp fuzz (short)" tests/tcp-fuzz.sh 30
+
 # Per-I/O instruction counts (callgrind) against tests/instr-budget.txt: fails on +5 %.
 step "instruction budget" tests/instr-per-io.sh --check
 
