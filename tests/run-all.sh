@@ -36,6 +36,11 @@ step "examples" sh -c 'cargo run -q -p nvme-driver --example hello -- sim &&
     cargo run -q -p nvme-driver --example app_memory -- sim &&
     cargo run -q -p nvme-poll --example tokio_local -- sim 8 200'
 
+# A plain release build (tools and C library for a real machine) compiles no emulator, and
+# `nvme-perf sim` there fails with a clear error. Before the instruction budget, which rebuilds
+# nvme-perf with the emulator.
+step "no emulator in release builds" tests/no-emulator.sh
+
 # Per-I/O instruction counts (callgrind) against tests/instr-budget.txt: fails on +5 %.
 step "instruction budget" tests/instr-per-io.sh --check
 
