@@ -26,7 +26,8 @@ command -v valgrind >/dev/null || {
     echo "instr-per-io.sh: needs valgrind (apt-get install valgrind)" >&2
     exit 2
 }
-cargo build --release -q -p nvme-perf
+# DEVICE `sim` is the `emulator` feature (a plain release build has none).
+cargo build --release -q -p nvme-perf --features emulator
 OUT=$(mktemp -d)
 [ -z "${KEEP:-}" ] || echo "instr-per-io.sh: keeping $OUT" >&2
 trap '[ -n "${KEEP:-}" ] || rm -rf "$OUT"' EXIT

@@ -41,6 +41,11 @@ step "examples" sh -c 'cargo run -q -p nvme-driver --example hello -- sim &&
 # buffers, every buffer back (docs/nvme-tcp.md, "A hostile target").
 step "tcp fuzz (short)" tests/tcp-fuzz.sh 30
 
+# A plain release build (tools and C library for a real machine) compiles no emulator, and
+# `nvme-perf sim` there fails with a clear error. Before the instruction budget, which rebuilds
+# nvme-perf with the emulator.
+step "no emulator in release builds" tests/no-emulator.sh
+
 # Per-I/O instruction counts (callgrind) against tests/instr-budget.txt: fails on +5 %.
 step "instruction budget" tests/instr-per-io.sh --check
 

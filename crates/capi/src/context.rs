@@ -4,8 +4,12 @@
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::Arc;
 
-use nvme_driver::{Controller, ControllerOptions, DmaContext, Transport};
-use nvme_sim::{SimConfig, SimController, SimDma};
+use nvme_driver::{Controller, ControllerOptions, DmaContext};
+#[cfg(feature = "emulator")]
+use nvme_driver::Transport;
+use crate::emulator::SimDma;
+#[cfg(feature = "emulator")]
+use nvme_sim::{SimConfig, SimController};
 
 use super::{fail, fail_with, guard, nvme_buf, nvme_ctrlr, publish_ctrlr, AnyCtrl, BufState};
 use crate::errors::*;
@@ -60,14 +64,21 @@ pub unsafe extern "C" fn nvme_dma_context_create_emulated(
 ) -> c_int {
     guard("nvme_dma_context_create_emulated", || {
         check_null!("nvme_dma_context_create_emulated", out);
-        let dma = Arc::new(SimDma::new());
-        let handle = Box::new(nvme_dma_context {
-            ctx: DmaContext::with_mapper(dma.clone()),
-            sim_dma: Some(dma),
-        });
-        // SAFETY: `out` is non-null and valid for a write (caller contract).
-        unsafe { *out = Box::into_raw(handle) };
-        NVME_OK
+        #[cfg(not(feature = "emulator"))]
+        {
+            crate::emulator::missing("nvme_dma_context_create_emulated")
+        }
+        #[cfg(feature = "emulator")]
+        {
+            let dma = Arc::new(SimDma::new());
+            let handle = Box::new(nvme_dma_context {
+                ctx: DmaContext::with_mapper(dma.clone()),
+                sim_dma: Some(dma),
+            });
+            // SAFETY: `out` is non-null and valid for a write (caller contract).
+            unsafe { *out = Box::into_raw(handle) };
+            NVME_OK
+        }
     })
 }
 
@@ -161,16 +172,24 @@ pub unsafe extern "C" fn nvme_ctrlr_open_emulated_in(
                  nvme_dma_context_create_emulated",
             );
         };
-        let sim = SimController::start_in(SimConfig::default(), dma.clone());
-        let transport = Transport::new(sim.mmio(), sim.dma(), "emulated")
-            .with_function_control(sim.function_control());
-        match Controller::new_in(&ctx.ctx, transport, ControllerOptions::default()) {
-            Ok(ctrl) => {
-                // SAFETY: `out` is non-null and valid for a write (caller contract).
-                unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), Some(sim), out) };
-                NVME_OK
+        #[cfg(not(feature = "emulator"))]
+        {
+            // Unreachable: no emulated context exists in this build (`SimDma` has no values).
+            match **dma {}
+        }
+        #[cfg(feature = "emulator")]
+        {
+            let sim = SimController::start_in(SimConfig::default(), dma.clone());
+            let transport = Transport::new(sim.mmio(), sim.dma(), "emulated")
+                .with_function_control(sim.function_control());
+            match Controller::new_in(&ctx.ctx, transport, ControllerOptions::default()) {
+                Ok(ctrl) => {
+                    // SAFETY: `out` is non-null and valid for a write (caller contract).
+                    unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), Some(sim), out) };
+                    NVME_OK
+                }
+                Err(e) => fail_with(&e),
             }
-            Err(e) => fail_with(&e),
         }
     })
 }

@@ -62,11 +62,16 @@ use std::time::Duration;
 use nvme_driver::spec::queue::DSM_MAX_RANGES;
 use nvme_driver::{
     Completion, Controller, ControllerOptions, DmaBuffer, Error, IoFailure, Namespace,
-    QueuePairOptions, Transport, WriteFlags,
+    QueuePairOptions, WriteFlags,
 };
-use nvme_sim::{SimConfig, SimController};
+#[cfg(feature = "emulator")]
+use nvme_driver::Transport;
+use emulator::SimController;
+#[cfg(feature = "emulator")]
+use nvme_sim::SimConfig;
 use nvme_tcp::{TcpController, TcpOptions, TransportId};
 
+mod emulator;
 mod errors;
 mod namespaces;
 mod split;
@@ -309,17 +314,24 @@ fn connect_tcp(what: &str, trid: &str) -> Result<TcpController, c_int> {
 pub unsafe extern "C" fn nvme_ctrlr_open_emulated(out: *mut *mut nvme_ctrlr) -> c_int {
     guard("nvme_ctrlr_open_emulated", || {
         check_null!("nvme_ctrlr_open_emulated", out);
-        let sim = SimController::start(SimConfig::default());
-        match Controller::new(
-            Transport::new(sim.mmio(), sim.dma(), "emulated"),
-            ControllerOptions::default(),
-        ) {
-            Ok(ctrl) => {
-                // SAFETY: `out` is non-null and valid for a write (caller contract).
-                unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), Some(sim), out) };
-                NVME_OK
+        #[cfg(not(feature = "emulator"))]
+        {
+            emulator::missing("nvme_ctrlr_open_emulated")
+        }
+        #[cfg(feature = "emulator")]
+        {
+            let sim = SimController::start(SimConfig::default());
+            match Controller::new(
+                Transport::new(sim.mmio(), sim.dma(), "emulated"),
+                ControllerOptions::default(),
+            ) {
+                Ok(ctrl) => {
+                    // SAFETY: `out` is non-null and valid for a write (caller contract).
+                    unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), Some(sim), out) };
+                    NVME_OK
+                }
+                Err(e) => fail_with(&e),
             }
-            Err(e) => fail_with(&e),
         }
     })
 }

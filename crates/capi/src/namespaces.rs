@@ -11,6 +11,7 @@
 
 use std::ffi::c_int;
 
+#[cfg(feature = "emulator")]
 use nvme_sim::SimController;
 
 use crate::transport::AnyCtrl;
@@ -61,6 +62,7 @@ pub unsafe extern "C" fn nvme_ctrlr_rescan_namespaces(ctrlr: *const nvme_ctrlr) 
 /// # Safety
 /// `ctrlr` is an open controller handle that stays open while the reference is used.
 #[doc(hidden)]
+#[cfg(feature = "emulator")]
 pub unsafe fn emulated_device<'a>(ctrlr: *const nvme_ctrlr) -> Option<&'a SimController> {
     // SAFETY: `ctrlr` is a live handle for `'a` (caller contract).
     let shared = unsafe { &(*ctrlr).shared };

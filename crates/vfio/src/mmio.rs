@@ -7,17 +7,25 @@
 //!
 //! INVARIANT (`Mmio`): `ptr` is valid for volatile reads and writes of `len` bytes for as long
 //! as `owner` is alive; `owner` keeps the mapping (mmap of a BAR, or emulator memory) alive.
+//!
+//! Atomic windows (the in-process emulator's register page, [`Mmio::new_atomic`]) exist only
+//! with the `emulator` feature, which `nvme-sim` turns on. Without it (a build for real
+//! hardware: no emulator in the dependency graph) the access mode is a one-variant, zero-sized
+//! type, so a register access or a doorbell ring is the volatile store alone: no mode field is
+//! loaded or compared per access.
 
 use std::any::Any;
 use std::fmt;
 use std::ptr::NonNull;
+#[cfg(feature = "emulator")]
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// Anything that keeps a register window mapped (a VFIO device with its BAR mmap, an emulator).
 pub type MappingOwner = Arc<dyn Any + Send + Sync>;
 
-/// How the window's words are accessed.
+/// How the window's words are accessed. Chosen when the window is made; without the
+/// `emulator` feature there is only one choice and the type is zero-sized.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Access {
     /// Device memory (a BAR): volatile loads and stores.
@@ -25,8 +33,13 @@ enum Access {
     /// Ordinary memory that another thread of this process serves with atomics (the
     /// in-process emulator): atomic loads and stores, so both sides agree under Rust's memory
     /// model (mixing volatile and atomic accesses to one word would be a data race).
+    #[cfg(feature = "emulator")]
     Atomic,
 }
+
+// A build for real hardware carries no access mode: nothing to load or branch on per access.
+#[cfg(not(feature = "emulator"))]
+const _: () = assert!(std::mem::size_of::<Access>() == 0);
 
 /// A mapped register window.
 #[derive(Clone)]
@@ -74,6 +87,7 @@ impl Mmio {
     ///
     /// # Safety
     /// As [`Mmio::new`]; in addition every other access to these words must be atomic.
+    #[cfg(feature = "emulator")]
     pub unsafe fn new_atomic(ptr: NonNull<u8>, len: usize, owner: MappingOwner) -> Self {
         Self {
             ptr,
@@ -113,6 +127,7 @@ impl Mmio {
             // SAFETY: valid, aligned register (above).
             Access::Volatile => unsafe { ptr.read_volatile() },
             // SAFETY: valid and aligned; every access to these words is atomic (`new_atomic`).
+            #[cfg(feature = "emulator")]
             Access::Atomic => unsafe { AtomicU32::from_ptr(ptr) }.load(Ordering::Acquire),
         }
     }
@@ -127,6 +142,7 @@ impl Mmio {
             // SAFETY: valid, aligned register (above).
             Access::Volatile => unsafe { ptr.write_volatile(value) },
             // SAFETY: valid and aligned; every access to these words is atomic (`new_atomic`).
+            #[cfg(feature = "emulator")]
             Access::Atomic => unsafe { AtomicU32::from_ptr(ptr) }.store(value, Ordering::Release),
         }
     }
@@ -134,7 +150,14 @@ impl Mmio {
     /// Whether this window uses atomic accesses (memory another thread of this process serves
     /// as registers, see [`Mmio::new_atomic`]) rather than volatile ones (a device BAR).
     pub fn is_atomic(&self) -> bool {
-        self.access == Access::Atomic
+        #[cfg(feature = "emulator")]
+        {
+            self.access == Access::Atomic
+        }
+        #[cfg(not(feature = "emulator"))]
+        {
+            false
+        }
     }
 
     /// Whether `offset..offset + 4` is a dword inside the window (for offsets computed from
@@ -194,12 +217,14 @@ impl fmt::Debug for Doorbell {
 impl Doorbell {
     /// Writes `value` to the doorbell (one store: volatile to a device, atomic to an
     /// in-process emulator). The caller orders its ring writes before it with
-    /// [`crate::barrier::before_doorbell`].
+    /// [`crate::barrier::before_doorbell`]. Without the `emulator` feature this is the volatile
+    /// store and nothing else (`Access` is zero-sized there).
     #[inline(always)]
     pub fn ring(&self, value: u32) {
         match self.access {
             // SAFETY: valid and aligned by the type invariant.
             Access::Volatile => unsafe { self.ptr.as_ptr().write_volatile(value) },
+            #[cfg(feature = "emulator")]
             Access::Atomic => {
                 // SAFETY: valid and aligned; all accesses to the word are atomic (`new_atomic`).
                 unsafe { AtomicU32::from_ptr(self.ptr.as_ptr()) }.store(value, Ordering::Release)

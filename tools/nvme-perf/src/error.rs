@@ -141,6 +141,9 @@ pub enum PerfError {
          and the LBA range"
     )]
     IoErrors { count: u64, first: String },
+    /// DEVICE `sim` in a build without the in-process emulator (a plain release build).
+    #[error("this build has no emulator: rebuild with --features emulator to use DEVICE `sim`")]
+    NoEmulator,
 }
 
 impl PerfError {

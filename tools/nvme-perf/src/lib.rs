@@ -14,6 +14,7 @@
 
 pub mod args;
 pub mod control;
+pub mod emulator;
 pub mod error;
 pub mod report;
 pub mod rng;

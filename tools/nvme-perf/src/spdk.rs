@@ -21,12 +21,11 @@ use std::time::{Duration, Instant};
 
 use nvme_driver::{
     Completion, Controller, ControllerOptions, DmaBuffer, Namespace, QueuePair, QueuePairOptions,
-    Transport,
 };
 use nvme_pool::{CacheConfig, ObjectCache};
-use nvme_sim::{SimConfig, SimController, SimNamespace};
 
 use crate::args::Config;
+use crate::emulator::{self, SimController};
 use crate::control::{
     Control, DriverCounters, Live, LiveSample, Pacer, RecoveryStats, Step, Tally, WorkerResult,
 };
@@ -36,19 +35,6 @@ use crate::runner::{self, Geometry, Setup};
 use crate::target::Target;
 use crate::verify::{self, Check, FaultPlan, NoCheck, Verifier};
 
-/// Blocks of the emulator's default namespace (nsid 1): 1 GiB of 4 KiB blocks. Never touched
-/// (null I/O), so it costs no memory.
-const SIM_LARGE_BLOCKS: u64 = (1 << 30) / SIM_LARGE_BLOCK as u64;
-/// LBA size of the emulator's namespace 1.
-const SIM_LARGE_BLOCK: u32 = 4096;
-/// Blocks of the emulator's namespace 2: 1 GiB of 512-byte blocks.
-const SIM_SMALL_BLOCKS: u64 = (1 << 30) / SIM_SMALL_BLOCK as u64;
-/// LBA size of the emulator's namespace 2.
-const SIM_SMALL_BLOCK: u32 = 512;
-/// Bytes of each emulator namespace with `--verify` (real data: memory-backed).
-const SIM_VERIFY_BYTES: u64 = 64 << 20;
-/// Queue pairs the emulator grants.
-const SIM_QUEUE_PAIRS: u16 = 64;
 /// Idle contexts the cache tolerates above the queue depth before it prunes.
 const CACHE_SLACK: usize = 64;
 /// `--reset-interval`: resubmissions of one I/O after retryable completion errors before it
@@ -80,42 +66,6 @@ impl IoContext {
     }
 }
 
-/// The emulator configuration `sim` runs: null I/O (no data copies), shadow doorbells, and two
-/// 1 GiB namespaces: nsid 1 with 4 KiB blocks, nsid 2 with 512-byte blocks.
-pub fn sim_config() -> SimConfig {
-    SimConfig {
-        namespaces: vec![
-            SimNamespace {
-                nsid: 1,
-                block_size: SIM_LARGE_BLOCK,
-                blocks: SIM_LARGE_BLOCKS,
-                ..SimNamespace::default()
-            },
-            SimNamespace {
-                nsid: 2,
-                block_size: SIM_SMALL_BLOCK,
-                blocks: SIM_SMALL_BLOCKS,
-                ..SimNamespace::default()
-            },
-        ],
-        io_queue_pairs: SIM_QUEUE_PAIRS,
-        null_io: true,
-        shadow_doorbells: true,
-        ..SimConfig::default()
-    }
-}
-
-/// The emulator configuration `sim --verify` runs: as [`sim_config`], but the medium keeps the
-/// data (no null I/O) and the namespaces are 64 MiB each (they are memory-backed).
-pub fn sim_verify_config() -> SimConfig {
-    let mut config = sim_config();
-    config.null_io = false;
-    for ns in &mut config.namespaces {
-        ns.blocks = SIM_VERIFY_BYTES / u64::from(ns.block_size);
-    }
-    config
-}
-
 /// Opens the controller (keeping the emulator alive alongside it when `sim`).
 fn open(config: &Config) -> Result<(Option<SimController>, Controller), PerfError> {
     let options = ControllerOptions {
@@ -126,13 +76,7 @@ fn open(config: &Config) -> Result<(Option<SimController>, Controller), PerfErro
     };
     match &config.target {
         Target::Sim => {
-            let sim = SimController::start(if config.verify {
-                sim_verify_config()
-            } else {
-                sim_config()
-            });
-            let transport =
-                Transport::new(sim.mmio(), sim.dma(), "sim").with_interrupts(sim.interrupts());
+            let (sim, transport) = emulator::start(config.verify)?;
             let ctrl = Controller::new(transport, options)
                 .map_err(|e| PerfError::driver("bringing up the emulated controller", e))?;
             Ok((Some(sim), ctrl))

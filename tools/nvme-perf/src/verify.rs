@@ -36,7 +36,7 @@
 
 use std::sync::Arc;
 
-use nvme_sim::SimController;
+use crate::emulator::SimController;
 use serde::Serialize;
 
 use crate::args::{Config, SimFault};

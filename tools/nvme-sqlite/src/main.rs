@@ -15,12 +15,18 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
-use nvme_driver::{parse_device, Controller, ControllerOptions, DeviceArgError, Transport};
+use nvme_driver::{parse_device, Controller, ControllerOptions, DeviceArgError};
+// DEVICE `sim` needs the `emulator` feature (off in a plain build); unit tests always have it
+// (nvme-sim is also a dev-dependency).
+#[cfg(any(test, feature = "emulator"))]
+use nvme_driver::Transport;
+#[cfg(any(test, feature = "emulator"))]
 use nvme_sim::{SimConfig, SimController, SimNamespace};
 use nvme_sqlite_vfs::workload::{self, JournalMode, Params, Summary, Timings};
 use nvme_sqlite_vfs::{Format, NvmeDevice, NvmeVfs, StoreStats};
 
 /// Size of the emulated namespace `sim` runs on (memory backed).
+#[cfg(any(test, feature = "emulator"))]
 const SIM_BYTES: u64 = 256 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -85,6 +91,9 @@ enum ToolError {
     Integrity(String),
     #[error("-n and -m must be at least 1")]
     Params,
+    #[cfg(not(any(test, feature = "emulator")))]
+    #[error("this build has no emulator: rebuild with --features emulator to use --device sim")]
+    NoEmulator,
 }
 
 fn main() -> ExitCode {
@@ -94,6 +103,7 @@ fn main() -> ExitCode {
 /// An emulator configuration; each emulator gets its own serial number, so each is its own
 /// NVM subsystem (a namespace serves one VFS at a time per process, and the tests run
 /// several emulators at once).
+#[cfg(any(test, feature = "emulator"))]
 fn sim_config(block_size: u32) -> SimConfig {
     static SERIAL: AtomicU32 = AtomicU32::new(0);
     SimConfig {
@@ -124,8 +134,15 @@ fn run(cli: &Cli) -> Result<(), ToolError> {
     let device = cli.device.as_deref().unwrap_or_default();
     if device.eq_ignore_ascii_case("sim") {
         // A fresh emulator is blank: format it (verify-only then reports the blank namespace).
-        let sim = SimController::start(sim_config(cli.sim_block_size));
-        run_on_sim(cli, &sim, !cli.verify_only).map(drop)
+        #[cfg(any(test, feature = "emulator"))]
+        {
+            let sim = SimController::start(sim_config(cli.sim_block_size));
+            run_on_sim(cli, &sim, !cli.verify_only).map(drop)
+        }
+        #[cfg(not(any(test, feature = "emulator")))]
+        {
+            Err(ToolError::NoEmulator)
+        }
     } else {
         let address = parse_device(device)?;
         let ctrl = Controller::open_pci(&address.to_string(), ControllerOptions::default())?;
@@ -134,6 +151,7 @@ fn run(cli: &Cli) -> Result<(), ToolError> {
 }
 
 /// Runs on an emulator the caller keeps alive (tests reopen the same medium).
+#[cfg(any(test, feature = "emulator"))]
 fn run_on_sim(cli: &Cli, sim: &SimController, format: bool) -> Result<Summary, ToolError> {
     let transport = Transport::new(sim.mmio(), sim.dma(), "sim");
     let ctrl = Controller::new(transport, ControllerOptions::default())?;
