@@ -25,6 +25,20 @@
 //! (an Abort that succeeds makes the controller post it), or until the queue is deleted or
 //! the controller stopped when the pair drops. A controller that cannot be stopped leaks
 //! them (see `teardown`).
+//!
+//! The code is split by concern: [`options`](QueuePairOptions), `create`, `submit`
+//! (validation, slots, data pointers, doorbells), `split` (transfers over MDTS),
+//! `software_queue`, `reap` (completions), `timeout` (the epoch clock, expiry, aborts),
+//! `health` (CSTS checks), `recover` (re-creating the queues after a reset), `sync`,
+//! `interrupts` and `drop`. This file holds the pair's state and its small accessors.
+
+mod create;
+mod drop;
+mod interrupts;
+mod options;
+mod sync;
+
+pub use options::{QueuePairOptions, DEFAULT_QUEUE_DEPTH};
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -33,7 +47,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::flags::WriteFlags;
-use nvme_pool::MAX_DEPTH;
 use nvme_pool::{Tag, TagSet};
 use nvme_spec::queue::SubmissionEntry;
 use nvme_spec::queue::DSM_MAX_RANGES;
@@ -42,112 +55,11 @@ use nvme_spec::sgl::{self, Psdt};
 use nvme_spec::{command, opcode, regs, Status};
 use nvme_vfio::{DmaBuffer, DmaDomain, InterruptEvent};
 
-use crate::controller::{
-    Controller, Inner, TimeoutAction, ALL_ONES, STATE_FAILED, STATE_RESETTING,
-};
+use crate::controller::{Inner, TimeoutAction, ALL_ONES, STATE_FAILED, STATE_RESETTING};
 use crate::error::{log_occurrence, Error, IoFailure, Result};
 use crate::namespace::Namespace;
 use crate::prp::{self, PrpLayout};
 use crate::ring::{CqRing, SlotPages, SqRing};
-
-/// Options for a new queue pair.
-#[derive(Clone, Debug)]
-pub struct QueuePairOptions {
-    /// Entries in each of the two rings (2..=CAP.MQES+1, at most 4096). At most `depth - 1`
-    /// commands are in flight (a full ring keeps one entry empty). 0 (the default) means
-    /// [`DEFAULT_QUEUE_DEPTH`], clamped to what the controller allows; the depth in effect is
-    /// [`QueuePair::depth`]. An explicit depth out of range is an error.
-    pub depth: u32,
-    /// A command not completed within this time fails with [`Error::Timeout`].
-    pub timeout: Duration,
-    /// Most completions handled by one [`QueuePair::poll`] call (the completion batch cap;
-    /// one CQ head doorbell per call). Default: no cap below the ring, i.e. everything the
-    /// controller has posted is reaped, which keeps head doorbell writes to one per poll.
-    pub max_completions_per_poll: usize,
-    /// Give the completion queue an MSI-X vector (needs `ControllerOptions::interrupts`), so
-    /// an idle owner can block in [`QueuePair::wait_for_completion`].
-    pub interrupts: bool,
-    /// Software queue for asynchronous reads, writes and compares that find the ring (or the
-    /// request slots) full: up to this many wait in submission order and are submitted by
-    /// [`QueuePair::poll`] as completions make room (SPDK's queued requests). 0 (the default)
-    /// turns it off: such submissions fail with [`Error::QueueFull`] and the buffer comes back.
-    /// Costs nothing until the ring is full.
-    pub software_queue: usize,
-    /// After a controller reset, submit the requests that were in flight again on the
-    /// re-created queues (same command, same buffer, same request context) instead of
-    /// completing them with [`Error::Reset`]. Requests already reported to the caller (timed
-    /// out) are not resubmitted. Off by default: when on, each submission also keeps a copy
-    /// of its 64-byte command (a few stores per I/O).
-    pub resubmit_after_reset: bool,
-}
-
-impl Default for QueuePairOptions {
-    fn default() -> Self {
-        Self {
-            depth: 0,
-            timeout: Duration::from_secs(30),
-            max_completions_per_poll: usize::MAX,
-            interrupts: false,
-            software_queue: 0,
-            resubmit_after_reset: false,
-        }
-    }
-}
-
-/// Builder-style setters: `QueuePairOptions::default().depth(..)`. The fields stay public for now;
-/// prefer the setters, which keep working if the fields become private.
-///
-/// ```
-/// use std::time::Duration;
-/// use nvme_driver::QueuePairOptions;
-///
-/// let opts = QueuePairOptions::default().depth(64).software_queue(16).timeout(Duration::from_secs(5));
-/// assert_eq!((opts.depth, opts.software_queue), (64, 16));
-/// assert_eq!(opts.timeout, Duration::from_secs(5));
-/// ```
-impl QueuePairOptions {
-    /// Sets [`QueuePairOptions::depth`]: ring entries (0: the default depth, clamped to the controller).
-    #[must_use]
-    pub fn depth(mut self, depth: u32) -> Self {
-        self.depth = depth;
-        self
-    }
-
-    /// Sets [`QueuePairOptions::timeout`]: the per-command timeout.
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Sets [`QueuePairOptions::max_completions_per_poll`]: the completion batch cap of one poll.
-    #[must_use]
-    pub fn max_completions_per_poll(mut self, max_completions_per_poll: usize) -> Self {
-        self.max_completions_per_poll = max_completions_per_poll;
-        self
-    }
-
-    /// Sets [`QueuePairOptions::interrupts`]: give the completion queue an MSI-X vector.
-    #[must_use]
-    pub fn interrupts(mut self, interrupts: bool) -> Self {
-        self.interrupts = interrupts;
-        self
-    }
-
-    /// Sets [`QueuePairOptions::software_queue`]: the software queue's capacity (0: off).
-    #[must_use]
-    pub fn software_queue(mut self, software_queue: usize) -> Self {
-        self.software_queue = software_queue;
-        self
-    }
-
-    /// Sets [`QueuePairOptions::resubmit_after_reset`]: resubmit in-flight requests after a reset.
-    #[must_use]
-    pub fn resubmit_after_reset(mut self, resubmit_after_reset: bool) -> Self {
-        self.resubmit_after_reset = resubmit_after_reset;
-        self
-    }
-}
 
 /// A finished I/O, handed to the poll callback.
 #[derive(Debug)]
@@ -276,157 +188,18 @@ pub struct QueuePair {
     _not_sync: PhantomData<Cell<()>>,
 }
 
-/// Ring entries of a queue pair created with the default options (clamped to CAP.MQES+1).
-pub const DEFAULT_QUEUE_DEPTH: u32 = 256;
-
 /// Epochs a command may live before it is declared timed out (the timeout is split into
 /// `TIMEOUT_EPOCHS - 1` epochs, so a command fails between 1x and 1.34x its timeout).
 const TIMEOUT_EPOCHS: u32 = 4;
+
 /// Idle polls between clock reads (a slowly polling owner sees timeouts late by at most
 /// about `TIMEOUT_EPOCHS` times this many of its poll intervals).
 const IDLE_POLLS_PER_CLOCK_CHECK: u64 = 32;
+
 /// Busy polls between clock reads.
 const POLLS_PER_CLOCK_CHECK: u64 = 4096;
 
-impl Controller {
-    /// Creates an I/O queue pair (Create I/O Completion Queue, then Create I/O Submission
-    /// Queue, physically contiguous rings in DMA memory, polled: no interrupts).
-    pub fn create_queue_pair(&self, options: QueuePairOptions) -> Result<QueuePair> {
-        let inner = &self.inner;
-        // The ring needs `depth` entries (CAP.MQES) and the pair `depth - 1` request slots.
-        let max = inner.cap.max_queue_entries().min(u32::from(MAX_DEPTH));
-        let mut options = options;
-        if options.depth == 0 {
-            options.depth = DEFAULT_QUEUE_DEPTH.min(max);
-            if options.depth < DEFAULT_QUEUE_DEPTH {
-                log::info!(
-                    "{}: queue depth {} (the default {DEFAULT_QUEUE_DEPTH} clamped to CAP.MQES+1)",
-                    inner.name,
-                    options.depth
-                );
-            }
-        }
-        if options.depth < 2 || options.depth > max {
-            return Err(Error::QueueDepth {
-                requested: options.depth,
-                max,
-            });
-        }
-        if inner.is_failed() {
-            return Err(Error::Failed {
-                controller: inner.name.clone(),
-            });
-        }
-        let qid = inner.allocate_qid()?;
-        match QueuePair::create(inner.clone(), qid, options) {
-            Ok(qp) => Ok(qp),
-            Err(e) => {
-                inner.release_qid(qid);
-                Err(e)
-            }
-        }
-    }
-}
-
 impl QueuePair {
-    fn create(ctrl: Arc<Inner>, qid: u16, options: QueuePairOptions) -> Result<Self> {
-        let stride = ctrl.cap.doorbell_stride();
-        let depth = options.depth;
-        let mut sq = SqRing::new(
-            &ctrl.dma,
-            depth,
-            ctrl.mmio.doorbell(regs::sq_tail_doorbell(qid, stride)),
-        )?;
-        let mut cq = CqRing::new(
-            &ctrl.dma,
-            depth,
-            ctrl.mmio.doorbell(regs::cq_head_doorbell(qid, stride)),
-        )?;
-        // Shadow doorbells are controller-wide once configured: every queue must use them.
-        if let Some(shadow) = &ctrl.shadow {
-            // Fresh queues start at 0; reset the entries a previous user of this qid left.
-            sq.set_shadow(Some(shadow.slot(2 * qid as usize, 0)));
-            cq.set_shadow(Some(shadow.slot(2 * qid as usize + 1, 0)));
-        }
-        let slots = (depth - 1) as u16;
-        let pages = SlotPages::new(&ctrl.dma, slots as usize, ctrl.page_size)?;
-        // Vector q serves queue q (vector 0 is the admin queue's).
-        let irq = if options.interrupts {
-            Some(ctrl.irq_event(qid).ok_or(Error::NoInterrupts { qid })?)
-        } else {
-            None
-        };
-        let vector = irq.as_ref().map(|_| qid);
-        let ctrl_state = ctrl.state();
-        // A timeout of either command stops the controller (`Inner::admin`), so the rings are
-        // freed on these error paths only once the device cannot reach them.
-        ctrl.admin(command::create_io_cq(qid, depth, cq.iova().0, vector), None)?;
-        if let Err(e) = ctrl.admin(command::create_io_sq(qid, depth, sq.iova().0, qid), None) {
-            if let Err(d) = ctrl.admin(command::delete_io_cq(qid), None) {
-                log::error!(
-                    "{}: deleting I/O completion queue {qid} after a failed creation: {d}",
-                    ctrl.name
-                );
-                // The controller may keep the CQ (and write to its ring): stop it first.
-                ctrl.fail_and_stop();
-            }
-            return Err(e);
-        }
-        let tags = TagSet::new(slots, |_| Slot {
-            head: Tag::default(),
-            awaiting: false,
-            expired: false,
-            abort_sent: false,
-            reported: false,
-            epoch: 0,
-            remaining: 0,
-            opcode: 0,
-            sync: false,
-            status: Status::SUCCESS,
-            dw0: 0,
-            user_data: 0,
-            buffer: None,
-        });
-        let timeout = options.timeout.max(Duration::from_millis(1));
-        log::debug!(
-            "{}: created I/O queue pair {qid} with {depth} entries",
-            ctrl.name
-        );
-        Ok(Self {
-            sq,
-            cq,
-            tags,
-            pages,
-            qid,
-            page_size: ctrl.page_size,
-            sgl_mask: ctrl.sgl.unwrap_or(u64::MAX),
-            max_transfer: ctrl.max_transfer,
-            max_completions: options.max_completions_per_poll.clamp(1, slots as usize),
-            plugged: false,
-            defer_cq_head: false,
-            epoch: 0,
-            stats: QueuePairStats::default(),
-            deferred: VecDeque::with_capacity(slots as usize),
-            sync_done: None,
-            epoch_started: Instant::now(),
-            epoch_length: timeout / (TIMEOUT_EPOCHS - 1),
-            health_checked: Instant::now(),
-            timeout,
-            retired: 0,
-            queued: VecDeque::with_capacity(options.software_queue),
-            queue_limit: options.software_queue,
-            domain: ctrl.dma.domain(),
-            ctrl_state,
-            saved: options
-                .resubmit_after_reset
-                .then(|| vec![SubmissionEntry::default(); slots as usize].into_boxed_slice()),
-            vector,
-            irq,
-            ctrl,
-            _not_sync: PhantomData,
-        })
-    }
-
     /// Queue id of this pair.
     pub fn qid(&self) -> u16 {
         self.qid
@@ -462,8 +235,6 @@ impl QueuePair {
     pub fn max_transfer_bytes(&self) -> usize {
         self.max_transfer
     }
-
-    // ----- batching -------------------------------------------------------------------------
 
     /// Starts a batch of `n` requests: reserves `n` slots at once (all or nothing), and defers
     /// the tail doorbell to [`QueuePair::unplug`].
@@ -506,8 +277,6 @@ impl QueuePair {
             self.ring();
         }
     }
-
-    // ----- submission -----------------------------------------------------------------------
 
     /// Queues a read of `blocks` blocks at `lba` into `buf`. The buffer comes back in the
     /// [`Completion`]; on a rejected submission it comes back in the error, untouched.
@@ -1176,8 +945,6 @@ impl QueuePair {
         Ok(())
     }
 
-    // ----- completion -----------------------------------------------------------------------
-
     /// Reaps up to the pair's batch cap of completions, calling `f` for each finished
     /// request, and writes the CQ head doorbell once. Returns the number of requests
     /// finished. Also detects timed-out commands and a fatal controller status.
@@ -1674,203 +1441,6 @@ impl QueuePair {
         self.report_lost(head_tag, error, f);
     }
 
-    // ----- synchronous API ------------------------------------------------------------------
-
-    /// Waits for the request marked `sync` (just submitted), delivering other
-    /// requests' completions to the next `poll` call.
-    fn wait(&mut self) -> Completion {
-        let mut deferred = std::mem::take(&mut self.deferred);
-        let completion = loop {
-            if let Some(c) = self.sync_done.take() {
-                break c;
-            }
-            if self.ctrl.state() != self.ctrl_state {
-                // Recovery puts the waited-for request into `sync_done` and others into
-                // `self.deferred`, which is swapped out here: move them over.
-                self.poll_state_changed();
-                deferred.extend(self.deferred.drain(..));
-                if self.sync_done.is_some() {
-                    continue;
-                }
-            }
-            let mut sink = |c: Completion| deferred.push_back(c);
-            let n = self.reap(&mut sink);
-            if n == 0 {
-                self.stats.idle_polls += 1;
-                if self.stats.idle_polls % IDLE_POLLS_PER_CLOCK_CHECK == 0 {
-                    self.check_clock(&mut sink);
-                }
-                std::hint::spin_loop();
-            }
-        };
-        self.deferred = deferred;
-        completion
-    }
-
-    fn mark_sync(&mut self, head: Tag) {
-        // The request was submitted by this thread just now and cannot have completed yet:
-        // completions are only reaped inside poll/wait.
-        self.tags.get_mut(head).sync = true;
-    }
-
-    fn run_sync(
-        &mut self,
-        submitted: std::result::Result<Tag, IoFailure>,
-    ) -> std::result::Result<Option<DmaBuffer>, IoFailure> {
-        let head = submitted?;
-        self.mark_sync(head);
-        self.ring();
-        let c = self.wait();
-        match c.result {
-            Ok(_) => Ok(c.buffer),
-            Err(e) => Err(IoFailure::new(e, c.buffer)),
-        }
-    }
-
-    /// Reads `blocks` blocks at `lba` into `buf` and waits for the data.
-    pub fn read(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-    ) -> std::result::Result<DmaBuffer, IoFailure> {
-        self.rw_sync(opcode::nvm::READ, ns, lba, blocks, buf, false)
-    }
-
-    /// Writes `blocks` blocks at `lba` from `buf` and waits for completion.
-    pub fn write(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        flags: WriteFlags,
-    ) -> std::result::Result<DmaBuffer, IoFailure> {
-        self.rw_sync(opcode::nvm::WRITE, ns, lba, blocks, buf, flags.fua())
-    }
-
-    /// Compares `blocks` blocks at `lba` with `buf`; a mismatch is an error with the
-    /// Compare Failure status (the buffer comes back in the error).
-    pub fn compare(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-    ) -> std::result::Result<DmaBuffer, IoFailure> {
-        self.rw_sync(opcode::nvm::COMPARE, ns, lba, blocks, buf, false)
-    }
-
-    /// A data-moving command run to completion; its buffer always comes back on success.
-    fn rw_sync(
-        &mut self,
-        op: u8,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        fua: bool,
-    ) -> std::result::Result<DmaBuffer, IoFailure> {
-        let submitted = self.submit_rw(op, ns, lba, blocks, buf, fua, 0);
-        self.run_sync(submitted)
-            .map(|b| b.expect("a completed data command returns its buffer"))
-    }
-
-    /// Flushes the namespace's volatile write cache and waits.
-    pub fn flush(&mut self, ns: &Namespace) -> Result<()> {
-        ns.check_current()?;
-        let r = self.submit_single(command::flush(ns.nsid()), None, 0, 0);
-        self.run_sync(r).map(drop).map_err(|f| f.error)
-    }
-
-    /// Writes zeroes to `blocks` blocks at `lba` and waits.
-    pub fn write_zeroes(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        deallocate: bool,
-    ) -> Result<()> {
-        let head = self.submit_write_zeroes_inner(ns, lba, blocks, deallocate, 0)?;
-        self.run_sync(Ok(head)).map(drop).map_err(|f| f.error)
-    }
-
-    /// Deallocates (trims) the given `(lba, blocks)` ranges and waits.
-    pub fn deallocate(&mut self, ns: &Namespace, ranges: &[(u64, u32)]) -> Result<()> {
-        let head = self.submit_deallocate_inner(ns, ranges, 0)?;
-        self.run_sync(Ok(head)).map(drop).map_err(|f| f.error)
-    }
-
-    /// Runs a raw I/O command to completion; returns completion dword 0 and the buffer.
-    ///
-    /// # Safety
-    /// As [`QueuePair::submit_raw`].
-    pub unsafe fn execute_raw(
-        &mut self,
-        sqe: SubmissionEntry,
-        data: Option<(DmaBuffer, usize)>,
-    ) -> std::result::Result<(u32, Option<DmaBuffer>), IoFailure> {
-        let head = self.submit_raw_inner(sqe, data, 0)?;
-        self.mark_sync(head);
-        self.ring();
-        let c = self.wait();
-        match c.result {
-            Ok(dw0) => Ok((dw0, c.buffer)),
-            Err(e) => Err(IoFailure::new(e, c.buffer)),
-        }
-    }
-
-    /// Blocks until the completion queue holds an entry, its interrupt fires, or `timeout`
-    /// passes; returns whether completions may be ready (then call [`QueuePair::poll`]).
-    /// Needs a pair created with `QueuePairOptions::interrupts`.
-    pub fn wait_for_completion(&mut self, timeout: Duration) -> Result<bool> {
-        // Before blocking, the device must see every entry reaped (a `poll_deferred` may
-        // have left the head unwritten).
-        self.publish_cq_head();
-        let Some(irq) = &self.irq else {
-            return Err(Error::NoInterrupts { qid: self.qid });
-        };
-        // An entry posted before this check is seen here; one posted after it fires the
-        // vector, whose eventfd counts the signal until we read it: no wake-up is lost.
-        if !self.deferred.is_empty() || self.cq.has_entry() {
-            return Ok(true);
-        }
-        let signals = irq
-            .wait(Some(timeout))
-            .map_err(|source| Error::InterruptWait {
-                qid: self.qid,
-                source,
-            })?;
-        Ok(signals > 0 || self.cq.has_entry())
-    }
-
-    /// Hybrid completion: polls, and after `idle_polls` consecutive empty polls blocks on the
-    /// interrupt (up to `timeout`) instead of spinning. A busy queue never touches the eventfd.
-    pub fn poll_or_wait<F: FnMut(Completion)>(
-        &mut self,
-        idle_polls: u32,
-        timeout: Duration,
-        mut f: F,
-    ) -> Result<usize> {
-        for _ in 0..idle_polls.max(1) {
-            let n = self.poll(&mut f);
-            if n > 0 {
-                return Ok(n);
-            }
-        }
-        if self.in_flight() == 0 {
-            return Ok(0);
-        }
-        self.wait_for_completion(timeout)?;
-        Ok(self.poll(&mut f))
-    }
-
-    /// Whether the pair's completion queue has an interrupt vector.
-    pub fn has_interrupts(&self) -> bool {
-        self.irq.is_some()
-    }
-
     /// Requests reported as failed (timeout, fatal status) whose slots, PRP pages and
     /// buffers are still retired because the device has not returned their commands.
     pub fn retired(&self) -> usize {
@@ -1914,8 +1484,10 @@ enum Outcome {
 /// Most commands one split request may use (its transfer is at most this many times
 /// [`QueuePair::max_transfer_bytes`]).
 pub const MAX_COMMANDS_PER_REQUEST: usize = 256;
+
 /// Timed-out commands handled per scan pass.
 const EXPIRE_BATCH: usize = 64;
+
 /// Most blocks one Read/Write/Compare/Write Zeroes command moves (16-bit 0-based NLB).
 pub const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
 
@@ -1973,53 +1545,5 @@ fn command_error(op: u8, status: Status) -> Error {
     Error::Command {
         command: command_name(op),
         status,
-    }
-}
-
-impl Drop for QueuePair {
-    fn drop(&mut self) {
-        // The rings, slot pages and the buffers of requests still in flight or retired are
-        // freed when the fields drop after this. Before that the device must be unable to
-        // reach them: either both queues are deleted (Delete I/O SQ completes only once every
-        // command of the queue is completed or aborted, NVMe Base 2.0 §5.6), or the
-        // controller is stopped (disabled, bus mastering off), or, when neither can be
-        // confirmed, the controller's mapper is retired and all that memory leaks.
-        // No reset may run while this decides (a reset disables the controller, and the
-        // decision depends on whether that happened).
-        let _no_reset = self.ctrl.hold_resets();
-        let state = self.ctrl.state();
-        if state & STATE_FAILED == 0 && generation(state) != generation(self.ctrl_state) {
-            // A reset disabled the controller after these queues were created: they no longer
-            // exist there, and nothing of the old generation can reach this pair's memory.
-            self.ctrl.release_qid(self.qid);
-            return;
-        }
-        let deleted = !self.ctrl.is_failed()
-            && match self.ctrl.admin(command::delete_io_sq(self.qid), None) {
-                Err(e) => {
-                    log::error!(
-                        "{}: deleting I/O submission queue {}: {e}",
-                        self.ctrl.name,
-                        self.qid
-                    );
-                    false
-                }
-                Ok(_) => match self.ctrl.admin(command::delete_io_cq(self.qid), None) {
-                    Err(e) => {
-                        log::error!(
-                            "{}: deleting I/O completion queue {}: {e}",
-                            self.ctrl.name,
-                            self.qid
-                        );
-                        false
-                    }
-                    Ok(_) => true,
-                },
-            };
-        if deleted {
-            self.ctrl.release_qid(self.qid);
-        } else {
-            self.ctrl.fail_and_stop();
-        }
     }
 }
