@@ -17,7 +17,7 @@ use nvme_pool::{Tag, TagSet};
 use nvme_spec::queue::SubmissionEntry;
 use nvme_spec::{command, regs, Status};
 
-use super::TIMEOUT_EPOCHS;
+use super::timeout::TIMEOUT_EPOCHS;
 use super::{QueuePair, QueuePairOptions, QueuePairStats, Slot, DEFAULT_QUEUE_DEPTH};
 use crate::controller::{Controller, Inner};
 use crate::error::{Error, Result};

@@ -7,7 +7,7 @@
 
 use nvme_spec::command;
 
-use super::generation;
+use super::recover::generation;
 use super::QueuePair;
 use crate::controller::STATE_FAILED;
 

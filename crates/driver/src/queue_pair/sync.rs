@@ -10,7 +10,7 @@ use nvme_spec::queue::SubmissionEntry;
 use nvme_spec::{command, opcode};
 use nvme_vfio::DmaBuffer;
 
-use super::IDLE_POLLS_PER_CLOCK_CHECK;
+use super::timeout::IDLE_POLLS_PER_CLOCK_CHECK;
 use super::{Completion, QueuePair};
 use crate::error::{IoFailure, Result};
 use crate::flags::WriteFlags;
