@@ -1,0 +1,294 @@
+//! Completion: [`QueuePair::poll`] / [`QueuePair::poll_deferred`] reap the completion queue
+//! by phase tag, validate each entry, complete requests and publish the CQ head.
+//!
+//! INVARIANT: nothing the device posts is trusted: an entry with the wrong SQ id, a command
+//! id not in flight or already completed is rejected and counted; an SQ head outside the
+//! entries submitted is ignored. A request's buffer is given back only with the completion of
+//! its last command. The per-I/O path here is `#[inline]`/`#[inline(always)]`.
+
+use nvme_pool::Tag;
+use nvme_spec::{opcode, Status};
+
+use super::timeout::{IDLE_POLLS_PER_CLOCK_CHECK, POLLS_PER_CLOCK_CHECK};
+use super::{Completion, QueuePair};
+use crate::error::{log_occurrence, Error};
+
+/// How one command ended.
+enum Outcome {
+    /// Success, with completion dword 0.
+    Done(u32),
+    /// The controller reported an error status.
+    Status(Status),
+}
+
+impl QueuePair {
+    /// Reaps up to the pair's batch cap of completions, calling `f` for each finished
+    /// request, and writes the CQ head doorbell once. Returns the number of requests
+    /// finished. Also detects timed-out commands and a fatal controller status.
+    #[inline]
+    pub fn poll<F: FnMut(Completion)>(&mut self, f: F) -> usize {
+        // A head an earlier `poll_deferred` left unwritten is written now.
+        self.publish_cq_head();
+        self.poll_inner(f)
+    }
+
+    /// As [`QueuePair::poll`], but the CQ head doorbell is not written here: the next
+    /// [`QueuePair::ring`] / [`QueuePair::unplug`] writes it just before the SQ tail
+    /// doorbell, or the next [`QueuePair::poll`] writes it. For a loop that reaps, then
+    /// submits what the completions freed: both doorbells go out back to back, as SPDK's and
+    /// libvfn's completion callbacks do. Safe to call repeatedly without submitting: the CQ
+    /// cannot overflow, since no new command reaches the device before the next tail
+    /// doorbell, which writes the head first.
+    #[inline]
+    pub fn poll_deferred<F: FnMut(Completion)>(&mut self, f: F) -> usize {
+        self.defer_cq_head = true;
+        let done = self.poll_inner(f);
+        self.defer_cq_head = false;
+        done
+    }
+
+    /// Writes the CQ head doorbell if the head moved since the last write.
+    #[inline(always)]
+    pub(super) fn publish_cq_head(&mut self) {
+        if let Some(mmio) = self.cq.publish() {
+            self.stats.cq_doorbell_updates += 1;
+            self.stats.cq_doorbell_writes += mmio as u64;
+        }
+    }
+
+    #[inline(always)]
+    fn poll_inner<F: FnMut(Completion)>(&mut self, mut f: F) -> usize {
+        self.stats.polls += 1;
+        if self.ctrl.state() != self.ctrl_state {
+            self.poll_state_changed();
+        }
+        let mut done = 0;
+        while let Some(c) = self.deferred.pop_front() {
+            f(c);
+            done += 1;
+        }
+        let reaped = self.reap(&mut f);
+        done += reaped;
+        if reaped > 0 && !self.queued.is_empty() {
+            self.drain_queued();
+            while let Some(c) = self.deferred.pop_front() {
+                f(c);
+                done += 1;
+            }
+        }
+        let clock_due = if done == 0 {
+            self.stats.idle_polls += 1;
+            self.stats.idle_polls % IDLE_POLLS_PER_CLOCK_CHECK == 0
+        } else {
+            self.stats.polls % POLLS_PER_CLOCK_CHECK == 0
+        };
+        if clock_due {
+            done += self.check_clock_counted(&mut f);
+        }
+        done
+    }
+
+    #[inline(always)]
+    pub(super) fn reap<F: FnMut(Completion)>(&mut self, f: &mut F) -> usize {
+        let mut finished = 0;
+        let mut consumed = 0;
+        // The SQ head of the batch's last valid entry: only the newest one matters, so it is
+        // checked once per batch.
+        let mut sq_head = None;
+        while consumed < self.max_completions {
+            let Some(cqe) = self.cq.pop() else { break };
+            consumed += 1;
+            if cqe.sq_id != self.qid {
+                self.reject(&cqe, "wrong submission queue id");
+                continue;
+            }
+            let Some((tag, slot)) = self.tags.lookup_mut(cqe.cid) else {
+                self.reject(&cqe, "command id not in flight");
+                continue;
+            };
+            if !slot.awaiting {
+                self.reject(&cqe, "command already completed");
+                continue;
+            }
+            slot.awaiting = false;
+            let head_tag = slot.head;
+            sq_head = Some((cqe.sq_head, cqe.cid));
+            let status = cqe.status();
+            // A slot heads its own group exactly when its head has its index (a child's head is
+            // another slot; both tags are live, so the index decides).
+            if status.is_success()
+                && head_tag.index() == tag.index()
+                && slot.remaining == 1
+                && !(slot.reported | slot.sync)
+            {
+                // The common case, a successful request of one command: complete it from the
+                // one slot already at hand (what `finish_command` + `complete_group` do for
+                // groups and errors). A result known to be `Ok` here lets an inlined callback
+                // skip its error handling without the `Completion` ever reaching memory.
+                let user_data = slot.user_data;
+                let buffer = slot.buffer.take();
+                self.tags.free(tag);
+                self.stats.requests_completed += 1;
+                f(Completion {
+                    user_data,
+                    result: Ok(cqe.dw0),
+                    buffer,
+                });
+                finished += 1;
+                continue;
+            }
+            let outcome = if status.is_success() {
+                Outcome::Done(cqe.dw0)
+            } else {
+                Outcome::Status(status)
+            };
+            if self.finish_command(tag, head_tag, outcome, f) {
+                finished += 1;
+            }
+        }
+        if let Some((head, cid)) = sq_head {
+            if !self.sq.update_head(head) {
+                self.bad_sq_head(head, cid);
+            }
+        }
+        if consumed > 0 {
+            self.stats.completions_reaped += consumed as u64;
+            if !self.defer_cq_head {
+                self.publish_cq_head();
+            }
+        }
+        finished
+    }
+
+    #[cold]
+    fn reject(&mut self, cqe: &nvme_spec::CompletionEntry, why: &str) {
+        self.stats.bad_completions += 1;
+        if log_occurrence(self.stats.bad_completions) {
+            log::warn!(
+                "{} queue {}: rejected completion (cid {:#x}, sq id {}, status {}): {why} \
+                 ({} rejected so far; further ones are logged sparsely)",
+                self.ctrl.name,
+                self.qid,
+                cqe.cid,
+                cqe.sq_id,
+                cqe.status(),
+                self.stats.bad_completions
+            );
+        }
+    }
+
+    #[cold]
+    fn bad_sq_head(&mut self, head: u16, cid: u16) {
+        self.stats.bad_sq_heads += 1;
+        if log_occurrence(self.stats.bad_sq_heads) {
+            log::warn!(
+                "{} queue {}: ignored SQ head {head} in a completion (cid {cid:#x}): outside \
+                 the entries submitted and not yet consumed ({} so far)",
+                self.ctrl.name,
+                self.qid,
+                self.stats.bad_sq_heads
+            );
+        }
+    }
+
+    /// Records the outcome of command `tag` (already marked not awaiting) of the group headed
+    /// by `head_tag`; completes its request when it was the group's last. Returns whether a
+    /// request finished.
+    #[inline(always)]
+    fn finish_command<F: FnMut(Completion)>(
+        &mut self,
+        tag: Tag,
+        head_tag: Tag,
+        outcome: Outcome,
+        f: &mut F,
+    ) -> bool {
+        if head_tag != tag {
+            // The device is done with this command and its PRP-list page.
+            self.tags.free(tag);
+        }
+        let head = self.tags.get_mut(head_tag);
+        if head.reported {
+            self.late_completion(head_tag);
+            return false;
+        }
+        match outcome {
+            Outcome::Done(dw0) => head.dw0 = dw0,
+            Outcome::Status(status) => {
+                if head.status.is_success() {
+                    head.status = status;
+                }
+            }
+        }
+        head.remaining -= 1;
+        if head.remaining > 0 {
+            return false;
+        }
+        self.complete_group(head_tag, f);
+        true
+    }
+
+    #[inline(always)]
+    fn complete_group<F: FnMut(Completion)>(&mut self, head_tag: Tag, f: &mut F) {
+        let head = self.tags.get_mut(head_tag);
+        let status = head.status;
+        let buffer = head.buffer.take();
+        let user_data = head.user_data;
+        let dw0 = head.dw0;
+        let sync = head.sync;
+        let opcode = head.opcode;
+        self.tags.free(head_tag);
+        self.stats.requests_completed += 1;
+        let completion = Completion {
+            user_data,
+            result: if status.is_success() {
+                Ok(dw0)
+            } else {
+                Err(command_error(opcode, status))
+            },
+            buffer,
+        };
+        self.deliver(sync, completion, f);
+    }
+
+    #[inline(always)]
+    pub(super) fn deliver<F: FnMut(Completion)>(
+        &mut self,
+        sync: bool,
+        completion: Completion,
+        f: &mut F,
+    ) {
+        if sync {
+            self.sync_done = Some(completion);
+        } else {
+            f(completion);
+        }
+    }
+
+    /// A command of a request already reported as failed (timeout, fatal status) completed:
+    /// once the last one is back, the request's buffer and head slot are released.
+    #[cold]
+    fn late_completion(&mut self, head_tag: Tag) {
+        self.stats.late_completions += 1;
+        let head = self.tags.get_mut(head_tag);
+        head.remaining -= 1;
+        if head.remaining > 0 {
+            return;
+        }
+        // Every command of the group is back: nothing references the buffer any more.
+        drop(head.buffer.take());
+        self.tags.free(head_tag);
+        self.retired -= 1;
+    }
+}
+
+pub(super) fn command_name(op: u8) -> &'static str {
+    opcode::nvm::name(op)
+}
+
+#[cold]
+fn command_error(op: u8, status: Status) -> Error {
+    Error::Command {
+        command: command_name(op),
+        status,
+    }
+}

@@ -1,0 +1,103 @@
+//! Transfers larger than one command (the controller's MDTS, capped by one PRP-list page):
+//! split into child commands of at most `max_transfer` bytes, all of whose slots are reserved
+//! before anything is submitted; the caller sees one completion.
+//!
+//! INVARIANT: all or nothing: either every child command is in the ring, or none is and the
+//! buffer comes back in the error. Child slots point at the group head, which holds the
+//! buffer until the last child completes.
+
+use nvme_pool::Tag;
+use nvme_spec::queue::SubmissionEntry;
+use nvme_vfio::DmaBuffer;
+
+use super::submit::{rw_command, MAX_BLOCKS_PER_COMMAND};
+use super::QueuePair;
+use crate::error::{Error, IoFailure};
+use crate::namespace::Namespace;
+
+/// Most commands one split request may use (its transfer is at most this many times
+/// [`QueuePair::max_transfer_bytes`]).
+pub const MAX_COMMANDS_PER_REQUEST: usize = 256;
+
+impl QueuePair {
+    /// A transfer larger than one command: child commands reserved all at once.
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn submit_split(
+        &mut self,
+        op: u8,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        fua: bool,
+        user_data: u64,
+    ) -> std::result::Result<Tag, IoFailure> {
+        let block_size = ns.block_size() as usize;
+        let chunk_blocks = ((self.max_transfer / block_size) as u32).min(MAX_BLOCKS_PER_COMMAND);
+        let commands = blocks.div_ceil(chunk_blocks) as usize;
+        let free = self.tags.available().min(self.sq.free_entries() as u16) as u32;
+        if commands as u32 > free {
+            let capacity = self.tags.capacity() as u32;
+            let error = if commands as u32 > capacity {
+                Error::TransferTooLarge {
+                    bytes: blocks as usize * block_size,
+                    commands,
+                    max_per_command: chunk_blocks as usize * block_size,
+                    free,
+                    capacity,
+                }
+            } else {
+                Error::QueueFull {
+                    qid: self.qid,
+                    depth: self.sq.entries(),
+                }
+            };
+            return Err(IoFailure::new(error, Some(buf)));
+        }
+        let mut tags = [Tag::default(); MAX_COMMANDS_PER_REQUEST];
+        if commands > MAX_COMMANDS_PER_REQUEST
+            || !self.tags.alloc_many(commands as u16, &mut tags[..commands])
+        {
+            let error = Error::TransferTooLarge {
+                bytes: blocks as usize * block_size,
+                commands,
+                max_per_command: chunk_blocks as usize * block_size,
+                free,
+                capacity: self.tags.capacity() as u32,
+            };
+            return Err(IoFailure::new(error, Some(buf)));
+        }
+        let base = buf.iova().0;
+        let head = tags[0];
+        let mut sqes = [SubmissionEntry::default(); MAX_COMMANDS_PER_REQUEST];
+        for (i, &tag) in tags[..commands].iter().enumerate() {
+            let first = i as u32 * chunk_blocks;
+            let n = chunk_blocks.min(blocks - first);
+            let mut sqe = rw_command(op, ns.nsid(), lba + first as u64, n, fua);
+            let offset = first as u64 * block_size as u64;
+            self.set_data_pointer(
+                &mut sqe,
+                tag.index(),
+                base + offset,
+                n as usize * block_size,
+            );
+            sqes[i] = sqe;
+            if i > 0 {
+                self.tags.get_mut(tag).head = head;
+            }
+        }
+        self.start_group(head, op, user_data, Some(buf), commands as u16);
+        for (i, &tag) in tags[..commands].iter().enumerate() {
+            if i > 0 {
+                let slot = self.tags.get_mut(tag);
+                slot.awaiting = true;
+                slot.expired = false;
+                slot.epoch = self.epoch;
+            }
+            self.push_command(tag, sqes[i]);
+        }
+        self.after_submit();
+        Ok(head)
+    }
+}

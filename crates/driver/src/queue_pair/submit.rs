@@ -1,0 +1,487 @@
+//! Submission: batching (plug/unplug, the tail doorbell), the asynchronous submit calls, and
+//! the hot-path steps they share (validate, take a slot, fill the entry and its data
+//! pointer, copy it into the ring, ring the doorbell).
+//!
+//! INVARIANT: a request is validated (namespace range, buffer domain, size and alignment)
+//! before any slot is reserved, and a refused submission gives its buffer back untouched in
+//! the [`IoFailure`]. Every function here on the per-I/O path is `#[inline]`/
+//! `#[inline(always)]`: no allocation, lock or syscall per I/O.
+
+use nvme_pool::Tag;
+use nvme_spec::queue::SubmissionEntry;
+use nvme_spec::queue::DSM_MAX_RANGES;
+use nvme_spec::sgl::{self, Psdt};
+use nvme_spec::{command, opcode, Status};
+use nvme_vfio::DmaBuffer;
+
+use super::{QueuePair, Slot};
+use crate::error::{Error, IoFailure, Result};
+use crate::flags::WriteFlags;
+use crate::namespace::Namespace;
+use crate::prp::{self, PrpLayout};
+
+#[cfg(doc)]
+use super::Completion;
+
+/// Most blocks one Read/Write/Compare/Write Zeroes command moves (16-bit 0-based NLB).
+pub const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
+
+impl QueuePair {
+    /// Starts a batch of `n` requests: reserves `n` slots at once (all or nothing), and defers
+    /// the tail doorbell to [`QueuePair::unplug`].
+    pub fn plug(&mut self, n: u16) -> Result<()> {
+        if n as u32 > self.sq.free_entries() {
+            return Err(Error::QueueFull {
+                qid: self.qid,
+                depth: self.sq.entries(),
+            });
+        }
+        self.tags.plug(n).map_err(|_| Error::QueueFull {
+            qid: self.qid,
+            depth: self.sq.entries(),
+        })?;
+        self.plugged = true;
+        Ok(())
+    }
+
+    /// Ends a batch: returns unused reservations and rings the doorbell once.
+    pub fn unplug(&mut self) {
+        self.tags.unplug();
+        self.plugged = false;
+        self.ring();
+    }
+
+    /// Writes the tail doorbell if commands were queued since the last write; first the CQ
+    /// head doorbell if a [`QueuePair::poll_deferred`] left it unwritten.
+    #[inline]
+    pub fn ring(&mut self) {
+        self.publish_cq_head();
+        if let Some(mmio) = self.sq.publish() {
+            self.stats.sq_doorbell_updates += 1;
+            self.stats.sq_doorbell_writes += mmio as u64;
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn after_submit(&mut self) {
+        if !self.plugged {
+            self.ring();
+        }
+    }
+
+    /// Queues a read of `blocks` blocks at `lba` into `buf`. The buffer comes back in the
+    /// [`Completion`]; on a rejected submission it comes back in the error, untouched.
+    #[inline]
+    pub fn submit_read(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        let r = self.submit_rw(opcode::nvm::READ, ns, lba, blocks, buf, false, user_data);
+        self.queue_if_full(r, opcode::nvm::READ, ns, lba, blocks, false, user_data)
+    }
+
+    /// Queues a write of `blocks` blocks at `lba` from `buf`; [`WriteFlags::FUA`] forces the
+    /// data to non-volatile media before completion.
+    #[inline]
+    pub fn submit_write(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        flags: WriteFlags,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        let fua = flags.fua();
+        let r = self.submit_rw(opcode::nvm::WRITE, ns, lba, blocks, buf, fua, user_data);
+        self.queue_if_full(r, opcode::nvm::WRITE, ns, lba, blocks, fua, user_data)
+    }
+
+    /// Queues a Compare of `blocks` blocks at `lba` with `buf`; a mismatch completes with the
+    /// Compare Failure status.
+    pub fn submit_compare(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        let r = self.submit_rw(opcode::nvm::COMPARE, ns, lba, blocks, buf, false, user_data);
+        self.queue_if_full(r, opcode::nvm::COMPARE, ns, lba, blocks, false, user_data)
+    }
+
+    /// Queues a Flush of the namespace's volatile write cache.
+    pub fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
+        ns.check_current()?;
+        self.submit_single(command::flush(ns.nsid()), None, 0, user_data)
+            .map(drop)
+            .map_err(|f| f.error)
+    }
+
+    /// Queues a Write Zeroes of `blocks` blocks at `lba` (`deallocate`: the controller may
+    /// deallocate them instead of writing).
+    pub fn submit_write_zeroes(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        deallocate: bool,
+        user_data: u64,
+    ) -> Result<()> {
+        self.submit_write_zeroes_inner(ns, lba, blocks, deallocate, user_data)
+            .map(drop)
+    }
+
+    pub(super) fn submit_write_zeroes_inner(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        deallocate: bool,
+        user_data: u64,
+    ) -> Result<Tag> {
+        ns.check_range(lba, blocks as u64)?;
+        if blocks > MAX_BLOCKS_PER_COMMAND {
+            return Err(Error::InvalidRequest(format!(
+                "write zeroes of {blocks} blocks exceeds {MAX_BLOCKS_PER_COMMAND} per command"
+            )));
+        }
+        let sqe = command::write_zeroes(ns.nsid(), lba, blocks, deallocate, false);
+        self.submit_single(sqe, None, 0, user_data)
+            .map_err(|f| f.error)
+    }
+
+    /// Queues a Dataset Management deallocate (trim) of up to 256 `(lba, blocks)` ranges.
+    pub fn submit_deallocate(
+        &mut self,
+        ns: &Namespace,
+        ranges: &[(u64, u32)],
+        user_data: u64,
+    ) -> Result<()> {
+        self.submit_deallocate_inner(ns, ranges, user_data)
+            .map(drop)
+    }
+
+    pub(super) fn submit_deallocate_inner(
+        &mut self,
+        ns: &Namespace,
+        ranges: &[(u64, u32)],
+        user_data: u64,
+    ) -> Result<Tag> {
+        if ranges.is_empty() || ranges.len() > DSM_MAX_RANGES {
+            return Err(Error::BadRangeCount {
+                count: ranges.len(),
+                max: DSM_MAX_RANGES,
+            });
+        }
+        for &(lba, blocks) in ranges {
+            ns.check_range(lba, blocks as u64)?;
+        }
+        let sqe = command::dataset_management(ns.nsid(), ranges.len() as u32, true);
+        let tag = self.alloc_one()?;
+        let index = tag.index();
+        // Range entry (NVM CS §3.2.3): context attributes, length in blocks (1-based), LBA.
+        self.pages.write_u64s(
+            index,
+            ranges
+                .iter()
+                .flat_map(|&(lba, blocks)| [(blocks as u64) << 32, lba]),
+        );
+        let mut sqe = sqe;
+        sqe.prp1 = self.pages.iova(index).0;
+        self.start_group(tag, sqe.opcode(), user_data, None, 1);
+        self.push_command(tag, sqe);
+        self.after_submit();
+        Ok(tag)
+    }
+
+    /// Queues any I/O command (the raw path): the driver fills the command id and the data
+    /// pointer (`len` bytes of `data`, or zero without data); the caller is responsible for
+    /// the other fields. The transfer must fit in one command
+    /// ([`QueuePair::max_transfer_bytes`]).
+    ///
+    /// # Safety
+    /// The driver cannot tell how many bytes an arbitrary command transfers. The caller
+    /// guarantees that the command, as the controller interprets it (opcode, NLB/NUMD and
+    /// the other dwords), transfers at most `len` bytes, and no data when `data` is `None`,
+    /// and names no other host memory (e.g. a metadata pointer). Otherwise the controller
+    /// writes or reads memory the program owns.
+    pub unsafe fn submit_raw(
+        &mut self,
+        sqe: SubmissionEntry,
+        data: Option<(DmaBuffer, usize)>,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        self.submit_raw_inner(sqe, data, user_data).map(drop)
+    }
+
+    pub(super) fn submit_raw_inner(
+        &mut self,
+        sqe: SubmissionEntry,
+        data: Option<(DmaBuffer, usize)>,
+        user_data: u64,
+    ) -> std::result::Result<Tag, IoFailure> {
+        let (buf, len) = match data {
+            Some((b, len)) => (Some(b), len),
+            None => (None, 0),
+        };
+        // The data pointer is always the driver's: none without a buffer.
+        let mut sqe = sqe;
+        sqe.set_psdt(Psdt::Prp);
+        sqe.prp1 = 0;
+        sqe.prp2 = 0;
+        sqe.mptr = 0;
+        if let Some(b) = &buf {
+            if let Err(e) = self.check_buffer(b, len) {
+                return Err(IoFailure::new(e, buf));
+            }
+            if len > self.max_transfer {
+                return Err(IoFailure::new(
+                    Error::TransferTooLarge {
+                        bytes: len,
+                        commands: len.div_ceil(self.max_transfer),
+                        max_per_command: self.max_transfer,
+                        free: self.tags.available() as u32,
+                        capacity: self.tags.capacity() as u32,
+                    },
+                    buf,
+                ));
+            }
+        }
+        self.submit_single(sqe, buf, len, user_data)
+    }
+
+    #[inline(always)]
+    fn check_buffer(&self, buf: &DmaBuffer, needed: usize) -> Result<()> {
+        if buf.domain() != self.domain {
+            return Err(self.foreign(buf));
+        }
+        if needed == 0 {
+            return Err(Error::ZeroLength);
+        }
+        if buf.len() < needed {
+            return Err(Error::BufferTooSmall {
+                needed,
+                len: buf.len(),
+            });
+        }
+        if buf.iova().0 & 3 != 0 {
+            return Err(Error::BufferMisaligned {
+                iova: buf.iova().0,
+                align: 4,
+            });
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn foreign(&self, buf: &DmaBuffer) -> Error {
+        Error::ForeignBuffer {
+            buffer: buf.domain(),
+            controller: self.ctrl.name.clone(),
+            controller_domain: self.domain,
+        }
+    }
+
+    /// Whether one more command may be submitted now (controller state, SQ room); a free slot
+    /// is the caller's to find.
+    #[inline(always)]
+    fn check_room(&mut self) -> Result<()> {
+        if self.ctrl.state() != self.ctrl_state {
+            self.sync_state()?;
+        }
+        if self.sq.is_full() {
+            return Err(self.queue_full());
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn alloc_one(&mut self) -> Result<Tag> {
+        self.check_room()?;
+        match self.tags.alloc() {
+            Some(tag) => Ok(tag),
+            None => Err(self.queue_full()),
+        }
+    }
+
+    /// The error of a submission that found no free slot (built only then: an eagerly built
+    /// `Error` costs a construction and a drop on every submission).
+    #[cold]
+    fn queue_full(&self) -> Error {
+        Error::QueueFull {
+            qid: self.qid,
+            depth: self.sq.entries(),
+        }
+    }
+
+    /// Read/Write/Compare: validation, then one command or a split group.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn submit_rw(
+        &mut self,
+        op: u8,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        fua: bool,
+        user_data: u64,
+    ) -> std::result::Result<Tag, IoFailure> {
+        if let Err(e) = ns.check_range(lba, blocks as u64) {
+            return Err(IoFailure::new(e, Some(buf)));
+        }
+        let bytes = ns.blocks_to_bytes(blocks as u64) as usize;
+        if let Err(e) = self.check_buffer(&buf, bytes) {
+            return Err(IoFailure::new(e, Some(buf)));
+        }
+        if bytes <= self.max_transfer {
+            let sqe = rw_command(op, ns.nsid(), lba, blocks, fua);
+            return self.submit_single(sqe, Some(buf), bytes, user_data);
+        }
+        self.submit_split(op, ns, lba, blocks, buf, fua, user_data)
+    }
+
+    /// One command, one slot. The fast path: single-page transfers touch no list code.
+    #[inline(always)]
+    pub(super) fn submit_single(
+        &mut self,
+        mut sqe: SubmissionEntry,
+        buf: Option<DmaBuffer>,
+        len: usize,
+        user_data: u64,
+    ) -> std::result::Result<Tag, IoFailure> {
+        if let Err(e) = self.check_room() {
+            return Err(IoFailure::new(e, buf));
+        }
+        let addr = buf.as_ref().map(|b| b.iova().0);
+        let epoch = self.epoch;
+        let Some((tag, slot)) = self.tags.alloc_mut() else {
+            return Err(IoFailure::new(self.queue_full(), buf));
+        };
+        fill_group_head(slot, tag, epoch, sqe.opcode(), user_data, buf, 1);
+        if let Some(addr) = addr {
+            debug_assert!(len > 0, "callers reject zero-length data transfers");
+            self.set_data_pointer(&mut sqe, tag.index(), addr, len);
+        }
+        self.push_command(tag, sqe);
+        self.after_submit();
+        Ok(tag)
+    }
+
+    /// Fills the data pointer: with SGLs one Data Block descriptor for the whole transfer (a
+    /// `DmaBuffer` is contiguous in IOVA space, so no segment list is ever needed; NVMe Base
+    /// 2.0 §4.1.2), otherwise PRP1/PRP2 or a PRP list in the slot's page (§4.1.1).
+    #[inline(always)]
+    pub(super) fn set_data_pointer(
+        &mut self,
+        sqe: &mut SubmissionEntry,
+        index: usize,
+        addr: u64,
+        len: usize,
+    ) {
+        // `len` is at most `max_transfer` (a few MiB), so it fits the descriptor's 32 bits.
+        debug_assert!(len <= u32::MAX as usize);
+        if (addr | len as u64) & self.sgl_mask == 0 {
+            sqe.set_psdt(Psdt::SglMptrContiguous);
+            sqe.prp1 = addr;
+            sqe.prp2 = sgl::data_block_qword(len as u32);
+            return;
+        }
+        match prp::layout(nvme_vfio::Iova(addr), len, self.page_size) {
+            PrpLayout::Direct { prp1, prp2 } => {
+                sqe.prp1 = prp1;
+                sqe.prp2 = prp2;
+            }
+            PrpLayout::List {
+                prp1,
+                first_list_entry,
+                entries,
+            } => {
+                let step = self.page_size as u64;
+                self.pages.write_u64s(
+                    index,
+                    (0..entries as u64).map(|k| first_list_entry + k * step),
+                );
+                sqe.prp1 = prp1;
+                sqe.prp2 = self.pages.iova(index).0;
+            }
+        }
+    }
+
+    /// [`fill_group_head`] on the slot of live tag `tag`, in this pair's current epoch.
+    pub(super) fn start_group(
+        &mut self,
+        tag: Tag,
+        op: u8,
+        user_data: u64,
+        buffer: Option<DmaBuffer>,
+        commands: u16,
+    ) {
+        let epoch = self.epoch;
+        fill_group_head(
+            self.tags.get_mut(tag),
+            tag,
+            epoch,
+            op,
+            user_data,
+            buffer,
+            commands,
+        );
+    }
+
+    #[inline(always)]
+    pub(super) fn push_command(&mut self, tag: Tag, mut sqe: SubmissionEntry) {
+        sqe.set_cid(tag.cid());
+        if let Some(saved) = self.saved.as_deref_mut() {
+            saved[tag.index()] = sqe;
+        }
+        self.sq.push(&sqe);
+        self.stats.commands_submitted += 1;
+    }
+}
+
+/// Fills the slot of a request's first (or only) command: the group head, `commands` long.
+#[inline(always)]
+fn fill_group_head(
+    slot: &mut Slot,
+    tag: Tag,
+    epoch: u32,
+    op: u8,
+    user_data: u64,
+    buffer: Option<DmaBuffer>,
+    commands: u16,
+) {
+    slot.head = tag;
+    slot.awaiting = true;
+    slot.expired = false;
+    slot.epoch = epoch;
+    slot.remaining = commands;
+    slot.opcode = op;
+    slot.sync = false;
+    slot.reported = false;
+    slot.status = Status::SUCCESS;
+    slot.dw0 = 0;
+    slot.user_data = user_data;
+    // Every path that frees a group head takes its buffer first, so the old value is `None`
+    // and has nothing to drop; not dropping it saves the check and the call. Were it ever
+    // `Some` (a driver bug), forgetting it leaks that buffer's mapping instead of freeing
+    // memory the device might still reach.
+    let old = std::mem::replace(&mut slot.buffer, buffer);
+    debug_assert!(old.is_none(), "a freed request slot still held its buffer");
+    std::mem::forget(old);
+}
+
+#[inline(always)]
+pub(super) fn rw_command(op: u8, nsid: u32, lba: u64, blocks: u32, fua: bool) -> SubmissionEntry {
+    match op {
+        opcode::nvm::WRITE => command::write(nsid, lba, blocks, fua),
+        opcode::nvm::COMPARE => command::compare(nsid, lba, blocks),
+        _ => command::read(nsid, lba, blocks),
+    }
+}

@@ -1,0 +1,164 @@
+//! The synchronous API: [`QueuePair::read`], [`QueuePair::write`], [`QueuePair::flush`], ...
+//! submit one request marked `sync`, ring, and spin in [`QueuePair::wait`] until it completes.
+//!
+//! INVARIANT: completions of other (asynchronous) requests reaped while waiting are kept, in
+//! order, in `deferred` and delivered by the next `poll`; the waited-for request arrives in
+//! `sync_done` (from a completion, a timeout, a fatal status or a reset recovery).
+
+use nvme_pool::Tag;
+use nvme_spec::queue::SubmissionEntry;
+use nvme_spec::{command, opcode};
+use nvme_vfio::DmaBuffer;
+
+use super::timeout::IDLE_POLLS_PER_CLOCK_CHECK;
+use super::{Completion, QueuePair};
+use crate::error::{IoFailure, Result};
+use crate::flags::WriteFlags;
+use crate::namespace::Namespace;
+
+impl QueuePair {
+    /// Waits for the request marked `sync` (just submitted), delivering other
+    /// requests' completions to the next `poll` call.
+    fn wait(&mut self) -> Completion {
+        let mut deferred = std::mem::take(&mut self.deferred);
+        let completion = loop {
+            if let Some(c) = self.sync_done.take() {
+                break c;
+            }
+            if self.ctrl.state() != self.ctrl_state {
+                // Recovery puts the waited-for request into `sync_done` and others into
+                // `self.deferred`, which is swapped out here: move them over.
+                self.poll_state_changed();
+                deferred.extend(self.deferred.drain(..));
+                if self.sync_done.is_some() {
+                    continue;
+                }
+            }
+            let mut sink = |c: Completion| deferred.push_back(c);
+            let n = self.reap(&mut sink);
+            if n == 0 {
+                self.stats.idle_polls += 1;
+                if self.stats.idle_polls % IDLE_POLLS_PER_CLOCK_CHECK == 0 {
+                    self.check_clock(&mut sink);
+                }
+                std::hint::spin_loop();
+            }
+        };
+        self.deferred = deferred;
+        completion
+    }
+
+    fn mark_sync(&mut self, head: Tag) {
+        // The request was submitted by this thread just now and cannot have completed yet:
+        // completions are only reaped inside poll/wait.
+        self.tags.get_mut(head).sync = true;
+    }
+
+    fn run_sync(
+        &mut self,
+        submitted: std::result::Result<Tag, IoFailure>,
+    ) -> std::result::Result<Option<DmaBuffer>, IoFailure> {
+        let head = submitted?;
+        self.mark_sync(head);
+        self.ring();
+        let c = self.wait();
+        match c.result {
+            Ok(_) => Ok(c.buffer),
+            Err(e) => Err(IoFailure::new(e, c.buffer)),
+        }
+    }
+
+    /// Reads `blocks` blocks at `lba` into `buf` and waits for the data.
+    pub fn read(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+    ) -> std::result::Result<DmaBuffer, IoFailure> {
+        self.rw_sync(opcode::nvm::READ, ns, lba, blocks, buf, false)
+    }
+
+    /// Writes `blocks` blocks at `lba` from `buf` and waits for completion.
+    pub fn write(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        flags: WriteFlags,
+    ) -> std::result::Result<DmaBuffer, IoFailure> {
+        self.rw_sync(opcode::nvm::WRITE, ns, lba, blocks, buf, flags.fua())
+    }
+
+    /// Compares `blocks` blocks at `lba` with `buf`; a mismatch is an error with the
+    /// Compare Failure status (the buffer comes back in the error).
+    pub fn compare(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+    ) -> std::result::Result<DmaBuffer, IoFailure> {
+        self.rw_sync(opcode::nvm::COMPARE, ns, lba, blocks, buf, false)
+    }
+
+    /// A data-moving command run to completion; its buffer always comes back on success.
+    fn rw_sync(
+        &mut self,
+        op: u8,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        fua: bool,
+    ) -> std::result::Result<DmaBuffer, IoFailure> {
+        let submitted = self.submit_rw(op, ns, lba, blocks, buf, fua, 0);
+        self.run_sync(submitted)
+            .map(|b| b.expect("a completed data command returns its buffer"))
+    }
+
+    /// Flushes the namespace's volatile write cache and waits.
+    pub fn flush(&mut self, ns: &Namespace) -> Result<()> {
+        ns.check_current()?;
+        let r = self.submit_single(command::flush(ns.nsid()), None, 0, 0);
+        self.run_sync(r).map(drop).map_err(|f| f.error)
+    }
+
+    /// Writes zeroes to `blocks` blocks at `lba` and waits.
+    pub fn write_zeroes(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        deallocate: bool,
+    ) -> Result<()> {
+        let head = self.submit_write_zeroes_inner(ns, lba, blocks, deallocate, 0)?;
+        self.run_sync(Ok(head)).map(drop).map_err(|f| f.error)
+    }
+
+    /// Deallocates (trims) the given `(lba, blocks)` ranges and waits.
+    pub fn deallocate(&mut self, ns: &Namespace, ranges: &[(u64, u32)]) -> Result<()> {
+        let head = self.submit_deallocate_inner(ns, ranges, 0)?;
+        self.run_sync(Ok(head)).map(drop).map_err(|f| f.error)
+    }
+
+    /// Runs a raw I/O command to completion; returns completion dword 0 and the buffer.
+    ///
+    /// # Safety
+    /// As [`QueuePair::submit_raw`].
+    pub unsafe fn execute_raw(
+        &mut self,
+        sqe: SubmissionEntry,
+        data: Option<(DmaBuffer, usize)>,
+    ) -> std::result::Result<(u32, Option<DmaBuffer>), IoFailure> {
+        let head = self.submit_raw_inner(sqe, data, 0)?;
+        self.mark_sync(head);
+        self.ring();
+        let c = self.wait();
+        match c.result {
+            Ok(dw0) => Ok((dw0, c.buffer)),
+            Err(e) => Err(IoFailure::new(e, c.buffer)),
+        }
+    }
+}
