@@ -9,6 +9,10 @@
 //! window and the admin queue are there to delete the pair's queues when it drops; the
 //! controller is shut down (CC.SHN) when the last reference goes.
 
+mod options;
+mod registers;
+mod transport;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -38,12 +42,13 @@ use crate::prp;
 use crate::ring::ShadowBuffers;
 use crate::teardown::DmaState;
 
-/// The host memory page size the driver uses (CC.MPS = 0).
-pub const HOST_PAGE_SIZE: usize = 4096;
-/// CC.MPS encoding of [`HOST_PAGE_SIZE`] (page = 2^(12 + MPS)).
-const HOST_PAGE_MPS: u8 = 0;
-/// Register polling interval during enable/disable/shutdown waits.
-const REGISTER_POLL: Duration = Duration::from_micros(100);
+use registers::{controller_memory_buffer, enabled_cc, wait_ready, REGISTER_POLL};
+
+pub use options::{ControllerOptions, ShadowDoorbells, TimeoutAction, DEFAULT_IO_QUEUES};
+pub(crate) use registers::ALL_ONES;
+pub use registers::HOST_PAGE_SIZE;
+pub use transport::Transport;
+
 /// Shutdown wait when the controller does not report RTD3E.
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 /// `Inner::state` bit: the controller failed; unusable until a reset succeeds.
@@ -60,138 +65,6 @@ const MAX_QUEUED_EVENTS: usize = 64;
 
 /// Fewest entries an NVMe queue can have (one is always kept empty).
 const MIN_QUEUE_ENTRIES: u32 = 2;
-/// Number of I/O queue pairs asked for by default (the controller may grant fewer).
-pub const DEFAULT_IO_QUEUES: u16 = 64;
-
-/// How the controller is opened.
-#[derive(Clone, Debug)]
-pub struct ControllerOptions {
-    /// I/O submission/completion queue pairs to ask for (Set Features Number of Queues).
-    pub io_queues: u16,
-    /// Admin queue entries (2..=4096, capped by CAP.MQES+1).
-    pub admin_entries: u32,
-    /// Timeout for each admin command.
-    pub admin_timeout: Duration,
-    /// Send a normal shutdown notification (CC.SHN) when the controller is dropped.
-    pub shutdown_on_drop: bool,
-    /// Shadow doorbells (Doorbell Buffer Config, NVMe Base 2.0 §5.8) where the controller
-    /// offers them: by the platform rule ([`ShadowDoorbells::Auto`], the default), always, or
-    /// never. In effect: [`Controller::shadow_doorbells`].
-    pub shadow_doorbells: ShadowDoorbells,
-    /// Describe the data of reads, writes and compares with an SGL (one Data Block
-    /// descriptor in the command, NVMe Base 2.0 §4.1.2) when the controller offers SGLs for
-    /// I/O commands (Identify Controller SGLS bits 1:0); `false` forces PRPs (§4.1.1). Admin
-    /// commands always use PRPs. Decided once at bring-up: [`Controller::sgl`].
-    pub sgl: bool,
-    /// Route MSI-X vectors to eventfds so queue pairs created with
-    /// `QueuePairOptions::interrupts` can block while idle (vector = queue id).
-    pub interrupts: bool,
-    /// What a queue pair does about a command that timed out (see [`TimeoutAction`]).
-    pub timeout_action: TimeoutAction,
-}
-
-/// Builder-style setters: `ControllerOptions::default().io_queues(..)`. The fields stay public for now;
-/// prefer the setters, which keep working if the fields become private.
-impl ControllerOptions {
-    /// Sets [`ControllerOptions::io_queues`]: I/O queue pairs to ask for.
-    #[must_use]
-    pub fn io_queues(mut self, io_queues: u16) -> Self {
-        self.io_queues = io_queues;
-        self
-    }
-
-    /// Sets [`ControllerOptions::admin_entries`]: admin queue entries.
-    #[must_use]
-    pub fn admin_entries(mut self, admin_entries: u32) -> Self {
-        self.admin_entries = admin_entries;
-        self
-    }
-
-    /// Sets [`ControllerOptions::admin_timeout`]: the timeout of each admin command.
-    #[must_use]
-    pub fn admin_timeout(mut self, admin_timeout: Duration) -> Self {
-        self.admin_timeout = admin_timeout;
-        self
-    }
-
-    /// Sets [`ControllerOptions::shutdown_on_drop`]: normal shutdown when the controller is dropped.
-    #[must_use]
-    pub fn shutdown_on_drop(mut self, shutdown_on_drop: bool) -> Self {
-        self.shutdown_on_drop = shutdown_on_drop;
-        self
-    }
-
-    /// Sets [`ControllerOptions::shadow_doorbells`]: when to use shadow doorbells.
-    #[must_use]
-    pub fn shadow_doorbells(mut self, shadow_doorbells: ShadowDoorbells) -> Self {
-        self.shadow_doorbells = shadow_doorbells;
-        self
-    }
-
-    /// Sets [`ControllerOptions::sgl`]: SGLs for I/O data where offered (`false`: PRPs).
-    #[must_use]
-    pub fn sgl(mut self, sgl: bool) -> Self {
-        self.sgl = sgl;
-        self
-    }
-
-    /// Sets [`ControllerOptions::interrupts`]: route MSI-X vectors to eventfds.
-    #[must_use]
-    pub fn interrupts(mut self, interrupts: bool) -> Self {
-        self.interrupts = interrupts;
-        self
-    }
-
-    /// Sets [`ControllerOptions::timeout_action`]: what a timed-out command leads to.
-    #[must_use]
-    pub fn timeout_action(mut self, timeout_action: TimeoutAction) -> Self {
-        self.timeout_action = timeout_action;
-        self
-    }
-}
-
-/// Whether to use shadow doorbells where the controller offers them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ShadowDoorbells {
-    /// Where they pay: everywhere but under a software CPU emulator (QEMU TCG), where an MMIO
-    /// write does not trap and the controller's extra DMA per command is pure cost (the rule
-    /// and its measurements: [`crate::platform`], docs/performance.md).
-    #[default]
-    Auto,
-    /// Whenever the controller offers them.
-    Always,
-    /// Never: MMIO doorbells only.
-    Never,
-}
-
-impl ShadowDoorbells {
-    /// Whether to configure them on a controller that offers them, on `platform`.
-    pub fn wanted(self, platform: &CpuPlatform) -> bool {
-        match self {
-            ShadowDoorbells::Auto => platform.shadow_doorbells_pay(),
-            ShadowDoorbells::Always => true,
-            ShadowDoorbells::Never => false,
-        }
-    }
-}
-
-/// What happens to a command that times out. In every case the request is reported to the
-/// caller with [`Error::Timeout`] at once, and its slot and buffer stay retired until the
-/// device returns the command (see `docs/reliability.md`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TimeoutAction {
-    /// Nothing more: wait for the late completion.
-    None,
-    /// Send an Abort for it, without blocking the I/O thread (the admin queue is only tried,
-    /// never waited for; a busy one is retried at the next clock tick).
-    Abort,
-    /// Abort, and if the command is still outstanding one more timeout later (the abort was
-    /// declined, failed or itself got no answer), reset the controller
-    /// ([`Controller::reset`]): every queue pair then fails its in-flight requests with the
-    /// retryable [`Error::Reset`] and goes on. The default, like SPDK's abort-then-reset.
-    AbortThenReset,
-}
-
 /// Abort outcomes of a controller (counters since bring-up).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AbortStats {
@@ -205,68 +78,6 @@ pub struct AbortStats {
     pub failed: u64,
     /// Controller resets started because an aborted command stayed outstanding.
     pub resets: u64,
-}
-
-impl Default for ControllerOptions {
-    fn default() -> Self {
-        Self {
-            io_queues: DEFAULT_IO_QUEUES,
-            admin_entries: 32,
-            admin_timeout: Duration::from_secs(5),
-            shutdown_on_drop: true,
-            shadow_doorbells: ShadowDoorbells::Auto,
-            sgl: true,
-            interrupts: false,
-            timeout_action: TimeoutAction::AbortThenReset,
-        }
-    }
-}
-
-/// What the driver needs from the platform: a register window and a DMA mapper. VFIO gives
-/// both for a PCI function; the in-process emulator gives both for tests.
-pub struct Transport {
-    /// BAR0 register window.
-    pub mmio: Mmio,
-    /// The platform mapper the controller's DMA context is made over. The controller maps
-    /// through the context's retirement guard, never through this directly, and refuses
-    /// buffers allocated from it ([`Error::ForeignBuffer`]): allocate through
-    /// [`Controller::alloc_buffer`] or [`Controller::dma`].
-    pub dma: Arc<dyn DmaMapper>,
-    /// Name used in messages (a PCI address, or "sim").
-    pub name: String,
-    /// Keeps the underlying device open (the VFIO device, the emulator).
-    pub keepalive: Option<Arc<dyn std::any::Any + Send + Sync>>,
-    /// Routes MSI-X vectors to eventfds, if the platform can (for interrupt-driven queues).
-    pub interrupts: Option<Arc<dyn InterruptController>>,
-    /// Clears the function's bus mastering at teardown, if the platform can. Without it a
-    /// controller counts as stopped once CSTS.RDY reads 0 after CC.EN is cleared.
-    pub function: Option<Arc<dyn FunctionControl>>,
-}
-
-impl Transport {
-    /// A transport with no interrupt support and nothing extra to keep alive.
-    pub fn new(mmio: Mmio, dma: Arc<dyn DmaMapper>, name: impl Into<String>) -> Self {
-        Self {
-            mmio,
-            dma,
-            name: name.into(),
-            keepalive: None,
-            interrupts: None,
-            function: None,
-        }
-    }
-
-    /// Adds control over the function's bus mastering (used at teardown).
-    pub fn with_function_control(mut self, function: Arc<dyn FunctionControl>) -> Self {
-        self.function = Some(function);
-        self
-    }
-
-    /// Adds MSI-X interrupt routing.
-    pub fn with_interrupts(mut self, interrupts: Arc<dyn InterruptController>) -> Self {
-        self.interrupts = Some(interrupts);
-        self
-    }
 }
 
 pub(crate) struct Inner {
@@ -338,129 +149,11 @@ impl std::fmt::Debug for Controller {
     }
 }
 
-/// CC for an enabled controller: NVM command set, our page size, 64/16-byte entries.
-fn enabled_cc() -> Cc {
-    Cc(0)
-        .with_css(regs::CC_CSS_NVM)
-        .with_mps(HOST_PAGE_MPS)
-        .with_ams(0)
-        .with_shn(ShutdownNotification::None)
-        .with_iosqes(SQES_LOG2)
-        .with_iocqes(CQES_LOG2)
-        .with_en(true)
-}
-
 /// Namespaces probed one by one (1..=NN, at most this many) on controllers without the
 /// Active Namespace ID list (CNS 02h, NVMe 1.1).
 const MAX_PROBED_NAMESPACES: u32 = 1024;
 
-/// Registers read all ones when the device is gone (surprise removal, link down).
-pub(crate) const ALL_ONES: u32 = u32::MAX;
-
-/// Reads CMBSZ, first setting CMBMSC.CRE where CAP.CMBS says the size registers read 0 until
-/// it is set (NVMe 1.4+). CRE enables no memory space: the buffer stays unused.
-fn controller_memory_buffer(mmio: &Mmio, name: &str, cap: Cap) -> Cmbsz {
-    if cap.cmbs() {
-        mmio.write64(regs::CMBMSC, regs::CMBMSC_CRE);
-    }
-    let cmb = Cmbsz(mmio.read32(regs::CMBSZ));
-    if cmb.0 != ALL_ONES && cmb.bytes() != 0 {
-        log::info!(
-            "{name}: controller memory buffer of {} bytes (uses {:#x}) left unused",
-            cmb.bytes(),
-            cmb.uses()
-        );
-        cmb
-    } else {
-        Cmbsz(0)
-    }
-}
-
-/// Waits until CSTS.RDY equals `ready`, bounded by CAP.TO; fails early on CSTS.CFS when
-/// waiting for ready, and at once when CSTS reads all ones (no device answers).
-fn wait_ready(mmio: &Mmio, name: &str, cap: Cap, ready: bool) -> Result<()> {
-    let timeout = cap.timeout().max(REGISTER_POLL * 10);
-    let start = Instant::now();
-    loop {
-        let raw = mmio.read32(regs::CSTS);
-        if raw == ALL_ONES {
-            return Err(Error::Removed {
-                controller: name.to_string(),
-                why: "its registers read all ones",
-            });
-        }
-        let csts = Csts(raw);
-        if csts.rdy() == ready {
-            return Ok(());
-        }
-        if ready && csts.cfs() {
-            return Err(Error::ControllerFatal {
-                controller: name.to_string(),
-            });
-        }
-        if start.elapsed() >= timeout {
-            return Err(Error::NotReady {
-                controller: name.to_string(),
-                state: if ready {
-                    "ready (CSTS.RDY=1)"
-                } else {
-                    "disabled (CSTS.RDY=0)"
-                },
-                timeout,
-            });
-        }
-        std::thread::sleep(REGISTER_POLL);
-    }
-}
-
 impl Controller {
-    /// Opens the NVMe controller at a PCI address (e.g. `0000:01:00.0`) through vfio-pci, in
-    /// a DMA context of its own. To share one buffer pool between controllers, open them in
-    /// one [`DmaContext`] with [`Controller::open_pci_in`].
-    pub fn open_pci(address: &str, options: ControllerOptions) -> Result<Self> {
-        let addr: nvme_vfio::PciAddress = address.parse()?;
-        let device = nvme_vfio::VfioPci::open(&addr)?;
-        Self::new(Self::pci_transport(device)?, options)
-    }
-
-    /// Opens the NVMe controller at a PCI address through vfio-pci in the VFIO DMA context
-    /// `ctx` (made with [`DmaContext::new`]): its IOMMU group joins the context's container,
-    /// so buffers of the context (and of its other controllers) are valid on it.
-    pub fn open_pci_in(
-        ctx: &DmaContext,
-        address: &str,
-        options: ControllerOptions,
-    ) -> Result<Self> {
-        let addr: nvme_vfio::PciAddress = address.parse()?;
-        let Some(vfio) = ctx.vfio() else {
-            return Err(Error::InvalidRequest(format!(
-                "cannot open {addr} in {}: it is not a VFIO context (it was made with \
-                 DmaContext::with_mapper); make one with DmaContext::new",
-                ctx.domain()
-            )));
-        };
-        let device = vfio.open(&addr)?;
-        Self::new_in(ctx, Self::pci_transport(device)?, options)
-    }
-
-    /// The transport of a function opened through VFIO.
-    fn pci_transport(device: Arc<nvme_vfio::VfioPci>) -> Result<Transport> {
-        device.enable_bus_master()?;
-        let mmio = device.map_bar(0)?;
-        let dma = device.dma_mapper();
-        let name = device.address().to_string();
-        let interrupts: Arc<dyn InterruptController> = device.clone();
-        let function: Arc<dyn FunctionControl> = device.clone();
-        let keepalive: Arc<dyn std::any::Any + Send + Sync> = device;
-        let transport = Transport::new(mmio, dma, name)
-            .with_interrupts(interrupts)
-            .with_function_control(function);
-        Ok(Transport {
-            keepalive: Some(keepalive),
-            ..transport
-        })
-    }
-
     /// Brings up the controller behind `transport`, in a DMA context of its own.
     pub fn new(transport: Transport, options: ControllerOptions) -> Result<Self> {
         let ctx = DmaContext::with_mapper(transport.dma.clone());
