@@ -1,8 +1,8 @@
-//! Register handshakes shared by bring-up, reset and teardown (NVMe Base 2.0 §3.1, §3.5.1): the CC
-//! value of an enabled controller, waiting for CSTS.RDY, and reading CMBSZ.
+//! Register handshakes shared by bring-up, reset and teardown (NVMe Base 2.0 §3.1, §3.5.1):
+//! the CC value of an enabled controller, waiting for CSTS.RDY, and reading CMBSZ.
 //!
-//! INVARIANT: every wait here is bounded by CAP.TO, and a register reading all ones (the device is
-//! gone) ends it at once with [`Error::Removed`].
+//! INVARIANT: every wait here is bounded by CAP.TO, and a register reading all ones (the device
+//! is gone) ends it at once with [`Error::Removed`].
 
 use std::time::{Duration, Instant};
 
