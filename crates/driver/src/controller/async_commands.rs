@@ -18,7 +18,7 @@ use crate::admin::AdminQueue;
 use super::{Controller, Inner};
 
 /// Most Asynchronous Event Requests kept posted.
-const MAX_AERS: usize = 4;
+pub(super) const MAX_AERS: usize = 4;
 /// Most events kept for [`Controller::take_events`]; older ones are dropped.
 const MAX_QUEUED_EVENTS: usize = 64;
 

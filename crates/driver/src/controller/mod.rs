@@ -59,6 +59,9 @@ pub(crate) use registers::ALL_ONES;
 pub use registers::HOST_PAGE_SIZE;
 pub use transport::Transport;
 
+#[cfg(doc)]
+use async_commands::MAX_AERS;
+
 /// `Inner::state` bit: the controller failed; unusable until a reset succeeds.
 pub(crate) const STATE_FAILED: u64 = 1;
 /// `Inner::state` bit: a reset is running; submissions are refused (retryable).
@@ -101,8 +104,7 @@ pub(crate) struct Inner {
     aborts: Mutex<AbortStats>,
     /// Asynchronous events received and not yet taken ([`Controller::take_events`]).
     events: Mutex<VecDeque<AsyncEvent>>,
-    /// Asynchronous Event Requests kept posted (min(AERL + 1,
-    /// [`MAX_AERS`](async_commands::MAX_AERS)); 0 when off).
+    /// Asynchronous Event Requests kept posted (min(AERL + 1, [`MAX_AERS`]); 0 when off).
     aers: usize,
     identify: Box<IdentifyController>,
     /// Active namespaces as of bring-up or the last rescan, replaced whole (readers clone
