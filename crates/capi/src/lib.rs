@@ -654,6 +654,23 @@ struct Pending {
     buffer: Option<DmaBuffer>,
 }
 
+impl Pending {
+    /// The pending entry for completion `c` of one of `requests` (its C status built now; an
+    /// out-of-range request index, which the driver's user data never holds, gets no buffer).
+    #[inline(always)]
+    fn reaped(requests: &[Request], c: Completion) -> Pending {
+        let request = c.user_data as u32;
+        let buf = requests
+            .get(request as usize)
+            .map_or(std::ptr::null_mut(), |r| r.buf);
+        Pending {
+            request,
+            status: completion_status(&c.result, buf),
+            buffer: c.buffer,
+        }
+    }
+}
+
 /// An I/O queue pair with its requests. Belongs to one thread at a time: no two threads may
 /// call functions on the same queue pair concurrently (it may move between threads).
 pub struct nvme_qpair {
@@ -1201,17 +1218,7 @@ pub unsafe extern "C" fn nvme_qpair_poll(qpair: *mut nvme_qpair, max_completions
                 let requests = &q.requests;
                 q.qp.poll(
                     #[inline(always)]
-                    |c: Completion| {
-                        let request = c.user_data as u32;
-                        let buf = requests
-                            .get(request as usize)
-                            .map_or(std::ptr::null_mut(), |r| r.buf);
-                        pending.push_back(Pending {
-                            request,
-                            status: completion_status(&c.result, buf),
-                            buffer: c.buffer,
-                        })
-                    },
+                    |c: Completion| pending.push_back(Pending::reaped(requests, c)),
                 );
             }
             q.polling = true;

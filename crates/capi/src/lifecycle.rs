@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use nvme_driver::Completion;
 
-use crate::{completion_status, fail, guard, nvme_qpair, Pending, NVME_ERR_NULL_POINTER};
+use crate::{fail, guard, nvme_qpair, Pending, NVME_ERR_NULL_POINTER};
 
 /// Longest `nvme_qpair_destroy` waits for outstanding requests to complete before it deletes
 /// the queues (the buffers of those still outstanding then stay with the driver).
@@ -24,17 +24,9 @@ impl nvme_qpair {
             }
             let pending = &mut self.pending;
             let requests = &self.requests;
-            let reaped = self.qp.poll(|c: Completion| {
-                let request = c.user_data as u32;
-                let buf = requests
-                    .get(request as usize)
-                    .map_or(std::ptr::null_mut(), |r| r.buf);
-                pending.push_back(Pending {
-                    request,
-                    status: completion_status(&c.result, buf),
-                    buffer: c.buffer,
-                })
-            });
+            let reaped = self
+                .qp
+                .poll(|c: Completion| pending.push_back(Pending::reaped(requests, c)));
             if reaped == 0 {
                 std::thread::yield_now();
             }

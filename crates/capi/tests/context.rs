@@ -1,31 +1,13 @@
 //! DMA contexts through the C API (emulated): two controllers in one context share one
 //! buffer pool; a buffer of another context is refused and stays the caller's.
 
-use std::cell::Cell;
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 use std::ptr;
 
 use nvme_userspace::*;
 
-fn last_error() -> String {
-    // SAFETY: the function returns a valid NUL-terminated string.
-    unsafe { CStr::from_ptr(nvme_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-#[derive(Default)]
-struct Seen {
-    calls: Cell<u32>,
-    error: Cell<i32>,
-}
-
-unsafe extern "C" fn record(arg: *mut c_void, status: *const nvme_cpl_status) {
-    // SAFETY: `arg` is the test's `Seen`; `status` is valid during the call.
-    let (seen, status) = unsafe { (&*arg.cast::<Seen>(), &*status) };
-    seen.calls.set(seen.calls.get() + 1);
-    seen.error.set(status.error);
-}
+mod common;
+use common::{last_error, record, Seen};
 
 /// Submits through `submit`, polls `qp` until the callback ran, and returns its error code.
 fn complete(qp: *mut nvme_qpair, submit: impl FnOnce(*mut c_void) -> i32) -> i32 {

@@ -3,31 +3,12 @@
 //! block size, one now in a metadata format or detached is refused with NVME_ERR_NAMESPACE,
 //! and an unchanged one keeps working.
 
-use std::cell::Cell;
-use std::ffi::{c_void, CStr};
 use std::ptr;
 
 use nvme_userspace::*;
 
-fn last_error() -> String {
-    // SAFETY: the function returns a valid NUL-terminated string.
-    unsafe { CStr::from_ptr(nvme_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-#[derive(Default)]
-struct Seen {
-    calls: Cell<u32>,
-    error: Cell<i32>,
-}
-
-unsafe extern "C" fn record(arg: *mut c_void, status: *const nvme_cpl_status) {
-    // SAFETY: `arg` is the `Seen` the test passed; `status` is valid during the call.
-    let (seen, status) = unsafe { (&*arg.cast::<Seen>(), &*status) };
-    seen.calls.set(seen.calls.get() + 1);
-    seen.error.set(status.error);
-}
+mod common;
+use common::{last_error, record, Seen};
 
 /// Reads `blocks` blocks at `lba` of `nsid` into `buf` and waits: the submission's code, or
 /// the completion's.
