@@ -226,13 +226,11 @@ fn item2_teardown_of_failed_controller_disables_it_before_freeing() {
     assert_all(&sim.read_disk(NS, 16 * BLOCK as u64, BLOCK), 0, "medium");
 }
 
-/// A command times out, the Abort for it times out too (the controller is declared failed),
-/// and the controller ignores CC.EN=0 (RDY stays 1) and keeps running commands: nothing can be
-/// confirmed, so every DMA mapping of the controller leaks (stays mapped, its IOVA never
-/// reused) instead of being freed while the device still runs the command.
-#[test]
-fn item2_unstoppable_controller_leaks_its_memory() {
-    let (sim, ctrl) = start_with_options(
+/// The emulator and controller of the unstoppable-controller cases: CAP.TO of 500 ms (so a
+/// controller that ignores CC.EN=0 is given up on quickly), the default timeout policy
+/// (abort, then reset), without shadow doorbells.
+fn start_unstoppable_setup() -> (SimController, Controller) {
+    start_with_options(
         SimConfig {
             timeout_500ms: 1,
             ..SimConfig::default()
@@ -242,7 +240,16 @@ fn item2_unstoppable_controller_leaks_its_memory() {
             timeout_action: TimeoutAction::AbortThenReset,
             ..options()
         },
-    );
+    )
+}
+
+/// A command times out, the Abort for it times out too (the controller is declared failed),
+/// and the controller ignores CC.EN=0 (RDY stays 1) and keeps running commands: nothing can be
+/// confirmed, so every DMA mapping of the controller leaks (stays mapped, its IOVA never
+/// reused) instead of being freed while the device still runs the command.
+#[test]
+fn item2_unstoppable_controller_leaks_its_memory() {
+    let (sim, ctrl) = start_unstoppable_setup();
     let ns = ctrl.namespace(NS).unwrap();
     let mut q = qp(&ctrl, 8, Duration::from_millis(300));
     let mapped_before_io = sim.sim_dma().mapping_count();
@@ -354,17 +361,7 @@ fn item3_buffer_of_another_controller_is_refused() {
 /// that names it. The controller must refuse it up front, with the buffer given back whole.
 #[test]
 fn item3_raw_mapper_buffer_is_refused_so_retirement_cannot_free_it() {
-    let (sim, ctrl) = start_with_options(
-        SimConfig {
-            timeout_500ms: 1,
-            ..SimConfig::default()
-        },
-        false,
-        ControllerOptions {
-            timeout_action: TimeoutAction::AbortThenReset,
-            ..options()
-        },
-    );
+    let (sim, ctrl) = start_unstoppable_setup();
     let ns = ctrl.namespace(NS).unwrap();
     let mut q = qp(&ctrl, 8, Duration::from_millis(300));
     // A buffer allocated through the controller (the guard) is accepted.
