@@ -13,8 +13,8 @@ mod codec;
 #[cfg(test)]
 mod codec_tests;
 pub use codec::{
-    check_data_length, check_digest, check_hlen, check_layout, crc32c, crc32c_append, has_data,
-    pda_align, Digests, PduError, PduFrame, PduLayout,
+    check_data_length, check_digest, check_hlen, check_layout, crc32c, crc32c_append, frame_pdu,
+    has_data, pda_align, Digests, PduError, PduFrame, PduLayout,
 };
 
 /// PDU types (NVMe/TCP §3.6.1, Figure 12 "Common Header": PDU-Type).

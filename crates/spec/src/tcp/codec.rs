@@ -182,6 +182,24 @@ impl PduFrame {
     }
 }
 
+/// Frames a PDU whose header is given as bytes (`header`, HLEN long, its PDU-Type and
+/// type-specific flags set): fills in the rest of its common header from the frame (HDGSTF,
+/// DDGSTF, HLEN, PDO, PLEN), appends the PDU to `out` and returns the frame (where the
+/// digests went, for a test target that corrupts them on purpose).
+pub fn frame_pdu(
+    out: &mut Vec<u8>,
+    header: &mut [u8],
+    data: Option<&[u8]>,
+    digests: Digests,
+    align: usize,
+) -> PduFrame {
+    let frame = PduFrame::new(header.len(), data.map(<[u8]>::len), digests, align);
+    let ch = frame.header(header[0], header[1]);
+    header[..CommonHeader::SIZE].copy_from_slice(&ch.to_bytes());
+    frame.encode(out, header, data);
+    frame
+}
+
 /// A rule of NVMe/TCP §3.6.1 that a received PDU header breaks. The messages end in
 /// "(check: RULE)", the name the host's diagnostics and tests use for the rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

@@ -213,6 +213,27 @@ fn termination_request_frames_without_digests() {
 }
 
 #[test]
+fn frame_pdu_fills_a_byte_built_header() {
+    let data = [3u8; 10];
+    let d = Digests {
+        header: true,
+        data: true,
+    };
+    let mut h = vec![0u8; 24];
+    h[0] = pdu_type::C2H_DATA;
+    h[1] = flags::LAST_PDU;
+    h[16..20].copy_from_slice(&10u32.to_le_bytes());
+    let mut out = Vec::new();
+    let frame = frame_pdu(&mut out, &mut h, Some(&data), d, 8);
+    let (_, typed) = framed(pdu_type::C2H_DATA, flags::LAST_PDU, h.clone(), Some(&data), d, 8);
+    assert_eq!(out, typed);
+    assert_eq!(frame.pdo, 32);
+    assert_eq!(&h[..8], &out[..8], "the header given is filled in");
+    let (ch, _, got) = parse(&out, d, 8, datal_field).unwrap();
+    assert_eq!((ch.plen, got.as_slice()), (46, &data[..]));
+}
+
+#[test]
 fn crc32c_is_castagnoli_and_appends() {
     // RFC 3720 B.4: 32 bytes of zeros.
     assert_eq!(crc32c(&[0u8; 32]), 0x8A91_36AA);
