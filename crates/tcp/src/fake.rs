@@ -15,23 +15,18 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nvme_spec::fabrics::{self, fctype, ConnectData};
-use nvme_spec::identify::fill_ascii_field;
-use nvme_spec::log::ERROR_LOG_ENTRY_SIZE;
 use nvme_spec::opcode;
 use nvme_spec::opcode::log_page;
 use nvme_spec::regs::{self, Cap, Cc, Csts, ShutdownStatus};
 use nvme_spec::status::generic;
 use nvme_spec::tcp::{self, flags, pdu_type, CapsuleResp, CommonHeader, Digests, PduError};
-use nvme_spec::{
-    CompletionEntry, ErrorLogEntry, IdentifyController, IdentifyNamespace, NamespaceList, SmartLog,
-    Status, SubmissionEntry,
-};
+use nvme_spec::{CompletionEntry, Status, SubmissionEntry};
 
 mod hostile;
 pub use hostile::{Hostile, R2T_FLOOD};
@@ -44,6 +39,11 @@ const CONNECT_DATA_CNTLID_OFFSET: u32 = 16;
 
 mod liveness;
 pub use liveness::Unresponsive;
+
+mod pages;
+
+mod config;
+pub use config::{Config, Counters};
 
 /// What the fake target does wrong, on I/O queues' Read/Write commands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,76 +68,6 @@ pub enum Fault {
     /// A protocol violation in answer to a Read or Write (`fake/hostile.rs`); commands it
     /// does not apply to are served normally.
     Hostile(Hostile),
-}
-
-#[derive(Clone, Debug)]
-pub struct Config {
-    pub subnqn: String,
-    /// (nsid, log2 block size, blocks)
-    pub namespaces: Vec<(u32, u8, u64)>,
-    /// IOCCSZ in 16-byte units (4 = no in-capsule data on I/O queues).
-    pub ioccsz: u32,
-    pub maxh2cdata: u32,
-    pub cpda: u8,
-    /// Largest C2HData payload per PDU.
-    pub c2h_chunk: usize,
-    /// Use the SUCCESS flag instead of a CapsuleResp after read data (on queues connected with
-    /// SQ flow control disabled, as the spec allows it only there).
-    pub success_shortcut: bool,
-    pub fault: Fault,
-    /// I/O commands answered normally before the fault strikes (per connection).
-    pub fault_after: u64,
-    /// Enforce the Keep Alive Timeout asked for in the admin Connect: an admin connection
-    /// that receives nothing for that long is closed with its controller's I/O connections
-    /// (NVMe Base 2.0 §3.9: the controller treats it as a lost host).
-    pub enforce_kato: bool,
-    /// Identify Controller MDTS (log2 of the largest transfer in minimum pages; 0 = no
-    /// limit). Reads and writes larger than that fail with Invalid Field in Command.
-    pub mdts: u8,
-    /// CAP.MQES (0's based largest queue; the spec's minimum is 1).
-    pub mqes: u16,
-    /// Identify Controller MAXCMD (commands outstanding per queue).
-    pub maxcmd: u16,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            subnqn: "nqn.2026-01.test:sub1".into(),
-            namespaces: vec![(1, 12, 256), (2, 9, 2048)],
-            ioccsz: 4 + 8192 / 16,
-            maxh2cdata: 8192,
-            cpda: 0,
-            c2h_chunk: 4096,
-            success_shortcut: true,
-            fault: Fault::None,
-            fault_after: 0,
-            enforce_kato: false,
-            mdts: 0,
-            mqes: 127,
-            maxcmd: 128,
-        }
-    }
-}
-
-#[derive(Default)]
-pub struct Counters {
-    pub connects: AtomicU64,
-    pub keep_alives: AtomicU64,
-    pub io_commands: AtomicU64,
-    pub r2ts: AtomicU64,
-    pub in_capsule_writes: AtomicU64,
-    /// Admin Connects accepted (associations).
-    pub admin_connects: AtomicU64,
-    /// Aborts received, and those that aborted a held command.
-    pub aborts: AtomicU64,
-    pub aborts_honoured: AtomicU64,
-    /// Admin connections closed because no command came within the KATO.
-    pub kato_expiries: AtomicU64,
-    /// Get Log Page commands served.
-    pub log_pages: AtomicU64,
-    /// Reads and writes refused for exceeding the configured MDTS.
-    pub over_mdts: AtomicU64,
 }
 
 /// One association: its CC and its I/O connections.
@@ -484,49 +414,6 @@ impl Conn<'_> {
         Ok(())
     }
 
-    fn identify(&self, sqe: &SubmissionEntry) -> Option<[u8; 4096]> {
-        let cfg = &self.st.config;
-        match sqe.cdw10 & 0xFF {
-            1 => {
-                let mut id = IdentifyController::default();
-                id.vid = 0x1b36;
-                fill_ascii_field(&mut id.sn, "FAKE0001");
-                fill_ascii_field(&mut id.mn, "fake NVMe/TCP target");
-                fill_ascii_field(&mut id.fr, "1.0");
-                id.ioccsz = cfg.ioccsz;
-                id.iorcsz = 1;
-                id.maxcmd = cfg.maxcmd;
-                id.nn = 8;
-                id.elpe = (ERROR_LOG_ENTRIES - 1) as u8;
-                id.acl = 3;
-                id.cqt = self.st.live.cqt_ms.load(Ordering::SeqCst);
-                id.mdts = cfg.mdts;
-                id.sqes = 0x66;
-                id.cqes = 0x44;
-                let nqn = fabrics::nqn_field(&cfg.subnqn).unwrap();
-                id.subnqn = nqn;
-                Some(id.to_bytes())
-            }
-            2 => {
-                let mut list = NamespaceList::default();
-                for (i, &(nsid, ..)) in cfg.namespaces.iter().enumerate() {
-                    list.ids[i] = nsid;
-                }
-                Some(list.to_bytes())
-            }
-            0 => {
-                let &(_, shift, blocks) = cfg.namespaces.iter().find(|n| n.0 == sqe.nsid)?;
-                let mut ns = IdentifyNamespace::default();
-                ns.nsze = blocks;
-                ns.ncap = blocks;
-                ns.nuse = blocks;
-                ns.lbaf[0].lbads = shift;
-                Some(ns.to_bytes())
-            }
-            _ => None,
-        }
-    }
-
     fn command(&mut self, sqe: SubmissionEntry, data: Vec<u8>) -> Res<bool> {
         let cid = sqe.cid();
         let len = sqe.sgl_len() as usize;
@@ -651,53 +538,17 @@ impl Conn<'_> {
                     }
                 },
                 opcode::admin::GET_LOG_PAGE if sqe.cdw10 & 0xFF == 0x70 => {
-                    let mut page = vec![0u8; len.max(2048)];
-                    page[8] = 1; // NUMREC
-                    let e = &mut page[1024..2048];
-                    e[0] = fabrics::trtype::TCP;
-                    e[1] = fabrics::adrfam::IPV4;
-                    e[2] = fabrics::subtype::NVM;
-                    e[4] = 1; // PORTID
-                    let port = self.st.port.to_string();
-                    e[32..32 + port.len()].copy_from_slice(port.as_bytes());
-                    let nqn = self.st.config.subnqn.as_bytes();
-                    e[256..256 + nqn.len()].copy_from_slice(nqn);
-                    e[512..521].copy_from_slice(b"127.0.0.1");
+                    let page = pages::discovery_log(self.st.port, &self.st.config.subnqn, len);
                     self.push(cid, &page[..len], Fault::None)?;
                 }
                 opcode::admin::GET_LOG_PAGE if sqe.cdw10 as u8 == log_page::SMART_HEALTH => {
                     self.st.counters.log_pages.fetch_add(1, Ordering::Relaxed);
-                    let mut smart = SmartLog::default();
-                    smart.set_temperature_kelvin(SMART_TEMPERATURE_K);
-                    smart.available_spare = 100;
-                    smart.available_spare_threshold = 10;
-                    smart.percentage_used = 3;
-                    smart.power_on_hours = SMART_POWER_ON_HOURS;
-                    smart.power_cycles = 2;
-                    smart.error_log_entries = u128::from(NEWEST_ERROR_COUNT);
-                    let page = smart.to_bytes();
+                    let page = pages::smart_log();
                     self.push(cid, &page[..len.min(page.len())], Fault::None)?;
                 }
                 opcode::admin::GET_LOG_PAGE if sqe.cdw10 as u8 == log_page::ERROR_INFORMATION => {
                     self.st.counters.log_pages.fetch_add(1, Ordering::Relaxed);
-                    // Two errors logged, newest first; the other entries unused.
-                    let mut page = vec![0u8; ERROR_LOG_ENTRIES * ERROR_LOG_ENTRY_SIZE];
-                    for (i, count) in [NEWEST_ERROR_COUNT, NEWEST_ERROR_COUNT - 1]
-                        .into_iter()
-                        .enumerate()
-                    {
-                        let mut e = ErrorLogEntry::default();
-                        e.error_count = count;
-                        e.sqid = 1;
-                        e.cmdid = 0x10 + i as u16;
-                        e.set_status(Status::new(0, generic::LBA_OUT_OF_RANGE, true), false);
-                        e.parameter_error_location = ErrorLogEntry::NO_PARAMETER_LOCATION;
-                        e.nsid = 1;
-                        e.transport_type = fabrics::trtype::TCP;
-                        e.opcode = opcode::nvm::READ;
-                        page[i * ERROR_LOG_ENTRY_SIZE..(i + 1) * ERROR_LOG_ENTRY_SIZE]
-                            .copy_from_slice(&e.to_bytes());
-                    }
+                    let page = pages::error_log();
                     self.push(cid, &page[..len.min(page.len())], Fault::None)?;
                 }
                 opcode::admin::ABORT => {
