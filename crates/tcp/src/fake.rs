@@ -400,8 +400,13 @@ impl Conn<'_> {
             if last && fault == Fault::BadHeaderDigest && self.digests.header {
                 // Same PDU with a flipped header digest (its top bit).
                 let mut out = Vec::new();
-                let framed =
-                    tcp::frame_pdu(&mut out, &mut h.clone(), Some(part), self.digests, self.c2h_align);
+                let framed = tcp::frame_pdu(
+                    &mut out,
+                    &mut h.clone(),
+                    Some(part),
+                    self.digests,
+                    self.c2h_align,
+                );
                 let at = framed.header_digest_at().expect("header digests are on");
                 out[at + tcp::DIGEST_SIZE - 1] ^= 0x80;
                 return self.write_all(&out);

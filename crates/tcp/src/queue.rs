@@ -456,8 +456,8 @@ impl Queue {
             ch: frame.header(pdu_type::CAPSULE_CMD, 0),
             sqe,
         };
-        let data = in_capsule
-            .then(|| &slot.buffer.as_ref().expect("in-capsule data has a buffer")[..len]);
+        let data =
+            in_capsule.then(|| &slot.buffer.as_ref().expect("in-capsule data has a buffer")[..len]);
         frame.encode(&mut self.tx, &pdu.to_bytes(), data);
         if in_capsule {
             self.stats.in_capsule_writes += 1;

@@ -19,11 +19,13 @@ use super::{expected_hlen, flags, pdu_type, CommonHeader, DIGEST_SIZE, PDA_UNIT}
 
 /// CRC32C as NVMe/TCP digests use it (NVMe/TCP §3.3.2: CRC-32C, Castagnoli polynomial,
 /// initial value and final XOR all ones; sent little-endian).
+#[inline]
 pub fn crc32c(data: &[u8]) -> u32 {
     ::crc32c::crc32c(data)
 }
 
 /// CRC32C of `crc`'s data followed by `data` (a digest computed piece by piece).
+#[inline]
 pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
     ::crc32c::crc32c_append(crc, data)
 }
@@ -53,6 +55,7 @@ impl Digests {
     }
 
     /// Bytes of header digest after each PDU header.
+    #[inline]
     pub const fn header_size(self) -> usize {
         if self.header {
             DIGEST_SIZE
@@ -62,6 +65,7 @@ impl Digests {
     }
 
     /// Bytes of data digest after the data of a PDU that has data.
+    #[inline]
     pub const fn data_size(self) -> usize {
         if self.data {
             DIGEST_SIZE
@@ -98,6 +102,7 @@ impl PduFrame {
     /// A PDU with a header of `hlen` bytes and `data_len` bytes of data (`None`: no data, PDO
     /// 0), under the negotiated `digests`, its data aligned to `align` bytes from the start
     /// of the PDU ([`pda_align`] of the receiver's PDA).
+    #[inline]
     pub const fn new(hlen: usize, data_len: Option<usize>, digests: Digests, align: usize) -> Self {
         let hd = digests.header_size();
         match data_len {
@@ -125,6 +130,7 @@ impl PduFrame {
 
     /// The common header of this PDU: `pdu_type`, `pdu_flags` with HDGSTF and DDGSTF added as
     /// the frame has digests, HLEN, PDO and PLEN.
+    #[inline]
     pub const fn header(&self, pdu_type: u8, pdu_flags: u8) -> CommonHeader {
         let mut f = pdu_flags;
         if self.hdgst {
@@ -146,6 +152,7 @@ impl PduFrame {
     /// [`PduFrame::header`]), the header digest, zero padding up to PDO, `data` and the data
     /// digest. `header` must be `hlen` bytes and `data` `data_len` bytes (or `None` for a
     /// frame without data).
+    #[inline]
     pub fn encode(&self, out: &mut Vec<u8>, header: &[u8], data: Option<&[u8]>) {
         debug_assert_eq!(header.len(), self.hlen, "header length");
         debug_assert_eq!(data.map_or(0, <[u8]>::len), self.data_len, "data length");
@@ -285,6 +292,7 @@ pub enum PduError {
 }
 
 /// Checks the PDU type and HLEN of a common header; the header length of the type.
+#[inline]
 pub fn check_hlen(ch: &CommonHeader) -> Result<usize, PduError> {
     let Some(expected) = expected_hlen(ch.pdu_type) else {
         return Err(PduError::UnknownType {
@@ -302,6 +310,7 @@ pub fn check_hlen(ch: &CommonHeader) -> Result<usize, PduError> {
 
 /// Whether a PDU of this type carries data at PDO: C2HData and H2CData always, a
 /// CapsuleCmd when its PDO is set (in-capsule data).
+#[inline]
 pub const fn has_data(ch: &CommonHeader) -> bool {
     match ch.pdu_type {
         pdu_type::C2H_DATA | pdu_type::H2C_DATA => true,
@@ -326,6 +335,7 @@ pub struct PduLayout {
 
 impl PduLayout {
     /// Where the header digest is, if there is one.
+    #[inline]
     pub fn header_digest(&self) -> Option<Range<usize>> {
         (self.hd != 0).then(|| self.hlen..self.hlen + self.hd)
     }
@@ -335,6 +345,7 @@ impl PduLayout {
 /// (`hlen`), under the negotiated `digests`, with PLEN at most `max_plen` and data aligned
 /// to `align` bytes (pass 1 to accept any alignment). Termination requests are not for this
 /// check: they carry no digests (NVMe/TCP §3.6.2.4) and the receiver reads them as they are.
+#[inline]
 pub fn check_layout(
     ch: &CommonHeader,
     hlen: usize,
@@ -385,6 +396,7 @@ pub fn check_layout(
 /// Checks the data part of a PDU with data: DDGSTF against the negotiated data digest, and
 /// `datal` (the DATAL field; `None` for a CapsuleCmd, whose data is what PLEN leaves)
 /// non-zero and equal to PLEN - PDO - data digest. The data's place in the PDU.
+#[inline]
 pub fn check_data_length(
     ch: &CommonHeader,
     digests: Digests,
@@ -410,6 +422,7 @@ pub fn check_data_length(
 }
 
 /// Checks a received digest against the bytes it covers.
+#[inline]
 pub fn check_digest(kind: &'static str, covered: &[u8], received: [u8; 4]) -> Result<(), PduError> {
     let computed = crc32c(covered);
     let received = u32::from_le_bytes(received);

@@ -151,7 +151,12 @@ fn every_pdu(data: &[u8]) -> Vec<(u8, u8, Vec<u8>, Option<Vec<u8>>)> {
             c2h.to_bytes().to_vec(),
             d.clone(),
         ),
-        (pdu_type::H2C_DATA, flags::LAST_PDU, h2c.to_bytes().to_vec(), d),
+        (
+            pdu_type::H2C_DATA,
+            flags::LAST_PDU,
+            h2c.to_bytes().to_vec(),
+            d,
+        ),
         (pdu_type::R2T, 0, r2t.to_bytes().to_vec(), None),
     ]
 }
@@ -225,7 +230,14 @@ fn frame_pdu_fills_a_byte_built_header() {
     h[16..20].copy_from_slice(&10u32.to_le_bytes());
     let mut out = Vec::new();
     let frame = frame_pdu(&mut out, &mut h, Some(&data), d, 8);
-    let (_, typed) = framed(pdu_type::C2H_DATA, flags::LAST_PDU, h.clone(), Some(&data), d, 8);
+    let (_, typed) = framed(
+        pdu_type::C2H_DATA,
+        flags::LAST_PDU,
+        h.clone(),
+        Some(&data),
+        d,
+        8,
+    );
     assert_eq!(out, typed);
     assert_eq!(frame.pdo, 32);
     assert_eq!(&h[..8], &out[..8], "the header given is filled in");
@@ -238,7 +250,10 @@ fn crc32c_is_castagnoli_and_appends() {
     // RFC 3720 B.4: 32 bytes of zeros.
     assert_eq!(crc32c(&[0u8; 32]), 0x8A91_36AA);
     assert_eq!(crc32c(b"123456789"), 0xE306_9283);
-    assert_eq!(crc32c_append(crc32c(b"1234"), b"56789"), crc32c(b"123456789"));
+    assert_eq!(
+        crc32c_append(crc32c(b"1234"), b"56789"),
+        crc32c(b"123456789")
+    );
 }
 
 #[test]
@@ -261,7 +276,10 @@ fn digest_offsets_point_at_the_digests() {
     let dd = frame.data_digest_at().unwrap();
     assert_eq!(&pdu[dd..], &crc32c(&data).to_le_bytes());
     let none = PduFrame::new(24, None, Digests::default(), 4);
-    assert_eq!((none.header_digest_at(), none.data_digest_at()), (None, None));
+    assert_eq!(
+        (none.header_digest_at(), none.data_digest_at()),
+        (None, None)
+    );
 }
 
 /// A good C2HData PDU (header digest on, data digest on), to break one field at a time.

@@ -13,7 +13,9 @@ use nvme_spec::{
     SubmissionEntry,
 };
 
-use super::{Conn, ERROR_LOG_ENTRIES, NEWEST_ERROR_COUNT, SMART_POWER_ON_HOURS, SMART_TEMPERATURE_K};
+use super::{
+    Conn, ERROR_LOG_ENTRIES, NEWEST_ERROR_COUNT, SMART_POWER_ON_HOURS, SMART_TEMPERATURE_K,
+};
 
 impl Conn<'_> {
     /// The Identify page that `sqe` asks for (CNS 0, 1 or 2), or `None`.

@@ -404,10 +404,7 @@ impl Queue {
                 self.neg.cpda_align,
             );
             let pdu = H2CData {
-                ch: frame.header(
-                    pdu_type::H2C_DATA,
-                    if last { flags::LAST_PDU } else { 0 },
-                ),
+                ch: frame.header(pdu_type::H2C_DATA, if last { flags::LAST_PDU } else { 0 }),
                 cccid: cid,
                 ttag: r2t.ttag,
                 datao: (offset + done) as u32,
