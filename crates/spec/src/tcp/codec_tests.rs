@@ -75,7 +75,10 @@ fn framed(
     (frame, out.split_off(3))
 }
 
-fn every_pdu(data: &[u8]) -> Vec<(u8, u8, Vec<u8>, Option<Vec<u8>>)> {
+/// One PDU to frame: type, type-specific flags, header bytes, data.
+type Pdu = (u8, u8, Vec<u8>, Option<Vec<u8>>);
+
+fn every_pdu(data: &[u8]) -> Vec<Pdu> {
     let mut sqe = SubmissionEntry::new(0x01);
     sqe.set_sgl(sgl::IN_CAPSULE_DATA, 0, data.len() as u32);
     let cqe = CompletionEntry::new(1, 0, 1, 9, Status::SUCCESS, false);
