@@ -3,10 +3,19 @@
 //! Every PDU starts with the 8-byte common header ([`CommonHeader`], NVMe/TCP §3.6.1); the PDU
 //! specific header follows, then an optional header digest (CRC32C of the header, 4 bytes),
 //! optional padding up to the data offset (PDO), the data, and an optional data digest
-//! (CRC32C of the data, 4 bytes). All fields are little-endian. These types describe the wire
-//! layout only; building and checking PDUs is the host's job.
+//! (CRC32C of the data, 4 bytes). All fields are little-endian. The structs below describe
+//! the wire layout; `codec` (re-exported here) frames PDUs and checks received headers, the
+//! one PDU codec of both the host and the test target.
 
 use crate::queue::{CompletionEntry, SubmissionEntry};
+
+mod codec;
+#[cfg(test)]
+mod codec_tests;
+pub use codec::{
+    check_data_length, check_digest, check_hlen, check_layout, crc32c, crc32c_append, frame_pdu,
+    has_data, pda_align, Digests, PduError, PduFrame, PduLayout,
+};
 
 /// PDU types (NVMe/TCP §3.6.1, Figure 12 "Common Header": PDU-Type).
 pub mod pdu_type {

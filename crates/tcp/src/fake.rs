@@ -6,40 +6,44 @@
 //! live one; when an admin connection ends its controller's I/O connections are closed (as
 //! the kernel's nvmet does). The namespaces belong to the subsystem and outlive
 //! associations. `stop` / `restart` take the port away and back.
-//! It is written from the specification independently of the host code it tests (its own
-//! PDU assembly), so a shared misreading shows up as a failed handshake, not a silent pass.
+//! Its command handling is written from the specification independently of the host code it
+//! tests; PDU framing and the header checks are the one codec of `nvme_spec::tcp`, which has
+//! its own unit tests (round trip of every PDU type, each check refusing its field).
 
 #![allow(clippy::field_reassign_with_default, missing_docs)]
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nvme_spec::fabrics::{self, fctype, ConnectData};
-use nvme_spec::identify::fill_ascii_field;
-use nvme_spec::log::ERROR_LOG_ENTRY_SIZE;
 use nvme_spec::opcode;
 use nvme_spec::opcode::log_page;
 use nvme_spec::regs::{self, Cap, Cc, Csts, ShutdownStatus};
 use nvme_spec::status::generic;
-use nvme_spec::tcp::{self, flags, pdu_type, CommonHeader};
-use nvme_spec::{
-    CompletionEntry, ErrorLogEntry, IdentifyController, IdentifyNamespace, NamespaceList, SmartLog,
-    Status, SubmissionEntry,
-};
+use nvme_spec::tcp::{self, flags, pdu_type, CapsuleResp, CommonHeader, Digests, PduError};
+use nvme_spec::{CompletionEntry, Status, SubmissionEntry};
 
 mod hostile;
 pub use hostile::{Hostile, R2T_FLOOD};
+
+/// Transfer tag of the fake's R2Ts for a command's data.
+const PULL_TTAG: u16 = 0x55;
 
 /// Byte offset of CNTLID in the Connect data (NVMe Base 2.0 Figure 548).
 const CONNECT_DATA_CNTLID_OFFSET: u32 = 16;
 
 mod liveness;
 pub use liveness::Unresponsive;
+
+mod pages;
+
+mod config;
+pub use config::{Config, Counters};
 
 /// What the fake target does wrong, on I/O queues' Read/Write commands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,76 +68,6 @@ pub enum Fault {
     /// A protocol violation in answer to a Read or Write (`fake/hostile.rs`); commands it
     /// does not apply to are served normally.
     Hostile(Hostile),
-}
-
-#[derive(Clone, Debug)]
-pub struct Config {
-    pub subnqn: String,
-    /// (nsid, log2 block size, blocks)
-    pub namespaces: Vec<(u32, u8, u64)>,
-    /// IOCCSZ in 16-byte units (4 = no in-capsule data on I/O queues).
-    pub ioccsz: u32,
-    pub maxh2cdata: u32,
-    pub cpda: u8,
-    /// Largest C2HData payload per PDU.
-    pub c2h_chunk: usize,
-    /// Use the SUCCESS flag instead of a CapsuleResp after read data (on queues connected with
-    /// SQ flow control disabled, as the spec allows it only there).
-    pub success_shortcut: bool,
-    pub fault: Fault,
-    /// I/O commands answered normally before the fault strikes (per connection).
-    pub fault_after: u64,
-    /// Enforce the Keep Alive Timeout asked for in the admin Connect: an admin connection
-    /// that receives nothing for that long is closed with its controller's I/O connections
-    /// (NVMe Base 2.0 §3.9: the controller treats it as a lost host).
-    pub enforce_kato: bool,
-    /// Identify Controller MDTS (log2 of the largest transfer in minimum pages; 0 = no
-    /// limit). Reads and writes larger than that fail with Invalid Field in Command.
-    pub mdts: u8,
-    /// CAP.MQES (0's based largest queue; the spec's minimum is 1).
-    pub mqes: u16,
-    /// Identify Controller MAXCMD (commands outstanding per queue).
-    pub maxcmd: u16,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            subnqn: "nqn.2026-01.test:sub1".into(),
-            namespaces: vec![(1, 12, 256), (2, 9, 2048)],
-            ioccsz: 4 + 8192 / 16,
-            maxh2cdata: 8192,
-            cpda: 0,
-            c2h_chunk: 4096,
-            success_shortcut: true,
-            fault: Fault::None,
-            fault_after: 0,
-            enforce_kato: false,
-            mdts: 0,
-            mqes: 127,
-            maxcmd: 128,
-        }
-    }
-}
-
-#[derive(Default)]
-pub struct Counters {
-    pub connects: AtomicU64,
-    pub keep_alives: AtomicU64,
-    pub io_commands: AtomicU64,
-    pub r2ts: AtomicU64,
-    pub in_capsule_writes: AtomicU64,
-    /// Admin Connects accepted (associations).
-    pub admin_connects: AtomicU64,
-    /// Aborts received, and those that aborted a held command.
-    pub aborts: AtomicU64,
-    pub aborts_honoured: AtomicU64,
-    /// Admin connections closed because no command came within the KATO.
-    pub kato_expiries: AtomicU64,
-    /// Get Log Page commands served.
-    pub log_pages: AtomicU64,
-    /// Reads and writes refused for exceeding the configured MDTS.
-    pub over_mdts: AtomicU64,
 }
 
 /// One association: its CC and its I/O connections.
@@ -206,48 +140,36 @@ fn spawn_listener(listener: TcpListener, s: Arc<State>) -> JoinHandle<()> {
     })
 }
 
-/// Frames a PDU: header bytes (common header included, its length fields filled here),
-/// optional data, digests as negotiated.
+/// Largest PLEN the fake accepts from the host.
+const MAX_PLEN: u32 = 1 << 24;
+
+/// Frames a PDU with the codec: header bytes (common header included, its length and digest
+/// fields filled here), optional data, digests as negotiated, data aligned to `align`; with
+/// `corrupt_data` the data digest is off by one bit.
 fn frame(
     mut header: Vec<u8>,
     data: Option<&[u8]>,
-    hdgst: bool,
-    ddgst: bool,
+    digests: Digests,
+    align: usize,
     corrupt_data: bool,
 ) -> Vec<u8> {
-    let hlen = header.len();
-    let hd = if hdgst { 4 } else { 0 };
-    let dd = if ddgst && data.is_some() { 4 } else { 0 };
-    let pdo = if data.is_some() { hlen + hd } else { 0 };
-    let plen = hlen + hd + data.map_or(0, |d| d.len()) + dd;
-    header[1] |= if hdgst { flags::HDGSTF } else { 0 } | if dd != 0 { flags::DDGSTF } else { 0 };
-    header[2] = hlen as u8;
-    header[3] = pdo as u8;
-    header[4..8].copy_from_slice(&(plen as u32).to_le_bytes());
-    let mut out = header.clone();
-    if hdgst {
-        out.extend_from_slice(&crc32c::crc32c(&header).to_le_bytes());
-    }
-    if let Some(d) = data {
-        out.extend_from_slice(d);
-        if dd != 0 {
-            let mut crc = crc32c::crc32c(d);
-            if corrupt_data {
-                crc ^= 1;
-            }
-            out.extend_from_slice(&crc.to_le_bytes());
-        }
+    let mut out = Vec::new();
+    let f = tcp::frame_pdu(&mut out, &mut header, data, digests, align);
+    if let (true, Some(at)) = (corrupt_data, f.data_digest_at()) {
+        out[at] ^= 1;
     }
     out
 }
 
-/// A CapsuleResp PDU (without digests framing).
+/// A CapsuleResp PDU header (`frame` fills its common header).
 fn capsule_resp(sqid: u16, cid: u16, status: Status, dw0: u32, dw1: u32) -> Vec<u8> {
     let mut cqe = CompletionEntry::new(dw0, 0, sqid, cid, status, false);
     cqe.dw1 = dw1;
-    let mut h = vec![pdu_type::CAPSULE_RESP, 0, 0, 0, 0, 0, 0, 0];
-    h.extend_from_slice(&cqe.to_bytes());
-    h
+    let ch = CommonHeader {
+        pdu_type: pdu_type::CAPSULE_RESP,
+        ..Default::default()
+    };
+    CapsuleResp { ch, cqe }.to_bytes().to_vec()
 }
 
 impl FakeTarget {
@@ -342,8 +264,9 @@ struct Conn<'a> {
     w: Arc<Mutex<TcpStream>>,
     cntlid: u16,
     st: &'a State,
-    hdgst: bool,
-    ddgst: bool,
+    digests: Digests,
+    /// Data alignment the host asked for in ICReq (HPDA), bytes.
+    c2h_align: usize,
     qid: u16,
     /// The queue was connected with SQ flow control disabled.
     sqfc_disabled: bool,
@@ -357,10 +280,15 @@ fn bad(what: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned())
 }
 
+/// A host PDU that breaks a rule of the codec's checks.
+fn bad_pdu(e: PduError) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("host PDU: {e}"))
+}
+
 impl Conn<'_> {
     /// Builds and sends a PDU: header bytes (common header included), optional data.
     fn send(&mut self, header: Vec<u8>, data: Option<&[u8]>, corrupt_data: bool) -> Res<()> {
-        let out = frame(header, data, self.hdgst, self.ddgst, corrupt_data);
+        let out = frame(header, data, self.digests, self.c2h_align, corrupt_data);
         self.write_all(&out)
     }
 
@@ -373,59 +301,43 @@ impl Conn<'_> {
         self.send(h, None, false)
     }
 
-    /// Reads one PDU: (common header, header bytes after the common header, data).
+    /// Reads one PDU: (common header, header bytes after the common header, data). The
+    /// header is checked by the codec (HLEN, HDGSTF, PLEN, PDO and its alignment to CPDA,
+    /// DDGSTF, DATAL, digests) before the rest of the PDU is read.
     fn recv(&mut self) -> Res<(CommonHeader, Vec<u8>, Vec<u8>)> {
-        let mut ch = [0u8; 8];
-        self.s.read_exact(&mut ch)?;
-        let ch = CommonHeader::from_bytes(&ch);
-        if ch.plen < 8 || ch.plen > 1 << 24 {
-            return Err(bad("plen"));
-        }
-        let mut rest = vec![0u8; ch.plen as usize - 8];
-        self.s.read_exact(&mut rest)?;
-        let hlen = ch.hlen as usize;
-        let hd = if self.hdgst { 4 } else { 0 };
-        if hlen < 8 || rest.len() < hlen - 8 + hd {
-            return Err(bad("hlen"));
-        }
-        if self.hdgst {
-            let mut full = ch.to_bytes().to_vec();
-            full.extend_from_slice(&rest[..hlen - 8]);
-            let got = u32::from_le_bytes(rest[hlen - 8..hlen - 8 + 4].try_into().unwrap());
-            if got != crc32c::crc32c(&full) {
-                return Err(bad("host header digest"));
-            }
+        let mut raw = [0u8; CommonHeader::SIZE];
+        self.s.read_exact(&mut raw)?;
+        let ch = CommonHeader::from_bytes(&raw);
+        let hlen = tcp::check_hlen(&ch).map_err(bad_pdu)?;
+        let align = tcp::pda_align(self.st.config.cpda);
+        let layout =
+            tcp::check_layout(&ch, hlen, self.digests, MAX_PLEN, align).map_err(bad_pdu)?;
+        let mut pdu = vec![0u8; layout.plen];
+        pdu[..CommonHeader::SIZE].copy_from_slice(&raw);
+        self.s.read_exact(&mut pdu[CommonHeader::SIZE..])?;
+        if let Some(at) = layout.header_digest() {
+            let got = pdu[at].try_into().expect("4 bytes");
+            tcp::check_digest("header", &pdu[..hlen], got).map_err(bad_pdu)?;
         }
         let mut data = Vec::new();
-        if ch.pdo != 0 {
-            let dd = if self.ddgst { 4 } else { 0 };
-            let start = ch.pdo as usize - 8;
-            let end = rest.len() - dd;
-            data = rest[start..end].to_vec();
-            if self.ddgst {
-                let got = u32::from_le_bytes(rest[end..].try_into().unwrap());
-                if got != crc32c::crc32c(&data) {
-                    return Err(bad("host data digest"));
-                }
+        if tcp::has_data(&ch) {
+            let datal = (ch.pdu_type == pdu_type::H2C_DATA)
+                .then(|| tcp::H2CData::from_bytes(pdu[..hlen].try_into().expect("HLEN 24")).datal);
+            let at = tcp::check_data_length(&ch, self.digests, datal).map_err(bad_pdu)?;
+            if self.digests.data {
+                let got = pdu[at.end..].try_into().expect("4 bytes");
+                tcp::check_digest("data", &pdu[at.clone()], got).map_err(bad_pdu)?;
             }
-            if ch.pdo as usize % ((self.st.config.cpda as usize + 1) * 4) != 0 {
-                return Err(bad("host ignored CPDA"));
-            }
+            data = pdu[at].to_vec();
         }
-        rest.truncate(hlen - 8);
-        Ok((ch, rest, data))
+        pdu.truncate(hlen);
+        Ok((ch, pdu.split_off(CommonHeader::SIZE), data))
     }
 
     /// Gets a command's data by R2T/H2CData.
     fn pull(&mut self, cid: u16, len: usize) -> Res<Vec<u8>> {
         self.st.counters.r2ts.fetch_add(1, Ordering::Relaxed);
-        let mut h = vec![pdu_type::R2T, 0, 0, 0, 0, 0, 0, 0];
-        h.extend_from_slice(&cid.to_le_bytes());
-        h.extend_from_slice(&0x55u16.to_le_bytes()); // ttag
-        h.extend_from_slice(&0u32.to_le_bytes());
-        h.extend_from_slice(&(len as u32).to_le_bytes());
-        h.extend_from_slice(&[0; 4]);
-        self.send(h, None, false)?;
+        self.send(hostile::r2t(cid, PULL_TTAG, 0, len as u32), None, false)?;
         let mut out = vec![0u8; len];
         let mut got = 0;
         loop {
@@ -443,7 +355,7 @@ impl Conn<'_> {
             let ttag = u16::from_le_bytes([hdr[2], hdr[3]]);
             let datao = u32::from_le_bytes(hdr[4..8].try_into().unwrap()) as usize;
             let datal = u32::from_le_bytes(hdr[8..12].try_into().unwrap()) as usize;
-            if cccid != cid || ttag != 0x55 || datao != got || datal != data.len() {
+            if cccid != cid || ttag != PULL_TTAG || datao != got || datal != data.len() {
                 return Err(bad("H2CData fields"));
             }
             if datal > self.st.config.maxh2cdata as usize {
@@ -483,28 +395,20 @@ impl Conn<'_> {
             } else {
                 0
             };
-            let mut h = vec![pdu_type::C2H_DATA, f, 0, 0, 0, 0, 0, 0];
-            h.extend_from_slice(&cid.to_le_bytes());
-            h.extend_from_slice(&[0, 0]);
-            h.extend_from_slice(&((i * chunk) as u32).to_le_bytes());
-            h.extend_from_slice(&(part.len() as u32).to_le_bytes());
-            h.extend_from_slice(&[0; 4]);
+            let h = hostile::c2h(cid, f, (i * chunk) as u32, part.len() as u32);
             let corrupt = last && fault == Fault::BadDataDigest;
-            if last && fault == Fault::BadHeaderDigest && self.hdgst {
-                // Same PDU with a flipped header digest.
-                let hlen = h.len();
-                let mut out = h.clone();
-                let dd = if self.ddgst { 4 } else { 0 };
-                out[1] |= flags::HDGSTF | if dd != 0 { flags::DDGSTF } else { 0 };
-                out[2] = hlen as u8;
-                out[3] = (hlen + 4) as u8;
-                out[4..8].copy_from_slice(&((hlen + 4 + part.len() + dd) as u32).to_le_bytes());
-                let crc = crc32c::crc32c(&out) ^ 0x8000_0000;
-                out.extend_from_slice(&crc.to_le_bytes());
-                out.extend_from_slice(part);
-                if dd != 0 {
-                    out.extend_from_slice(&crc32c::crc32c(part).to_le_bytes());
-                }
+            if last && fault == Fault::BadHeaderDigest && self.digests.header {
+                // Same PDU with a flipped header digest (its top bit).
+                let mut out = Vec::new();
+                let framed = tcp::frame_pdu(
+                    &mut out,
+                    &mut h.clone(),
+                    Some(part),
+                    self.digests,
+                    self.c2h_align,
+                );
+                let at = framed.header_digest_at().expect("header digests are on");
+                out[at + tcp::DIGEST_SIZE - 1] ^= 0x80;
                 return self.write_all(&out);
             }
             self.send(h, Some(part), corrupt)?;
@@ -513,49 +417,6 @@ impl Conn<'_> {
             self.respond(cid, Status::SUCCESS, 0, 0)?;
         }
         Ok(())
-    }
-
-    fn identify(&self, sqe: &SubmissionEntry) -> Option<[u8; 4096]> {
-        let cfg = &self.st.config;
-        match sqe.cdw10 & 0xFF {
-            1 => {
-                let mut id = IdentifyController::default();
-                id.vid = 0x1b36;
-                fill_ascii_field(&mut id.sn, "FAKE0001");
-                fill_ascii_field(&mut id.mn, "fake NVMe/TCP target");
-                fill_ascii_field(&mut id.fr, "1.0");
-                id.ioccsz = cfg.ioccsz;
-                id.iorcsz = 1;
-                id.maxcmd = cfg.maxcmd;
-                id.nn = 8;
-                id.elpe = (ERROR_LOG_ENTRIES - 1) as u8;
-                id.acl = 3;
-                id.cqt = self.st.live.cqt_ms.load(Ordering::SeqCst);
-                id.mdts = cfg.mdts;
-                id.sqes = 0x66;
-                id.cqes = 0x44;
-                let nqn = fabrics::nqn_field(&cfg.subnqn).unwrap();
-                id.subnqn = nqn;
-                Some(id.to_bytes())
-            }
-            2 => {
-                let mut list = NamespaceList::default();
-                for (i, &(nsid, ..)) in cfg.namespaces.iter().enumerate() {
-                    list.ids[i] = nsid;
-                }
-                Some(list.to_bytes())
-            }
-            0 => {
-                let &(_, shift, blocks) = cfg.namespaces.iter().find(|n| n.0 == sqe.nsid)?;
-                let mut ns = IdentifyNamespace::default();
-                ns.nsze = blocks;
-                ns.ncap = blocks;
-                ns.nuse = blocks;
-                ns.lbaf[0].lbads = shift;
-                Some(ns.to_bytes())
-            }
-            _ => None,
-        }
     }
 
     fn command(&mut self, sqe: SubmissionEntry, data: Vec<u8>) -> Res<bool> {
@@ -682,53 +543,17 @@ impl Conn<'_> {
                     }
                 },
                 opcode::admin::GET_LOG_PAGE if sqe.cdw10 & 0xFF == 0x70 => {
-                    let mut page = vec![0u8; len.max(2048)];
-                    page[8] = 1; // NUMREC
-                    let e = &mut page[1024..2048];
-                    e[0] = fabrics::trtype::TCP;
-                    e[1] = fabrics::adrfam::IPV4;
-                    e[2] = fabrics::subtype::NVM;
-                    e[4] = 1; // PORTID
-                    let port = self.st.port.to_string();
-                    e[32..32 + port.len()].copy_from_slice(port.as_bytes());
-                    let nqn = self.st.config.subnqn.as_bytes();
-                    e[256..256 + nqn.len()].copy_from_slice(nqn);
-                    e[512..521].copy_from_slice(b"127.0.0.1");
+                    let page = pages::discovery_log(self.st.port, &self.st.config.subnqn, len);
                     self.push(cid, &page[..len], Fault::None)?;
                 }
                 opcode::admin::GET_LOG_PAGE if sqe.cdw10 as u8 == log_page::SMART_HEALTH => {
                     self.st.counters.log_pages.fetch_add(1, Ordering::Relaxed);
-                    let mut smart = SmartLog::default();
-                    smart.set_temperature_kelvin(SMART_TEMPERATURE_K);
-                    smart.available_spare = 100;
-                    smart.available_spare_threshold = 10;
-                    smart.percentage_used = 3;
-                    smart.power_on_hours = SMART_POWER_ON_HOURS;
-                    smart.power_cycles = 2;
-                    smart.error_log_entries = u128::from(NEWEST_ERROR_COUNT);
-                    let page = smart.to_bytes();
+                    let page = pages::smart_log();
                     self.push(cid, &page[..len.min(page.len())], Fault::None)?;
                 }
                 opcode::admin::GET_LOG_PAGE if sqe.cdw10 as u8 == log_page::ERROR_INFORMATION => {
                     self.st.counters.log_pages.fetch_add(1, Ordering::Relaxed);
-                    // Two errors logged, newest first; the other entries unused.
-                    let mut page = vec![0u8; ERROR_LOG_ENTRIES * ERROR_LOG_ENTRY_SIZE];
-                    for (i, count) in [NEWEST_ERROR_COUNT, NEWEST_ERROR_COUNT - 1]
-                        .into_iter()
-                        .enumerate()
-                    {
-                        let mut e = ErrorLogEntry::default();
-                        e.error_count = count;
-                        e.sqid = 1;
-                        e.cmdid = 0x10 + i as u16;
-                        e.set_status(Status::new(0, generic::LBA_OUT_OF_RANGE, true), false);
-                        e.parameter_error_location = ErrorLogEntry::NO_PARAMETER_LOCATION;
-                        e.nsid = 1;
-                        e.transport_type = fabrics::trtype::TCP;
-                        e.opcode = opcode::nvm::READ;
-                        page[i * ERROR_LOG_ENTRY_SIZE..(i + 1) * ERROR_LOG_ENTRY_SIZE]
-                            .copy_from_slice(&e.to_bytes());
-                    }
+                    let page = pages::error_log();
                     self.push(cid, &page[..len.min(page.len())], Fault::None)?;
                 }
                 opcode::admin::ABORT => {
@@ -750,7 +575,11 @@ impl Conn<'_> {
                             0,
                             0,
                         );
-                        let out = frame(resp, None, h.hdgst, false, false);
+                        let digests = Digests {
+                            header: h.hdgst,
+                            data: false,
+                        };
+                        let out = frame(resp, None, digests, 1, false);
                         if h.w.lock().unwrap().write_all(&out).is_ok() {
                             self.st
                                 .counters
@@ -795,7 +624,7 @@ impl Conn<'_> {
                     .flatten();
                 let held = Held {
                     w: self.w.clone(),
-                    hdgst: self.hdgst,
+                    hdgst: self.digests.header,
                     write,
                 };
                 self.st
@@ -808,10 +637,12 @@ impl Conn<'_> {
             Fault::Reset => return Ok(false),
             Fault::Silent => return Ok(true),
             Fault::TermReq => {
-                let mut h = vec![pdu_type::C2H_TERM_REQ, 0, 24, 0, 24, 0, 0, 0];
-                h.extend_from_slice(&tcp::fes::INVALID_HEADER_FIELD.to_le_bytes());
-                h.extend_from_slice(&4u32.to_le_bytes());
-                h.extend_from_slice(&[0; 10]);
+                // Termination requests carry no digests (NVMe/TCP §3.6.2.4).
+                let mut t = tcp::TermReq::from_bytes(&[0; tcp::TermReq::SIZE]);
+                t.ch.pdu_type = pdu_type::C2H_TERM_REQ;
+                t.fes = tcp::fes::INVALID_HEADER_FIELD;
+                t.fei = 4u32.to_le_bytes();
+                let h = frame(t.to_bytes().to_vec(), None, Digests::default(), 1, false);
                 self.write_all(&h)?;
                 return Ok(false);
             }
@@ -892,8 +723,8 @@ fn serve(mut s: TcpStream, st: &Arc<State>) -> Res<()> {
         w,
         cntlid: fabrics::CNTLID_DYNAMIC,
         st,
-        hdgst: icreq.dgst & tcp::dgst::HEADER != 0,
-        ddgst: icreq.dgst & tcp::dgst::DATA != 0,
+        digests: Digests::from_dgst(icreq.dgst),
+        c2h_align: tcp::pda_align(icreq.hpda),
         qid: 0,
         sqfc_disabled: false,
         io_seen: 0,

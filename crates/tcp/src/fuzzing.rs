@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use nvme_driver::DmaBuffer;
 use nvme_spec::command;
-use nvme_spec::tcp::{flags, pdu_type, DIGEST_SIZE};
+use nvme_spec::tcp::{self, flags, pdu_type, Digests, TermReq};
 use nvme_spec::{CompletionEntry, Status};
 use nvme_vfio::DmaMapper;
 
@@ -204,27 +204,14 @@ impl Case {
     }
 }
 
-/// Frames a PDU as a controller would (digests as negotiated).
+/// Frames a PDU as a controller would (digests as negotiated), with the codec.
 fn frame(out: &mut Vec<u8>, mut header: Vec<u8>, data: Option<&[u8]>, hd: bool, dd: bool) {
-    let hlen = header.len();
-    let hds = if hd { DIGEST_SIZE } else { 0 };
-    let dds = if dd && data.is_some() { DIGEST_SIZE } else { 0 };
-    let pdo = if data.is_some() { hlen + hds } else { 0 };
-    let plen = hlen + hds + data.map_or(0, <[u8]>::len) + dds;
-    header[1] |= if hd { flags::HDGSTF } else { 0 } | if dds != 0 { flags::DDGSTF } else { 0 };
-    header[2] = hlen as u8;
-    header[3] = pdo as u8;
-    header[4..8].copy_from_slice(&(plen as u32).to_le_bytes());
-    out.extend_from_slice(&header);
-    if hd {
-        out.extend_from_slice(&queue::crc32c(&header).to_le_bytes());
-    }
-    if let Some(d) = data {
-        out.extend_from_slice(d);
-        if dds != 0 {
-            out.extend_from_slice(&queue::crc32c(d).to_le_bytes());
-        }
-    }
+    let digests = Digests {
+        header: hd,
+        data: dd,
+    };
+    // The host asks for no alignment beyond HPDA 0 (4 bytes, which 24 + 4 already meet).
+    tcp::frame_pdu(out, &mut header, data, digests, 1);
 }
 
 fn short_header(t: u8, f: u8, cid: u16, a: u16, b: u32, c: u32) -> Vec<u8> {
@@ -292,10 +279,11 @@ pub fn encode(case: &Case) -> Vec<u8> {
                 frame(&mut out, h, None, hd, dd);
             }
             Op::TermReq { fes } => {
-                let mut h = vec![pdu_type::C2H_TERM_REQ, 0, 24, 0, 24, 0, 0, 0];
-                h.extend_from_slice(&fes.to_le_bytes());
-                h.extend_from_slice(&[0; 14]);
-                out.extend_from_slice(&h);
+                // No digests on termination requests (NVMe/TCP §3.6.2.4).
+                let mut t = TermReq::from_bytes(&[0; TermReq::SIZE]);
+                t.ch.pdu_type = pdu_type::C2H_TERM_REQ;
+                t.fes = *fes;
+                tcp::frame_pdu(&mut out, &mut t.to_bytes(), None, Digests::default(), 1);
             }
             Op::Raw(bytes) => out.extend_from_slice(bytes),
             Op::Flip { back, xor } => {

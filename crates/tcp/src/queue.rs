@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use nvme_driver::{Completion, DmaBuffer, Error, IoFailure};
 use nvme_spec::tcp::{
-    self, dgst, flags, pdu_type, CapsuleCmd, CommonHeader, IcReq, IcResp, TermReq, DIGEST_SIZE,
+    self, dgst, pdu_type, CapsuleCmd, CommonHeader, Digests, IcReq, IcResp, PduFrame, TermReq,
 };
 use nvme_spec::SubmissionEntry;
 
@@ -38,16 +38,6 @@ const MAX_PLEN: u32 = 16 << 20;
 /// Polls without progress between clock reads (timeouts, keep-alive).
 pub(crate) const IDLE_POLLS_PER_CLOCK_CHECK: u32 = 32;
 
-/// CRC32C as NVMe/TCP digests use it (NVMe/TCP §3.3.2: CRC-32C, Castagnoli).
-pub(crate) fn crc32c(data: &[u8]) -> u32 {
-    crc32c::crc32c(data)
-}
-
-/// Rounds `v` up to a multiple of `align` (a power of two or any positive number).
-fn align_up(v: usize, align: usize) -> usize {
-    v.div_ceil(align) * align
-}
-
 /// Connection parameters agreed by ICReq/ICResp.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Negotiated {
@@ -57,6 +47,16 @@ pub(crate) struct Negotiated {
     pub cpda_align: usize,
     /// Largest H2CData payload.
     pub maxh2cdata: usize,
+}
+
+impl Negotiated {
+    /// The digests of the connection, as the PDU codec takes them.
+    pub(crate) const fn digests(&self) -> Digests {
+        Digests {
+            header: self.hdgst,
+            data: self.ddgst,
+        }
+    }
 }
 
 /// Per-request state, recycled.
@@ -206,14 +206,10 @@ pub(crate) fn handshake(
     stream.set_nodelay(true).map_err(io)?;
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     stream.set_write_timeout(Some(timeout)).map_err(io)?;
+    // ICReq and ICResp go before digests are on (NVMe/TCP §3.6.2.2).
+    let ic = PduFrame::new(IcReq::SIZE, None, Digests::default(), 1);
     let req = IcReq {
-        ch: CommonHeader {
-            pdu_type: pdu_type::IC_REQ,
-            flags: 0,
-            hlen: tcp::IC_HLEN,
-            pdo: 0,
-            plen: u32::from(tcp::IC_HLEN),
-        },
+        ch: ic.header(pdu_type::IC_REQ, 0),
         pfv: tcp::PFV_1_0,
         hpda: 0,
         dgst: if want_hdgst { dgst::HEADER } else { 0 } | if want_ddgst { dgst::DATA } else { 0 },
@@ -450,43 +446,20 @@ impl Queue {
         let sqe = slot.sqe;
         let len = sqe.sgl_len() as usize;
         let in_capsule = sqe.sgl_id() == tcp::sgl::IN_CAPSULE_DATA && len > 0;
-        let hd = if self.neg.hdgst { DIGEST_SIZE } else { 0 };
-        let dd = if self.neg.ddgst { DIGEST_SIZE } else { 0 };
-        let hlen = usize::from(tcp::CAPSULE_CMD_HLEN);
-        let (pdo, plen) = if in_capsule {
-            let pdo = align_up(hlen + hd, self.neg.cpda_align);
-            (pdo, pdo + len + dd)
-        } else {
-            (0, hlen + hd)
-        };
+        let frame = PduFrame::new(
+            CapsuleCmd::SIZE,
+            in_capsule.then_some(len),
+            self.neg.digests(),
+            self.neg.cpda_align,
+        );
         let pdu = CapsuleCmd {
-            ch: CommonHeader {
-                pdu_type: pdu_type::CAPSULE_CMD,
-                flags: if self.neg.hdgst { flags::HDGSTF } else { 0 }
-                    | if in_capsule && self.neg.ddgst {
-                        flags::DDGSTF
-                    } else {
-                        0
-                    },
-                hlen: tcp::CAPSULE_CMD_HLEN,
-                pdo: pdo as u8,
-                plen: plen as u32,
-            },
+            ch: frame.header(pdu_type::CAPSULE_CMD, 0),
             sqe,
         };
-        let start = self.tx.len();
-        self.tx.extend_from_slice(&pdu.to_bytes());
-        if self.neg.hdgst {
-            let d = crc32c(&self.tx[start..start + hlen]);
-            self.tx.extend_from_slice(&d.to_le_bytes());
-        }
+        let data =
+            in_capsule.then(|| &slot.buffer.as_ref().expect("in-capsule data has a buffer")[..len]);
+        frame.encode(&mut self.tx, &pdu.to_bytes(), data);
         if in_capsule {
-            let data = &slot.buffer.as_ref().expect("in-capsule data has a buffer")[..len];
-            self.tx.resize(start + pdo, 0);
-            self.tx.extend_from_slice(data);
-            if self.neg.ddgst {
-                self.tx.extend_from_slice(&crc32c(data).to_le_bytes());
-            }
             self.stats.in_capsule_writes += 1;
         }
         self.stats.commands_submitted += 1;

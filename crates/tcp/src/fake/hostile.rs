@@ -3,7 +3,7 @@
 //! of NVMe/TCP 1.0 and otherwise look right, so a test can tell that the host names that
 //! rule.
 
-use nvme_spec::tcp::{flags, pdu_type};
+use nvme_spec::tcp::{flags, pdu_type, C2HData, CommonHeader, R2T};
 use nvme_spec::{opcode, Status, SubmissionEntry};
 
 use super::{capsule_resp, Conn, Res};
@@ -57,25 +57,36 @@ pub enum Hostile {
 }
 
 /// Builds a C2HData PDU header (24 bytes; `frame` fills HLEN, PDO and PLEN).
-fn c2h(cid: u16, f: u8, datao: u32, datal: u32) -> Vec<u8> {
-    let mut h = vec![pdu_type::C2H_DATA, f, 0, 0, 0, 0, 0, 0];
-    h.extend_from_slice(&cid.to_le_bytes());
-    h.extend_from_slice(&[0, 0]);
-    h.extend_from_slice(&datao.to_le_bytes());
-    h.extend_from_slice(&datal.to_le_bytes());
-    h.extend_from_slice(&[0; 4]);
-    h
+pub(super) fn c2h(cid: u16, f: u8, datao: u32, datal: u32) -> Vec<u8> {
+    let h = C2HData {
+        ch: CommonHeader {
+            pdu_type: pdu_type::C2H_DATA,
+            flags: f,
+            ..Default::default()
+        },
+        cccid: cid,
+        rsvd1: 0,
+        datao,
+        datal,
+        rsvd2: 0,
+    };
+    h.to_bytes().to_vec()
 }
 
-/// Builds an R2T PDU header (24 bytes).
-fn r2t(cid: u16, ttag: u16, offset: u32, len: u32) -> Vec<u8> {
-    let mut h = vec![pdu_type::R2T, 0, 0, 0, 0, 0, 0, 0];
-    h.extend_from_slice(&cid.to_le_bytes());
-    h.extend_from_slice(&ttag.to_le_bytes());
-    h.extend_from_slice(&offset.to_le_bytes());
-    h.extend_from_slice(&len.to_le_bytes());
-    h.extend_from_slice(&[0; 4]);
-    h
+/// Builds an R2T PDU header (24 bytes; `frame` fills HLEN, PDO and PLEN).
+pub(super) fn r2t(cid: u16, ttag: u16, offset: u32, len: u32) -> Vec<u8> {
+    let h = R2T {
+        ch: CommonHeader {
+            pdu_type: pdu_type::R2T,
+            ..Default::default()
+        },
+        cccid: cid,
+        ttag,
+        r2to: offset,
+        r2tl: len,
+        rsvd: 0,
+    };
+    h.to_bytes().to_vec()
 }
 
 /// Byte offsets in a framed PDU (no digests: the hostile tests run without them).
@@ -100,7 +111,7 @@ impl Conn<'_> {
         let half = (len / 2) as u32;
         let data = vec![0x5Au8; len];
         let framed = |c: &Conn, header: Vec<u8>, data: Option<&[u8]>| {
-            super::frame(header, data, c.hdgst, c.ddgst, false)
+            super::frame(header, data, c.digests, c.c2h_align, false)
         };
         match h {
             Hostile::C2hHlen if read => {

@@ -5,11 +5,12 @@
 
 use nvme_driver::Error;
 use nvme_spec::tcp::{
-    self, flags, pdu_type, C2HData, CapsuleResp, CommonHeader, H2CData, TermReq, DIGEST_SIZE, R2T,
+    self, flags, pdu_type, C2HData, CapsuleResp, CommonHeader, H2CData, PduError, PduFrame,
+    TermReq, DIGEST_SIZE, R2T,
 };
 use nvme_spec::Status;
 
-use super::{align_up, command_name, crc32c, Queue, Rx, MAX_PLEN};
+use super::{command_name, Queue, Rx, MAX_PLEN};
 use crate::error::TcpError;
 use crate::r2t::{self, R2tTarget, TX_HIGH_WATER};
 
@@ -66,7 +67,7 @@ impl Queue {
                     let n = avail.min(remaining);
                     let src = &self.rx[self.rx_head..self.rx_head + n];
                     let crc = if self.neg.ddgst {
-                        crc32c::crc32c_append(crc, src)
+                        tcp::crc32c_append(crc, src)
                     } else {
                         crc
                     };
@@ -159,28 +160,30 @@ impl Queue {
                 .expect("sized"),
         );
         let t = ch.pdu_type;
-        let Some(hlen) = tcp::expected_hlen(t) else {
-            self.malformed(t, format!("unknown PDU type {t:#04x} (check: PDU type)"));
-            return None;
-        };
-        if !matches!(
-            t,
-            pdu_type::CAPSULE_RESP | pdu_type::C2H_DATA | pdu_type::R2T | pdu_type::C2H_TERM_REQ
-        ) {
+        // The checks in this order: type, direction, HLEN, then (not for a termination
+        // request) HDGSTF, PLEN and PDO; the rules shared with the target are the codec's.
+        if tcp::expected_hlen(t).is_some()
+            && !matches!(
+                t,
+                pdu_type::CAPSULE_RESP
+                    | pdu_type::C2H_DATA
+                    | pdu_type::R2T
+                    | pdu_type::C2H_TERM_REQ
+            )
+        {
             self.malformed(
                 t,
                 "a controller must not send this PDU type after ICResp (check: PDU type)".into(),
             );
             return None;
         }
-        if ch.hlen != hlen {
-            self.malformed(
-                t,
-                format!("HLEN {} (must be {hlen}) (check: HLEN)", ch.hlen),
-            );
-            return None;
-        }
-        let hlen = usize::from(hlen);
+        let hlen = match tcp::check_hlen(&ch) {
+            Ok(hlen) => hlen,
+            Err(e) => {
+                self.malformed(t, e.to_string());
+                return None;
+            }
+        };
         if t == pdu_type::C2H_TERM_REQ {
             if avail < hlen {
                 return Some(false);
@@ -196,51 +199,17 @@ impl Queue {
             });
             return None;
         }
-        let hd = if self.neg.hdgst { DIGEST_SIZE } else { 0 };
-        if (ch.flags & flags::HDGSTF != 0) != self.neg.hdgst {
-            self.malformed(
-                t,
-                format!(
-                    "HDGSTF flag is {} but header digests are {} (check: HDGSTF)",
-                    ch.flags & flags::HDGSTF != 0,
-                    if self.neg.hdgst { "on" } else { "off" }
-                ),
-            );
-            return None;
-        }
-        if ch.plen > MAX_PLEN {
-            self.malformed(
-                t,
-                format!("PLEN {} is beyond any transfer (check: PLEN)", ch.plen),
-            );
-            return None;
-        }
-        let plen = ch.plen as usize;
+        // The host does not check the target's alignment of C2HData (HPDA 0 asks for 4).
+        let layout = match tcp::check_layout(&ch, hlen, self.neg.digests(), MAX_PLEN, 1) {
+            Ok(layout) => layout,
+            Err(e) => {
+                self.malformed(t, e.to_string());
+                return None;
+            }
+        };
         // Bytes of this PDU that must be in the buffer before it is handled: everything for
         // PDUs without data, the header (and digest and padding) for C2HData.
-        let need = if t == pdu_type::C2H_DATA {
-            let pdo = usize::from(ch.pdo);
-            if pdo < hlen + hd {
-                self.malformed(
-                    t,
-                    format!(
-                        "PDO {pdo} overlaps the header ({} bytes) (check: PDO)",
-                        hlen + hd
-                    ),
-                );
-                return None;
-            }
-            pdo
-        } else {
-            if plen != hlen + hd {
-                self.malformed(
-                    t,
-                    format!("PLEN {plen} (must be {}) (check: PLEN)", hlen + hd),
-                );
-                return None;
-            }
-            plen
-        };
+        let need = layout.header_end;
         if avail < need {
             if self.rx.len() - self.rx_head < need {
                 // Make room for the whole header.
@@ -250,11 +219,12 @@ impl Queue {
             }
             return Some(false);
         }
-        if self.neg.hdgst {
-            let computed = crc32c(&self.rx[h..h + hlen]);
-            let received =
-                u32::from_le_bytes(self.rx[h + hlen..h + hlen + 4].try_into().expect("sized"));
-            if computed != received {
+        if let Some(at) = layout.header_digest() {
+            let received = self.rx[h + at.start..h + at.end].try_into().expect("sized");
+            if let Err(PduError::Digest {
+                computed, received, ..
+            }) = tcp::check_digest("header", &self.rx[h..h + hlen], received)
+            {
                 self.fail(TcpError::Digest {
                     addr: self.addr,
                     qid: self.qid,
@@ -285,23 +255,8 @@ impl Queue {
             _ => {
                 let d =
                     C2HData::from_bytes(&self.rx[h..h + C2HData::SIZE].try_into().expect("sized"));
-                let dd = if self.neg.ddgst { DIGEST_SIZE } else { 0 };
-                if (ch.flags & flags::DDGSTF != 0) != self.neg.ddgst {
-                    self.malformed(
-                        t,
-                        "DDGSTF flag disagrees with the negotiated data digest (check: DDGSTF)"
-                            .into(),
-                    );
-                    return None;
-                }
-                if d.datal == 0 || plen != usize::from(ch.pdo) + d.datal as usize + dd {
-                    self.malformed(
-                        t,
-                        format!(
-                            "DATAL {} does not fit PLEN {plen} and PDO {} (check: DATAL)",
-                            d.datal, ch.pdo
-                        ),
-                    );
+                if let Err(e) = tcp::check_data_length(&ch, self.neg.digests(), Some(d.datal)) {
+                    self.malformed(t, e.to_string());
                     return None;
                 }
                 if ch.flags & flags::SUCCESS != 0 && ch.flags & flags::LAST_PDU == 0 {
@@ -438,46 +393,30 @@ impl Queue {
             return None;
         }
         self.stats.r2ts += 1;
-        let hd = if self.neg.hdgst { DIGEST_SIZE } else { 0 };
-        let dd = if self.neg.ddgst { DIGEST_SIZE } else { 0 };
-        let hlen = H2CData::SIZE;
-        let pdo = align_up(hlen + hd, self.neg.cpda_align);
         let mut done = 0;
         while done < len {
             let chunk = (len - done).min(self.neg.maxh2cdata);
             let last = done + chunk == len;
+            let frame = PduFrame::new(
+                H2CData::SIZE,
+                Some(chunk),
+                self.neg.digests(),
+                self.neg.cpda_align,
+            );
             let pdu = H2CData {
-                ch: CommonHeader {
-                    pdu_type: pdu_type::H2C_DATA,
-                    flags: if self.neg.hdgst { flags::HDGSTF } else { 0 }
-                        | if self.neg.ddgst { flags::DDGSTF } else { 0 }
-                        | if last { flags::LAST_PDU } else { 0 },
-                    hlen: hlen as u8,
-                    pdo: pdo as u8,
-                    plen: (pdo + chunk + dd) as u32,
-                },
+                ch: frame.header(pdu_type::H2C_DATA, if last { flags::LAST_PDU } else { 0 }),
                 cccid: cid,
                 ttag: r2t.ttag,
                 datao: (offset + done) as u32,
                 datal: chunk as u32,
                 rsvd: 0,
             };
-            let start = self.tx.len();
-            self.tx.extend_from_slice(&pdu.to_bytes());
-            if self.neg.hdgst {
-                let d = crc32c(&self.tx[start..start + hlen]);
-                self.tx.extend_from_slice(&d.to_le_bytes());
-            }
-            self.tx.resize(start + pdo, 0);
             let buf = self.slots[usize::from(cid)]
                 .buffer
                 .as_ref()
                 .expect("checked");
             let data = &buf[offset + done..offset + done + chunk];
-            self.tx.extend_from_slice(data);
-            if self.neg.ddgst {
-                self.tx.extend_from_slice(&crc32c(data).to_le_bytes());
-            }
+            frame.encode(&mut self.tx, &pdu.to_bytes(), Some(data));
             done += chunk;
         }
         let answer_end = self.tx_sent + (self.tx.len() - self.tx_head) as u64;
