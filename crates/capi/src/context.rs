@@ -4,15 +4,16 @@
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::Arc;
 
-use nvme_driver::{Controller, ControllerOptions, DmaContext};
+use crate::emulator::SimDma;
 #[cfg(feature = "emulator")]
 use nvme_driver::Transport;
-use crate::emulator::SimDma;
+use nvme_driver::{Controller, ControllerOptions, DmaContext};
 #[cfg(feature = "emulator")]
 use nvme_sim::{SimConfig, SimController};
 
-use super::{fail, fail_with, guard, nvme_buf, nvme_ctrlr, publish_ctrlr, AnyCtrl, BufState};
+use super::{fail, fail_with, guard, nvme_buf, nvme_ctrlr, publish_ctrlr, BufState};
 use crate::errors::*;
+use crate::transport::AnyCtrl;
 
 /// A DMA context: one IOMMU address space (one VFIO container) that several controllers
 /// join. A buffer allocated from the context (`nvme_buf_alloc_in`) or from any of its

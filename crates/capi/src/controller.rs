@@ -1,0 +1,326 @@
+//! Controller handles: `struct nvme_ctrlr` opened on a PCI address, an NVMe/TCP transport id
+//! or the emulator, closed, and asked for its identification and namespaces.
+//!
+//! INVARIANT: a handle owns one reference to its [`CtrlShared`]; every queue pair holds
+//! another, so the controller (and an emulated device behind it) outlives its queue pairs
+//! whatever order C closes them in.
+
+use std::ffi::{c_char, c_int, CStr};
+use std::sync::Arc;
+
+#[cfg(feature = "emulator")]
+use nvme_driver::Transport;
+use nvme_driver::{Controller, ControllerOptions};
+#[cfg(feature = "emulator")]
+use nvme_sim::SimConfig;
+use nvme_tcp::{TcpController, TcpOptions, TransportId};
+
+use crate::boundary::{fail, fail_with, guard};
+#[cfg(not(feature = "emulator"))]
+use crate::emulator;
+use crate::emulator::SimController;
+use crate::errors::*;
+use crate::transport::AnyCtrl;
+
+/// Controller state shared by the controller handle and its queue pairs. Field order is drop
+/// order: the controller shuts down while the emulated device still answers.
+pub(crate) struct CtrlShared {
+    pub(crate) ctrl: AnyCtrl,
+    pub(crate) _sim: Option<SimController>,
+}
+
+/// An open NVMe controller. Thread-safe: any thread may use it concurrently, except
+/// `nvme_ctrlr_close`, which must be the last call on the handle.
+pub struct nvme_ctrlr {
+    pub(crate) shared: Arc<CtrlShared>,
+}
+
+// The controller handle is shared between threads by C callers: it must be Send + Sync.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<nvme_ctrlr>();
+};
+
+/// Identification and limits of a controller (`nvme_ctrlr_get_info`).
+#[repr(C)]
+pub struct nvme_ctrlr_info {
+    /// Model number, NUL-terminated.
+    pub model: [c_char; 41],
+    /// Serial number, NUL-terminated.
+    pub serial: [c_char; 21],
+    /// Firmware revision, NUL-terminated.
+    pub firmware: [c_char; 9],
+    /// Active namespaces usable for I/O.
+    pub num_namespaces: u32,
+    /// I/O queue pairs the controller granted (most queue pairs open at once).
+    pub io_queue_pairs: u32,
+    /// Largest queue depth `nvme_qpair_create` accepts.
+    pub max_queue_entries: u32,
+    /// Most bytes one NVMe command moves (larger reads/writes are split by the driver).
+    pub max_transfer_bytes: u64,
+}
+
+/// Geometry of a namespace (`nvme_ctrlr_get_ns_info`).
+#[repr(C)]
+pub struct nvme_ns_info {
+    /// Namespace id.
+    pub nsid: u32,
+    /// Bytes per logical block (a power of two, at least 512).
+    pub block_size: u32,
+    /// Capacity in logical blocks.
+    pub blocks: u64,
+}
+
+fn copy_c_string(dst: &mut [c_char], src: &str) {
+    let n = src.len().min(dst.len() - 1);
+    for (d, s) in dst.iter_mut().zip(src.bytes().take(n)) {
+        *d = s as c_char;
+    }
+    dst[n..].fill(0);
+}
+
+/// Stores a new controller handle in `*out`.
+///
+/// # Safety
+/// `out` is NULL or valid for a write.
+pub(crate) unsafe fn publish_ctrlr(
+    ctrl: AnyCtrl,
+    sim: Option<SimController>,
+    out: *mut *mut nvme_ctrlr,
+) {
+    let handle = Box::new(nvme_ctrlr {
+        shared: Arc::new(CtrlShared { ctrl, _sim: sim }),
+    });
+    // SAFETY: the caller checked `out` is non-null and valid for a write.
+    unsafe { *out = Box::into_raw(handle) };
+}
+
+/// Opens the NVMe controller `device` and brings it up. `device` is a PCI address
+/// (`"0000:01:00.0"`) or an SPDK-style transport id: `"trtype:PCIe traddr:0000:01:00.0"`
+/// (the function must be bound to `vfio-pci`), or an NVMe/TCP subsystem,
+/// `"trtype:TCP adrfam:IPv4 traddr:192.0.2.1 trsvcid:4420 subnqn:NQN [hostnqn:NQN]"`
+/// (connects the admin queue; each `nvme_qpair_create` opens one more connection). Every
+/// other function works on either kind; an NVMe/TCP queue pair supports read, write (split
+/// above `max_transfer_bytes` as on PCIe) and flush (write zeroes and deallocate fail with
+/// `NVME_ERR_UNSUPPORTED`), and a lost
+/// connection completes its outstanding requests with `NVME_ERR_TRANSPORT`.
+/// On success stores the handle in `*out` and returns `NVME_OK`.
+///
+/// # Safety
+/// `device` is NULL or a NUL-terminated string; `out` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_ctrlr_open(
+    device: *const c_char,
+    out: *mut *mut nvme_ctrlr,
+) -> c_int {
+    guard("nvme_ctrlr_open", || {
+        check_null!("nvme_ctrlr_open", device, out);
+        // SAFETY: `device` is non-null and NUL-terminated (caller contract).
+        let device = unsafe { CStr::from_ptr(device) };
+        let Ok(device) = device.to_str() else {
+            return fail(
+                NVME_ERR_INVALID_ARGUMENT,
+                "nvme_ctrlr_open: device is not valid UTF-8",
+            );
+        };
+        if nvme_tcp::is_tcp_transport_id(device) {
+            return match connect_tcp("nvme_ctrlr_open", device) {
+                Ok(ctrl) => {
+                    // SAFETY: `out` is non-null and valid for a write (caller contract).
+                    unsafe { publish_ctrlr(AnyCtrl::Tcp(ctrl), None, out) };
+                    NVME_OK
+                }
+                Err(code) => code,
+            };
+        }
+        let address = match nvme_driver::parse_device(device) {
+            Ok(a) => a,
+            Err(e) => return fail(NVME_ERR_INVALID_ARGUMENT, format!("nvme_ctrlr_open: {e}")),
+        };
+        match Controller::open_pci(&address.to_string(), ControllerOptions::default()) {
+            Ok(ctrl) => {
+                // SAFETY: `out` is non-null and valid for a write (caller contract).
+                unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), None, out) };
+                NVME_OK
+            }
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
+/// Parses an NVMe/TCP transport id and connects to the subsystem it names.
+fn connect_tcp(what: &str, trid: &str) -> Result<TcpController, c_int> {
+    let trid = TransportId::parse(trid)
+        .map_err(|e| fail(NVME_ERR_INVALID_ARGUMENT, format!("{what}: {e}")))?;
+    if trid.is_discovery() {
+        return Err(fail(
+            NVME_ERR_INVALID_ARGUMENT,
+            format!(
+                "{what}: `{trid}` names the discovery subsystem, which has no namespaces: add \
+                 subnqn:<the subsystem NQN>"
+            ),
+        ));
+    }
+    TcpController::connect(&trid, TcpOptions::default()).map_err(|e| fail_with(&e))
+}
+
+/// FOR TESTS AND EXAMPLES: starts an in-process *emulated* NVMe controller (no device, no
+/// VFIO; data lives in memory and is lost on close) and opens it like `nvme_ctrlr_open`.
+/// It has namespace 1 (16 MiB of 512-byte blocks) and namespace 2 (16 MiB of 4096-byte
+/// blocks). Never use it for real data.
+///
+/// # Safety
+/// `out` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_ctrlr_open_emulated(out: *mut *mut nvme_ctrlr) -> c_int {
+    guard("nvme_ctrlr_open_emulated", || {
+        check_null!("nvme_ctrlr_open_emulated", out);
+        #[cfg(not(feature = "emulator"))]
+        {
+            emulator::missing("nvme_ctrlr_open_emulated")
+        }
+        #[cfg(feature = "emulator")]
+        {
+            let sim = SimController::start(SimConfig::default());
+            match Controller::new(
+                Transport::new(sim.mmio(), sim.dma(), "emulated"),
+                ControllerOptions::default(),
+            ) {
+                Ok(ctrl) => {
+                    // SAFETY: `out` is non-null and valid for a write (caller contract).
+                    unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), Some(sim), out) };
+                    NVME_OK
+                }
+                Err(e) => fail_with(&e),
+            }
+        }
+    })
+}
+
+/// Closes the controller handle. Destroy its queue pairs and free its buffers first; if some
+/// remain, they stay usable and the controller is shut down when the last of them is gone.
+/// Closing NULL does nothing.
+///
+/// # Safety
+/// `ctrlr` is NULL or a handle from `nvme_ctrlr_open*` not closed yet, and no other thread
+/// uses it during or after this call.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_ctrlr_close(ctrlr: *mut nvme_ctrlr) -> c_int {
+    guard("nvme_ctrlr_close", || {
+        if !ctrlr.is_null() {
+            // SAFETY: `ctrlr` came from Box::into_raw and is released once (caller contract).
+            drop(unsafe { Box::from_raw(ctrlr) });
+        }
+        NVME_OK
+    })
+}
+
+/// Fills `*info` with the controller's identification and limits.
+///
+/// # Safety
+/// `ctrlr` is NULL or an open controller handle; `info` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_ctrlr_get_info(
+    ctrlr: *const nvme_ctrlr,
+    info: *mut nvme_ctrlr_info,
+) -> c_int {
+    guard("nvme_ctrlr_get_info", || {
+        check_null!("nvme_ctrlr_get_info", ctrlr, info);
+        // SAFETY: `ctrlr` is a live handle (caller contract); shared access is thread-safe.
+        let ctrl = unsafe { &(&*ctrlr).shared.ctrl };
+        let id = ctrl.identify();
+        let mut out = nvme_ctrlr_info {
+            model: [0; 41],
+            serial: [0; 21],
+            firmware: [0; 9],
+            num_namespaces: ctrl.namespaces().len() as u32,
+            io_queue_pairs: u32::from(ctrl.io_queue_pairs()),
+            max_queue_entries: ctrl.max_queue_entries(),
+            max_transfer_bytes: ctrl.max_transfer_bytes() as u64,
+        };
+        copy_c_string(&mut out.model, &id.model());
+        copy_c_string(&mut out.serial, &id.serial());
+        copy_c_string(&mut out.firmware, &id.firmware());
+        // SAFETY: `info` is non-null and valid for a write (caller contract).
+        unsafe { info.write(out) };
+        NVME_OK
+    })
+}
+
+/// Number of active namespaces usable for I/O (0 when `ctrlr` is NULL).
+///
+/// # Safety
+/// `ctrlr` is NULL or an open controller handle.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_ctrlr_num_namespaces(ctrlr: *const nvme_ctrlr) -> u32 {
+    if ctrlr.is_null() {
+        return 0;
+    }
+    // SAFETY: `ctrlr` is a live handle (caller contract).
+    let ctrl = unsafe { &(&*ctrlr).shared.ctrl };
+    ctrl.namespaces().len() as u32
+}
+
+/// Writes the ids of the usable namespaces, ascending, to `ids[0..min(capacity, count)]`
+/// and returns their count (call with `capacity` 0 and `ids` NULL to size the array), or a
+/// negative error code.
+///
+/// # Safety
+/// `ctrlr` is NULL or an open controller handle; `ids` is valid for `capacity` writes
+/// (it may be NULL when `capacity` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn nvme_ctrlr_namespace_ids(
+    ctrlr: *const nvme_ctrlr,
+    ids: *mut u32,
+    capacity: u32,
+) -> c_int {
+    guard("nvme_ctrlr_namespace_ids", || {
+        check_null!("nvme_ctrlr_namespace_ids", ctrlr);
+        if ids.is_null() && capacity > 0 {
+            return fail(
+                NVME_ERR_NULL_POINTER,
+                "nvme_ctrlr_namespace_ids: argument `ids` is NULL with a non-zero capacity",
+            );
+        }
+        // SAFETY: `ctrlr` is a live handle (caller contract).
+        let ctrl = unsafe { &(&*ctrlr).shared.ctrl };
+        let namespaces = ctrl.namespaces();
+        for (i, ns) in namespaces.iter().take(capacity as usize).enumerate() {
+            // SAFETY: i < capacity and `ids` is valid for `capacity` writes (caller contract).
+            unsafe { ids.add(i).write(ns.nsid()) };
+        }
+        namespaces.len() as c_int
+    })
+}
+
+/// Fills `*info` with the geometry of namespace `nsid`. Fails with `NVME_ERR_NAMESPACE` when
+/// the namespace is not active or cannot be used for I/O (the message says why).
+///
+/// # Safety
+/// `ctrlr` is NULL or an open controller handle; `info` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_ctrlr_get_ns_info(
+    ctrlr: *const nvme_ctrlr,
+    nsid: u32,
+    info: *mut nvme_ns_info,
+) -> c_int {
+    guard("nvme_ctrlr_get_ns_info", || {
+        check_null!("nvme_ctrlr_get_ns_info", ctrlr, info);
+        // SAFETY: `ctrlr` is a live handle (caller contract).
+        let ctrl = unsafe { &(&*ctrlr).shared.ctrl };
+        match ctrl.namespace(nsid) {
+            Ok(ns) => {
+                // SAFETY: `info` is non-null and valid for a write (caller contract).
+                unsafe {
+                    info.write(nvme_ns_info {
+                        nsid,
+                        block_size: ns.block_size(),
+                        blocks: ns.blocks(),
+                    })
+                };
+                NVME_OK
+            }
+            Err(e) => fail_with(&e),
+        }
+    })
+}

@@ -1,0 +1,268 @@
+//! Queue pair handles: `struct nvme_qpair` with its request table, the C types a request
+//! completes with (`nvme_cpl_status`, `nvme_cb_fn`), creation and destruction.
+//!
+//! INVARIANT: each request index is in `free` or names an outstanding [`Request`] (on the
+//! device, or reaped into `pending`); the driver's user data of its command is that index, so
+//! a completion finds its request without a search.
+
+use std::collections::VecDeque;
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nvme_driver::{Completion, DmaBuffer, Namespace, QueuePairOptions};
+
+use crate::boundary::{fail, fail_with, guard};
+use crate::buffer::{nvme_buf, restore, BufState};
+use crate::controller::{nvme_ctrlr, CtrlShared};
+use crate::errors::*;
+use crate::lifecycle;
+use crate::poll::completion_status;
+use crate::transport::AnyQp;
+
+/// Outcome of a request, passed to its callback.
+#[repr(C)]
+pub struct nvme_cpl_status {
+    /// True when the request succeeded (`error == NVME_OK`).
+    pub success: bool,
+    /// True when submitting the same request again may succeed (a reset interrupted it, or
+    /// the device reported an error without Do Not Retry).
+    pub retryable: bool,
+    /// NVMe Status Code Type (0 unless `error == NVME_ERR_COMMAND`).
+    pub sct: u8,
+    /// NVMe Status Code (0 unless `error == NVME_ERR_COMMAND`).
+    pub sc: u8,
+    /// `NVME_OK` or a negative `NVME_ERR_*` code; `nvme_last_error_message` is not set by
+    /// completions, use `nvme_strerror`.
+    pub error: c_int,
+    /// Command-specific result (completion dword 0).
+    pub cdw0: u32,
+    /// The request's buffer handle (NULL for requests without data). Idle again when the
+    /// callback runs, unless the request timed out (see `nvme_buf_in_flight`).
+    pub buf: *mut nvme_buf,
+}
+
+/// Completion callback: `cb_arg` as given at submission, `status` valid during the call only.
+/// It may submit new requests on the same queue pair, but must not poll or destroy it.
+/// It must return: leaving it any other way (`longjmp`, a C++ exception, ending the thread)
+/// is not allowed. A queue pair left so stays busy (`NVME_ERR_BUSY` from `nvme_qpair_poll` and
+/// `nvme_qpair_destroy`, submissions held) until `nvme_qpair_recover` is called.
+pub type nvme_cb_fn =
+    Option<unsafe extern "C" fn(cb_arg: *mut c_void, status: *const nvme_cpl_status)>;
+
+/// One LBA range of `nvme_qpair_submit_deallocate`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct nvme_lba_range {
+    /// First logical block.
+    pub lba: u64,
+    /// Number of blocks (at least 1).
+    pub blocks: u32,
+}
+
+/// Write flag: Force Unit Access (the data is on non-volatile media when the write completes).
+pub const NVME_IO_FUA: u32 = 1;
+/// Write Zeroes flag: the controller may deallocate the blocks instead of writing zeroes.
+pub const NVME_IO_DEALLOCATE: u32 = 2;
+
+/// A submitted request awaiting its callback.
+#[derive(Clone, Copy)]
+pub(crate) struct Request {
+    pub(crate) cb: nvme_cb_fn,
+    pub(crate) arg: *mut c_void,
+    pub(crate) buf: *mut nvme_buf,
+}
+
+/// A completion reaped from the device whose callback has not run yet.
+pub(crate) struct Pending {
+    pub(crate) request: u32,
+    /// Built when the completion is reaped: the C status is all a callback sees, so the
+    /// driver's `Error` (64 bytes) is not carried through the queue.
+    pub(crate) status: nvme_cpl_status,
+    pub(crate) buffer: Option<DmaBuffer>,
+}
+
+impl Pending {
+    /// The pending entry for completion `c` of one of `requests` (its C status built now; an
+    /// out-of-range request index, which the driver's user data never holds, gets no buffer).
+    #[inline(always)]
+    pub(crate) fn reaped(requests: &[Request], c: Completion) -> Pending {
+        let request = c.user_data as u32;
+        let buf = requests
+            .get(request as usize)
+            .map_or(std::ptr::null_mut(), |r| r.buf);
+        Pending {
+            request,
+            status: completion_status(&c.result, buf),
+            buffer: c.buffer,
+        }
+    }
+}
+
+/// An I/O queue pair with its requests. Belongs to one thread at a time: no two threads may
+/// call functions on the same queue pair concurrently (it may move between threads).
+pub struct nvme_qpair {
+    // Field order is drop order: the queue pair is deleted while the controller lives.
+    pub(crate) qp: AnyQp,
+    pub(crate) namespaces: Vec<Namespace>,
+    pub(crate) requests: Vec<Request>,
+    pub(crate) free: Vec<u32>,
+    pub(crate) pending: VecDeque<Pending>,
+    pub(crate) ranges: Vec<(u64, u32)>,
+    /// Inside `nvme_qpair_poll` (callbacks may submit, but not poll or destroy).
+    pub(crate) polling: bool,
+    pub(crate) shared: Arc<CtrlShared>,
+}
+
+/// Creates an I/O queue pair on `ctrlr` and stores its handle in `*out`. `depth` is the ring
+/// size (2..=`max_queue_entries`; at most `depth - 1` commands in flight; 0 = 256, or less if the controller allows fewer);
+/// `timeout_ms` fails requests not completed in time with `NVME_ERR_TIMEOUT` (0 = 30 s).
+/// Fails with `NVME_ERR_NO_QUEUES` when all queue pairs the controller granted are in use.
+///
+/// # Safety
+/// `ctrlr` is NULL or an open controller handle; `out` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_qpair_create(
+    ctrlr: *const nvme_ctrlr,
+    depth: u32,
+    timeout_ms: u32,
+    out: *mut *mut nvme_qpair,
+) -> c_int {
+    guard("nvme_qpair_create", || {
+        check_null!("nvme_qpair_create", ctrlr, out);
+        // SAFETY: `ctrlr` is a live handle (caller contract).
+        let shared = unsafe { &(&*ctrlr).shared };
+        let defaults = QueuePairOptions::default();
+        let options = QueuePairOptions {
+            depth: if depth == 0 { defaults.depth } else { depth },
+            timeout: if timeout_ms == 0 {
+                defaults.timeout
+            } else {
+                Duration::from_millis(u64::from(timeout_ms))
+            },
+            ..defaults
+        };
+        match shared.ctrl.create_queue_pair(options) {
+            Ok(qp) => {
+                // The depth in effect (the default is clamped to the controller's limit).
+                let slots = qp.depth() as usize;
+                let handle = Box::new(nvme_qpair {
+                    qp,
+                    namespaces: shared.ctrl.namespaces().to_vec(),
+                    requests: Vec::with_capacity(slots),
+                    free: Vec::with_capacity(slots),
+                    pending: VecDeque::with_capacity(slots),
+                    ranges: Vec::new(),
+                    polling: false,
+                    shared: Arc::clone(shared),
+                });
+                // SAFETY: `out` is non-null and valid for a write (caller contract).
+                unsafe { *out = Box::into_raw(handle) };
+                NVME_OK
+            }
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
+/// Deletes the queue pair. Callbacks of requests still outstanding are NOT called. First it
+/// waits, polling, up to 1 s for the outstanding requests to complete: the buffer of every
+/// request that completed by then (or before the call) is idle again when this returns, with
+/// the data of a completed read. The queues are deleted after that; the buffer of a request
+/// still outstanding then, or that timed out, is *detached*: `nvme_buf_in_flight` stays true,
+/// its memory belongs to the driver (released once no command can reach it, or never if
+/// that cannot be made sure), and the handle can only be freed. Fails with `NVME_ERR_BUSY`
+/// when called from one of this queue pair's callbacks (or after one did not return: see
+/// `nvme_qpair_recover`). Destroying NULL does nothing.
+///
+/// # Safety
+/// `qpair` is NULL or a live queue pair handle, used by no other thread; after `NVME_OK` it
+/// must not be used. Buffers of outstanding requests must still be live handles.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_qpair_destroy(qpair: *mut nvme_qpair) -> c_int {
+    guard("nvme_qpair_destroy", || {
+        if qpair.is_null() {
+            return NVME_OK;
+        }
+        // SAFETY: `qpair` is a live handle owned by this thread (caller contract).
+        if unsafe { (*qpair).polling } {
+            return fail(
+                NVME_ERR_BUSY,
+                "nvme_qpair_destroy: called from a completion callback of this queue pair \
+                 (or one never returned: then call nvme_qpair_recover)",
+            );
+        }
+        // SAFETY: `qpair` came from Box::into_raw and is released once (caller contract).
+        let mut handle = unsafe { Box::from_raw(qpair) };
+        let left = handle.drain();
+        if left > 0 {
+            log::info!(
+                "nvme_qpair_destroy: {left} requests still outstanding after {:?}; their buffers \
+                 stay with the driver",
+                lifecycle::DESTROY_DRAIN_LIMIT
+            );
+        }
+        let nvme_qpair {
+            qp,
+            requests,
+            free,
+            mut pending,
+            shared,
+            ..
+        } = *handle;
+        // Deletes the queues: afterwards the device reaches no buffer of this pair.
+        drop(qp);
+        let mut outstanding = vec![true; requests.len()];
+        for &i in &free {
+            outstanding[i as usize] = false;
+        }
+        for p in pending.drain(..) {
+            outstanding[p.request as usize] = false;
+            let buf = requests[p.request as usize].buf;
+            if !buf.is_null() {
+                // SAFETY: the request's buffer handle is live (caller contract) and this
+                // thread owns it while it is in flight.
+                unsafe { restore(buf, p.buffer) };
+            }
+        }
+        for (i, r) in requests.iter().enumerate() {
+            if outstanding[i] && !r.buf.is_null() {
+                // SAFETY: as above.
+                unsafe { (*r.buf).state = BufState::Detached };
+            }
+        }
+        drop(shared);
+        NVME_OK
+    })
+}
+
+impl nvme_qpair {
+    pub(crate) fn namespace(&mut self, nsid: u32) -> Result<&Namespace, c_int> {
+        self.namespace_index(nsid).map(|i| &self.namespaces[i])
+    }
+
+    /// Position of namespace `nsid` in this pair's list (an index lets a caller borrow the
+    /// namespace and the queue pair apart), or the error for a missing one. A namespace a
+    /// rescan found changed, or one not in the list, sends the pair to the controller's
+    /// current set first (see [`nvme_qpair::refresh_namespaces`]).
+    #[inline]
+    pub(crate) fn namespace_index(&mut self, nsid: u32) -> Result<usize, c_int> {
+        match self.namespaces.iter().position(|n| n.nsid() == nsid) {
+            Some(i) if self.namespaces[i].is_current() => Ok(i),
+            _ => self.refresh_namespaces(nsid),
+        }
+    }
+
+    pub(crate) fn alloc_request(&mut self, request: Request) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.requests[i as usize] = request;
+                i
+            }
+            None => {
+                self.requests.push(request);
+                (self.requests.len() - 1) as u32
+            }
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! Submissions: read and write (moving the buffer handle's `DmaBuffer` into the queue pair),
+//! and the commands without data (flush, write zeroes, deallocate).
+//!
+//! INVARIANT: a failed submission gives back what it took: the request index goes back to
+//! `free` and the buffer into its handle (detached instead when the driver kept it).
+
+use std::ffi::{c_int, c_void};
+use std::ptr;
+
+use nvme_driver::spec::queue::DSM_MAX_RANGES;
+use nvme_driver::{IoFailure, Namespace, WriteFlags};
+
+use crate::boundary::{fail, guard};
+use crate::buffer::{nvme_buf, BufState};
+use crate::errors::*;
+use crate::qpair::{nvme_cb_fn, nvme_lba_range, nvme_qpair, Request};
+use crate::qpair::{NVME_IO_DEALLOCATE, NVME_IO_FUA};
+
+/// Which data command to submit.
+#[derive(Clone, Copy)]
+enum DataOp {
+    Read,
+    Write { fua: bool },
+}
+
+/// Submits a read or write on `buf`, moving its `DmaBuffer` into the queue pair.
+///
+/// # Safety
+/// `qpair` and `buf` are NULL or live handles owned by the calling thread.
+#[allow(clippy::too_many_arguments)]
+unsafe fn submit_data(
+    what: &'static str,
+    qpair: *mut nvme_qpair,
+    op: DataOp,
+    nsid: u32,
+    lba: u64,
+    blocks: u32,
+    buf: *mut nvme_buf,
+    cb: nvme_cb_fn,
+    cb_arg: *mut c_void,
+) -> c_int {
+    guard(what, || {
+        if qpair.is_null() || buf.is_null() {
+            let arg = if qpair.is_null() { "qpair" } else { "buf" };
+            return fail(
+                NVME_ERR_NULL_POINTER,
+                format!("{what}: argument `{arg}` is NULL"),
+            );
+        }
+        // SAFETY: `qpair` is a live handle owned by this thread (caller contract); no other
+        // reference to it exists during this call (callbacks are not running inside it).
+        let q = unsafe { &mut *qpair };
+        // SAFETY: `buf` is a live handle owned by this thread (caller contract).
+        let handle = unsafe { &mut *buf };
+        let dma = match std::mem::replace(&mut handle.state, BufState::InFlight) {
+            BufState::Idle(b) => b,
+            other => {
+                let detached = matches!(other, BufState::Detached);
+                handle.state = other;
+                return fail(
+                    NVME_ERR_BUFFER_IN_FLIGHT,
+                    if detached {
+                        format!(
+                            "{what}: the buffer was kept by the driver after a timeout: free it"
+                        )
+                    } else {
+                        format!("{what}: the buffer is already in flight: wait for its callback")
+                    },
+                );
+            }
+        };
+        // By index, so that the queue pair and the namespace list are borrowed apart (no
+        // clone of the namespace's `Arc` per request).
+        let ns_index = match q.namespace_index(nsid) {
+            Ok(i) => i,
+            Err(code) => {
+                handle.state = BufState::Idle(dma);
+                return code;
+            }
+        };
+        let index = q.alloc_request(Request {
+            cb,
+            arg: cb_arg,
+            buf,
+        });
+        let ns = &q.namespaces[ns_index];
+        let result = match op {
+            DataOp::Read => q.qp.submit_read(ns, lba, blocks, dma, u64::from(index)),
+            DataOp::Write { fua } => q.qp.submit_write(
+                ns,
+                lba,
+                blocks,
+                dma,
+                WriteFlags::NONE.with_fua(fua),
+                u64::from(index),
+            ),
+        };
+        match result {
+            Ok(()) => NVME_OK,
+            Err(IoFailure { error, buffer }) => {
+                q.free.push(index);
+                handle.state = match buffer {
+                    Some(b) => BufState::Idle(b),
+                    None => BufState::Detached,
+                };
+                fail(error_code(&error), format!("{what}: {error}"))
+            }
+        }
+    })
+}
+
+/// Queues a read of `blocks` blocks at `lba` of namespace `nsid` into `buf` (which must hold
+/// `blocks * block_size` bytes). `buf` is in flight until `cb_fn(cb_arg, status)` runs from
+/// `nvme_qpair_poll`; `cb_fn` may be NULL. Transfers larger than `max_transfer_bytes` are
+/// split by the driver into several commands, on PCIe and NVMe/TCP alike: one callback when
+/// all are done, with the first error of any of them. A split request takes as many of the
+/// queue pair's slots as it has commands (`NVME_ERR_QUEUE_FULL` when fewer are free,
+/// `NVME_ERR_TOO_LARGE` when the pair has fewer at all). On failure nothing is queued and
+/// the buffer stays idle (`NVME_ERR_BUFFER_IN_FLIGHT` when it already is in flight,
+/// `NVME_ERR_QUEUE_FULL`: poll first).
+///
+/// # Safety
+/// `qpair` and `buf` are NULL or live handles used only by the calling thread; `buf` stays
+/// live until the callback ran.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_qpair_submit_read(
+    qpair: *mut nvme_qpair,
+    nsid: u32,
+    lba: u64,
+    blocks: u32,
+    buf: *mut nvme_buf,
+    cb_fn: nvme_cb_fn,
+    cb_arg: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        submit_data(
+            "nvme_qpair_submit_read",
+            qpair,
+            DataOp::Read,
+            nsid,
+            lba,
+            blocks,
+            buf,
+            cb_fn,
+            cb_arg,
+        )
+    }
+}
+
+/// Queues a write of `blocks` blocks at `lba` of namespace `nsid` from `buf`; `flags` is 0
+/// or `NVME_IO_FUA`. Same rules as `nvme_qpair_submit_read`.
+///
+/// # Safety
+/// As `nvme_qpair_submit_read`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn nvme_qpair_submit_write(
+    qpair: *mut nvme_qpair,
+    nsid: u32,
+    lba: u64,
+    blocks: u32,
+    buf: *mut nvme_buf,
+    flags: u32,
+    cb_fn: nvme_cb_fn,
+    cb_arg: *mut c_void,
+) -> c_int {
+    if flags & !NVME_IO_FUA != 0 {
+        return fail(
+            NVME_ERR_INVALID_ARGUMENT,
+            format!("nvme_qpair_submit_write: unknown flags {flags:#x} (only NVME_IO_FUA)"),
+        );
+    }
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        submit_data(
+            "nvme_qpair_submit_write",
+            qpair,
+            DataOp::Write {
+                fua: flags & NVME_IO_FUA != 0,
+            },
+            nsid,
+            lba,
+            blocks,
+            buf,
+            cb_fn,
+            cb_arg,
+        )
+    }
+}
+
+/// Submits a command without data through `submit`, which gets the queue pair, the namespace
+/// and the request index to pass as user data.
+///
+/// # Safety
+/// `qpair` is NULL or a live handle owned by the calling thread.
+unsafe fn submit_no_data(
+    what: &'static str,
+    qpair: *mut nvme_qpair,
+    nsid: u32,
+    cb: nvme_cb_fn,
+    cb_arg: *mut c_void,
+    submit: impl FnOnce(&mut nvme_qpair, &Namespace, u64) -> nvme_driver::Result<()>,
+) -> c_int {
+    guard(what, || {
+        if qpair.is_null() {
+            return fail(
+                NVME_ERR_NULL_POINTER,
+                format!("{what}: argument `qpair` is NULL"),
+            );
+        }
+        // SAFETY: `qpair` is a live handle owned by this thread (caller contract); no other
+        // reference to it exists during this call.
+        let q = unsafe { &mut *qpair };
+        let ns = match q.namespace(nsid) {
+            Ok(ns) => ns.clone(),
+            Err(code) => return code,
+        };
+        let index = q.alloc_request(Request {
+            cb,
+            arg: cb_arg,
+            buf: ptr::null_mut(),
+        });
+        match submit(q, &ns, u64::from(index)) {
+            Ok(()) => NVME_OK,
+            Err(e) => {
+                q.free.push(index);
+                fail(error_code(&e), format!("{what}: {e}"))
+            }
+        }
+    })
+}
+
+/// Queues a Flush of namespace `nsid` (its volatile write cache to media).
+///
+/// # Safety
+/// `qpair` is NULL or a live handle used only by the calling thread.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_qpair_submit_flush(
+    qpair: *mut nvme_qpair,
+    nsid: u32,
+    cb_fn: nvme_cb_fn,
+    cb_arg: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        submit_no_data(
+            "nvme_qpair_submit_flush",
+            qpair,
+            nsid,
+            cb_fn,
+            cb_arg,
+            |q, ns, ud| q.qp.submit_flush(ns, ud),
+        )
+    }
+}
+
+/// Queues a Write Zeroes of `blocks` blocks at `lba`; `flags` is 0 or `NVME_IO_DEALLOCATE`.
+///
+/// # Safety
+/// `qpair` is NULL or a live handle used only by the calling thread.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_qpair_submit_write_zeroes(
+    qpair: *mut nvme_qpair,
+    nsid: u32,
+    lba: u64,
+    blocks: u32,
+    flags: u32,
+    cb_fn: nvme_cb_fn,
+    cb_arg: *mut c_void,
+) -> c_int {
+    if flags & !NVME_IO_DEALLOCATE != 0 {
+        return fail(
+            NVME_ERR_INVALID_ARGUMENT,
+            format!(
+                "nvme_qpair_submit_write_zeroes: unknown flags {flags:#x} (only NVME_IO_DEALLOCATE)"
+            ),
+        );
+    }
+    let deallocate = flags & NVME_IO_DEALLOCATE != 0;
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        submit_no_data(
+            "nvme_qpair_submit_write_zeroes",
+            qpair,
+            nsid,
+            cb_fn,
+            cb_arg,
+            |q, ns, ud| q.qp.submit_write_zeroes(ns, lba, blocks, deallocate, ud),
+        )
+    }
+}
+
+/// Queues a Dataset Management deallocate (trim) of `count` (1..=256) ranges, copied before
+/// the call returns. A `count` outside 1..=256 fails with `NVME_ERR_INVALID_ARGUMENT` before
+/// anything is read from `ranges`.
+///
+/// # Safety
+/// `qpair` is NULL or a live handle used only by the calling thread; `ranges` is NULL or
+/// valid for `count` reads (when `count` is in 1..=256).
+#[no_mangle]
+pub unsafe extern "C" fn nvme_qpair_submit_deallocate(
+    qpair: *mut nvme_qpair,
+    nsid: u32,
+    ranges: *const nvme_lba_range,
+    count: u32,
+    cb_fn: nvme_cb_fn,
+    cb_arg: *mut c_void,
+) -> c_int {
+    if ranges.is_null() {
+        return fail(
+            NVME_ERR_NULL_POINTER,
+            "nvme_qpair_submit_deallocate: argument `ranges` is NULL",
+        );
+    }
+    // Before the ranges are read: the caller's array is only known to hold `count` entries
+    // when `count` is one the command can carry (NVM CS §3.3.3: at most 256 ranges).
+    if count == 0 || count as usize > DSM_MAX_RANGES {
+        return fail(
+            NVME_ERR_INVALID_ARGUMENT,
+            format!(
+                "nvme_qpair_submit_deallocate: {count} ranges: a deallocate carries \
+                 1..={DSM_MAX_RANGES}"
+            ),
+        );
+    }
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        submit_no_data(
+            "nvme_qpair_submit_deallocate",
+            qpair,
+            nsid,
+            cb_fn,
+            cb_arg,
+            |q, ns, ud| {
+                // SAFETY: `ranges` is valid for `count` reads (caller contract).
+                let c_ranges = std::slice::from_raw_parts(ranges, count as usize);
+                q.ranges.clear();
+                q.ranges.extend(c_ranges.iter().map(|r| (r.lba, r.blocks)));
+                let list = std::mem::take(&mut q.ranges);
+                let result = q.qp.submit_deallocate(ns, &list, ud);
+                q.ranges = list;
+                result
+            },
+        )
+    }
+}
