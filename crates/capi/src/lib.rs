@@ -59,14 +59,14 @@ use std::ptr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use emulator::SimController;
 use nvme_driver::spec::queue::DSM_MAX_RANGES;
+#[cfg(feature = "emulator")]
+use nvme_driver::Transport;
 use nvme_driver::{
     Completion, Controller, ControllerOptions, DmaBuffer, Error, IoFailure, Namespace,
     QueuePairOptions, WriteFlags,
 };
-#[cfg(feature = "emulator")]
-use nvme_driver::Transport;
-use emulator::SimController;
 #[cfg(feature = "emulator")]
 use nvme_sim::SimConfig;
 use nvme_tcp::{TcpController, TcpOptions, TransportId};
@@ -77,7 +77,8 @@ mod namespaces;
 mod split;
 mod transport;
 
-use transport::{AnyCtrl, AnyQp};
+use nvme_device::{parse_target, AnyController, Target};
+use transport::Pair;
 
 pub use errors::*;
 pub use namespaces::*;
@@ -168,7 +169,7 @@ pub unsafe extern "C" fn nvme_last_error_message() -> *const c_char {
 /// Controller state shared by the controller handle and its queue pairs. Field order is drop
 /// order: the controller shuts down while the emulated device still answers.
 struct CtrlShared {
-    ctrl: AnyCtrl,
+    ctrl: AnyController,
     _sim: Option<SimController>,
 }
 
@@ -226,7 +227,11 @@ fn copy_c_string(dst: &mut [c_char], src: &str) {
 ///
 /// # Safety
 /// `out` is NULL or valid for a write.
-unsafe fn publish_ctrlr(ctrl: AnyCtrl, sim: Option<SimController>, out: *mut *mut nvme_ctrlr) {
+unsafe fn publish_ctrlr(
+    ctrl: AnyController,
+    sim: Option<SimController>,
+    out: *mut *mut nvme_ctrlr,
+) {
     let handle = Box::new(nvme_ctrlr {
         shared: Arc::new(CtrlShared { ctrl, _sim: sim }),
     });
@@ -262,24 +267,25 @@ pub unsafe extern "C" fn nvme_ctrlr_open(
                 "nvme_ctrlr_open: device is not valid UTF-8",
             );
         };
-        if nvme_tcp::is_tcp_transport_id(device) {
-            return match connect_tcp("nvme_ctrlr_open", device) {
-                Ok(ctrl) => {
-                    // SAFETY: `out` is non-null and valid for a write (caller contract).
-                    unsafe { publish_ctrlr(AnyCtrl::Tcp(ctrl), None, out) };
-                    NVME_OK
-                }
-                Err(code) => code,
-            };
-        }
-        let address = match nvme_driver::parse_device(device) {
-            Ok(a) => a,
+        let address = match parse_target(device) {
+            Ok(Target::Pcie(address)) => address,
+            Ok(Target::Tcp(trid)) => {
+                return match connect_tcp("nvme_ctrlr_open", &trid) {
+                    Ok(ctrl) => {
+                        // SAFETY: `out` is non-null and valid for a write (caller contract).
+                        unsafe { publish_ctrlr(AnyController::Tcp(ctrl), None, out) };
+                        NVME_OK
+                    }
+                    Err(code) => code,
+                };
+            }
+            Ok(Target::Emulator) => return fail(NVME_ERR_INVALID_ARGUMENT, EMULATOR_BY_NAME),
             Err(e) => return fail(NVME_ERR_INVALID_ARGUMENT, format!("nvme_ctrlr_open: {e}")),
         };
         match Controller::open_pci(&address.to_string(), ControllerOptions::default()) {
             Ok(ctrl) => {
                 // SAFETY: `out` is non-null and valid for a write (caller contract).
-                unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), None, out) };
+                unsafe { publish_ctrlr(AnyController::Pcie(ctrl), None, out) };
                 NVME_OK
             }
             Err(e) => fail_with(&e),
@@ -287,10 +293,14 @@ pub unsafe extern "C" fn nvme_ctrlr_open(
     })
 }
 
-/// Parses an NVMe/TCP transport id and connects to the subsystem it names.
-fn connect_tcp(what: &str, trid: &str) -> Result<TcpController, c_int> {
-    let trid = TransportId::parse(trid)
-        .map_err(|e| fail(NVME_ERR_INVALID_ARGUMENT, format!("{what}: {e}")))?;
+/// The message for `nvme_ctrlr_open("sim")`: the C API opens the emulator by function, never
+/// by device string.
+const EMULATOR_BY_NAME: &str =
+    "nvme_ctrlr_open: `sim` names the in-process emulator, which the C API opens with \
+     nvme_ctrlr_open_emulated, not by device string";
+
+/// Connects to the NVMe/TCP subsystem `trid` names.
+fn connect_tcp(what: &str, trid: &TransportId) -> Result<TcpController, c_int> {
     if trid.is_discovery() {
         return Err(fail(
             NVME_ERR_INVALID_ARGUMENT,
@@ -300,7 +310,7 @@ fn connect_tcp(what: &str, trid: &str) -> Result<TcpController, c_int> {
             ),
         ));
     }
-    TcpController::connect(&trid, TcpOptions::default()).map_err(|e| fail_with(&e))
+    TcpController::connect(trid, TcpOptions::default()).map_err(|e| fail_with(&e))
 }
 
 /// FOR TESTS AND EXAMPLES: starts an in-process *emulated* NVMe controller (no device, no
@@ -327,7 +337,7 @@ pub unsafe extern "C" fn nvme_ctrlr_open_emulated(out: *mut *mut nvme_ctrlr) -> 
             ) {
                 Ok(ctrl) => {
                     // SAFETY: `out` is non-null and valid for a write (caller contract).
-                    unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), Some(sim), out) };
+                    unsafe { publish_ctrlr(AnyController::Pcie(ctrl), Some(sim), out) };
                     NVME_OK
                 }
                 Err(e) => fail_with(&e),
@@ -675,7 +685,7 @@ impl Pending {
 /// call functions on the same queue pair concurrently (it may move between threads).
 pub struct nvme_qpair {
     // Field order is drop order: the queue pair is deleted while the controller lives.
-    qp: AnyQp,
+    qp: Pair,
     namespaces: Vec<Namespace>,
     requests: Vec<Request>,
     free: Vec<u32>,
@@ -714,7 +724,7 @@ pub unsafe extern "C" fn nvme_qpair_create(
             },
             ..defaults
         };
-        match shared.ctrl.create_queue_pair(options) {
+        match shared.ctrl.create_queue_pair(options).map(Pair::new) {
             Ok(qp) => {
                 // The depth in effect (the default is clamped to the controller's limit).
                 let slots = qp.depth() as usize;
