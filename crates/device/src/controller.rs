@@ -62,8 +62,9 @@ impl AnyController {
             Target::Emulator => {
                 return Err(Error::Unsupported {
                     controller: EMULATOR_DEVICE.to_owned(),
-                    what: "the in-process emulator: this program opens PCI functions and \
-                           NVMe/TCP subsystems only"
+                    what: "`sim` names the in-process emulator; this program drives PCI \
+                           functions and NVMe/TCP subsystems (nvme-perf and nvme-sqlite built \
+                           with --features emulator take `sim`)"
                         .to_owned(),
                 })
             }
