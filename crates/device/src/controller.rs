@@ -5,8 +5,7 @@ use std::sync::Arc;
 use nvme_driver::spec::regs::{Cap, Version};
 use nvme_driver::spec::{ErrorLogEntry, IdentifyController, SmartLog};
 use nvme_driver::{
-    Controller, ControllerOptions, DmaBuffer, DmaMapper, Error, Namespace, QueuePairOptions,
-    Result,
+    Controller, ControllerOptions, DmaBuffer, DmaMapper, Error, Namespace, QueuePairOptions, Result,
 };
 use nvme_tcp::{TcpController, TcpOptions};
 

@@ -99,7 +99,10 @@ mod tests {
     fn the_emulator_word_in_any_case() {
         assert_eq!(parse_target("sim"), Ok(Target::Emulator));
         assert_eq!(parse_target(" SIM "), Ok(Target::Emulator));
-        assert!(matches!(parse_target("simulator"), Err(TargetError::Pcie(_))));
+        assert!(matches!(
+            parse_target("simulator"),
+            Err(TargetError::Pcie(_))
+        ));
         assert!(matches!(parse_target("nvme0n1"), Err(TargetError::Pcie(_))));
     }
 
