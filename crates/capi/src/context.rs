@@ -5,6 +5,7 @@ use std::ffi::{c_char, c_int, CStr};
 use std::sync::Arc;
 
 use crate::emulator::SimDma;
+use nvme_device::{parse_target, AnyController, Target};
 #[cfg(feature = "emulator")]
 use nvme_driver::Transport;
 use nvme_driver::{Controller, ControllerOptions, DmaContext};
@@ -13,7 +14,6 @@ use nvme_sim::{SimConfig, SimController};
 
 use super::{fail, fail_with, guard, nvme_buf, nvme_ctrlr, publish_ctrlr, BufState};
 use crate::errors::*;
-use crate::transport::AnyCtrl;
 
 /// A DMA context: one IOMMU address space (one VFIO container) that several controllers
 /// join. A buffer allocated from the context (`nvme_buf_alloc_in`) or from any of its
@@ -123,15 +123,22 @@ pub unsafe extern "C" fn nvme_ctrlr_open_in(
                 "nvme_ctrlr_open_in: device is not valid UTF-8",
             );
         };
-        if nvme_tcp::is_tcp_transport_id(device) {
-            return fail(
-                NVME_ERR_INVALID_ARGUMENT,
-                "nvme_ctrlr_open_in: an NVMe/TCP controller has no IOMMU address space to share: \
-                 open it with nvme_ctrlr_open",
-            );
-        }
-        let address = match nvme_driver::parse_device(device) {
-            Ok(a) => a,
+        let address = match parse_target(device) {
+            Ok(Target::Pcie(address)) => address,
+            Ok(Target::Tcp(_)) => {
+                return fail(
+                    NVME_ERR_INVALID_ARGUMENT,
+                    "nvme_ctrlr_open_in: an NVMe/TCP controller has no IOMMU address space to \
+                     share: open it with nvme_ctrlr_open",
+                )
+            }
+            Ok(Target::Emulator) => {
+                return fail(
+                    NVME_ERR_INVALID_ARGUMENT,
+                    "nvme_ctrlr_open_in: `sim` names the in-process emulator: open it with \
+                     nvme_ctrlr_open_emulated_in",
+                )
+            }
             Err(e) => {
                 return fail(
                     NVME_ERR_INVALID_ARGUMENT,
@@ -144,7 +151,7 @@ pub unsafe extern "C" fn nvme_ctrlr_open_in(
         match Controller::open_pci_in(ctx, &address.to_string(), ControllerOptions::default()) {
             Ok(ctrl) => {
                 // SAFETY: `out` is non-null and valid for a write (caller contract).
-                unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), None, out) };
+                unsafe { publish_ctrlr(AnyController::Pcie(ctrl), None, out) };
                 NVME_OK
             }
             Err(e) => fail_with(&e),
@@ -186,7 +193,7 @@ pub unsafe extern "C" fn nvme_ctrlr_open_emulated_in(
             match Controller::new_in(&ctx.ctx, transport, ControllerOptions::default()) {
                 Ok(ctrl) => {
                     // SAFETY: `out` is non-null and valid for a write (caller contract).
-                    unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), Some(sim), out) };
+                    unsafe { publish_ctrlr(AnyController::Pcie(ctrl), Some(sim), out) };
                     NVME_OK
                 }
                 Err(e) => fail_with(&e),

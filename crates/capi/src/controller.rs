@@ -20,12 +20,12 @@ use crate::boundary::{fail, fail_with, guard};
 use crate::emulator;
 use crate::emulator::SimController;
 use crate::errors::*;
-use crate::transport::AnyCtrl;
+use nvme_device::{parse_target, AnyController, Target};
 
 /// Controller state shared by the controller handle and its queue pairs. Field order is drop
 /// order: the controller shuts down while the emulated device still answers.
 pub(crate) struct CtrlShared {
-    pub(crate) ctrl: AnyCtrl,
+    pub(crate) ctrl: AnyController,
     pub(crate) _sim: Option<SimController>,
 }
 
@@ -84,7 +84,7 @@ fn copy_c_string(dst: &mut [c_char], src: &str) {
 /// # Safety
 /// `out` is NULL or valid for a write.
 pub(crate) unsafe fn publish_ctrlr(
-    ctrl: AnyCtrl,
+    ctrl: AnyController,
     sim: Option<SimController>,
     out: *mut *mut nvme_ctrlr,
 ) {
@@ -123,24 +123,25 @@ pub unsafe extern "C" fn nvme_ctrlr_open(
                 "nvme_ctrlr_open: device is not valid UTF-8",
             );
         };
-        if nvme_tcp::is_tcp_transport_id(device) {
-            return match connect_tcp("nvme_ctrlr_open", device) {
-                Ok(ctrl) => {
-                    // SAFETY: `out` is non-null and valid for a write (caller contract).
-                    unsafe { publish_ctrlr(AnyCtrl::Tcp(ctrl), None, out) };
-                    NVME_OK
-                }
-                Err(code) => code,
-            };
-        }
-        let address = match nvme_driver::parse_device(device) {
-            Ok(a) => a,
+        let address = match parse_target(device) {
+            Ok(Target::Pcie(address)) => address,
+            Ok(Target::Tcp(trid)) => {
+                return match connect_tcp("nvme_ctrlr_open", &trid) {
+                    Ok(ctrl) => {
+                        // SAFETY: `out` is non-null and valid for a write (caller contract).
+                        unsafe { publish_ctrlr(AnyController::Tcp(ctrl), None, out) };
+                        NVME_OK
+                    }
+                    Err(code) => code,
+                };
+            }
+            Ok(Target::Emulator) => return fail(NVME_ERR_INVALID_ARGUMENT, EMULATOR_BY_NAME),
             Err(e) => return fail(NVME_ERR_INVALID_ARGUMENT, format!("nvme_ctrlr_open: {e}")),
         };
         match Controller::open_pci(&address.to_string(), ControllerOptions::default()) {
             Ok(ctrl) => {
                 // SAFETY: `out` is non-null and valid for a write (caller contract).
-                unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), None, out) };
+                unsafe { publish_ctrlr(AnyController::Pcie(ctrl), None, out) };
                 NVME_OK
             }
             Err(e) => fail_with(&e),
@@ -148,10 +149,14 @@ pub unsafe extern "C" fn nvme_ctrlr_open(
     })
 }
 
-/// Parses an NVMe/TCP transport id and connects to the subsystem it names.
-fn connect_tcp(what: &str, trid: &str) -> Result<TcpController, c_int> {
-    let trid = TransportId::parse(trid)
-        .map_err(|e| fail(NVME_ERR_INVALID_ARGUMENT, format!("{what}: {e}")))?;
+/// The message for `nvme_ctrlr_open("sim")`: the C API opens the emulator by function, never
+/// by device string.
+const EMULATOR_BY_NAME: &str =
+    "nvme_ctrlr_open: `sim` names the in-process emulator, which the C API opens with \
+     nvme_ctrlr_open_emulated, not by device string";
+
+/// Connects to the NVMe/TCP subsystem `trid` names.
+fn connect_tcp(what: &str, trid: &TransportId) -> Result<TcpController, c_int> {
     if trid.is_discovery() {
         return Err(fail(
             NVME_ERR_INVALID_ARGUMENT,
@@ -161,7 +166,7 @@ fn connect_tcp(what: &str, trid: &str) -> Result<TcpController, c_int> {
             ),
         ));
     }
-    TcpController::connect(&trid, TcpOptions::default()).map_err(|e| fail_with(&e))
+    TcpController::connect(trid, TcpOptions::default()).map_err(|e| fail_with(&e))
 }
 
 /// FOR TESTS AND EXAMPLES: starts an in-process *emulated* NVMe controller (no device, no
@@ -188,7 +193,7 @@ pub unsafe extern "C" fn nvme_ctrlr_open_emulated(out: *mut *mut nvme_ctrlr) -> 
             ) {
                 Ok(ctrl) => {
                     // SAFETY: `out` is non-null and valid for a write (caller contract).
-                    unsafe { publish_ctrlr(AnyCtrl::Pcie(ctrl), Some(sim), out) };
+                    unsafe { publish_ctrlr(AnyController::Pcie(ctrl), Some(sim), out) };
                     NVME_OK
                 }
                 Err(e) => fail_with(&e),

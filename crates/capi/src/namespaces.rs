@@ -14,7 +14,6 @@ use std::ffi::c_int;
 #[cfg(feature = "emulator")]
 use nvme_sim::SimController;
 
-use crate::transport::AnyCtrl;
 use crate::{fail, fail_with, guard, nvme_ctrlr, nvme_qpair, NVME_ERR_NAMESPACE};
 use crate::{NVME_ERR_NULL_POINTER, NVME_ERR_UNSUPPORTED, NVME_OK};
 
@@ -41,12 +40,12 @@ pub unsafe extern "C" fn nvme_ctrlr_rescan_namespaces(ctrlr: *const nvme_ctrlr) 
         }
         // SAFETY: `ctrlr` is a live handle (caller contract).
         let shared = unsafe { &(*ctrlr).shared };
-        match &shared.ctrl {
-            AnyCtrl::Pcie(ctrl) => match ctrl.rescan_namespaces() {
+        match shared.ctrl.as_pcie() {
+            Some(ctrl) => match ctrl.rescan_namespaces() {
                 Ok(_) => NVME_OK,
                 Err(e) => fail_with(&e),
             },
-            AnyCtrl::Tcp(_) => fail(
+            None => fail(
                 NVME_ERR_UNSUPPORTED,
                 "nvme_ctrlr_rescan_namespaces: not supported on NVMe/TCP controllers",
             ),

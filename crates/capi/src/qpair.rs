@@ -18,7 +18,7 @@ use crate::controller::{nvme_ctrlr, CtrlShared};
 use crate::errors::*;
 use crate::lifecycle;
 use crate::poll::completion_status;
-use crate::transport::AnyQp;
+use crate::transport::Pair;
 
 /// Outcome of a request, passed to its callback.
 #[repr(C)]
@@ -103,7 +103,7 @@ impl Pending {
 /// call functions on the same queue pair concurrently (it may move between threads).
 pub struct nvme_qpair {
     // Field order is drop order: the queue pair is deleted while the controller lives.
-    pub(crate) qp: AnyQp,
+    pub(crate) qp: Pair,
     pub(crate) namespaces: Vec<Namespace>,
     pub(crate) requests: Vec<Request>,
     pub(crate) free: Vec<u32>,
@@ -142,7 +142,7 @@ pub unsafe extern "C" fn nvme_qpair_create(
             },
             ..defaults
         };
-        match shared.ctrl.create_queue_pair(options) {
+        match shared.ctrl.create_queue_pair(options).map(Pair::new) {
             Ok(qp) => {
                 // The depth in effect (the default is clamped to the controller's limit).
                 let slots = qp.depth() as usize;

@@ -35,21 +35,15 @@ const POSITION_MASK: u64 = (1 << POSITION_BITS) - 1;
 /// Bits of the group index (user data bits 16..48).
 const GROUP_MASK: u64 = u32::MAX as u64;
 
-/// An NVMe/TCP queue pair and the split requests in flight on it.
-pub(crate) struct TcpPair {
-    // Field order is drop order: the connection closes before pieces kept here are freed.
-    pub(crate) qp: TcpQueuePair,
-    split: Splitter,
+/// An NVMe/TCP queue pair and the split requests in flight on it, borrowed for one call from
+/// the C queue pair (`crate::transport::Pair`, which owns both and drops the connection
+/// before the pieces kept in the splitter).
+pub(crate) struct TcpPair<'a> {
+    pub(crate) qp: &'a mut TcpQueuePair,
+    pub(crate) split: &'a mut Splitter,
 }
 
-impl TcpPair {
-    pub(crate) fn new(qp: TcpQueuePair) -> Self {
-        Self {
-            qp,
-            split: Splitter::default(),
-        }
-    }
-
+impl TcpPair<'_> {
     /// Whether a transfer of `blocks` blocks of `ns` needs more than one command here.
     #[inline]
     pub(crate) fn needs_split(&self, ns: &Namespace, blocks: u32) -> bool {
@@ -177,7 +171,7 @@ impl TcpPair {
     /// Returns the number of completions handed to `f`.
     #[inline]
     pub(crate) fn poll<F: FnMut(Completion)>(&mut self, mut f: F) -> usize {
-        let split = &mut self.split;
+        let split = &mut *self.split;
         let mut delivered = 0;
         self.qp.poll(|c: Completion| {
             if c.user_data & PIECE == 0 {
@@ -221,7 +215,7 @@ struct Group {
 
 /// The split requests of one queue pair.
 #[derive(Default)]
-struct Splitter {
+pub(crate) struct Splitter {
     groups: Vec<Group>,
     free: Vec<u32>,
 }

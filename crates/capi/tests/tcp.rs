@@ -306,6 +306,17 @@ fn bad_transport_ids_are_clear_errors() {
             NVME_ERR_TRANSPORT,
             "nqn.2026-01.test:nope",
         ),
+        // The emulator is opened by function (nvme_ctrlr_open_emulated), never by name.
+        (
+            "sim".to_string(),
+            NVME_ERR_INVALID_ARGUMENT,
+            "nvme_ctrlr_open_emulated",
+        ),
+        (
+            "trtype:RDMA traddr:1.2.3.4".to_string(),
+            NVME_ERR_INVALID_ARGUMENT,
+            "RDMA",
+        ),
     ];
     for (trid, code, needle) in cases {
         let c = CString::new(trid.clone()).unwrap();

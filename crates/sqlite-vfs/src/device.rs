@@ -1,8 +1,10 @@
-//! The block device the store sits on: an NVMe namespace through one of our queue pairs, or
-//! memory (for unit tests). Every transfer is whole blocks at block-aligned offsets; the store
-//! does the read-modify-write for anything smaller.
+//! The block device the store sits on: an NVMe namespace through one of our queue pairs (PCIe
+//! or NVMe/TCP: `nvme_device::AnyQueuePair`), or memory (for unit tests). Every transfer is
+//! whole blocks at block-aligned offsets; the store does the read-modify-write for anything
+//! smaller.
 
-use nvme_driver::{Controller, DmaBuffer, Namespace, QueuePair, QueuePairOptions, WriteFlags};
+use nvme_device::{AnyController, AnyQueuePair, IoQueue};
+use nvme_driver::{DmaBuffer, Namespace, QueuePairOptions, WriteFlags};
 
 use crate::error::{Error, Result};
 
@@ -99,16 +101,17 @@ impl BlockDevice for MemDevice {
     }
 }
 
-/// An NVMe namespace driven through one queue pair of our driver, with a DMA bounce buffer.
+/// An NVMe namespace driven through one queue pair of our driver, PCIe or NVMe/TCP, with a
+/// bounce buffer (DMA memory on PCIe, host memory on TCP).
 ///
-/// A `QueuePair` is `Send` but not `Sync`; the VFS keeps this device behind a mutex.
+/// A queue pair is `Send` but not `Sync`; the VFS keeps this device behind a mutex.
 pub struct NvmeDevice {
-    // Field order is drop order: the queue pair (deleted on the controller) and the bounce
-    // buffer go before the controller handle.
-    qp: QueuePair,
+    // Field order is drop order: the queue pair (deleted on the controller, or its
+    // connection closed) and the bounce buffer go before the controller handle.
+    qp: AnyQueuePair,
     bounce: Option<DmaBuffer>,
     ns: Namespace,
-    ctrl: Controller,
+    ctrl: AnyController,
     chunk: usize,
     atomic: u32,
     identity: String,
@@ -126,8 +129,11 @@ impl std::fmt::Debug for NvmeDevice {
 }
 
 impl NvmeDevice {
-    /// Namespace `nsid` of `ctrl`, through a new queue pair.
-    pub fn new(ctrl: Controller, nsid: u32) -> Result<Self> {
+    /// Namespace `nsid` of `ctrl` (a PCIe `nvme_driver::Controller`, an NVMe/TCP
+    /// `nvme_tcp::TcpController`, or either as an [`AnyController`]), through a new queue
+    /// pair.
+    pub fn new(ctrl: impl Into<AnyController>, nsid: u32) -> Result<Self> {
+        let ctrl = ctrl.into();
         let ns = ctrl
             .namespace(nsid)
             .map_err(|e| Error::driver("looking up the namespace", e))?;
@@ -159,7 +165,7 @@ impl NvmeDevice {
     }
 
     /// The controller.
-    pub fn controller(&self) -> &Controller {
+    pub fn controller(&self) -> &AnyController {
         &self.ctrl
     }
 

@@ -3,7 +3,7 @@
 //!
 //! [`NvmeVfs::register`] opens a [`Store`] (a small directory plus one contiguous extent per
 //! file) on a [`BlockDevice`] — normally an [`NvmeDevice`], a namespace driven through one
-//! queue pair — and registers it with SQLite as a VFS; open connections with
+//! queue pair, PCIe or NVMe/TCP (`nvme_device::AnyQueuePair`) — and registers it with SQLite as a VFS; open connections with
 //! [`NvmeVfs::open`] (or `rusqlite::Connection::open_with_flags_and_vfs` and
 //! [`NvmeVfs::name`]). See `docs/sqlite.md` for the layout and the durability argument.
 //!
@@ -14,7 +14,7 @@
 //! # Example
 //!
 //! SQLite on namespace 1 of the in-process emulator (on hardware, open the controller with
-//! `Controller::open_pci`):
+//! `Controller::open_pci`; over the network, `nvme_tcp::TcpController::connect`):
 //!
 //! ```
 //! use nvme_driver::{Controller, ControllerOptions, Transport};

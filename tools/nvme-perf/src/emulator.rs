@@ -36,8 +36,8 @@ pub fn start(verify: bool) -> Result<(SimController, Transport), PerfError> {
 
 #[cfg(feature = "emulator")]
 mod enabled {
-    pub use nvme_sim::SimController;
     use nvme_driver::Transport;
+    pub use nvme_sim::SimController;
     use nvme_sim::{SimConfig, SimNamespace};
 
     /// Blocks of the emulator's default namespace (nsid 1): 1 GiB of 4 KiB blocks. Never touched

@@ -25,10 +25,10 @@ use nvme_driver::{
 use nvme_pool::{CacheConfig, ObjectCache};
 
 use crate::args::Config;
-use crate::emulator::{self, SimController};
 use crate::control::{
     Control, DriverCounters, Live, LiveSample, Pacer, RecoveryStats, Step, Tally, WorkerResult,
 };
+use crate::emulator::{self, SimController};
 use crate::error::PerfError;
 use crate::rng::LbaGen;
 use crate::runner::{self, Geometry, Setup};

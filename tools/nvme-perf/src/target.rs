@@ -1,13 +1,15 @@
 //! What DEVICE names: a PCI function (plain address or SPDK-style transport id), an NVMe/TCP
 //! subsystem (`trtype:TCP ...` transport id), the in-process emulator (`sim`), or a block
-//! device / file path for the io_uring engine.
+//! device / file path for the io_uring engine. All but the path are parsed by the one device
+//! string parser of `nvme-device` (`nvme_tool_support::parse_target`).
 
 use std::path::PathBuf;
 
-use nvme_driver::{parse_device, PciAddress};
+use nvme_driver::PciAddress;
+use nvme_tool_support::{parse_target, Target as DeviceTarget, TargetError};
 
 /// DEVICE word that selects the in-process emulator.
-pub const SIM_DEVICE: &str = "sim";
+pub const SIM_DEVICE: &str = nvme_tool_support::EMULATOR_DEVICE;
 
 /// A parsed DEVICE argument.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,16 +29,17 @@ impl Target {
     /// else must be a PCI address or transport id.
     pub fn parse(arg: &str) -> Result<Self, crate::PerfError> {
         let trimmed = arg.trim();
-        if nvme_tcp::is_tcp_transport_id(trimmed) {
-            return Ok(Target::Tcp(nvme_tcp::TransportId::parse(trimmed)?));
-        }
-        if trimmed.eq_ignore_ascii_case(SIM_DEVICE) {
-            return Ok(Target::Sim);
-        }
-        if trimmed.starts_with('/') || trimmed.starts_with('.') {
+        let is_path = trimmed.starts_with('/') || trimmed.starts_with('.');
+        if is_path && !nvme_tcp::is_tcp_transport_id(trimmed) {
             return Ok(Target::Path(PathBuf::from(trimmed)));
         }
-        Ok(parse_device(trimmed).map(Target::Pci)?)
+        match parse_target(trimmed) {
+            Ok(DeviceTarget::Pcie(a)) => Ok(Target::Pci(a)),
+            Ok(DeviceTarget::Tcp(t)) => Ok(Target::Tcp(t)),
+            Ok(DeviceTarget::Emulator) => Ok(Target::Sim),
+            Err(TargetError::Pcie(e)) => Err(e.into()),
+            Err(TargetError::Tcp(e)) => Err(e.into()),
+        }
     }
 }
 

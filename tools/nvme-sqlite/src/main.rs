@@ -6,6 +6,7 @@
 //! nvme-sqlite --device 0000:00:04.0 --format -n 100000 -m 1000 --journal-mode wal
 //! nvme-sqlite --device 0000:00:04.0 --verify-only
 //! nvme-sqlite --device sim -n 10000
+//! nvme-sqlite --device "trtype:TCP traddr:192.0.2.1 trsvcid:4420 subnqn:NQN" --format
 //! nvme-sqlite --kernel-file /mnt/ext4/bench.db -n 100000 -m 1000
 //! ```
 
@@ -15,7 +16,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
-use nvme_driver::{parse_device, Controller, ControllerOptions, DeviceArgError};
+use nvme_driver::ControllerOptions;
+// The emulator's controller is a PCIe `Controller` on the emulator's transport.
+#[cfg(any(test, feature = "emulator"))]
+use nvme_driver::Controller;
+use nvme_tool_support::{parse_target, AnyController, Target, TargetError};
 // DEVICE `sim` needs the `emulator` feature (off in a plain build); unit tests always have it
 // (nvme-sim is also a dev-dependency).
 #[cfg(any(test, feature = "emulator"))]
@@ -39,8 +44,9 @@ enum Journal {
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Cli {
-    /// PCI address (0000:00:04.0), transport id ("trtype:PCIe traddr:0000:00:04.0"), or
-    /// `sim` for the in-process emulator (a fresh, memory-backed namespace).
+    /// PCI address (0000:00:04.0), transport id ("trtype:PCIe traddr:0000:00:04.0"), NVMe/TCP
+    /// transport id ("trtype:TCP traddr:192.0.2.1 trsvcid:4420 subnqn:NQN"), or `sim` for
+    /// the in-process emulator (a fresh, memory-backed namespace).
     #[arg(
         long,
         required_unless_present = "kernel_file",
@@ -80,7 +86,7 @@ struct Cli {
 #[derive(Debug, thiserror::Error)]
 enum ToolError {
     #[error(transparent)]
-    Device(#[from] DeviceArgError),
+    Device(#[from] TargetError),
     #[error("opening the controller failed")]
     Driver(#[from] nvme_driver::Error),
     #[error("opening the SQLite store on the namespace failed")]
@@ -131,8 +137,8 @@ fn run(cli: &Cli) -> Result<(), ToolError> {
         );
         return exercise(cli, &conn).map(drop);
     }
-    let device = cli.device.as_deref().unwrap_or_default();
-    if device.eq_ignore_ascii_case("sim") {
+    let target = parse_target(cli.device.as_deref().unwrap_or_default())?;
+    if target == Target::Emulator {
         // A fresh emulator is blank: format it (verify-only then reports the blank namespace).
         #[cfg(any(test, feature = "emulator"))]
         {
@@ -144,8 +150,7 @@ fn run(cli: &Cli) -> Result<(), ToolError> {
             Err(ToolError::NoEmulator)
         }
     } else {
-        let address = parse_device(device)?;
-        let ctrl = Controller::open_pci(&address.to_string(), ControllerOptions::default())?;
+        let ctrl = AnyController::open(&target, ControllerOptions::default())?;
         run_on_controller(cli, ctrl, false).map(drop)
     }
 }
@@ -155,10 +160,10 @@ fn run(cli: &Cli) -> Result<(), ToolError> {
 fn run_on_sim(cli: &Cli, sim: &SimController, format: bool) -> Result<Summary, ToolError> {
     let transport = Transport::new(sim.mmio(), sim.dma(), "sim");
     let ctrl = Controller::new(transport, ControllerOptions::default())?;
-    run_on_controller(cli, ctrl, format)
+    run_on_controller(cli, ctrl.into(), format)
 }
 
-fn run_on_controller(cli: &Cli, ctrl: Controller, format: bool) -> Result<Summary, ToolError> {
+fn run_on_controller(cli: &Cli, ctrl: AnyController, format: bool) -> Result<Summary, ToolError> {
     static SEQ: AtomicU32 = AtomicU32::new(0);
     let name = format!("nvme-sqlite-{}", SEQ.fetch_add(1, Ordering::Relaxed));
     let dev = NvmeDevice::new(ctrl, cli.nsid)?;
@@ -313,6 +318,22 @@ mod tests {
         let err = run_on_sim(&cli(&["--device", "sim", "--verify-only"]), &sim, false).unwrap_err();
         let report = nvme_tool_support::error_report(&err);
         assert!(report.contains("no SQLite directory"), "{report}");
+    }
+
+    #[test]
+    fn workload_then_verify_only_on_an_nvme_tcp_namespace() {
+        use nvme_tcp::fake::{Config, FakeTarget};
+        let t = FakeTarget::start(Config {
+            subnqn: "nqn.2026-01.test:nvme-sqlite".into(),
+            namespaces: vec![(1, 12, 8192)],
+            ..Config::default()
+        });
+        let trid = t.trid().to_string();
+        let args = ["--device", trid.as_str(), "-n", "800", "-m", "100"];
+        run(&cli(&[&args[..], &["--format"]].concat())).unwrap();
+        run(&cli(&["--device", trid.as_str(), "--verify-only"])).unwrap();
+        let bad = parse_target("trtype:TCP subnqn:nqn.2026-01.test:x").unwrap_err();
+        assert!(matches!(bad, TargetError::Tcp(_)), "{bad}");
     }
 
     #[test]

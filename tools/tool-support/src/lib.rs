@@ -1,15 +1,16 @@
 //! The entry point the tools share: logging from `RUST_LOG` (default `warn`), command-line
 //! parsing where a usage error exits with status 1 (never a panic), and errors printed as
-//! `error: <message>` followed by each distinct cause; and the DEVICE argument, a PCI address
-//! or an NVMe/TCP transport id ([`device`]).
+//! `error: <message>` followed by each distinct cause. The DEVICE argument (a PCI address or
+//! an NVMe/TCP transport id) and the controller and queue-pair types over both transports
+//! are the `nvme-device` library's, re-exported here for the tools.
 
 use std::error::Error;
 use std::process::ExitCode;
 
-pub mod device;
-pub use device::{parse_target, AnyController, AnyQueuePair, AnyQueueStats, Target, TargetError};
-/// The queue-pair trait [`AnyQueuePair`] implements (in scope for its methods).
-pub use nvme_driver::IoQueue;
+pub use nvme_device::{
+    parse_target, AnyController, AnyQueuePair, AnyQueueStats, IoQueue, Target, TargetError,
+    EMULATOR_DEVICE,
+};
 
 /// Runs a tool's `run` with its parsed command line and turns the outcome into an exit status:
 /// 0 on success, 1 on a usage error or a failure (`--help`/`--version` exit 0).
