@@ -413,9 +413,11 @@ pub struct NamespaceSet {
 
 impl NamespaceSet {
     /// Prepares `self`, a fresh scan, to replace `old`: a namespace found with the same
-    /// geometry (block size and capacity, usable) shares the old handles' [`Validity`], so
-    /// they stay valid; every other old handle is marked stale with what changed. The caller
-    /// holds the set's write lock and publishes `self` right after (see [`Validity`]).
+    /// geometry (block size and capacity, usable) shares the old handles' validity state, so
+    /// they stay valid; every other old handle is marked stale with what changed
+    /// ([`Namespace::is_current`] turns false). The caller holds the lock of the set it
+    /// publishes under and publishes `self` right after: a submission that synchronises with
+    /// the publication then sees the mark (see the `Validity` type's guarantee in the source).
     pub fn supersede(&mut self, old: &NamespaceSet) {
         for before in &old.active {
             let nsid = before.nsid;
