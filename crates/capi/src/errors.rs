@@ -67,7 +67,7 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         Error::Dma(_) => NVME_ERR_NO_MEMORY,
         Error::NotReady { .. } => NVME_ERR_NOT_READY,
         Error::ControllerFatal { .. } | Error::Failed { .. } => NVME_ERR_FATAL,
-        Error::Unsupported { .. } => NVME_ERR_UNSUPPORTED,
+        Error::Unsupported { .. } | Error::UnsupportedOption { .. } => NVME_ERR_UNSUPPORTED,
         Error::Command { .. } => NVME_ERR_COMMAND,
         Error::Timeout { .. } => NVME_ERR_TIMEOUT,
         Error::Reset { .. } | Error::Resetting { .. } => NVME_ERR_RESET,

@@ -8,12 +8,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nvme_core::{log_occurrence, Error, Result};
 use nvme_spec::queue::{CompletionEntry, SubmissionEntry};
 use nvme_spec::regs::{self, Csts};
 use nvme_spec::{opcode, Status};
 use nvme_vfio::{DmaBuffer, DmaMapper, Mmio};
 
-use crate::error::{log_occurrence, Error, Result};
 use crate::prp;
 use crate::ring::{CqRing, ShadowSlot, SlotPages, SqRing};
 

@@ -1,5 +1,12 @@
-//! Userspace NVMe driver: controller bring-up, the admin queue, I/O queue pairs and the
-//! data path (PRP building, MDTS splitting, completion validation).
+//! Userspace NVMe driver, the PCIe transport: controller bring-up through VFIO, the admin
+//! queue, I/O queue pairs and the data path (PRP building, MDTS splitting, completion
+//! validation).
+//!
+//! The transport-neutral types (`Error`, `IoFailure`, `Namespace`, `Completion`,
+//! `QueuePairOptions`, `WriteFlags`, `TimeoutAction`, `AbortStats`, the `IoQueue` and
+//! `NvmeController` traits) live in `nvme-core` and are re-exported here, so every
+//! `nvme_driver::X` path keeps working; this crate implements the traits for its
+//! [`Controller`] and [`QueuePair`].
 //!
 //! ```text
 //! Controller (Send + Sync, Arc inside)        QueuePair (Send, one owner thread)
@@ -39,10 +46,8 @@ mod admin;
 mod context;
 mod controller;
 pub mod device;
-mod error;
-mod flags;
 mod io_queue;
-mod namespace;
+mod nvme_controller;
 pub mod platform;
 mod prp;
 mod queue_pair;
@@ -55,10 +60,10 @@ pub use controller::{
     AbortStats, Controller, ControllerOptions, ShadowDoorbells, TimeoutAction, Transport,
     DEFAULT_IO_QUEUES, HOST_PAGE_SIZE,
 };
-pub use error::{Error, IoFailure, Result};
-pub use flags::WriteFlags;
-pub use io_queue::IoQueue;
-pub use namespace::{Namespace, NamespaceChange, NamespaceChanges};
+pub use nvme_core::{
+    Error, IoFailure, IoQueue, Namespace, NamespaceChange, NamespaceChanges, NvmeController,
+    Result, WriteFlags,
+};
 pub use platform::CpuPlatform;
 pub use queue_pair::{
     Completion, QueuePair, QueuePairOptions, QueuePairStats, DEFAULT_QUEUE_DEPTH,

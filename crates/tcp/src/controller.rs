@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nvme_driver::{
-    AbortStats, DmaBuffer, DmaMapper, Error, Namespace, QueuePairOptions, Result, TimeoutAction,
+use nvme_core::{
+    AbortStats, DmaBuffer, DmaMapper, Error, HostMemory, Namespace, QueuePairOptions, Result,
+    TimeoutAction,
 };
 use nvme_spec::command::{self, Cns};
 use nvme_spec::fabrics::{self, ConnectData};
@@ -22,7 +23,7 @@ use nvme_spec::{IdentifyController, IdentifyNamespace, NamespaceList, StatusCode
 
 use crate::error::TcpError;
 use crate::keep_alive::KeepAlive;
-use crate::mapper::HostMemory;
+use crate::options::check_queue_pair_options;
 use crate::qpair::TcpQueuePair;
 use crate::queue::{handshake, Negotiated, Queue};
 use crate::trid::TransportId;
@@ -143,15 +144,14 @@ pub(crate) struct Inner {
     pub free_qids: Mutex<Vec<u16>>,
 }
 
-/// State word bit: the last reset failed; the controller is unusable until reset again.
-pub(crate) const STATE_FAILED: u64 = 1;
-/// State word bit: a reset is running.
-pub(crate) const STATE_RESETTING: u64 = 2;
+/// State word bits shared with PCIe (`nvme_core::state`): the last reset failed, the
+/// controller is unusable until reset again; a reset is running.
+pub(crate) use nvme_core::state::{STATE_FAILED, STATE_RESETTING};
 /// State word bit: the current association was declared lost (keep-alive expiry, admin
 /// connection failed); queue pairs fail their requests with the reason (`Inner::lost`).
-pub(crate) const STATE_LOST: u64 = 4;
+pub(crate) const STATE_LOST: u64 = nvme_core::state::STATE_TRANSPORT_FLAGS;
 /// State word increment of one reset generation (the bits above the flags).
-pub(crate) const STATE_GENERATION: u64 = 8;
+pub(crate) const STATE_GENERATION: u64 = STATE_LOST << 1;
 
 /// The reset generation of a state word (flags masked off).
 pub(crate) fn generation(state: u64) -> u64 {
@@ -964,9 +964,12 @@ impl TcpController {
 
     /// Creates an I/O queue pair on a new connection: ICReq/ICResp, then Connect with this
     /// controller's id. `options.depth` 0 means [`DEFAULT_TCP_QUEUE_DEPTH`] (clamped);
-    /// `options.timeout` is the per-command timeout.
+    /// `options.timeout` is the per-command timeout. The PCIe-only options
+    /// (`QueuePairOptions::interrupts`, `QueuePairOptions::software_queue`) set to anything
+    /// but their default are refused with `Error::UnsupportedOption`.
     pub fn create_queue_pair(&self, options: QueuePairOptions) -> Result<TcpQueuePair> {
         let inner = &self.inner;
+        check_queue_pair_options(&inner.name, &options)?;
         let max = inner.max_entries.min(4096);
         let depth = match options.depth {
             0 => DEFAULT_TCP_QUEUE_DEPTH.min(max),

@@ -1,5 +1,5 @@
 //! Errors of the NVMe/TCP transport. They reach callers inside
-//! [`nvme_driver::Error::Transport`], so completions and errors keep the PCIe queue pair's
+//! [`nvme_core::Error::Transport`], so completions and errors keep the PCIe queue pair's
 //! types; each message says what happened and, where the caller can act, how to fix it.
 
 use std::net::SocketAddr;

@@ -23,16 +23,16 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nvme_driver::DmaBuffer;
+use nvme_core::DmaBuffer;
 use nvme_spec::command;
 use nvme_spec::tcp::{self, flags, pdu_type, Digests, TermReq};
 use nvme_spec::{CompletionEntry, Status};
 use nvme_vfio::DmaMapper;
 
 use crate::error::TcpError;
-use crate::mapper::HostMemory;
 use crate::queue::{self, Negotiated, Queue};
 use crate::r2t::{TX_COMPACT, TX_HIGH_WATER};
+use nvme_core::HostMemory;
 
 /// Largest data length of one command in a case.
 pub const MAX_LEN: usize = 16 * 1024;

@@ -1,8 +1,8 @@
 //! [`IoQueue`] for [`TcpQueuePair`]: the NVMe/TCP pair under the transport-neutral queue-pair
-//! trait of `nvme-driver`, so `nvme-poll`'s async layer and poll groups (and any code generic
+//! trait of `nvme-core`, so `nvme-poll`'s async layer and poll groups (and any code generic
 //! over `Q: IoQueue`) run over TCP. Thin forwards to the inherent methods.
 
-use nvme_driver::{Completion, DmaBuffer, IoFailure, IoQueue, Namespace, Result, WriteFlags};
+use nvme_core::{Completion, DmaBuffer, IoFailure, IoQueue, Namespace, Result, WriteFlags};
 
 use crate::{TcpQueuePair, TcpQueueStats};
 

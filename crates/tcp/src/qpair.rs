@@ -1,11 +1,11 @@
 //! I/O queue pairs over NVMe/TCP with the submit/poll API and the completion and error
-//! types of the PCIe `QueuePair` (`nvme_driver::{Completion, Error, IoFailure}`), so code
+//! types of the PCIe `QueuePair` (`nvme_core::{Completion, Error, IoFailure}`), so code
 //! written against one reads the same against the other.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_driver::{
+use nvme_core::{
     Completion, DmaBuffer, Error, IoFailure, Namespace, QueuePairOptions, Result, TimeoutAction,
     WriteFlags,
 };

@@ -19,7 +19,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_driver::{Completion, DmaBuffer, Error, IoFailure};
+use nvme_core::{Completion, DmaBuffer, Error, IoFailure};
 use nvme_spec::tcp::{
     self, dgst, pdu_type, CapsuleCmd, CommonHeader, Digests, IcReq, IcResp, PduFrame, TermReq,
 };
@@ -188,8 +188,9 @@ pub(crate) struct Queue {
     pub mem: Option<crate::fuzzing::MemPipe>,
 }
 
-/// Epochs a command may live (the timeout is split into `TIMEOUT_EPOCHS - 1` epochs).
-const TIMEOUT_EPOCHS: u32 = 4;
+/// Epochs a command may live (the timeout is split into `TIMEOUT_EPOCHS - 1` epochs): the
+/// same clock as PCIe, one definition in `nvme-core`.
+use nvme_core::TIMEOUT_EPOCHS;
 
 /// Connects, sends ICReq and checks ICResp (blocking, with `timeout`), then switches the socket
 /// to non-blocking mode.

@@ -23,7 +23,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use nvme_driver::{Error, Result};
+use nvme_core::{Error, Result};
 use nvme_spec::command;
 use nvme_spec::regs;
 

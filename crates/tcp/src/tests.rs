@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use nvme_driver::{Completion, Error, QueuePairOptions, TimeoutAction, WriteFlags};
+use nvme_core::{Completion, Error, QueuePairOptions, TimeoutAction, WriteFlags};
 
 use crate::fake::{Config, FakeTarget, Fault};
 use crate::{TcpController, TcpError, TcpOptions, TransportId};
@@ -61,7 +61,7 @@ fn round_trip(t: &FakeTarget, c: &TcpController, nsid: u32, blocks: u32, lba: u6
     let data = pattern(len, lba as u8 ^ nsid as u8);
     let mut buf = c.alloc_buffer(len).unwrap();
     buf[..len].copy_from_slice(&data);
-    qp.write(&ns, lba, blocks, buf, nvme_driver::WriteFlags::NONE)
+    qp.write(&ns, lba, blocks, buf, nvme_core::WriteFlags::NONE)
         .unwrap();
     let offset = (lba * u64::from(ns.block_size())) as usize;
     assert_eq!(t.disk(nsid, offset, len), data, "target got the data");
@@ -930,7 +930,7 @@ fn wait_for_completion_blocks_until_data_then_poll_delivers() {
     let data = pattern(512, 3);
     let mut buf = c.alloc_buffer(512).unwrap();
     buf[..512].copy_from_slice(&data);
-    qp.write(&ns, 5, 1, buf, nvme_driver::WriteFlags::NONE)
+    qp.write(&ns, 5, 1, buf, nvme_core::WriteFlags::NONE)
         .unwrap();
     qp.submit_read(&ns, 5, 1, c.alloc_buffer(512).unwrap(), 42)
         .unwrap();

@@ -7,16 +7,16 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nvme_driver::DmaBuffer;
+use nvme_core::DmaBuffer;
 use nvme_spec::command;
 use nvme_spec::tcp::pdu_type;
 use nvme_vfio::DmaMapper;
 use proptest::prelude::*;
 
 use crate::fuzzing::{self, Case, Cmd, Op, MAX_LEN};
-use crate::mapper::HostMemory;
 use crate::queue::{Negotiated, Queue};
 use crate::r2t::{TX_COMPACT, TX_HIGH_WATER};
+use nvme_core::HostMemory;
 
 /// A command id: mostly one the case submitted, sometimes any value.
 fn cid() -> impl Strategy<Value = u16> {

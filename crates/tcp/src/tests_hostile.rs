@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use nvme_driver::{Error, QueuePairOptions, TimeoutAction, WriteFlags};
+use nvme_core::{Error, QueuePairOptions, TimeoutAction, WriteFlags};
 
 use crate::fake::{Config, FakeTarget, Fault, Hostile};
 use crate::{TcpController, TcpError, TcpOptions};

@@ -7,7 +7,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use nvme_driver::{Completion, QueuePairOptions};
+use nvme_core::{Completion, QueuePairOptions};
 use nvme_tcp::fake::{Config, FakeTarget};
 use nvme_tcp::{TcpController, TcpOptions};
 
@@ -69,7 +69,7 @@ fn steady_state_io_allocates_nothing() {
             if k % 2 == 0 {
                 qp.submit_read(&ns, lba, 8, buf, k as u64).unwrap();
             } else {
-                qp.submit_write(&ns, lba, 8, buf, nvme_driver::WriteFlags::NONE, k as u64)
+                qp.submit_write(&ns, lba, 8, buf, nvme_core::WriteFlags::NONE, k as u64)
                     .unwrap();
             }
         }
@@ -78,7 +78,7 @@ fn steady_state_io_allocates_nothing() {
             1600,
             64,
             big.take().unwrap(),
-            nvme_driver::WriteFlags::NONE,
+            nvme_core::WriteFlags::NONE,
             99,
         )
         .unwrap();

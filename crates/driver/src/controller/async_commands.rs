@@ -22,20 +22,7 @@ pub(super) const MAX_AERS: usize = 4;
 /// Most events kept for [`Controller::take_events`]; older ones are dropped.
 const MAX_QUEUED_EVENTS: usize = 64;
 
-/// Abort outcomes of a controller (counters since bring-up).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AbortStats {
-    /// Aborts submitted.
-    pub sent: u64,
-    /// The controller aborted the command (it completes with Command Abort Requested).
-    pub aborted: u64,
-    /// The controller did not abort it (it had completed, or declined).
-    pub not_aborted: u64,
-    /// The Abort itself completed with an error status.
-    pub failed: u64,
-    /// Controller resets started because an aborted command stayed outstanding.
-    pub resets: u64,
-}
+pub use nvme_core::AbortStats;
 
 impl Controller {
     /// Asynchronous events (SMART/health critical warnings, namespace attribute changes,

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use nvme_core::{Error, NamespaceSet, Result};
 use nvme_spec::command::Cns;
 use nvme_spec::identify::IDENTIFY_DATA_SIZE;
 use nvme_spec::queue::{CQES_LOG2, SQES_LOG2};
@@ -18,8 +19,6 @@ use nvme_vfio::{DmaBuffer, DmaMapper};
 
 use crate::admin::AdminQueue;
 use crate::context::DmaContext;
-use crate::error::{Error, Result};
-use crate::namespace::NamespaceSet;
 use crate::platform::CpuPlatform;
 use crate::prp;
 use crate::teardown::DmaState;

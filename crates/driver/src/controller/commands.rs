@@ -7,6 +7,7 @@
 
 use std::sync::MutexGuard;
 
+use nvme_core::{Error, IoFailure, Result};
 use nvme_spec::command;
 use nvme_spec::command::Cns;
 use nvme_spec::identify::IDENTIFY_DATA_SIZE;
@@ -18,7 +19,6 @@ use nvme_spec::queue::{CompletionEntry, SubmissionEntry};
 use nvme_vfio::DmaBuffer;
 
 use crate::admin::AdminQueue;
-use crate::error::{Error, IoFailure, Result};
 
 use super::{Controller, Inner};
 

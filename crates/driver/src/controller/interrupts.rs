@@ -4,9 +4,8 @@
 
 use std::sync::Arc;
 
+use nvme_core::{Error, Result};
 use nvme_vfio::InterruptEvent;
-
-use crate::error::{Error, Result};
 
 use super::Inner;
 

@@ -42,14 +42,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use nvme_core::{Error, NamespaceSet, Result};
 use nvme_spec::regs::{self, Cap, Cmbsz, Csts, Version};
 use nvme_spec::{AsyncEvent, IdentifyController};
 use nvme_vfio::{DmaBuffer, DmaMapper, FunctionControl, InterruptController, InterruptEvent, Mmio};
 
 use crate::admin::AdminQueue;
 use crate::context::DmaContext;
-use crate::error::{Error, Result};
-use crate::namespace::NamespaceSet;
 use crate::ring::ShadowBuffers;
 use crate::teardown::DmaState;
 
@@ -62,12 +61,11 @@ pub use transport::Transport;
 #[cfg(doc)]
 use async_commands::MAX_AERS;
 
-/// `Inner::state` bit: the controller failed; unusable until a reset succeeds.
-pub(crate) const STATE_FAILED: u64 = 1;
-/// `Inner::state` bit: a reset is running; submissions are refused (retryable).
-pub(crate) const STATE_RESETTING: u64 = 2;
-/// `Inner::state` increment of one reset generation (the bits above the flags).
-pub(crate) const STATE_GENERATION: u64 = 4;
+/// `Inner::state` bits (one definition for both transports, `nvme_core::state`).
+pub(crate) use nvme_core::state::{STATE_FAILED, STATE_RESETTING};
+/// `Inner::state` increment of one reset generation (the bits above the flags: PCIe has no
+/// flags of its own).
+pub(crate) const STATE_GENERATION: u64 = nvme_core::state::STATE_TRANSPORT_FLAGS;
 
 pub(crate) struct Inner {
     pub(crate) name: String,

@@ -7,13 +7,11 @@
 
 use std::sync::Arc;
 
+use nvme_core::{Error, Namespace, NamespaceChanges, NamespaceSet, Result};
 use nvme_spec::command::Cns;
 use nvme_spec::identify::IDENTIFY_DATA_SIZE;
 use nvme_spec::{IdentifyNamespace, NamespaceList};
 use nvme_vfio::DmaBuffer;
-
-use crate::error::{Error, Result};
-use crate::namespace::{Namespace, NamespaceChanges, NamespaceSet};
 
 use super::{Controller, Inner};
 

@@ -4,12 +4,14 @@
 
 use std::time::Duration;
 
-#[cfg(doc)]
-use crate::error::Error;
+pub use nvme_core::TimeoutAction;
+
 use crate::platform::CpuPlatform;
 
 #[cfg(doc)]
 use super::Controller;
+#[cfg(doc)]
+use nvme_core::Error;
 
 /// Number of I/O queue pairs asked for by default (the controller may grant fewer).
 pub const DEFAULT_IO_QUEUES: u16 = 64;
@@ -124,23 +126,6 @@ impl ShadowDoorbells {
             ShadowDoorbells::Never => false,
         }
     }
-}
-
-/// What happens to a command that times out. In every case the request is reported to the
-/// caller with [`Error::Timeout`] at once, and its slot and buffer stay retired until the
-/// device returns the command (see `docs/reliability.md`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TimeoutAction {
-    /// Nothing more: wait for the late completion.
-    None,
-    /// Send an Abort for it, without blocking the I/O thread (the admin queue is only tried,
-    /// never waited for; a busy one is retried at the next clock tick).
-    Abort,
-    /// Abort, and if the command is still outstanding one more timeout later (the abort was
-    /// declined, failed or itself got no answer), reset the controller
-    /// ([`Controller::reset`]): every queue pair then fails its in-flight requests with the
-    /// retryable [`Error::Reset`] and goes on. The default, like SPDK's abort-then-reset.
-    AbortThenReset,
 }
 
 impl Default for ControllerOptions {

@@ -6,11 +6,10 @@
 
 use std::time::{Duration, Instant};
 
+use nvme_core::{Error, Result};
 use nvme_spec::queue::{CQES_LOG2, SQES_LOG2};
 use nvme_spec::regs::{self, Cap, Cc, Cmbsz, Csts, ShutdownNotification};
 use nvme_vfio::Mmio;
-
-use crate::error::{Error, Result};
 
 /// The host memory page size the driver uses (CC.MPS = 0).
 pub const HOST_PAGE_SIZE: usize = 4096;

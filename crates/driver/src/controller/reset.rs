@@ -8,10 +8,10 @@
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
+use nvme_core::{Error, Result};
 use nvme_spec::command;
 use nvme_spec::regs::{self, Aqa, Cc};
 
-use crate::error::{Error, Result};
 use crate::teardown::DmaState;
 
 use super::registers::{enabled_cc, wait_ready};

@@ -7,9 +7,9 @@
 
 use std::sync::Arc;
 
+use nvme_core::{Error, Result};
 use nvme_spec::{command, Oacs};
 
-use crate::error::{Error, Result};
 use crate::ring::ShadowBuffers;
 
 use super::{Controller, Inner};

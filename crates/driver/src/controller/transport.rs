@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
+use nvme_core::{Error, Result};
 use nvme_vfio::{DmaMapper, FunctionControl, InterruptController, Mmio};
 
 use crate::context::DmaContext;
-use crate::error::{Error, Result};
 
 use super::{Controller, ControllerOptions};
 

@@ -12,6 +12,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nvme_core::{Error, Result};
 use nvme_pool::MAX_DEPTH;
 use nvme_pool::{Tag, TagSet};
 use nvme_spec::queue::SubmissionEntry;
@@ -20,7 +21,6 @@ use nvme_spec::{command, regs, Status};
 use super::timeout::TIMEOUT_EPOCHS;
 use super::{QueuePair, QueuePairOptions, QueuePairStats, Slot, DEFAULT_QUEUE_DEPTH};
 use crate::controller::{Controller, Inner};
-use crate::error::{Error, Result};
 use crate::ring::{CqRing, SlotPages, SqRing};
 
 impl Controller {

@@ -7,8 +7,9 @@
 
 use std::time::Duration;
 
+use nvme_core::{Error, Result};
+
 use super::{Completion, QueuePair};
-use crate::error::{Error, Result};
 
 impl QueuePair {
     /// Blocks until the completion queue holds an entry, its interrupt fires, or `timeout`

@@ -26,7 +26,7 @@
 //! the controller stopped when the pair drops. A controller that cannot be stopped leaks
 //! them (see `teardown`).
 //!
-//! The code is split by concern: `options`, `create`, `submit` (validation, slots, data
+//! The code is split by concern (the options struct lives in `nvme-core`): `create`, `submit` (validation, slots, data
 //! pointers, doorbells), `split` (transfers over MDTS), `software_queue`, `reap`
 //! (completions), `timeout` (the epoch clock, expiry, aborts), `health` (CSTS checks),
 //! `recover` (the controller's state changed: reset recovery), `sync`, `interrupts` and
@@ -36,7 +36,6 @@ mod create;
 mod drop;
 mod health;
 mod interrupts;
-mod options;
 mod reap;
 mod recover;
 mod software_queue;
@@ -45,7 +44,11 @@ mod submit;
 mod sync;
 mod timeout;
 
-pub use options::{QueuePairOptions, DEFAULT_QUEUE_DEPTH};
+pub use nvme_core::{Completion, QueuePairOptions};
+
+/// Ring entries of a PCIe queue pair created with the default options (clamped to
+/// CAP.MQES+1).
+pub const DEFAULT_QUEUE_DEPTH: u32 = 256;
 pub use split::MAX_COMMANDS_PER_REQUEST;
 pub use submit::MAX_BLOCKS_PER_COMMAND;
 
@@ -61,21 +64,8 @@ use nvme_spec::Status;
 use nvme_vfio::{DmaBuffer, DmaDomain, InterruptEvent};
 
 use crate::controller::Inner;
-use crate::error::Error;
 use crate::ring::{CqRing, SlotPages, SqRing};
 use software_queue::Queued;
-
-/// A finished I/O, handed to the poll callback.
-#[derive(Debug)]
-pub struct Completion {
-    /// The value given at submission.
-    pub user_data: u64,
-    /// Command-specific result (completion dword 0) or the error.
-    pub result: std::result::Result<u32, Error>,
-    /// The data buffer, given back. `None` for commands without data, or when the
-    /// controller may still access it (timeout, fatal status).
-    pub buffer: Option<DmaBuffer>,
-}
 
 /// Counters of one queue pair (plain fields: reading them costs nothing).
 #[derive(Clone, Debug, Default)]

@@ -6,12 +6,12 @@
 //! entries submitted is ignored. A request's buffer is given back only with the completion of
 //! its last command. The per-I/O path here is `#[inline]`/`#[inline(always)]`.
 
+use nvme_core::{log_occurrence, Error};
 use nvme_pool::Tag;
 use nvme_spec::{opcode, Status};
 
 use super::timeout::{IDLE_POLLS_PER_CLOCK_CHECK, POLLS_PER_CLOCK_CHECK};
 use super::{Completion, QueuePair};
-use crate::error::{log_occurrence, Error};
 
 /// How one command ended.
 enum Outcome {

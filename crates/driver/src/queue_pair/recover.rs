@@ -8,12 +8,12 @@
 
 use std::time::Instant;
 
+use nvme_core::{Error, Result};
 use nvme_pool::Tag;
 use nvme_spec::command;
 
 use super::{Completion, QueuePair};
 use crate::controller::{STATE_FAILED, STATE_RESETTING};
-use crate::error::{Error, Result};
 
 impl QueuePair {
     /// The controller's state word differs from this pair's snapshot: says why submissions

@@ -6,12 +6,11 @@
 //! error; the queue never grows past its capacity (a submission beyond it fails with
 //! `QueueFull` and gets its buffer back). Costs nothing until the ring is full.
 
+use nvme_core::{Error, IoFailure, Namespace};
 use nvme_pool::Tag;
 use nvme_vfio::DmaBuffer;
 
 use super::{Completion, QueuePair};
-use crate::error::{Error, IoFailure};
-use crate::namespace::Namespace;
 
 /// A read, write or compare waiting in the software queue.
 pub(super) struct Queued {

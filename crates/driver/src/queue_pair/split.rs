@@ -6,14 +6,13 @@
 //! buffer comes back in the error. Child slots point at the group head, which holds the
 //! buffer until the last child completes.
 
+use nvme_core::{Error, IoFailure, Namespace};
 use nvme_pool::Tag;
 use nvme_spec::queue::SubmissionEntry;
 use nvme_vfio::DmaBuffer;
 
 use super::submit::{rw_command, MAX_BLOCKS_PER_COMMAND};
 use super::QueuePair;
-use crate::error::{Error, IoFailure};
-use crate::namespace::Namespace;
 
 /// Most commands one split request may use (its transfer is at most this many times
 /// [`QueuePair::max_transfer_bytes`]).

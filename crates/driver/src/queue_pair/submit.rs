@@ -7,6 +7,7 @@
 //! the [`IoFailure`]. Every function here on the per-I/O path is `#[inline]`/
 //! `#[inline(always)]`: no allocation, lock or syscall per I/O.
 
+use nvme_core::{Error, IoFailure, Namespace, Result, WriteFlags};
 use nvme_pool::Tag;
 use nvme_spec::queue::SubmissionEntry;
 use nvme_spec::queue::DSM_MAX_RANGES;
@@ -15,9 +16,6 @@ use nvme_spec::{command, opcode, Status};
 use nvme_vfio::DmaBuffer;
 
 use super::{QueuePair, Slot};
-use crate::error::{Error, IoFailure, Result};
-use crate::flags::WriteFlags;
-use crate::namespace::Namespace;
 use crate::prp::{self, PrpLayout};
 
 #[cfg(doc)]

@@ -5,6 +5,7 @@
 //! order, in `deferred` and delivered by the next `poll`; the waited-for request arrives in
 //! `sync_done` (from a completion, a timeout, a fatal status or a reset recovery).
 
+use nvme_core::{IoFailure, Namespace, Result, WriteFlags};
 use nvme_pool::Tag;
 use nvme_spec::queue::SubmissionEntry;
 use nvme_spec::{command, opcode};
@@ -12,9 +13,6 @@ use nvme_vfio::DmaBuffer;
 
 use super::timeout::IDLE_POLLS_PER_CLOCK_CHECK;
 use super::{Completion, QueuePair};
-use crate::error::{IoFailure, Result};
-use crate::flags::WriteFlags;
-use crate::namespace::Namespace;
 
 impl QueuePair {
     /// Waits for the request marked `sync` (just submitted), delivering other

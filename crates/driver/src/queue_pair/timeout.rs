@@ -10,17 +10,14 @@
 
 use std::time::Instant;
 
+use nvme_core::{Error, TimeoutAction};
 use nvme_pool::Tag;
 
 use super::health::{Dead, HEALTH_INTERVAL};
 use super::reap::command_name;
 use super::{Completion, QueuePair};
-use crate::controller::TimeoutAction;
-use crate::error::Error;
 
-/// Epochs a command may live before it is declared timed out (the timeout is split into
-/// `TIMEOUT_EPOCHS - 1` epochs, so a command fails between 1x and 1.34x its timeout).
-pub(super) const TIMEOUT_EPOCHS: u32 = 4;
+pub(super) use nvme_core::TIMEOUT_EPOCHS;
 
 /// Idle polls between clock reads (a slowly polling owner sees timeouts late by at most
 /// about `TIMEOUT_EPOCHS` times this many of its poll intervals).

@@ -3,7 +3,7 @@
 //! buffer, R2Ts answered with H2CData. A child of `queue` so that it reaches the queue's
 //! state directly; the per-command R2T rules themselves are in `crate::r2t`.
 
-use nvme_driver::Error;
+use nvme_core::Error;
 use nvme_spec::tcp::{
     self, flags, pdu_type, C2HData, CapsuleResp, CommonHeader, H2CData, PduError, PduFrame,
     TermReq, DIGEST_SIZE, R2T,

@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use nvme_driver::{Completion, Error, QueuePairOptions, WriteFlags};
+use nvme_core::{Completion, Error, QueuePairOptions, WriteFlags};
 
 use super::{pattern, read_matches, tcp_source, write_blocks};
 use crate::fake::{Config, FakeTarget, Fault, Unresponsive};

@@ -3,7 +3,7 @@
 /// Flags of a Write command (NVM Command Set 1.0, 3.2.6, CDW12).
 ///
 /// ```
-/// use nvme_driver::WriteFlags;
+/// use nvme_core::WriteFlags;
 ///
 /// assert!(!WriteFlags::NONE.fua());
 /// assert!(WriteFlags::FUA.fua());

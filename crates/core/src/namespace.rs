@@ -19,9 +19,8 @@ use crate::error::{Error, Result};
 /// An active namespace of a controller. Cheap to clone.
 ///
 /// A handle describes the namespace as the scan that built it found it. When a later rescan
-/// ([`Controller::rescan_namespaces`](crate::Controller::rescan_namespaces), also run by
-/// [`Controller::take_events`](crate::Controller::take_events) on a Namespace Attribute
-/// Changed notice) finds it resized, reformatted or detached, the handle goes stale: its
+/// (the PCIe controller's `rescan_namespaces`, also run by its `take_events` on a Namespace
+/// Attribute Changed notice) finds it resized, reformatted or detached, the handle goes stale: its
 /// submissions fail with [`Error::StaleNamespace`] and nothing reaches the device. A rescan
 /// that finds the namespace unchanged leaves old handles valid.
 ///
@@ -168,6 +167,7 @@ impl Namespace {
     }
 
     /// Namespace id.
+    #[inline]
     pub fn nsid(&self) -> u32 {
         self.nsid
     }
@@ -185,17 +185,20 @@ impl Namespace {
     }
 
     /// Namespace size in bytes.
+    #[inline]
     pub fn size_bytes(&self) -> u64 {
         self.blocks << self.block_shift
     }
 
     /// The Identify Namespace data this handle was built from.
+    #[inline]
     pub fn identify(&self) -> &IdentifyNamespace {
         &self.data
     }
 
     /// Whether this handle still describes its namespace: false once a rescan found the
     /// namespace resized, reformatted or detached (see [`Namespace`]).
+    #[inline]
     pub fn is_current(&self) -> bool {
         self.validity.change() == CURRENT
     }
@@ -397,9 +400,11 @@ mod tests {
     }
 }
 
-/// The namespaces a controller found in one scan.
+/// The namespaces a controller found in one scan. For transports: a controller keeps its
+/// current set, and a rescan builds a new one and calls [`NamespaceSet::supersede`] on it
+/// before publishing it, so that old handles of changed namespaces go stale.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct NamespaceSet {
+pub struct NamespaceSet {
     /// Usable namespaces, in namespace id order.
     pub active: Vec<Namespace>,
     /// Active namespaces that cannot be used, and why.
@@ -408,10 +413,12 @@ pub(crate) struct NamespaceSet {
 
 impl NamespaceSet {
     /// Prepares `self`, a fresh scan, to replace `old`: a namespace found with the same
-    /// geometry (block size and capacity, usable) shares the old handles' [`Validity`], so
-    /// they stay valid; every other old handle is marked stale with what changed. The caller
-    /// holds the set's write lock and publishes `self` right after (see [`Validity`]).
-    pub(crate) fn supersede(&mut self, old: &NamespaceSet) {
+    /// geometry (block size and capacity, usable) shares the old handles' validity state, so
+    /// they stay valid; every other old handle is marked stale with what changed
+    /// ([`Namespace::is_current`] turns false). The caller holds the lock of the set it
+    /// publishes under and publishes `self` right after: a submission that synchronises with
+    /// the publication then sees the mark (see the `Validity` type's guarantee in the source).
+    pub fn supersede(&mut self, old: &NamespaceSet) {
         for before in &old.active {
             let nsid = before.nsid;
             let change = match self.active.iter_mut().find(|n| n.nsid == nsid) {
@@ -456,7 +463,8 @@ pub struct NamespaceChanges {
 }
 
 impl NamespaceChanges {
-    pub(crate) fn between(old: &NamespaceSet, new: &NamespaceSet) -> Self {
+    /// What changed from the scan `old` to the scan `new`.
+    pub fn between(old: &NamespaceSet, new: &NamespaceSet) -> Self {
         let before: std::collections::BTreeMap<u32, Option<(u32, u64)>> = old.ids().collect();
         let after: std::collections::BTreeMap<u32, Option<(u32, u64)>> = new.ids().collect();
         let mut changes = Self::default();

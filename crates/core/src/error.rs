@@ -1,5 +1,6 @@
-//! Errors of the driver. Every variant carries the data needed to act on it, and the
-//! messages say how to fix the problem where the caller can.
+//! Errors of every transport (PCIe through `nvme-driver`, NVMe/TCP through `nvme-tcp`). Every
+//! variant carries the data needed to act on it, and the messages say how to fix the problem
+//! where the caller can.
 
 use std::time::Duration;
 
@@ -7,7 +8,7 @@ use nvme_spec::Status;
 use nvme_vfio::{DmaBuffer, DmaError};
 use thiserror::Error;
 
-/// Driver errors.
+/// Errors of the NVMe host, whatever the transport.
 ///
 /// New variants may be added in minor releases (`#[non_exhaustive]`): match the ones you act on
 /// and keep a `_` arm (`Error::is_retryable` classifies all of them).
@@ -53,6 +54,20 @@ pub enum Error {
         controller: String,
         /// What is missing.
         what: String,
+    },
+    /// An option the transport cannot honour was set (for instance
+    /// [`QueuePairOptions::interrupts`](crate::QueuePairOptions::interrupts) on NVMe/TCP):
+    /// refused at creation rather than silently ignored.
+    #[error(
+        "controller {controller} cannot honour option {option} on this transport: {why}; leave          it at its default"
+    )]
+    UnsupportedOption {
+        /// The controller's name (PCI address or transport name).
+        controller: String,
+        /// The option, as `Struct::field`.
+        option: &'static str,
+        /// Why the transport cannot honour it.
+        why: &'static str,
     },
     /// A command completed with an error status.
     #[error("{command} failed: {status}")]
@@ -134,11 +149,10 @@ pub enum Error {
         /// The active namespace ids.
         active: Vec<u32>,
     },
-    /// The [`Namespace`](crate::Namespace) handle describes a namespace that a rescan
-    /// ([`Controller::rescan_namespaces`](crate::Controller::rescan_namespaces), or a
-    /// Namespace Attribute Changed notice handled by
-    /// [`Controller::take_events`](crate::Controller::take_events)) found resized,
-    /// reformatted or detached: nothing was sent to the device. Take a new handle.
+    /// The [`Namespace`](crate::Namespace) handle describes a namespace that a rescan (the
+    /// PCIe controller's `rescan_namespaces`, or a Namespace Attribute Changed notice handled
+    /// by its `take_events`) found resized, reformatted or detached: nothing was sent to the
+    /// device. Take a new handle.
     #[error(
         "namespace {nsid} changed ({change}; found by a namespace rescan): get a new handle \
          with Controller::namespace({nsid})"
@@ -250,8 +264,8 @@ pub enum Error {
         /// The controller's DMA domain.
         controller_domain: nvme_vfio::DmaDomain,
     },
-    /// A transport handed to [`Controller::new_in`](crate::Controller::new_in) maps into
-    /// another address space than the DMA context it should join.
+    /// A PCIe transport handed to the driver's `Controller::new_in` maps into another address
+    /// space than the DMA context it should join.
     #[error(
         "controller {controller} maps into {transport}, not into the context's {context}: build \
          its transport on the mapper the DmaContext was made from"
@@ -321,8 +335,10 @@ pub enum Error {
 
 /// Whether the `count`-th occurrence of a repeated problem is logged: the first few, then
 /// only at powers of two, so a device that floods the driver with garbage cannot flood the log
-/// (the counters keep the exact number).
-pub(crate) fn log_occurrence(count: u64) -> bool {
+/// (the counters keep the exact number). For transports: every rejected completion or PDU
+/// counter goes through it.
+#[inline]
+pub fn log_occurrence(count: u64) -> bool {
     count <= 8 || count.is_power_of_two()
 }
 
@@ -360,12 +376,15 @@ pub struct IoFailure {
 }
 
 impl IoFailure {
-    pub(crate) fn new(error: Error, buffer: Option<DmaBuffer>) -> Self {
+    /// A failure with `error`, handing back `buffer` (`None` when the device may still
+    /// access it).
+    #[inline]
+    pub fn new(error: Error, buffer: Option<DmaBuffer>) -> Self {
         Self { error, buffer }
     }
 }
 
-/// Result type of the driver.
+/// Result type of the NVMe host crates.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]

@@ -1,39 +1,50 @@
 //! Options of a new queue pair ([`QueuePairOptions`]) and their builder-style setters.
 //!
-//! Plain data: nothing here touches the controller. [`Controller::create_queue_pair`]
-//! validates the values (depth against CAP.MQES) when the pair is created.
-//!
-//! [`Controller::create_queue_pair`]: crate::Controller::create_queue_pair
+//! Plain data: nothing here touches the controller. The transport's `create_queue_pair`
+//! ([`NvmeController::create_queue_pair`]) validates the values (depth against CAP.MQES) when
+//! the pair is created, and refuses with [`Error::UnsupportedOption`] a field it cannot
+//! honour that is not at its default: never silently ignored.
 
 use std::time::Duration;
 
 #[cfg(doc)]
-use super::QueuePair;
+use crate::controller::NvmeController;
 #[cfg(doc)]
 use crate::error::Error;
+#[cfg(doc)]
+use crate::io_queue::IoQueue;
 
-/// Options for a new queue pair.
+/// Options for a new queue pair, one struct for every transport.
+///
+/// Every transport honours `depth`, `timeout`, `max_completions_per_poll` and
+/// `resubmit_after_reset`. The PCIe-only fields are `interrupts` (an MSI-X vector) and
+/// `software_queue`: NVMe/TCP refuses a pair with either set to a non-default value
+/// ([`Error::UnsupportedOption`]).
 #[derive(Clone, Debug)]
 pub struct QueuePairOptions {
-    /// Entries in each of the two rings (2..=CAP.MQES+1, at most 4096). At most `depth - 1`
-    /// commands are in flight (a full ring keeps one entry empty). 0 (the default) means
-    /// [`DEFAULT_QUEUE_DEPTH`], clamped to what the controller allows; the depth in effect is
-    /// [`QueuePair::depth`]. An explicit depth out of range is an error.
+    /// Entries in each of the two rings (2..=CAP.MQES+1, at most 4096 on PCIe). At most
+    /// `depth - 1` commands are in flight (a full ring keeps one entry empty). 0 (the default)
+    /// means the transport's default depth (PCIe: `nvme_driver::DEFAULT_QUEUE_DEPTH`,
+    /// NVMe/TCP: `nvme_tcp::DEFAULT_TCP_QUEUE_DEPTH`), clamped to what the controller allows;
+    /// the depth in effect is [`IoQueue::depth`]. An explicit depth out of range is an error.
     pub depth: u32,
     /// A command not completed within this time fails with [`Error::Timeout`].
     pub timeout: Duration,
-    /// Most completions handled by one [`QueuePair::poll`] call (the completion batch cap;
-    /// one CQ head doorbell per call). Default: no cap below the ring, i.e. everything the
-    /// controller has posted is reaped, which keeps head doorbell writes to one per poll.
+    /// Most completions handled by one [`IoQueue::poll`] call (the completion batch cap;
+    /// one CQ head doorbell per call on PCIe). Default: no cap below the ring, i.e.
+    /// everything the controller has posted is reaped, which keeps head doorbell writes to one
+    /// per poll.
     pub max_completions_per_poll: usize,
-    /// Give the completion queue an MSI-X vector (needs `ControllerOptions::interrupts`), so
-    /// an idle owner can block in [`QueuePair::wait_for_completion`].
+    /// PCIe only: give the completion queue an MSI-X vector (needs the PCIe
+    /// `ControllerOptions::interrupts`), so an idle owner can block in the PCIe pair's
+    /// `wait_for_completion`. NVMe/TCP refuses `true`.
     pub interrupts: bool,
-    /// Software queue for asynchronous reads, writes and compares that find the ring (or the
-    /// request slots) full: up to this many wait in submission order and are submitted by
-    /// [`QueuePair::poll`] as completions make room (SPDK's queued requests). 0 (the default)
-    /// turns it off: such submissions fail with [`Error::QueueFull`] and the buffer comes back.
-    /// Costs nothing until the ring is full.
+    /// PCIe only: software queue for asynchronous reads, writes and compares that find the
+    /// ring (or the request slots) full: up to this many wait in submission order and are
+    /// submitted by [`IoQueue::poll`] as completions make room (SPDK's queued requests). 0
+    /// (the default) turns it off: such submissions fail with [`Error::QueueFull`] and the
+    /// buffer comes back. Costs nothing until the ring is full. NVMe/TCP refuses a non-zero
+    /// value.
     pub software_queue: usize,
     /// After a controller reset, submit the requests that were in flight again on the
     /// re-created queues (same command, same buffer, same request context) instead of
@@ -61,7 +72,7 @@ impl Default for QueuePairOptions {
 ///
 /// ```
 /// use std::time::Duration;
-/// use nvme_driver::QueuePairOptions;
+/// use nvme_core::QueuePairOptions;
 ///
 /// let opts = QueuePairOptions::default().depth(64).software_queue(16).timeout(Duration::from_secs(5));
 /// assert_eq!((opts.depth, opts.software_queue), (64, 16));
@@ -110,6 +121,3 @@ impl QueuePairOptions {
         self
     }
 }
-
-/// Ring entries of a queue pair created with the default options (clamped to CAP.MQES+1).
-pub const DEFAULT_QUEUE_DEPTH: u32 = 256;

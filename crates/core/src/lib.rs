@@ -1,0 +1,64 @@
+//! Transport-neutral NVMe host types: what the PCIe transport (`nvme-driver`) and the
+//! NVMe/TCP transport (`nvme-tcp`) share, so that neither depends on the other.
+//!
+//! ```text
+//!                 nvme-core: Error, IoFailure, Namespace, Completion, WriteFlags,
+//!                 QueuePairOptions, TimeoutAction, AbortStats, HostMemory,
+//!                 IoQueue (queue pair trait), NvmeController (controller trait)
+//!                   /                                       \
+//!  nvme-driver (PCIe: Controller, QueuePair)      nvme-tcp (TcpController, TcpQueuePair)
+//! ```
+//!
+//! - Requests: a [`DmaBuffer`] moves into a submission and back out in its [`Completion`]
+//!   (or in the [`IoFailure`] of a refused submission); [`Namespace`] handles carry the range
+//!   checks and the staleness state every submission checks with one load.
+//! - Traits: [`IoQueue`] and [`NvmeController`] are for static dispatch (generic code, one
+//!   monomorphic copy per transport); nothing here puts an indirect call on an I/O path.
+//! - Shared policy: one definition of the timeout epoch clock ([`TIMEOUT_EPOCHS`],
+//!   [`TimeoutAction`]) and of the controller state word's flags ([`state`]).
+//! - Buffers for CPU-copy transports: [`HostMemory`], an identity "mapper" of process memory
+//!   whose addresses no device ever sees. Its one `unsafe impl DmaMapper` is the only unsafe
+//!   code of the crate.
+//!
+//! # Example
+//!
+//! Code generic over the controller trait runs on either transport:
+//!
+//! ```
+//! use nvme_core::{IoQueue, NvmeController, QueuePairOptions, Result};
+//!
+//! /// Reads block 0 of namespace 1 of any controller.
+//! fn first_block<C: NvmeController>(ctrl: &C) -> Result<Vec<u8>> {
+//!     let ns = ctrl.namespace(1)?;
+//!     let mut qp = ctrl.create_queue_pair(QueuePairOptions::default())?;
+//!     let buf = ctrl.alloc_buffer(ns.block_size() as usize)?;
+//!     let buf = qp.read(&ns, 0, 1, buf).map_err(|f| f.error)?;
+//!     Ok(buf.to_vec())
+//! }
+//! ```
+
+#![deny(missing_docs)]
+
+mod completion;
+mod controller;
+mod error;
+mod flags;
+mod host_memory;
+mod io_queue;
+mod namespace;
+mod options;
+pub mod state;
+mod timeout;
+
+pub use completion::Completion;
+pub use controller::NvmeController;
+pub use error::{log_occurrence, Error, IoFailure, Result};
+pub use flags::WriteFlags;
+pub use host_memory::HostMemory;
+pub use io_queue::IoQueue;
+pub use namespace::{Namespace, NamespaceChange, NamespaceChanges, NamespaceSet};
+pub use options::QueuePairOptions;
+pub use timeout::{AbortStats, TimeoutAction, TIMEOUT_EPOCHS};
+
+pub use nvme_spec as spec;
+pub use nvme_vfio::{DmaBuffer, DmaDomain, DmaError, DmaMapper, Iova};
