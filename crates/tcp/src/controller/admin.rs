@@ -104,6 +104,21 @@ impl Admin {
         })
     }
 
+    /// Set Features Number of Queues asking for `wanted` submission and completion queues
+    /// (at least 1); returns the I/O queue pairs the controller allocated (the smaller of its
+    /// two counts, which may exceed `wanted`).
+    pub(crate) fn set_number_of_queues(&mut self, wanted: u16) -> Result<u16> {
+        let wanted = wanted.max(1);
+        let (dw0, _, _) = self.execute(
+            command::set_number_of_queues(wanted, wanted),
+            None,
+            0,
+            false,
+        )?;
+        let (sq, cq) = command::number_of_queues_allocated(dw0);
+        Ok(sq.min(cq))
+    }
+
     pub(crate) fn property_set(&mut self, offset: usize, value: u32) -> Result<()> {
         self.execute(fabrics::property_set(offset as u32, value), None, 0, false)?;
         Ok(())

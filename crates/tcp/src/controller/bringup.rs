@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nvme_core::{DmaMapper, Error, HostMemory, Namespace, Result};
-use nvme_spec::command::{self, Cns};
+use nvme_spec::command::Cns;
 use nvme_spec::queue::{CQES_LOG2, SQES_LOG2, SQE_SIZE};
 use nvme_spec::regs::{self, Cap, Cc, Csts, ShutdownNotification, Version};
 use nvme_spec::{IdentifyController, IdentifyNamespace, NamespaceList};
@@ -136,14 +136,7 @@ pub(super) fn bring_up(
         });
     }
     let wanted = options.io_queues.max(1);
-    let (dw0, _, _) = admin.execute(
-        command::set_number_of_queues(wanted, wanted),
-        None,
-        0,
-        false,
-    )?;
-    let (sq, cq) = command::number_of_queues_allocated(dw0);
-    let granted = sq.min(cq).min(wanted);
+    let granted = admin.set_number_of_queues(wanted)?.min(wanted);
     let list = NamespaceList::from_bytes(&admin.identify(mapper, Cns::ActiveNamespaceList, 0)?);
     let mut namespaces = Vec::new();
     let mut unsupported = Vec::new();
