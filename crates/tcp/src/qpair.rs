@@ -59,7 +59,7 @@ impl std::fmt::Debug for TcpQueuePair {
         f.debug_struct("TcpQueuePair")
             .field("qid", &self.q.qid)
             .field("depth", &self.depth)
-            .field("in_flight", &self.q.in_flight)
+            .field("in_flight", &self.q.in_flight())
             .finish_non_exhaustive()
     }
 }
@@ -356,7 +356,7 @@ impl TcpQueuePair {
 
     /// Requests in flight.
     pub fn in_flight(&self) -> u16 {
-        self.q.in_flight
+        self.q.in_flight()
     }
 
     /// Counters.

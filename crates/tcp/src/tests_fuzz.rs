@@ -255,3 +255,82 @@ fn r2ts_from_a_target_that_never_reads_leave_the_send_buffer_bounded() {
     );
     drop(target);
 }
+
+/// A late or repeated completion for an earlier use of a slot (same slot index, older
+/// generation) matches no request: the tag set's generation check fails the queue instead of
+/// completing the slot's new command with another command's result.
+#[test]
+fn a_stale_cccid_for_a_reused_slot_is_caught_by_the_generation() {
+    use std::io::Read;
+
+    use nvme_spec::{CompletionEntry, Status};
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut target, _) = listener.accept().unwrap();
+    host.set_nonblocking(true).unwrap();
+    let addr = host.peer_addr().unwrap();
+    let neg = Negotiated {
+        hdgst: false,
+        ddgst: false,
+        cpda_align: 4,
+        maxh2cdata: 128 * 1024,
+    };
+    // One slot: the second command reuses the first one's.
+    let mut q = Queue::new(
+        host,
+        addr,
+        1,
+        Arc::from("stale"),
+        neg,
+        1,
+        0,
+        Duration::from_secs(3600),
+    );
+    // The command id of the capsule the host sent (8-byte header, then the SQE: CID at 2..4).
+    let sent_cid = |target: &mut std::net::TcpStream| {
+        let mut capsule = [0u8; 8 + 64];
+        target.read_exact(&mut capsule).unwrap();
+        assert_eq!(capsule[0], pdu_type::CAPSULE_CMD);
+        u16::from_le_bytes([capsule[10], capsule[11]])
+    };
+    let resp = |cid: u16| {
+        let cqe = CompletionEntry::new(0, 0, 1, cid, Status::SUCCESS, false);
+        let mut pdu = vec![pdu_type::CAPSULE_RESP, 0, 24, 0, 24, 0, 0, 0];
+        pdu.extend_from_slice(&cqe.to_bytes());
+        pdu
+    };
+    let mut done = Vec::new();
+    let poll_until = |q: &mut Queue, n: usize, done: &mut Vec<_>| {
+        for _ in 0..10_000 {
+            q.poll(usize::MAX, |c| done.push((c.user_data, c.result)));
+            if done.len() >= n {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        panic!("no completion");
+    };
+    q.submit(command::flush(1), None, 0, false, 1, false)
+        .unwrap();
+    let first = sent_cid(&mut target);
+    target.write_all(&resp(first)).unwrap();
+    poll_until(&mut q, 1, &mut done);
+    assert!(matches!(done[0], (1, Ok(_))), "{done:?}");
+    q.submit(command::flush(1), None, 0, false, 2, false)
+        .unwrap();
+    let second = sent_cid(&mut target);
+    assert_ne!(first, second, "the reused slot carries a new generation");
+    // The first command's response again: stale for the slot's current command.
+    target.write_all(&resp(first)).unwrap();
+    poll_until(&mut q, 2, &mut done);
+    assert!(
+        matches!(&done[1], (2, Err(nvme_core::Error::Transport { .. }))),
+        "the new command is not completed by the stale response: {done:?}"
+    );
+    let failed = q.failed.clone().expect("the queue failed");
+    assert!(
+        matches!(&*failed, crate::TcpError::Malformed { what, .. } if what.contains("not outstanding")),
+        "{failed}"
+    );
+}
