@@ -164,8 +164,8 @@ pub(crate) struct Queue {
     /// PDU handling stopped with bytes left in `rx` because `tx` is over
     /// [`TX_HIGH_WATER`]; resumed once the socket has taken enough.
     rx_paused: bool,
-    /// Don't write to the socket at each submission (plugged batch).
-    pub plugged: bool,
+    /// Don't write to the socket at each submission (plugged batch: [`Queue::plug`]).
+    plugged: bool,
     /// Request slots: command ids with generations.
     tags: TagSet<Slot>,
     /// Scratch list of the tags in use for the cold paths that complete or resend them while

@@ -126,7 +126,7 @@ impl Queue {
         self.rx_paused = false;
         self.rx_head = 0;
         self.rx_tail = 0;
-        self.plugged = false;
+        self.unplug();
         self.timeout_work = false;
         self.epoch_started = Instant::now();
     }

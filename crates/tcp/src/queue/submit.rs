@@ -14,6 +14,23 @@ use super::{Queue, Tag};
 use crate::r2t::R2tState;
 
 impl Queue {
+    /// Starts a batch: reserves `n` slots (all or nothing) and holds the capsules in the send
+    /// buffer until [`Queue::unplug`].
+    pub(crate) fn plug(&mut self, n: u16) -> Result<(), Error> {
+        self.tags.plug(n).map_err(|_| Error::QueueFull {
+            qid: self.qid,
+            depth: u32::from(self.capacity()) + 1,
+        })?;
+        self.plugged = true;
+        Ok(())
+    }
+
+    /// Ends a batch: unused reservations go back to the free slots (the caller flushes).
+    pub(crate) fn unplug(&mut self) {
+        self.tags.unplug();
+        self.plugged = false;
+    }
+
     /// Sends a command capsule. `buffer` holds `len` bytes of data moving in the direction
     /// `to_device` says (ignored when `len` is 0). On a refusal the buffer comes back.
     pub(crate) fn submit(
