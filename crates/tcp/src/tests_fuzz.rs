@@ -178,16 +178,12 @@ fn a_valid_script_completes_every_request() {
     );
 }
 
-/// A target that asks for the data of many large writes and never reads its socket: the
-/// host queues at most TX_HIGH_WATER plus one answer, then stops handling PDUs (R2Ts stay
-/// unread) instead of copying every write into its send buffer.
-#[test]
-fn r2ts_from_a_target_that_never_reads_leave_the_send_buffer_bounded() {
-    const WRITES: u16 = 48;
-    const LEN: usize = 1 << 20;
+/// An I/O queue (qid 1, no digests, no in-capsule data, no timeout in sight) with `slots`
+/// slots on a loopback connection, and the target's end of it.
+fn socket_queue(name: &str, slots: u16) -> (Queue, std::net::TcpStream) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let host = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (mut target, _) = listener.accept().unwrap();
+    let (target, _) = listener.accept().unwrap();
     host.set_nonblocking(true).unwrap();
     let addr = host.peer_addr().unwrap();
     let neg = Negotiated {
@@ -196,16 +192,27 @@ fn r2ts_from_a_target_that_never_reads_leave_the_send_buffer_bounded() {
         cpda_align: 4,
         maxh2cdata: 128 * 1024,
     };
-    let mut q = Queue::new(
+    let q = Queue::new(
         host,
         addr,
         1,
-        Arc::from("bp"),
+        Arc::from(name),
         neg,
-        WRITES,
+        slots,
         0,
         Duration::from_secs(3600),
     );
+    (q, target)
+}
+
+/// A target that asks for the data of many large writes and never reads its socket: the
+/// host queues at most TX_HIGH_WATER plus one answer, then stops handling PDUs (R2Ts stay
+/// unread) instead of copying every write into its send buffer.
+#[test]
+fn r2ts_from_a_target_that_never_reads_leave_the_send_buffer_bounded() {
+    const WRITES: u16 = 48;
+    const LEN: usize = 1 << 20;
+    let (mut q, mut target) = socket_queue("bp", WRITES);
     let mapper: Arc<dyn DmaMapper> = Arc::new(HostMemory::new());
     let blocks = (LEN / 512) as u32;
     for i in 0..WRITES {
@@ -265,28 +272,8 @@ fn a_stale_cccid_for_a_reused_slot_is_caught_by_the_generation() {
 
     use nvme_spec::{CompletionEntry, Status};
 
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let host = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (mut target, _) = listener.accept().unwrap();
-    host.set_nonblocking(true).unwrap();
-    let addr = host.peer_addr().unwrap();
-    let neg = Negotiated {
-        hdgst: false,
-        ddgst: false,
-        cpda_align: 4,
-        maxh2cdata: 128 * 1024,
-    };
     // One slot: the second command reuses the first one's.
-    let mut q = Queue::new(
-        host,
-        addr,
-        1,
-        Arc::from("stale"),
-        neg,
-        1,
-        0,
-        Duration::from_secs(3600),
-    );
+    let (mut q, mut target) = socket_queue("stale", 1);
     // The command id of the capsule the host sent (8-byte header, then the SQE: CID at 2..4).
     let sent_cid = |target: &mut std::net::TcpStream| {
         let mut capsule = [0u8; 8 + 64];
