@@ -43,6 +43,8 @@ pub(crate) use connect::handshake;
 
 use crate::error::TcpError;
 use crate::r2t::R2tState;
+#[cfg(doc)]
+use crate::r2t::TX_HIGH_WATER;
 
 /// Receive buffer size: holds any non-data PDU with room to batch many small ones.
 pub(crate) const RX_BUFFER: usize = 64 * 1024;
