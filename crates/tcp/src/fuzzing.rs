@@ -530,12 +530,12 @@ pub fn run(case: &Case) {
     // nothing arrives for a while), then close the queue.
     let mut quiet = 0;
     let patience = if case.socket { 50 } else { 3 };
-    while q.in_flight > 0 && q.failed.is_none() && quiet < patience {
-        let before = (q.stats.pdus_received, q.in_flight);
+    while q.in_flight() > 0 && q.failed.is_none() && quiet < patience {
+        let before = (q.stats.pdus_received, q.in_flight());
         q.progress();
         check_bounds(&q);
         deliver(&mut q, &mut done);
-        if (q.stats.pdus_received, q.in_flight) == before {
+        if (q.stats.pdus_received, q.in_flight()) == before {
             quiet += 1;
         } else {
             quiet = 0;
@@ -545,7 +545,7 @@ pub fn run(case: &Case) {
         q.fail(TcpError::Closed { addr, qid: 1 });
     }
     deliver(&mut q, &mut done);
-    assert_eq!(q.in_flight, 0, "requests left in flight after the close");
+    assert_eq!(q.in_flight(), 0, "requests left in flight after the close");
     assert!(
         done.iter().all(|&d| d == 1),
         "every request completes exactly once: {done:?}"

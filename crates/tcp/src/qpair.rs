@@ -59,7 +59,7 @@ impl std::fmt::Debug for TcpQueuePair {
         f.debug_struct("TcpQueuePair")
             .field("qid", &self.q.qid)
             .field("depth", &self.depth)
-            .field("in_flight", &self.q.in_flight)
+            .field("in_flight", &self.q.in_flight())
             .finish_non_exhaustive()
     }
 }
@@ -356,7 +356,7 @@ impl TcpQueuePair {
 
     /// Requests in flight.
     pub fn in_flight(&self) -> u16 {
-        self.q.in_flight
+        self.q.in_flight()
     }
 
     /// Counters.
@@ -379,16 +379,17 @@ impl TcpQueuePair {
         self.q.closed_error()
     }
 
-    /// Starts a batch: submissions are queued in the send buffer and go out together at
-    /// [`TcpQueuePair::unplug`] (or the next poll). `n` is accepted for API parity.
-    pub fn plug(&mut self, _n: u16) -> Result<()> {
-        self.q.plugged = true;
-        Ok(())
+    /// Starts a batch of `n` requests, as the PCIe pair does: reserves `n` request slots at
+    /// once (all or nothing: `Error::QueueFull` when fewer are free, and nothing is plugged),
+    /// so the batch's next `n` submissions cannot run out of slots; submissions are queued in
+    /// the send buffer and go out together at [`TcpQueuePair::unplug`] (or the next poll).
+    pub fn plug(&mut self, n: u16) -> Result<()> {
+        self.q.plug(n)
     }
 
-    /// Ends a batch and sends it.
+    /// Ends a batch and sends it; reservations the batch did not use are given back.
     pub fn unplug(&mut self) {
-        self.q.plugged = false;
+        self.q.unplug();
         self.q.flush_tx();
     }
 

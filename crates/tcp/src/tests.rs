@@ -162,6 +162,49 @@ fn many_requests_in_flight_complete_through_poll() {
     assert!(matches!(f.error, Error::QueueFull { .. }) && f.buffer.is_some());
 }
 
+/// `plug(n)` reserves `n` request slots all or nothing, as on PCIe: more than are free is
+/// refused with `Error::QueueFull` and reserves nothing; a plug of every free slot lets that
+/// many submissions through; `unplug` sends the batch and gives unused reservations back.
+#[test]
+fn plug_reserves_request_slots_all_or_nothing() {
+    let t = FakeTarget::start(Config::default());
+    let c = connect(&t);
+    let ns = c.namespace(2).unwrap();
+    let mut qp = c
+        .create_queue_pair(QueuePairOptions {
+            depth: 8,
+            ..QueuePairOptions::default()
+        })
+        .unwrap();
+    assert_eq!(qp.capacity(), 7);
+    assert!(matches!(qp.plug(8), Err(Error::QueueFull { .. })));
+    qp.plug(4).unwrap();
+    assert!(
+        matches!(qp.plug(4), Err(Error::QueueFull { .. })),
+        "only 3 slots are left unreserved"
+    );
+    qp.plug(3).unwrap();
+    for i in 0..7 {
+        qp.submit_read(&ns, i, 1, c.alloc_buffer(512).unwrap(), i)
+            .unwrap();
+    }
+    qp.unplug();
+    let mut done = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while done < 7 {
+        qp.poll(|comp: Completion| {
+            comp.result.unwrap();
+            done += 1;
+        });
+        assert!(Instant::now() < deadline, "hang");
+    }
+    // A plug left unused is given back at unplug: the whole queue can be reserved again.
+    qp.plug(2).unwrap();
+    qp.unplug();
+    qp.plug(7).unwrap();
+    qp.unplug();
+}
+
 #[test]
 fn bad_requests_are_refused_before_the_wire() {
     let t = FakeTarget::start(Config::default());

@@ -178,16 +178,12 @@ fn a_valid_script_completes_every_request() {
     );
 }
 
-/// A target that asks for the data of many large writes and never reads its socket: the
-/// host queues at most TX_HIGH_WATER plus one answer, then stops handling PDUs (R2Ts stay
-/// unread) instead of copying every write into its send buffer.
-#[test]
-fn r2ts_from_a_target_that_never_reads_leave_the_send_buffer_bounded() {
-    const WRITES: u16 = 48;
-    const LEN: usize = 1 << 20;
+/// An I/O queue (qid 1, no digests, no in-capsule data, no timeout in sight) with `slots`
+/// slots on a loopback connection, and the target's end of it.
+fn socket_queue(name: &str, slots: u16) -> (Queue, std::net::TcpStream) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let host = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (mut target, _) = listener.accept().unwrap();
+    let (target, _) = listener.accept().unwrap();
     host.set_nonblocking(true).unwrap();
     let addr = host.peer_addr().unwrap();
     let neg = Negotiated {
@@ -196,16 +192,27 @@ fn r2ts_from_a_target_that_never_reads_leave_the_send_buffer_bounded() {
         cpda_align: 4,
         maxh2cdata: 128 * 1024,
     };
-    let mut q = Queue::new(
+    let q = Queue::new(
         host,
         addr,
         1,
-        Arc::from("bp"),
+        Arc::from(name),
         neg,
-        WRITES,
+        slots,
         0,
         Duration::from_secs(3600),
     );
+    (q, target)
+}
+
+/// A target that asks for the data of many large writes and never reads its socket: the
+/// host queues at most TX_HIGH_WATER plus one answer, then stops handling PDUs (R2Ts stay
+/// unread) instead of copying every write into its send buffer.
+#[test]
+fn r2ts_from_a_target_that_never_reads_leave_the_send_buffer_bounded() {
+    const WRITES: u16 = 48;
+    const LEN: usize = 1 << 20;
+    let (mut q, mut target) = socket_queue("bp", WRITES);
     let mapper: Arc<dyn DmaMapper> = Arc::new(HostMemory::new());
     let blocks = (LEN / 512) as u32;
     for i in 0..WRITES {
@@ -254,4 +261,63 @@ fn r2ts_from_a_target_that_never_reads_leave_the_send_buffer_bounded() {
         "the host stopped handling R2Ts while its backlog is over the mark"
     );
     drop(target);
+}
+
+/// A late or repeated completion for an earlier use of a slot (same slot index, older
+/// generation) matches no request: the tag set's generation check fails the queue instead of
+/// completing the slot's new command with another command's result.
+#[test]
+fn a_stale_cccid_for_a_reused_slot_is_caught_by_the_generation() {
+    use std::io::Read;
+
+    use nvme_spec::{CompletionEntry, Status};
+
+    // One slot: the second command reuses the first one's.
+    let (mut q, mut target) = socket_queue("stale", 1);
+    // The command id of the capsule the host sent (8-byte header, then the SQE: CID at 2..4).
+    let sent_cid = |target: &mut std::net::TcpStream| {
+        let mut capsule = [0u8; 8 + 64];
+        target.read_exact(&mut capsule).unwrap();
+        assert_eq!(capsule[0], pdu_type::CAPSULE_CMD);
+        u16::from_le_bytes([capsule[10], capsule[11]])
+    };
+    let resp = |cid: u16| {
+        let cqe = CompletionEntry::new(0, 0, 1, cid, Status::SUCCESS, false);
+        let mut pdu = vec![pdu_type::CAPSULE_RESP, 0, 24, 0, 24, 0, 0, 0];
+        pdu.extend_from_slice(&cqe.to_bytes());
+        pdu
+    };
+    let mut done = Vec::new();
+    let poll_until = |q: &mut Queue, n: usize, done: &mut Vec<_>| {
+        for _ in 0..10_000 {
+            q.poll(usize::MAX, |c| done.push((c.user_data, c.result)));
+            if done.len() >= n {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        panic!("no completion");
+    };
+    q.submit(command::flush(1), None, 0, false, 1, false)
+        .unwrap();
+    let first = sent_cid(&mut target);
+    target.write_all(&resp(first)).unwrap();
+    poll_until(&mut q, 1, &mut done);
+    assert!(matches!(done[0], (1, Ok(_))), "{done:?}");
+    q.submit(command::flush(1), None, 0, false, 2, false)
+        .unwrap();
+    let second = sent_cid(&mut target);
+    assert_ne!(first, second, "the reused slot carries a new generation");
+    // The first command's response again: stale for the slot's current command.
+    target.write_all(&resp(first)).unwrap();
+    poll_until(&mut q, 2, &mut done);
+    assert!(
+        matches!(&done[1], (2, Err(nvme_core::Error::Transport { .. }))),
+        "the new command is not completed by the stale response: {done:?}"
+    );
+    let failed = q.failed.clone().expect("the queue failed");
+    assert!(
+        matches!(&*failed, crate::TcpError::Malformed { what, .. } if what.contains("not outstanding")),
+        "{failed}"
+    );
 }

@@ -2,8 +2,9 @@
 //! to the preallocated ready list that `poll` delivers; failing the queue completes every
 //! outstanding request with the transport error.
 //!
-//! INVARIANT: a slot is completed once (`finish` asserts it is busy and frees it); the ready
-//! list is allocated for every slot at creation, so completing never allocates.
+//! INVARIANT: a slot is completed once (`finish` takes a live tag and frees it: a second
+//! completion of the same command id fails the tag set's generation check in `rx.rs`); the
+//! ready list is allocated for every slot at creation, so completing never allocates.
 
 use std::net::Shutdown;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nvme_core::{Completion, Error};
 
-use super::{Queue, Rx, IDLE_POLLS_PER_CLOCK_CHECK};
+use super::{Queue, Rx, Tag, IDLE_POLLS_PER_CLOCK_CHECK};
 use crate::error::TcpError;
 
 impl Queue {
@@ -46,28 +47,26 @@ impl Queue {
                 return;
             }
         }
-        for cid in 0..self.slots.len() as u16 {
-            if self.slots[usize::from(cid)].busy {
-                let e = self.transport_error(error.clone());
-                self.finish(cid, Err(e));
-            }
+        let live = self.take_live();
+        for &tag in &live {
+            let e = self.transport_error(error.clone());
+            self.finish(tag, Err(e));
         }
+        self.put_live(live);
     }
 
-    /// Completes slot `cid`: frees it and hands the completion to a synchronous waiter or to
-    /// the ready list that `poll` delivers (preallocated: no allocation).
-    pub(super) fn finish(&mut self, cid: u16, result: Result<u32, Error>) {
-        let slot = &mut self.slots[usize::from(cid)];
-        debug_assert!(slot.busy);
-        slot.busy = false;
+    /// Completes the live slot of `tag`: frees it (its generation moves on, so its command id
+    /// no longer matches) and hands the completion to a synchronous waiter or to the ready list
+    /// that `poll` delivers (preallocated: no allocation).
+    pub(super) fn finish(&mut self, tag: Tag, result: Result<u32, Error>) {
+        let slot = self.tags.get_mut(tag);
         let c = Completion {
             user_data: slot.user_data,
             result,
             buffer: slot.buffer.take(),
         };
         let sync = slot.sync;
-        self.free.push(cid);
-        self.in_flight -= 1;
+        self.tags.free(tag);
         self.stats.requests_completed += 1;
         if sync {
             self.sync_done = Some(c);
@@ -104,7 +103,7 @@ impl Queue {
         if self.tx_head < self.tx.len() {
             self.flush_tx();
         }
-        if self.in_flight > 0 {
+        if self.in_flight() > 0 {
             self.receive();
         }
         if self.polls_since_clock >= IDLE_POLLS_PER_CLOCK_CHECK {

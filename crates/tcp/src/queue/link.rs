@@ -151,7 +151,7 @@ impl Queue {
         if self.failed.is_none() && self.tx_head < self.tx.len() {
             self.flush_tx();
         }
-        if !self.deferred.is_empty() || self.failed.is_some() || self.in_flight == 0 {
+        if !self.deferred.is_empty() || self.failed.is_some() || self.in_flight() == 0 {
             return !self.deferred.is_empty();
         }
         let set = |s: &TcpStream| {

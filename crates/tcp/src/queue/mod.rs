@@ -1,5 +1,7 @@
 //! One NVMe/TCP queue: a non-blocking TCP connection, the PDU codec, and the request slots
-//! (command id = slot index). The admin queue and every I/O queue pair are one of these.
+//! (an `nvme_pool::TagSet`, the table the PCIe queue pair uses: command id = slot index plus a
+//! generation, so a stale or duplicated CCCID from the target matches no request). The admin
+//! queue and every I/O queue pair are one of these.
 //!
 //! Receive path (no allocation): bytes are read into a fixed buffer; a PDU header is parsed
 //! once it is complete (header digest checked), then C2HData payload is copied straight into
@@ -25,6 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvme_core::{Completion, DmaBuffer, Error};
+use nvme_pool::{Tag, TagSet};
 use nvme_spec::tcp::{self, Digests};
 use nvme_spec::SubmissionEntry;
 
@@ -40,6 +43,8 @@ pub(crate) use connect::handshake;
 
 use crate::error::TcpError;
 use crate::r2t::R2tState;
+#[cfg(doc)]
+use crate::r2t::TX_HIGH_WATER;
 
 /// Receive buffer size: holds any non-data PDU with room to batch many small ones.
 pub(crate) const RX_BUFFER: usize = 64 * 1024;
@@ -70,9 +75,9 @@ impl Negotiated {
     }
 }
 
-/// Per-request state, recycled.
+/// Per-request state, recycled: the value of a [`TagSet`] slot (whether it is in use, and its
+/// command id, are the tag set's).
 struct Slot {
-    busy: bool,
     /// Direction: data moves host to controller.
     to_device: bool,
     sync: bool,
@@ -101,9 +106,10 @@ struct Slot {
 enum Rx {
     /// Waiting for a complete PDU header.
     Header,
-    /// Copying C2HData payload into slot `cid` at `pos`.
+    /// Copying C2HData payload into the slot of `tag` at `pos` (live while in this state:
+    /// every path that frees a slot outside `data_done` also resets the receive state).
     Data {
-        cid: u16,
+        tag: Tag,
         pos: usize,
         remaining: usize,
         datal: usize,
@@ -112,7 +118,7 @@ enum Rx {
     },
     /// Waiting for the data digest of a finished C2HData payload.
     DataDigest {
-        cid: u16,
+        tag: Tag,
         datal: usize,
         pdu_flags: u8,
         crc: u32,
@@ -160,11 +166,13 @@ pub(crate) struct Queue {
     /// PDU handling stopped with bytes left in `rx` because `tx` is over
     /// [`TX_HIGH_WATER`]; resumed once the socket has taken enough.
     rx_paused: bool,
-    /// Don't write to the socket at each submission (plugged batch).
-    pub plugged: bool,
-    slots: Vec<Slot>,
-    free: Vec<u16>,
-    pub in_flight: u16,
+    /// Don't write to the socket at each submission (plugged batch: [`Queue::plug`]).
+    plugged: bool,
+    /// Request slots: command ids with generations.
+    tags: TagSet<Slot>,
+    /// Scratch list of the tags in use for the cold paths that complete or resend them while
+    /// walking (abandon, fail, timeouts): allocated once with room for every slot.
+    live: Vec<Tag>,
     pub failed: Option<Arc<TcpError>>,
     pub deferred: VecDeque<Completion>,
     sync_done: Option<Completion>,
@@ -232,25 +240,21 @@ impl Queue {
             tx_sent: 0,
             rx_paused: false,
             plugged: false,
-            slots: (0..slots)
-                .map(|_| Slot {
-                    busy: false,
-                    to_device: false,
-                    sync: false,
-                    opcode: 0,
-                    len: 0,
-                    received: 0,
-                    epoch: 0,
-                    user_data: 0,
-                    buffer: None,
-                    sqe: SubmissionEntry::default(),
-                    expired: false,
-                    abort_sent: false,
-                    r2t: R2tState::default(),
-                })
-                .collect(),
-            free: (0..slots).rev().collect(),
-            in_flight: 0,
+            tags: TagSet::new(slots, |_| Slot {
+                to_device: false,
+                sync: false,
+                opcode: 0,
+                len: 0,
+                received: 0,
+                epoch: 0,
+                user_data: 0,
+                buffer: None,
+                sqe: SubmissionEntry::default(),
+                expired: false,
+                abort_sent: false,
+                r2t: R2tState::default(),
+            }),
+            live: Vec::with_capacity(usize::from(slots)),
             failed: None,
             deferred: VecDeque::with_capacity(usize::from(slots)),
             sync_done: None,
@@ -272,7 +276,27 @@ impl Queue {
 
     /// Slots (most commands in flight at once).
     pub(crate) fn capacity(&self) -> u16 {
-        self.slots.len() as u16
+        self.tags.capacity()
+    }
+
+    /// Requests in flight (slots in use).
+    pub(crate) fn in_flight(&self) -> u16 {
+        self.tags.in_use()
+    }
+
+    /// The tags in use, in index order, in the scratch list taken out of the queue (no
+    /// allocation: it has room for every slot), so that the caller may complete or resend them
+    /// while walking it; give it back with [`Queue::put_live`].
+    fn take_live(&mut self) -> Vec<Tag> {
+        let mut live = std::mem::take(&mut self.live);
+        live.clear();
+        live.extend(self.tags.iter_in_use());
+        live
+    }
+
+    /// Returns the scratch list [`Queue::take_live`] lent.
+    fn put_live(&mut self, live: Vec<Tag>) {
+        self.live = live;
     }
 
     fn transport_error(&self, source: Arc<TcpError>) -> Error {

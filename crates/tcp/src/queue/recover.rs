@@ -39,32 +39,31 @@ impl Queue {
         self.rx_head = 0;
         self.rx_tail = 0;
         self.timeout_work = false;
-        for cid in 0..self.slots.len() as u16 {
-            let s = &self.slots[usize::from(cid)];
-            if !s.busy {
-                continue;
-            }
+        let live = self.take_live();
+        for &tag in &live {
+            let s = self.tags.get(tag);
             if s.expired {
                 let e = Error::Timeout {
                     command: command_name(s.opcode),
-                    cid,
+                    cid: tag.cid(),
                     timeout: self.timeout,
                 };
-                self.finish(cid, Err(e));
+                self.finish(tag, Err(e));
             } else if !keep {
-                self.finish(cid, Err(error()));
+                self.finish(tag, Err(error()));
             }
         }
+        self.put_live(live);
     }
 
     /// Completes every request kept by [`Queue::abandon`] with `error()` (the new
     /// connection could not be made).
     pub(crate) fn drop_kept(&mut self, mut error: impl FnMut() -> Error) {
-        for cid in 0..self.slots.len() as u16 {
-            if self.slots[usize::from(cid)].busy {
-                self.finish(cid, Err(error()));
-            }
+        let live = self.take_live();
+        for &tag in &live {
+            self.finish(tag, Err(error()));
         }
+        self.put_live(live);
     }
 
     /// Settles the requests [`Queue::abandon`] kept for a controller reset, once the reset
@@ -79,22 +78,21 @@ impl Queue {
         mut error: impl FnMut() -> Error,
         mut unknown_error: impl FnMut(&'static str) -> Error,
     ) {
-        for cid in 0..self.slots.len() as u16 {
-            let s = &self.slots[usize::from(cid)];
-            if !s.busy {
-                continue;
-            }
+        let live = self.take_live();
+        for &tag in &live {
+            let s = self.tags.get(tag);
             let harmless = matches!(
                 s.opcode,
                 nvme_spec::opcode::nvm::READ | nvme_spec::opcode::nvm::FLUSH
             );
             if unknown && !harmless {
                 let e = unknown_error(command_name(s.opcode));
-                self.finish(cid, Err(e));
+                self.finish(tag, Err(e));
             } else if !resubmit {
-                self.finish(cid, Err(error()));
+                self.finish(tag, Err(error()));
             }
         }
+        self.put_live(live);
     }
 
     /// Closes the queue because its association was declared lost: every request still
@@ -108,12 +106,12 @@ impl Queue {
         self.rx_head = 0;
         self.rx_tail = 0;
         self.timeout_work = false;
-        for cid in 0..self.slots.len() as u16 {
-            if self.slots[usize::from(cid)].busy {
-                let e = self.transport_error(reason.clone());
-                self.finish(cid, Err(e));
-            }
+        let live = self.take_live();
+        for &tag in &live {
+            let e = self.transport_error(reason.clone());
+            self.finish(tag, Err(e));
         }
+        self.put_live(live);
     }
 
     /// Takes a new connection (same queue id, already connected by Fabrics Connect).
@@ -128,7 +126,7 @@ impl Queue {
         self.rx_paused = false;
         self.rx_head = 0;
         self.rx_tail = 0;
-        self.plugged = false;
+        self.unplug();
         self.timeout_work = false;
         self.epoch_started = Instant::now();
     }
@@ -136,21 +134,19 @@ impl Queue {
     /// Sends the requests [`Queue::abandon`] kept again, with fresh timeouts. Returns how
     /// many.
     pub(crate) fn resend(&mut self) -> usize {
-        let mut n = 0;
-        for cid in 0..self.slots.len() as u16 {
-            let epoch = self.epoch;
-            let s = &mut self.slots[usize::from(cid)];
-            if !s.busy {
-                continue;
-            }
+        let epoch = self.epoch;
+        let live = self.take_live();
+        for &tag in &live {
+            let s = self.tags.get_mut(tag);
             s.received = 0;
             s.r2t = R2tState::new(in_capsule_len(&s.sqe));
             s.epoch = epoch;
             s.expired = false;
             s.abort_sent = false;
-            self.encode(cid);
-            n += 1;
+            self.encode(tag);
         }
+        let n = live.len();
+        self.put_live(live);
         self.flush_tx();
         n
     }

@@ -10,7 +10,7 @@ use nvme_spec::tcp::{
 };
 use nvme_spec::Status;
 
-use super::{command_name, Queue, Rx, MAX_PLEN};
+use super::{command_name, Queue, Rx, Tag, MAX_PLEN};
 use crate::error::TcpError;
 use crate::r2t::{self, R2tTarget, TX_HIGH_WATER};
 
@@ -54,7 +54,7 @@ impl Queue {
                     }
                 }
                 Rx::Data {
-                    cid,
+                    tag,
                     pos,
                     remaining,
                     datal,
@@ -71,7 +71,9 @@ impl Queue {
                     } else {
                         crc
                     };
-                    let buf = self.slots[usize::from(cid)]
+                    let buf = self
+                        .tags
+                        .get_mut(tag)
                         .buffer
                         .as_mut()
                         .expect("validated: a read slot has a buffer");
@@ -79,7 +81,7 @@ impl Queue {
                     self.rx_head += n;
                     self.rx_state = if n < remaining {
                         Rx::Data {
-                            cid,
+                            tag,
                             pos: pos + n,
                             remaining: remaining - n,
                             datal,
@@ -88,18 +90,18 @@ impl Queue {
                         }
                     } else if self.neg.ddgst {
                         Rx::DataDigest {
-                            cid,
+                            tag,
                             datal,
                             pdu_flags,
                             crc,
                         }
                     } else {
-                        self.data_done(cid, datal, pdu_flags);
+                        self.data_done(tag, datal, pdu_flags);
                         Rx::Header
                     };
                 }
                 Rx::DataDigest {
-                    cid,
+                    tag,
                     datal,
                     pdu_flags,
                     crc,
@@ -125,15 +127,15 @@ impl Queue {
                         return;
                     }
                     self.rx_state = Rx::Header;
-                    self.data_done(cid, datal, pdu_flags);
+                    self.data_done(tag, datal, pdu_flags);
                 }
             }
         }
     }
 
     /// The payload of a C2HData PDU has arrived (and its digest matched).
-    fn data_done(&mut self, cid: u16, datal: usize, pdu_flags: u8) {
-        let slot = &mut self.slots[usize::from(cid)];
+    fn data_done(&mut self, tag: Tag, datal: usize, pdu_flags: u8) {
+        let slot = self.tags.get_mut(tag);
         slot.received += datal;
         if pdu_flags & flags::SUCCESS != 0 {
             if slot.received != slot.len {
@@ -146,7 +148,7 @@ impl Queue {
                 return;
             }
             self.stats.success_shortcuts += 1;
-            self.finish(cid, Ok(0));
+            self.finish(tag, Ok(0));
         }
     }
 
@@ -282,18 +284,12 @@ impl Queue {
                 dw0,
                 dw1,
             } => {
-                if !self.slot_busy(cid) {
-                    self.malformed(
-                        t,
-                        format!("command id {cid:#x} is not outstanding (check: CCCID)"),
-                    );
-                    return None;
-                }
-                if self.slots[usize::from(cid)].sync {
+                let tag = self.outstanding(t, cid)?;
+                let s = self.tags.get(tag);
+                if s.sync {
                     self.sync_dw0 = dw0;
                     self.sync_dw1 = dw1;
                 }
-                let s = &self.slots[usize::from(cid)];
                 if status.is_success() {
                     let sends = s.to_device && s.buffer.is_some();
                     if let Err(what) = r2t::check_success(sends, s.len, s.received, &s.r2t) {
@@ -305,11 +301,11 @@ impl Queue {
                     Ok(dw0)
                 } else {
                     Err(Error::Command {
-                        command: command_name(self.slots[usize::from(cid)].opcode),
+                        command: command_name(s.opcode),
                         status,
                     })
                 };
-                self.finish(cid, result);
+                self.finish(tag, result);
             }
             Action::R2t(r2t) => self.answer_r2t(r2t)?,
             Action::Data {
@@ -318,14 +314,8 @@ impl Queue {
                 datal,
                 pdu_flags,
             } => {
-                if !self.slot_busy(cid) {
-                    self.malformed(
-                        t,
-                        format!("command id {cid:#x} is not outstanding (check: CCCID)"),
-                    );
-                    return None;
-                }
-                let s = &self.slots[usize::from(cid)];
+                let tag = self.outstanding(t, cid)?;
+                let s = self.tags.get(tag);
                 if s.to_device || s.buffer.is_none() {
                     self.malformed(
                         t,
@@ -353,7 +343,7 @@ impl Queue {
                     return None;
                 }
                 self.rx_state = Rx::Data {
-                    cid,
+                    tag,
                     pos: datao,
                     remaining: datal,
                     datal,
@@ -365,23 +355,27 @@ impl Queue {
         Some(true)
     }
 
-    fn slot_busy(&self, cid: u16) -> bool {
-        self.slots.get(usize::from(cid)).is_some_and(|s| s.busy)
+    /// The tag of command id `cid` from the target, checked by the tag set (index in range,
+    /// slot in use, generation current); a CCCID that matches no request in flight (never
+    /// issued, completed already, or of an earlier use of the slot) fails the queue.
+    fn outstanding(&mut self, pdu: u8, cid: u16) -> Option<Tag> {
+        let tag = self.tags.lookup(cid);
+        if tag.is_none() {
+            self.malformed(
+                pdu,
+                format!("command id {cid:#x} is not outstanding (check: CCCID)"),
+            );
+        }
+        tag
     }
 
     /// Queues the H2CData PDUs an R2T asks for (at most MAXH2CDATA bytes each).
     fn answer_r2t(&mut self, r2t: R2T) -> Option<()> {
         let t = pdu_type::R2T;
         let cid = r2t.cccid;
-        if !self.slot_busy(cid) {
-            self.malformed(
-                t,
-                format!("command id {cid:#x} is not outstanding (check: CCCID)"),
-            );
-            return None;
-        }
+        let tag = self.outstanding(t, cid)?;
         let (offset, len) = (r2t.r2to as usize, r2t.r2tl as usize);
-        let s = &self.slots[usize::from(cid)];
+        let s = self.tags.get(tag);
         let target = R2tTarget {
             cid,
             sends: s.to_device && s.buffer.is_some(),
@@ -411,16 +405,13 @@ impl Queue {
                 datal: chunk as u32,
                 rsvd: 0,
             };
-            let buf = self.slots[usize::from(cid)]
-                .buffer
-                .as_ref()
-                .expect("checked");
+            let buf = self.tags.get(tag).buffer.as_ref().expect("checked");
             let data = &buf[offset + done..offset + done + chunk];
             frame.encode(&mut self.tx, &pdu.to_bytes(), Some(data));
             done += chunk;
         }
         let answer_end = self.tx_sent + (self.tx.len() - self.tx_head) as u64;
-        let s = &mut self.slots[usize::from(cid)].r2t;
+        let s = &mut self.tags.get_mut(tag).r2t;
         s.asked_end = offset + len;
         s.asked += len;
         s.answer_end = answer_end;

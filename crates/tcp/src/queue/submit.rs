@@ -1,5 +1,6 @@
-//! Submission: a command takes a free slot (command id = slot index), gets its SGL (in-capsule
-//! data or transport data by R2T), and its capsule is appended to the send buffer.
+//! Submission: a command takes a free slot of the tag set (its command id is the tag's cid:
+//! slot index plus generation), gets its SGL (in-capsule data or transport data by R2T), and
+//! its capsule is appended to the send buffer.
 //!
 //! INVARIANT: a refused submission (queue failed, no free slot) gives its buffer back in the
 //! [`IoFailure`] and touches no slot; a busy slot keeps the command exactly as sent, so a
@@ -9,10 +10,27 @@ use nvme_core::{DmaBuffer, Error, IoFailure};
 use nvme_spec::tcp::{self, pdu_type, CapsuleCmd, PduFrame};
 use nvme_spec::SubmissionEntry;
 
-use super::Queue;
+use super::{Queue, Tag};
 use crate::r2t::R2tState;
 
 impl Queue {
+    /// Starts a batch: reserves `n` slots (all or nothing) and holds the capsules in the send
+    /// buffer until [`Queue::unplug`].
+    pub(crate) fn plug(&mut self, n: u16) -> Result<(), Error> {
+        self.tags.plug(n).map_err(|_| Error::QueueFull {
+            qid: self.qid,
+            depth: u32::from(self.capacity()) + 1,
+        })?;
+        self.plugged = true;
+        Ok(())
+    }
+
+    /// Ends a batch: unused reservations go back to the free slots (the caller flushes).
+    pub(crate) fn unplug(&mut self) {
+        self.tags.unplug();
+        self.plugged = false;
+    }
+
     /// Sends a command capsule. `buffer` holds `len` bytes of data moving in the direction
     /// `to_device` says (ignored when `len` is 0). On a refusal the buffer comes back.
     pub(crate) fn submit(
@@ -27,7 +45,9 @@ impl Queue {
         if let Some(error) = self.closed_error() {
             return Err(IoFailure { error, buffer });
         }
-        let Some(cid) = self.free.pop() else {
+        let epoch = self.epoch;
+        let in_capsule = to_device && len > 0 && len <= self.in_capsule_max;
+        let Some((tag, slot)) = self.tags.alloc_mut() else {
             return Err(IoFailure {
                 error: Error::QueueFull {
                     qid: self.qid,
@@ -36,39 +56,35 @@ impl Queue {
                 buffer,
             });
         };
-        sqe.set_cid(cid);
-        let in_capsule = to_device && len > 0 && len <= self.in_capsule_max;
+        sqe.set_cid(tag.cid());
         if in_capsule {
             sqe.set_sgl(tcp::sgl::IN_CAPSULE_DATA, 0, len as u32);
         } else {
             sqe.set_sgl(tcp::sgl::TRANSPORT_DATA, 0, len as u32);
         }
-        let slot = &mut self.slots[usize::from(cid)];
-        slot.busy = true;
         slot.to_device = to_device;
         slot.sync = sync;
         slot.opcode = sqe.opcode();
         slot.len = if buffer.is_some() { len } else { 0 };
         slot.received = 0;
-        slot.epoch = self.epoch;
+        slot.epoch = epoch;
         slot.user_data = user_data;
         slot.buffer = buffer;
         slot.sqe = sqe;
         slot.expired = false;
         slot.abort_sent = false;
         slot.r2t = R2tState::new(if in_capsule { len } else { 0 });
-        self.in_flight += 1;
-        self.encode(cid);
+        self.encode(tag);
         if !self.plugged {
             self.flush_tx();
         }
         Ok(())
     }
 
-    /// Appends the command capsule of busy slot `cid` (its saved command, in-capsule data
-    /// when the command says so) to the send buffer.
-    pub(super) fn encode(&mut self, cid: u16) {
-        let slot = &self.slots[usize::from(cid)];
+    /// Appends the command capsule of the live slot of `tag` (its saved command, in-capsule
+    /// data when the command says so) to the send buffer.
+    pub(super) fn encode(&mut self, tag: Tag) {
+        let slot = self.tags.get(tag);
         let sqe = slot.sqe;
         let len = sqe.sgl_len() as usize;
         let in_capsule = sqe.sgl_id() == tcp::sgl::IN_CAPSULE_DATA && len > 0;

@@ -1,7 +1,8 @@
 //! Timeouts: the epoch clock (read every few polls), expiry of commands older than
 //! `TIMEOUT_EPOCHS` epochs, and the bookkeeping of the Abort the owner sends for them.
 //!
-//! INVARIANT: a command's age is `epoch - slot.epoch` (wrapping); without the abort policy
+//! INVARIANT: a command's age is `epoch - slot.epoch` (wrapping), for the slots the tag set
+//! has in use; without the abort policy
 //! the first command past its timeout fails the queue, with it the command is marked expired
 //! once (its age restarts) and `timeout_work` tells the owner to act (cold path).
 
@@ -17,21 +18,22 @@ impl Queue {
     /// `out.len()`. Returns how many were written.
     pub(crate) fn expired_unaborted(&self, out: &mut [u16]) -> usize {
         let mut n = 0;
-        for (cid, s) in self.slots.iter().enumerate() {
+        for tag in self.tags.iter_in_use() {
             if n == out.len() {
                 break;
             }
-            if s.busy && s.expired && !s.abort_sent {
-                out[n] = cid as u16;
+            let s = self.tags.get(tag);
+            if s.expired && !s.abort_sent {
+                out[n] = tag.cid();
                 n += 1;
             }
         }
         n
     }
 
-    /// Notes that the Abort of `cid` went out.
+    /// Notes that the Abort of `cid` went out (nothing if `cid` is no longer in flight).
     pub(crate) fn mark_abort_sent(&mut self, cid: u16) {
-        if let Some(s) = self.slots.get_mut(usize::from(cid)) {
+        if let Some((_, s)) = self.tags.lookup_mut(cid) {
             s.abort_sent = true;
         }
     }
@@ -40,9 +42,10 @@ impl Queue {
     /// Abort was declined, failed or not answered).
     pub(crate) fn expired_overdue(&self) -> bool {
         let epoch = self.epoch;
-        self.slots
-            .iter()
-            .any(|s| s.busy && s.expired && epoch.wrapping_sub(s.epoch) >= TIMEOUT_EPOCHS)
+        self.tags.iter_in_use().any(|tag| {
+            let s = self.tags.get(tag);
+            s.expired && epoch.wrapping_sub(s.epoch) >= TIMEOUT_EPOCHS
+        })
     }
 
     /// Fails the queue because commands timed out: those complete with `Error::Timeout`,
@@ -50,17 +53,19 @@ impl Queue {
     pub(crate) fn fail_timed_out(&mut self) {
         let timeout = self.timeout;
         let epoch = self.epoch;
-        for cid in 0..self.slots.len() as u16 {
-            let s = &self.slots[usize::from(cid)];
-            if s.busy && (s.expired || epoch.wrapping_sub(s.epoch) >= TIMEOUT_EPOCHS) {
+        let live = self.take_live();
+        for &tag in &live {
+            let s = self.tags.get(tag);
+            if s.expired || epoch.wrapping_sub(s.epoch) >= TIMEOUT_EPOCHS {
                 let e = Error::Timeout {
                     command: command_name(s.opcode),
-                    cid,
+                    cid: tag.cid(),
                     timeout,
                 };
-                self.finish(cid, Err(e));
+                self.finish(tag, Err(e));
             }
         }
+        self.put_live(live);
         self.fail(TcpError::ClosedAfterTimeout {
             addr: self.addr,
             qid: self.qid,
@@ -70,7 +75,7 @@ impl Queue {
     /// Advances the epoch when its time is up and fails the queue if a command is older
     /// than its timeout.
     pub(crate) fn check_clock(&mut self) {
-        if self.in_flight == 0 || self.failed.is_some() {
+        if self.in_flight() == 0 || self.failed.is_some() {
             self.epoch_started = Instant::now();
             return;
         }
@@ -83,9 +88,9 @@ impl Queue {
         let epoch = self.epoch;
         if !self.abort_on_timeout {
             if self
-                .slots
-                .iter()
-                .any(|s| s.busy && epoch.wrapping_sub(s.epoch) >= TIMEOUT_EPOCHS)
+                .tags
+                .iter_in_use()
+                .any(|tag| epoch.wrapping_sub(self.tags.get(tag).epoch) >= TIMEOUT_EPOCHS)
             {
                 self.fail_timed_out();
             }
@@ -93,9 +98,10 @@ impl Queue {
         }
         // Abort policy: a command past its timeout is marked expired (its age restarts, so
         // that a further timeout later it is overdue); the owner sends the Abort.
-        for cid in 0..self.slots.len() {
-            let s = &mut self.slots[cid];
-            if !s.busy || epoch.wrapping_sub(s.epoch) < TIMEOUT_EPOCHS {
+        let live = self.take_live();
+        for &tag in &live {
+            let s = self.tags.get_mut(tag);
+            if epoch.wrapping_sub(s.epoch) < TIMEOUT_EPOCHS {
                 continue;
             }
             self.timeout_work = true;
@@ -104,19 +110,20 @@ impl Queue {
                 s.abort_sent = false;
                 s.epoch = epoch;
                 log::error!(
-                    "{} queue {}: {} (cid {cid:#x}) timed out after {:?}",
+                    "{} queue {}: {} (cid {:#x}) timed out after {:?}",
                     self.controller,
                     self.qid,
                     command_name(s.opcode),
+                    tag.cid(),
                     self.timeout
                 );
             }
         }
-        if self
-            .slots
-            .iter()
-            .any(|s| s.busy && s.expired && !s.abort_sent)
-        {
+        self.put_live(live);
+        if self.tags.iter_in_use().any(|tag| {
+            let s = self.tags.get(tag);
+            s.expired && !s.abort_sent
+        }) {
             self.timeout_work = true;
         }
     }
