@@ -101,6 +101,17 @@ impl Slab {
         self.slots.take(index);
     }
 
+    /// Frees slot `index`, which is `Done`, and returns its completion with the space waiters
+    /// to wake once the borrow ends (the freed slot is space).
+    fn collect(&mut self, index: u32) -> (Completion, Vec<Waker>) {
+        let Some(SlotState::Done(c)) = self.slots.take(index) else {
+            unreachable!("request slot {index} collected while not done")
+        };
+        let mut wake = std::mem::take(&mut self.wake_buf);
+        self.take_space_waiters(&mut wake);
+        (c, wake)
+    }
+
     /// Moves the space waiters into `wake` (they are woken after the borrow ends).
     fn take_space_waiters(&mut self, wake: &mut Vec<Waker>) {
         if !self.space_waiters.is_empty() {
@@ -573,11 +584,7 @@ impl<'a, Q: IoQueue> Request<'a, Q> {
                 Poll::Pending
             }
             Some(SlotState::Done(_)) => {
-                let Some(SlotState::Done(c)) = r.slots.take(index) else {
-                    unreachable!("matched above")
-                };
-                let mut wake = std::mem::take(&mut r.wake_buf);
-                r.take_space_waiters(&mut wake);
+                let (c, wake) = r.collect(index);
                 drop(guard);
                 wake_all(&self.aqp.inner, wake);
                 Poll::Ready(match c.result {
@@ -617,11 +624,7 @@ impl<Q: IoQueue> Drop for Request<'_, Q> {
                 r.stats.abandoned += 1;
             }
             Some(SlotState::Done(_)) => {
-                let Some(SlotState::Done(c)) = r.slots.take(index) else {
-                    unreachable!("matched above")
-                };
-                let mut wake = std::mem::take(&mut r.wake_buf);
-                r.take_space_waiters(&mut wake);
+                let (c, wake) = r.collect(index);
                 drop(guard);
                 drop(c);
                 wake_all(&self.aqp.inner, wake);
