@@ -374,6 +374,7 @@ fn context_slab(c: &mut Criterion) {
     g.bench_function("slab", |b| {
         b.iter(|| {
             let old = slab.take(black_box(ring[pos])).unwrap();
+            black_box((old.cb, old.buf));
             ring[pos] = slab.try_insert(ctx(old.arg + 1)).unwrap();
             pos = (pos + 1) % OUTSTANDING;
         })
@@ -385,6 +386,7 @@ fn context_slab(c: &mut Criterion) {
     g.bench_function("vec_free_list", |b| {
         b.iter(|| {
             let old = table.take(black_box(ring[pos])).unwrap();
+            black_box((old.cb, old.buf));
             ring[pos] = table.insert(ctx(old.arg + 1));
             pos = (pos + 1) % OUTSTANDING;
         })
