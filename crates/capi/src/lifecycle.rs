@@ -18,7 +18,7 @@ impl nvme_qpair {
     pub(crate) fn drain(&mut self) -> usize {
         let start = Instant::now();
         loop {
-            let outstanding = self.requests.len() - self.free.len() - self.pending.len();
+            let outstanding = self.requests.len() - self.pending.len();
             if outstanding == 0 || start.elapsed() >= DESTROY_DRAIN_LIMIT {
                 return outstanding;
             }

@@ -65,8 +65,10 @@ pub unsafe extern "C" fn nvme_qpair_poll(qpair: *mut nvme_qpair, max_completions
                 let Some(p) = q.pending.pop_front() else {
                     break;
                 };
-                let request = q.requests[p.request as usize];
-                q.free.push(p.request);
+                let Some(request) = q.requests.take(p.request) else {
+                    // Cannot happen: a pending entry's request stays in the table until here.
+                    continue;
+                };
                 if !request.buf.is_null() {
                     // SAFETY: the buffer handle is live and in flight on this queue pair,
                     // which this thread owns.
@@ -99,7 +101,7 @@ pub unsafe extern "C" fn nvme_qpair_outstanding(qpair: *const nvme_qpair) -> u32
     }
     // SAFETY: `qpair` is a live handle owned by this thread (caller contract).
     let q = unsafe { &*qpair };
-    (q.requests.len() - q.free.len()) as u32
+    q.requests.len() as u32
 }
 
 #[inline(always)]

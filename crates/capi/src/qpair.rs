@@ -1,9 +1,9 @@
 //! Queue pair handles: `struct nvme_qpair` with its request table, the C types a request
 //! completes with (`nvme_cpl_status`, `nvme_cb_fn`), creation and destruction.
 //!
-//! INVARIANT: each request index is in `free` or names an outstanding [`Request`] (on the
-//! device, or reaped into `pending`); the driver's user data of its command is that index, so
-//! a completion finds its request without a search.
+//! INVARIANT: each occupied entry of the `requests` slab is an outstanding [`Request`] (on the
+//! device, or reaped into `pending`); the driver's user data of its command is that entry's
+//! index, so a completion finds its request without a search.
 
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nvme_driver::{Completion, DmaBuffer, Namespace, QueuePairOptions};
+use nvme_pool::Slab;
 
 use crate::boundary::{fail, fail_with, guard};
 use crate::buffer::{nvme_buf, restore, BufState};
@@ -86,10 +87,10 @@ impl Pending {
     /// The pending entry for completion `c` of one of `requests` (its C status built now; an
     /// out-of-range request index, which the driver's user data never holds, gets no buffer).
     #[inline(always)]
-    pub(crate) fn reaped(requests: &[Request], c: Completion) -> Pending {
+    pub(crate) fn reaped(requests: &Slab<Request>, c: Completion) -> Pending {
         let request = c.user_data as u32;
         let buf = requests
-            .get(request as usize)
+            .get(request)
             .map_or(std::ptr::null_mut(), |r| r.buf);
         Pending {
             request,
@@ -105,8 +106,10 @@ pub struct nvme_qpair {
     // Field order is drop order: the queue pair is deleted while the controller lives.
     pub(crate) qp: Pair,
     pub(crate) namespaces: Vec<Namespace>,
-    pub(crate) requests: Vec<Request>,
-    pub(crate) free: Vec<u32>,
+    /// Outstanding requests, indexed by their commands' user data. Sized to the ring; it
+    /// grows past that (`Slab::insert`) when completions reaped but not yet delivered
+    /// (`pending`, kept across polls by `max_completions`) hold entries while callbacks submit.
+    pub(crate) requests: Slab<Request>,
     pub(crate) pending: VecDeque<Pending>,
     pub(crate) ranges: Vec<(u64, u32)>,
     /// Inside `nvme_qpair_poll` (callbacks may submit, but not poll or destroy).
@@ -149,8 +152,7 @@ pub unsafe extern "C" fn nvme_qpair_create(
                 let handle = Box::new(nvme_qpair {
                     qp,
                     namespaces: shared.ctrl.namespaces().to_vec(),
-                    requests: Vec::with_capacity(slots),
-                    free: Vec::with_capacity(slots),
+                    requests: Slab::new(slots),
                     pending: VecDeque::with_capacity(slots),
                     ranges: Vec::new(),
                     polling: false,
@@ -204,29 +206,26 @@ pub unsafe extern "C" fn nvme_qpair_destroy(qpair: *mut nvme_qpair) -> c_int {
         }
         let nvme_qpair {
             qp,
-            requests,
-            free,
+            mut requests,
             mut pending,
             shared,
             ..
         } = *handle;
         // Deletes the queues: afterwards the device reaches no buffer of this pair.
         drop(qp);
-        let mut outstanding = vec![true; requests.len()];
-        for &i in &free {
-            outstanding[i as usize] = false;
-        }
         for p in pending.drain(..) {
-            outstanding[p.request as usize] = false;
-            let buf = requests[p.request as usize].buf;
-            if !buf.is_null() {
+            let Some(request) = requests.take(p.request) else {
+                continue;
+            };
+            if !request.buf.is_null() {
                 // SAFETY: the request's buffer handle is live (caller contract) and this
                 // thread owns it while it is in flight.
-                unsafe { restore(buf, p.buffer) };
+                unsafe { restore(request.buf, p.buffer) };
             }
         }
-        for (i, r) in requests.iter().enumerate() {
-            if outstanding[i] && !r.buf.is_null() {
+        // The requests left are those still on the device.
+        for (_, r) in requests.iter() {
+            if !r.buf.is_null() {
                 // SAFETY: as above.
                 unsafe { (*r.buf).state = BufState::Detached };
             }
@@ -253,16 +252,9 @@ impl nvme_qpair {
         }
     }
 
+    /// Stores `request` and returns its index, the user data of its command(s); given back
+    /// with `self.requests.take(index)` when its submission fails.
     pub(crate) fn alloc_request(&mut self, request: Request) -> u32 {
-        match self.free.pop() {
-            Some(i) => {
-                self.requests[i as usize] = request;
-                i
-            }
-            None => {
-                self.requests.push(request);
-                (self.requests.len() - 1) as u32
-            }
-        }
+        self.requests.insert(request)
     }
 }

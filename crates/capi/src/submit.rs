@@ -98,7 +98,7 @@ unsafe fn submit_data(
         match result {
             Ok(()) => NVME_OK,
             Err(IoFailure { error, buffer }) => {
-                q.free.push(index);
+                q.requests.take(index);
                 handle.state = match buffer {
                     Some(b) => BufState::Idle(b),
                     None => BufState::Detached,
@@ -224,7 +224,7 @@ unsafe fn submit_no_data(
         match submit(q, &ns, u64::from(index)) {
             Ok(()) => NVME_OK,
             Err(e) => {
-                q.free.push(index);
+                q.requests.take(index);
                 fail(error_code(&e), format!("{what}: {e}"))
             }
         }

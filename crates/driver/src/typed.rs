@@ -2,12 +2,12 @@
 //! type `C` (a request struct, a `oneshot` sender, a `Box` the caller already owns...) from
 //! submission to completion, so callers keep no table of their own keyed by the `u64`.
 //!
-//! How: the pair owns a slab of `Option<C>` sized when it is made (ring capacity + software
-//! queue), with a free list of indices. A submission parks the context in a free entry and
-//! hands its index to the [`QueuePair`] as the request's `u64`; the completion takes it back
-//! out. No allocation per request (the slab grows only if more requests are outstanding than
-//! it was sized for, which the ring and software queue bounds rule out), no hashing, and the
-//! `u64` path of [`QueuePair`] is untouched (no cost for callers who do not use this).
+//! How: the pair owns an [`nvme_pool::Slab`] of contexts sized when it is made (ring capacity +
+//! software queue). A submission parks the context in a vacant entry and hands its index to the
+//! [`QueuePair`] as the request's `u64`; the completion takes it back out. No allocation per
+//! request (the slab grows, by [`Slab::insert`], only if more requests are outstanding than it
+//! was sized for, which the ring and software queue bounds rule out), no hashing, and the `u64`
+//! path of [`QueuePair`] is untouched (no cost for callers who do not use this).
 //!
 //! A refused submission gives the context back with the error ([`TypedFailure`]). The raw
 //! [`QueuePair`] is not exposed mutably: a request submitted on it directly would carry an
@@ -15,6 +15,7 @@
 
 use crate::{Completion, Controller, DmaBuffer, Error, IoFailure, Namespace, QueuePair};
 use crate::{QueuePairOptions, QueuePairStats, Result, WriteFlags};
+use nvme_pool::Slab;
 
 /// A finished request with its typed context.
 #[derive(Debug)]
@@ -45,9 +46,7 @@ pub struct TypedFailure<C> {
 pub struct TypedQueuePair<C> {
     qp: QueuePair,
     /// Contexts of requests not yet delivered, indexed by the `u64` given to `qp`.
-    contexts: Vec<Option<C>>,
-    /// Indices of empty entries of `contexts`.
-    free: Vec<u32>,
+    contexts: Slab<C>,
 }
 
 impl<C> std::fmt::Debug for TypedQueuePair<C> {
@@ -68,8 +67,7 @@ impl<C> TypedQueuePair<C> {
         let n = qp.capacity() as usize + software_queue;
         Ok(Self {
             qp,
-            contexts: (0..n).map(|_| None).collect(),
-            free: (0..n as u32).rev().collect(),
+            contexts: Slab::new(n),
         })
     }
 
@@ -85,7 +83,7 @@ impl<C> TypedQueuePair<C> {
 
     /// Requests submitted whose completion has not been delivered yet.
     pub fn outstanding(&self) -> usize {
-        self.contexts.len() - self.free.len()
+        self.contexts.len()
     }
 
     /// Batches the next `n` submissions behind one doorbell (see [`QueuePair::plug`]).
@@ -100,26 +98,14 @@ impl<C> TypedQueuePair<C> {
 
     #[inline]
     fn park(&mut self, context: C) -> u64 {
-        let index = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                // More outstanding than the ring and software queue allow: cannot happen,
-                // but stay correct (one allocation) rather than fail.
-                self.contexts.push(None);
-                (self.contexts.len() - 1) as u32
-            }
-        };
-        self.contexts[index as usize] = Some(context);
-        u64::from(index)
+        // More outstanding than the ring and software queue allow cannot happen; `insert`
+        // stays correct then (one allocation) rather than fail.
+        u64::from(self.contexts.insert(context))
     }
 
     #[inline]
     fn unpark(&mut self, index: u64) -> C {
-        let context = self.contexts[index as usize]
-            .take()
-            .expect("a completion for a request this pair submitted");
-        self.free.push(index as u32);
-        context
+        take_context(&mut self.contexts, index)
     }
 
     #[inline]
@@ -219,12 +205,9 @@ impl<C> TypedQueuePair<C> {
     /// and its context. Returns the number of requests finished.
     #[inline]
     pub fn poll<F: FnMut(TypedCompletion<C>)>(&mut self, mut f: F) -> usize {
-        let Self { qp, contexts, free } = self;
+        let Self { qp, contexts } = self;
         qp.poll(|c: Completion| {
-            let context = contexts[c.user_data as usize]
-                .take()
-                .expect("a completion for a request this pair submitted");
-            free.push(c.user_data as u32);
+            let context = take_context(contexts, c.user_data);
             f(TypedCompletion {
                 context,
                 result: c.result,
@@ -256,4 +239,13 @@ impl<C> TypedQueuePair<C> {
     ) -> std::result::Result<DmaBuffer, IoFailure> {
         self.qp.write(ns, lba, blocks, buf, flags)
     }
+}
+
+/// The context of request `index` (a `u64` this pair handed out), taken out of `contexts`.
+#[inline]
+fn take_context<C>(contexts: &mut Slab<C>, index: u64) -> C {
+    u32::try_from(index)
+        .ok()
+        .and_then(|i| contexts.take(i))
+        .expect("a completion for a request this pair submitted")
 }

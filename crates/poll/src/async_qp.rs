@@ -4,9 +4,10 @@
 //! [`AsyncQueuePair::poll_completions`] (the reactor step, called by whatever drives the
 //! executor) reaps the completion queue, stores each result in its slot and wakes the future.
 //!
-//! Slots form a slab preallocated to the queue's capacity: a slot is named by the command's
-//! `user_data`, `generation << 32 | index`, so submitting and completing an I/O allocates
-//! nothing, and a completion can only reach the request that issued it.
+//! Slots form an [`nvme_pool::Slab`] preallocated to the queue's capacity: a slot is named by
+//! the command's `user_data`, `generation << 32 | index` (the slab's index and the entry's
+//! generation), so submitting and completing an I/O allocates nothing, and a completion can
+//! only reach the request that issued it.
 //!
 //! Dropping a future whose command is in flight is safe and leaks nothing: the `DmaBuffer`
 //! was moved into the driver's request at submission and stays there (the controller may
@@ -15,8 +16,8 @@
 //! with the memory by then) and returns the slot to the free list. If the queue pair itself is
 //! dropped first, the driver deletes the queues before freeing in-flight buffers.
 //!
-//! INVARIANT: a slot is `Free` exactly when its index is on `free`; a slot in any other state
-//! belongs to exactly one `Request` (or, once `Abandoned`, to the pending completion).
+//! INVARIANT: an occupied slot of the slab belongs to exactly one `Request` (or, once
+//! `Abandoned`, to the pending completion); a vacant one to nobody.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -30,6 +31,7 @@ use thiserror::Error as ThisError;
 use nvme_driver::{
     Completion, DmaBuffer, Error, IoFailure, IoQueue, Namespace, QueuePair, WriteFlags,
 };
+use nvme_pool::Slab as SlotTable;
 
 /// Bits of `user_data` holding the slot index (the generation takes the upper bits).
 const INDEX_BITS: u32 = 32;
@@ -39,9 +41,9 @@ fn user_data(index: u32, generation: u32) -> u64 {
     (u64::from(generation) << INDEX_BITS) | u64::from(index)
 }
 
-fn split_user_data(user_data: u64) -> (usize, u32) {
+fn split_user_data(user_data: u64) -> (u32, u32) {
     (
-        (user_data & INDEX_MASK) as usize,
+        (user_data & INDEX_MASK) as u32,
         (user_data >> INDEX_BITS) as u32,
     )
 }
@@ -63,19 +65,14 @@ pub struct AsyncStats {
     pub reactor_polls: u64,
 }
 
+/// An occupied request slot (a vacant one is a vacant entry of the slab).
 enum SlotState {
-    Free,
     /// Submitted; the waker of the future that waits for it.
     InFlight(Option<Waker>),
     /// Completed; the future has not collected the result yet.
     Done(Completion),
     /// The future was dropped while the command was in flight.
     Abandoned,
-}
-
-struct Slot {
-    generation: u32,
-    state: SlotState,
 }
 
 struct Reactor<Q> {
@@ -86,8 +83,8 @@ struct Reactor<Q> {
 /// The request slots and everything else the completion path updates (apart from the pair,
 /// so both can be borrowed at once inside `IoQueue::poll`).
 struct Slab {
-    slots: Vec<Slot>,
-    free: Vec<u32>,
+    /// The request slots; a slot's generation is its slab entry's.
+    slots: SlotTable<SlotState>,
     /// Futures that found no free slot or a full queue; woken when space may have appeared.
     space_waiters: VecDeque<Waker>,
     /// Incremented each time `space_waiters` is emptied; a future remembers the round it
@@ -99,11 +96,20 @@ struct Slab {
 }
 
 impl Slab {
-    fn release(&mut self, index: usize) {
-        let slot = &mut self.slots[index];
-        slot.state = SlotState::Free;
-        slot.generation = slot.generation.wrapping_add(1);
-        self.free.push(index as u32);
+    /// Frees slot `index` (its generation advances).
+    fn release(&mut self, index: u32) {
+        self.slots.take(index);
+    }
+
+    /// Frees slot `index`, which is `Done`, and returns its completion with the space waiters
+    /// to wake once the borrow ends (the freed slot is space).
+    fn collect(&mut self, index: u32) -> (Completion, Vec<Waker>) {
+        let Some(SlotState::Done(c)) = self.slots.take(index) else {
+            unreachable!("request slot {index} collected while not done")
+        };
+        let mut wake = std::mem::take(&mut self.wake_buf);
+        self.take_space_waiters(&mut wake);
+        (c, wake)
     }
 
     /// Moves the space waiters into `wake` (they are woken after the borrow ends).
@@ -127,7 +133,7 @@ impl Slab {
     /// Routes one completion to its slot (called from inside `IoQueue::poll`).
     fn deliver(&mut self, qid: u16, c: Completion, wake: &mut Vec<Waker>) {
         let (index, generation) = split_user_data(c.user_data);
-        let Some(slot) = self.slots.get_mut(index) else {
+        let Some(slot_generation) = self.slots.generation(index) else {
             log::error!(
                 "queue {}: completion with user data {:#x} names no request slot; dropped",
                 qid,
@@ -135,29 +141,30 @@ impl Slab {
             );
             return;
         };
-        if slot.generation != generation {
+        if slot_generation != generation {
             log::error!(
                 "queue {}: completion for slot {index} generation {generation}, but the slot is \
                  at generation {}; dropped",
                 qid,
-                slot.generation
+                slot_generation
             );
             return;
         }
-        match std::mem::replace(&mut slot.state, SlotState::Free) {
-            SlotState::InFlight(waker) => {
-                slot.state = SlotState::Done(c);
+        match self.slots.get_mut(index) {
+            Some(slot @ SlotState::InFlight(_)) => {
+                let SlotState::InFlight(waker) = std::mem::replace(slot, SlotState::Done(c)) else {
+                    unreachable!("matched above")
+                };
                 self.stats.completed += 1;
                 wake.extend(waker);
             }
-            SlotState::Abandoned => {
+            Some(SlotState::Abandoned) => {
                 // The controller is done with the buffer: it is freed with `c`, here.
                 self.stats.abandoned_reaped += 1;
                 self.release(index);
                 drop(c);
             }
-            other => {
-                slot.state = other;
+            Some(SlotState::Done(_)) | None => {
                 log::error!(
                     "queue {}: completion for request slot {index}, which is not in flight; dropped",
                     qid
@@ -250,20 +257,11 @@ impl<Q: IoQueue> AsyncQueuePair<Q> {
             });
         }
         let capacity = usize::from(qp.capacity());
-        let slots = (0..capacity)
-            .map(|_| Slot {
-                generation: 0,
-                state: SlotState::Free,
-            })
-            .collect();
-        // Popped from the end: lowest index first.
-        let free = (0..capacity as u32).rev().collect();
         Ok(Self {
             inner: Rc::new(RefCell::new(Reactor {
                 qp,
                 slab: Slab {
-                    slots,
-                    free,
+                    slots: SlotTable::new(capacity),
                     space_waiters: VecDeque::with_capacity(capacity),
                     space_round: 0,
                     wake_buf: Vec::with_capacity(2 * capacity),
@@ -359,7 +357,7 @@ impl<Q: IoQueue> AsyncQueuePair<Q> {
 
     /// Most requests in flight at once (the queue pair's capacity, and the slab's size).
     pub fn capacity(&self) -> usize {
-        self.inner.borrow().slab.slots.len()
+        self.inner.borrow().slab.slots.capacity()
     }
 
     /// Commands the driver has in flight (abandoned ones included).
@@ -369,8 +367,7 @@ impl<Q: IoQueue> AsyncQueuePair<Q> {
 
     /// Request slots not free: in flight, abandoned, or completed but not yet collected.
     pub fn slots_in_use(&self) -> usize {
-        let slab = &self.inner.borrow().slab;
-        slab.slots.len() - slab.free.len()
+        self.inner.borrow().slab.slots.len()
     }
 
     /// Counters of this layer.
@@ -532,21 +529,24 @@ impl<'a, Q: IoQueue> Request<'a, Q> {
     fn submit(&mut self, op: Op<'a>, ticket: Option<u64>, cx: &Context<'_>) -> Poll<RequestOutput> {
         let mut guard = self.aqp.inner.borrow_mut();
         let Reactor { qp, slab: r } = &mut *guard;
-        let Some(index) = r.free.pop() else {
+        let Ok(index) = r.slots.try_insert(SlotState::InFlight(None)) else {
             let ticket = r.wait_for_space(ticket, cx);
             self.state = RequestState::Unsubmitted { op, ticket };
             return Poll::Pending;
         };
-        let generation = r.slots[index as usize].generation;
+        let generation = r.slots.generation(index).expect("an occupied slot");
         match op.submit(qp, user_data(index, generation)) {
             Ok(()) => {
-                r.slots[index as usize].state = SlotState::InFlight(Some(cx.waker().clone()));
+                if let Some(slot) = r.slots.get_mut(index) {
+                    *slot = SlotState::InFlight(Some(cx.waker().clone()));
+                }
                 r.stats.submitted += 1;
                 self.state = RequestState::Submitted { index, generation };
                 Poll::Pending
             }
             Err(rejected) => {
-                r.free.push(index);
+                // Nothing was submitted under this generation (the next one is used next).
+                r.release(index);
                 match rejected {
                     Rejected::Full(op, error) if qp.in_flight() == 0 => {
                         // Nothing in flight will free space: waiting would never end.
@@ -569,25 +569,22 @@ impl<'a, Q: IoQueue> Request<'a, Q> {
     fn check(&mut self, index: u32, generation: u32, cx: &Context<'_>) -> Poll<RequestOutput> {
         let mut guard = self.aqp.inner.borrow_mut();
         let r = &mut guard.slab;
-        let slot = &mut r.slots[index as usize];
         debug_assert_eq!(
-            slot.generation, generation,
+            r.slots.generation(index),
+            Some(generation),
             "request slot reused while owned"
         );
-        match std::mem::replace(&mut slot.state, SlotState::Free) {
-            SlotState::InFlight(mut waker) => {
-                match &waker {
+        match r.slots.get_mut(index) {
+            Some(SlotState::InFlight(waker)) => {
+                match waker {
                     Some(w) if w.will_wake(cx.waker()) => {}
-                    _ => waker = Some(cx.waker().clone()),
+                    _ => *waker = Some(cx.waker().clone()),
                 }
-                slot.state = SlotState::InFlight(waker);
                 self.state = RequestState::Submitted { index, generation };
                 Poll::Pending
             }
-            SlotState::Done(c) => {
-                r.release(index as usize);
-                let mut wake = std::mem::take(&mut r.wake_buf);
-                r.take_space_waiters(&mut wake);
+            Some(SlotState::Done(_)) => {
+                let (c, wake) = r.collect(index);
                 drop(guard);
                 wake_all(&self.aqp.inner, wake);
                 Poll::Ready(match c.result {
@@ -598,7 +595,7 @@ impl<'a, Q: IoQueue> Request<'a, Q> {
                     }),
                 })
             }
-            SlotState::Free | SlotState::Abandoned => {
+            None | Some(SlotState::Abandoned) => {
                 unreachable!("request slot {index} owned by a live future is free or abandoned")
             }
         }
@@ -620,21 +617,19 @@ impl<Q: IoQueue> Drop for Request<'_, Q> {
             return;
         };
         let r = &mut guard.slab;
-        let slot = &mut r.slots[index as usize];
-        match std::mem::replace(&mut slot.state, SlotState::Abandoned) {
-            SlotState::InFlight(_) => {
+        match r.slots.get_mut(index) {
+            Some(slot @ SlotState::InFlight(_)) => {
                 // INVARIANT: the driver still owns the buffer; `deliver` frees it later.
+                *slot = SlotState::Abandoned;
                 r.stats.abandoned += 1;
             }
-            SlotState::Done(c) => {
-                r.release(index as usize);
-                let mut wake = std::mem::take(&mut r.wake_buf);
-                r.take_space_waiters(&mut wake);
+            Some(SlotState::Done(_)) => {
+                let (c, wake) = r.collect(index);
                 drop(guard);
                 drop(c);
                 wake_all(&self.aqp.inner, wake);
             }
-            SlotState::Free | SlotState::Abandoned => {
+            None | Some(SlotState::Abandoned) => {
                 unreachable!("request slot {index} owned by a live future is free or abandoned")
             }
         }
@@ -648,7 +643,7 @@ mod tests {
     #[test]
     fn user_data_round_trips_index_and_generation() {
         for &(i, g) in &[(0u32, 0u32), (5, 1), (1023, u32::MAX), (u32::MAX, 7)] {
-            assert_eq!(split_user_data(user_data(i, g)), (i as usize, g));
+            assert_eq!(split_user_data(user_data(i, g)), (i, g));
         }
         assert_ne!(user_data(1, 2), user_data(2, 1));
     }

@@ -9,6 +9,9 @@
 //! * `recycle`: setting only the used fields of a recycled object vs. zeroing it first.
 //! * `batch32`: a plug of 32 then 32 allocations vs. 32 single allocations vs. `alloc_many`.
 //! * `cross_core_free`: objects allocated on one thread and freed on another, per object.
+//! * `context_slab`: one take and one insert of a per-request context (the C API's three-word
+//!   request) with 128 outstanding, for `Slab` and for the `Vec<Option<T>>` + `Vec<u32>` free
+//!   list the typed pair, the async pair and the C API each had before (issue 20).
 
 use std::hint::black_box;
 use std::sync::mpsc;
@@ -17,7 +20,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use nvme_pool::{CacheConfig, ObjectCache, Tag, TagSet};
+use nvme_pool::{CacheConfig, ObjectCache, Slab, Tag, TagSet};
 
 /// Size of the request object the issue asks to measure.
 const REQUEST_BYTES: usize = 256;
@@ -314,5 +317,89 @@ fn cross_core_free(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, alloc_free_pair, recycle, batch32, cross_core_free);
+/// The C API's per-request context: callback, argument, buffer handle.
+#[derive(Clone, Copy, Debug)]
+struct Context {
+    cb: Option<fn(usize)>,
+    arg: usize,
+    buf: usize,
+}
+
+/// Requests outstanding in `context_slab` (a QD 128 loop), out of `DEPTH` entries.
+const OUTSTANDING: usize = 128;
+
+/// The table each layer kept before `Slab`: contexts by index plus a stack of free indices.
+struct VecFreeList {
+    contexts: Vec<Option<Context>>,
+    free: Vec<u32>,
+}
+
+impl VecFreeList {
+    fn new(n: usize) -> Self {
+        Self {
+            contexts: (0..n).map(|_| None).collect(),
+            free: (0..n as u32).rev().collect(),
+        }
+    }
+
+    #[inline]
+    fn insert(&mut self, c: Context) -> u32 {
+        let i = self.free.pop().expect("room");
+        self.contexts[i as usize] = Some(c);
+        i
+    }
+
+    #[inline]
+    fn take(&mut self, i: u32) -> Option<Context> {
+        let c = self.contexts.get_mut(i as usize)?.take()?;
+        self.free.push(i);
+        Some(c)
+    }
+}
+
+fn context_slab(c: &mut Criterion) {
+    let mut g = c.benchmark_group("context_slab");
+    g.throughput(Throughput::Elements(1));
+    let ctx = |i: usize| Context {
+        cb: None,
+        arg: i,
+        buf: i ^ 0x55,
+    };
+
+    let mut slab = Slab::new(usize::from(DEPTH));
+    let mut ring: Vec<u32> = (0..OUTSTANDING)
+        .map(|i| slab.try_insert(ctx(i)).unwrap())
+        .collect();
+    let mut pos = 0;
+    g.bench_function("slab", |b| {
+        b.iter(|| {
+            let old = slab.take(black_box(ring[pos])).unwrap();
+            black_box((old.cb, old.buf));
+            ring[pos] = slab.try_insert(ctx(old.arg + 1)).unwrap();
+            pos = (pos + 1) % OUTSTANDING;
+        })
+    });
+
+    let mut table = VecFreeList::new(usize::from(DEPTH));
+    let mut ring: Vec<u32> = (0..OUTSTANDING).map(|i| table.insert(ctx(i))).collect();
+    let mut pos = 0;
+    g.bench_function("vec_free_list", |b| {
+        b.iter(|| {
+            let old = table.take(black_box(ring[pos])).unwrap();
+            black_box((old.cb, old.buf));
+            ring[pos] = table.insert(ctx(old.arg + 1));
+            pos = (pos + 1) % OUTSTANDING;
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    alloc_free_pair,
+    recycle,
+    batch32,
+    cross_core_free,
+    context_slab
+);
 criterion_main!(benches);

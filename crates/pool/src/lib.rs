@@ -1,7 +1,7 @@
 //! Request pool for the NVMe queue-pair driver: the userspace counterpart of Linux's per-CPU bio
 //! allocation cache and of plug-based batched tag allocation.
 //!
-//! Two pieces, both owned by exactly one thread (one core, one queue pair):
+//! Three pieces, each owned by exactly one thread (one core, one queue pair):
 //!
 //! * [`TagSet`] — the request slots of one queue pair. A [`Tag`] names a slot and carries a
 //!   generation, and its [`Tag::cid`] is the NVMe command identifier placed in the SQE, so a
@@ -9,8 +9,12 @@
 //!   the tags of a batch at once; [`TagSet::alloc_many`] takes several all-or-nothing.
 //! * [`ObjectCache`] — a bounded cache of recycled `Box<T>` request objects (at most
 //!   `max + slack` idle; a push past that releases `slack` in one step).
+//! * [`Slab`] — per-request contexts of the layers above a queue pair (typed pair, async pair,
+//!   C API), indexed by the request's user data: fixed capacity, O(1) insert and take, every
+//!   lookup of an untrusted index checked. Plain data with no remote path: the invariants
+//!   below about remote frees concern the first two.
 //!
-//! Invariants shared by both:
+//! Invariants shared by the first two:
 //!
 //! * The owner's fast path (alloc/free, get/put) touches only owner-private memory: no atomics,
 //!   no locks. Both types are `Send` but not `Sync`.
@@ -46,10 +50,12 @@
 
 mod cache;
 mod remote;
+mod slab;
 mod stats;
 mod sync;
 mod tags;
 
 pub use cache::{CacheConfig, ObjectCache, RemoteHandle, DEFAULT_MAX, DEFAULT_SLACK};
+pub use slab::{Slab, MAX_SLAB_CAPACITY};
 pub use stats::{CacheStats, TagStats};
 pub use tags::{Exhausted, RemoteFreer, Tag, TagSet, MAX_DEPTH};
