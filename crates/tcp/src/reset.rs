@@ -24,7 +24,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use nvme_core::{Error, Result};
-use nvme_spec::command;
 use nvme_spec::regs;
 
 use crate::controller::{
@@ -141,22 +140,14 @@ impl Inner {
         let configured = (|| {
             enable(&mut admin)?;
             if self.granted > 0 {
-                let wanted = self.options.io_queues.max(1);
-                let (dw0, _, _) = admin.execute(
-                    command::set_number_of_queues(wanted, wanted),
-                    None,
-                    0,
-                    false,
-                )?;
-                let (sq, cq) = command::number_of_queues_allocated(dw0);
-                if sq.min(cq) < self.granted {
+                let allocated = admin.set_number_of_queues(self.options.io_queues)?;
+                if allocated < self.granted {
                     return Err(Error::Unsupported {
                         controller: self.name.to_string(),
                         what: format!(
                             "after the reset it grants {} I/O queue pairs, fewer than the {} \
                              in use",
-                            sq.min(cq),
-                            self.granted
+                            allocated, self.granted
                         ),
                     });
                 }

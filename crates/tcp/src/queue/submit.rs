@@ -1,0 +1,93 @@
+//! Submission: a command takes a free slot (command id = slot index), gets its SGL (in-capsule
+//! data or transport data by R2T), and its capsule is appended to the send buffer.
+//!
+//! INVARIANT: a refused submission (queue failed, no free slot) gives its buffer back in the
+//! [`IoFailure`] and touches no slot; a busy slot keeps the command exactly as sent, so a
+//! resubmission on a new connection sends it unchanged.
+
+use nvme_core::{DmaBuffer, Error, IoFailure};
+use nvme_spec::tcp::{self, pdu_type, CapsuleCmd, PduFrame};
+use nvme_spec::SubmissionEntry;
+
+use super::Queue;
+use crate::r2t::R2tState;
+
+impl Queue {
+    /// Sends a command capsule. `buffer` holds `len` bytes of data moving in the direction
+    /// `to_device` says (ignored when `len` is 0). On a refusal the buffer comes back.
+    pub(crate) fn submit(
+        &mut self,
+        mut sqe: SubmissionEntry,
+        buffer: Option<DmaBuffer>,
+        len: usize,
+        to_device: bool,
+        user_data: u64,
+        sync: bool,
+    ) -> Result<(), IoFailure> {
+        if let Some(error) = self.closed_error() {
+            return Err(IoFailure { error, buffer });
+        }
+        let Some(cid) = self.free.pop() else {
+            return Err(IoFailure {
+                error: Error::QueueFull {
+                    qid: self.qid,
+                    depth: u32::from(self.capacity()) + 1,
+                },
+                buffer,
+            });
+        };
+        sqe.set_cid(cid);
+        let in_capsule = to_device && len > 0 && len <= self.in_capsule_max;
+        if in_capsule {
+            sqe.set_sgl(tcp::sgl::IN_CAPSULE_DATA, 0, len as u32);
+        } else {
+            sqe.set_sgl(tcp::sgl::TRANSPORT_DATA, 0, len as u32);
+        }
+        let slot = &mut self.slots[usize::from(cid)];
+        slot.busy = true;
+        slot.to_device = to_device;
+        slot.sync = sync;
+        slot.opcode = sqe.opcode();
+        slot.len = if buffer.is_some() { len } else { 0 };
+        slot.received = 0;
+        slot.epoch = self.epoch;
+        slot.user_data = user_data;
+        slot.buffer = buffer;
+        slot.sqe = sqe;
+        slot.expired = false;
+        slot.abort_sent = false;
+        slot.r2t = R2tState::new(if in_capsule { len } else { 0 });
+        self.in_flight += 1;
+        self.encode(cid);
+        if !self.plugged {
+            self.flush_tx();
+        }
+        Ok(())
+    }
+
+    /// Appends the command capsule of busy slot `cid` (its saved command, in-capsule data
+    /// when the command says so) to the send buffer.
+    pub(super) fn encode(&mut self, cid: u16) {
+        let slot = &self.slots[usize::from(cid)];
+        let sqe = slot.sqe;
+        let len = sqe.sgl_len() as usize;
+        let in_capsule = sqe.sgl_id() == tcp::sgl::IN_CAPSULE_DATA && len > 0;
+        let frame = PduFrame::new(
+            CapsuleCmd::SIZE,
+            in_capsule.then_some(len),
+            self.neg.digests(),
+            self.neg.cpda_align,
+        );
+        let pdu = CapsuleCmd {
+            ch: frame.header(pdu_type::CAPSULE_CMD, 0),
+            sqe,
+        };
+        let data =
+            in_capsule.then(|| &slot.buffer.as_ref().expect("in-capsule data has a buffer")[..len]);
+        frame.encode(&mut self.tx, &pdu.to_bytes(), data);
+        if in_capsule {
+            self.stats.in_capsule_writes += 1;
+        }
+        self.stats.commands_submitted += 1;
+    }
+}
