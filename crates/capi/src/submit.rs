@@ -7,7 +7,7 @@
 use std::ffi::{c_int, c_void};
 use std::ptr;
 
-use nvme_driver::command::{Read, Write};
+use nvme_driver::command::{Read, Verify, Write};
 use nvme_driver::spec::queue::DSM_MAX_RANGES;
 use nvme_driver::{IoFailure, Namespace, NvmCommand, WriteFlags};
 
@@ -263,6 +263,37 @@ pub unsafe extern "C" fn nvme_qpair_submit_write_zeroes(
             cb_fn,
             cb_arg,
             |q, ns, ud| q.qp.submit_write_zeroes(ns, lba, blocks, deallocate, ud),
+        )
+    }
+}
+
+/// Queues a Verify of `blocks` (1..=65536) blocks at `lba` of namespace `nsid`: the
+/// controller reads them and checks their integrity; no data moves, so no buffer. On PCIe and
+/// NVMe/TCP alike.
+///
+/// # Safety
+/// `qpair` is NULL or a live handle used only by the calling thread.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_qpair_submit_verify(
+    qpair: *mut nvme_qpair,
+    nsid: u32,
+    lba: u64,
+    blocks: u32,
+    cb_fn: nvme_cb_fn,
+    cb_arg: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        submit_no_data(
+            "nvme_qpair_submit_verify",
+            qpair,
+            nsid,
+            cb_fn,
+            cb_arg,
+            |q, ns, ud| {
+                q.qp.submit(ns, Verify::new(lba, blocks), None, ud)
+                    .map_err(|f| f.error)
+            },
         )
     }
 }

@@ -288,6 +288,52 @@ impl NvmCommand for WriteZeroes {
     }
 }
 
+/// Verify (NVM CS §3.3.5): the controller reads the blocks and checks their integrity
+/// (end-to-end protection where the format has it); no data moves to or from the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a built command does nothing until it is submitted"]
+pub struct Verify {
+    /// The blocks verified.
+    pub range: LbaRange,
+}
+
+impl Verify {
+    /// A verify of `blocks` blocks at `lba`.
+    #[inline(always)]
+    pub const fn new(lba: u64, blocks: u32) -> Self {
+        Self {
+            range: LbaRange::new(lba, blocks),
+        }
+    }
+}
+
+impl NvmCommand for Verify {
+    #[inline(always)]
+    fn opcode(&self) -> NvmOpcode {
+        NvmOpcode::Verify
+    }
+    #[inline(always)]
+    fn range(&self) -> Option<LbaRange> {
+        Some(self.range)
+    }
+    #[inline(always)]
+    fn with_range(self, range: LbaRange) -> Self {
+        Self { range }
+    }
+    #[inline(always)]
+    fn sqe(&self, nsid: u32) -> SubmissionEntry {
+        // CDW12: NLB (0-based) in 15:0; STC, PRINFO, FUA and LR stay clear.
+        let r = self.range;
+        SubmissionEntry {
+            nsid,
+            cdw10: r.lba as u32,
+            cdw11: (r.lba >> 32) as u32,
+            cdw12: r.blocks.wrapping_sub(1) & NLB_MASK,
+            ..SubmissionEntry::new(NvmOpcode::Verify.byte())
+        }
+    }
+}
+
 /// Any command above with its opcode and dwords kept as a built entry: the form a transport
 /// stores a command in when it cannot keep the type (a software queue, a resubmission list).
 #[derive(Clone, Copy, Debug)]
@@ -375,6 +421,10 @@ mod tests {
             erased.with_range(part).sqe(4),
             typed.with_range(part).sqe(4)
         );
+        let v = Verify::new(0x2_0000_0001, 3).sqe(5);
+        assert_eq!(v.opcode(), 0x0C);
+        assert_eq!((command::slba(&v), command::nlb(&v)), (0x2_0000_0001, 3));
+        assert_eq!(Verify::new(0, 1).direction(), DataDirection::None);
         let flush = IoCommand::of(Flush);
         assert_eq!(flush.range(), None);
         assert_eq!(flush.with_range(part).sqe(4), command::flush(4));
