@@ -14,7 +14,7 @@ use nvme_vfio::DmaMapper;
 use proptest::prelude::*;
 
 use crate::fuzzing::{self, Case, Cmd, Op, MAX_LEN};
-use crate::queue::{Negotiated, Queue};
+use crate::queue::{Negotiated, Queue, QueueLimits};
 use crate::r2t::{TX_COMPACT, TX_HIGH_WATER};
 use nvme_core::HostMemory;
 
@@ -202,9 +202,11 @@ fn r2ts_from_a_target_that_never_reads_leave_the_send_buffer_bounded() {
         1,
         Arc::from("bp"),
         neg,
-        WRITES,
-        0,
-        Duration::from_secs(3600),
+        QueueLimits {
+            slots: WRITES,
+            in_capsule_max: 0,
+            timeout: Duration::from_secs(3600),
+        },
     );
     let mapper: Arc<dyn DmaMapper> = Arc::new(HostMemory::new());
     let blocks = (LEN / 512) as u32;
