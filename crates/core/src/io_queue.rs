@@ -9,8 +9,10 @@
 //! forwards (in `nvme-driver`) are `#[inline(always)]`, so the PCIe path through the trait is
 //! the same machine code as calling the `QueuePair` directly.
 //!
-//! Operations only one transport has (PCIe: Compare, Write Zeroes, Deallocate, raw commands,
-//! interrupts; TCP: reconnect, digests) stay inherent methods of the concrete types.
+//! Any typed NVM command ([`crate::command`]) goes through [`IoQueue::submit`] /
+//! [`IoQueue::execute`] on either transport; the `submit_read`/`read`/... methods are
+//! shorthands. Operations only one transport has (PCIe: Deallocate, raw commands, interrupts;
+//! TCP: reconnect, digests) stay inherent methods of the concrete types.
 
 use nvme_vfio::DmaBuffer;
 
