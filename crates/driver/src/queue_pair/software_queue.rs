@@ -71,7 +71,7 @@ impl QueuePair {
         while let Some(q) = self.queued.pop_front() {
             let plugged = self.plugged;
             self.plugged = true;
-            let r = self.submit_cmd(&q.ns, q.cmd, Some(q.buffer), q.user_data);
+            let r = self.submit_data_cmd(&q.ns, q.cmd, q.buffer, q.user_data);
             self.plugged = plugged;
             match r {
                 Ok(_) => submitted = true,

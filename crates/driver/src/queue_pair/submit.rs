@@ -98,7 +98,9 @@ impl QueuePair {
         buf: DmaBuffer,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        self.submit(ns, Read::new(lba, blocks), Some(buf), user_data)
+        let cmd = Read::new(lba, blocks);
+        let r = self.submit_data_cmd(ns, cmd, buf, user_data);
+        self.queue_if_full(r, ns, cmd, user_data)
     }
 
     /// Queues a write of `blocks` blocks at `lba` from `buf`; [`WriteFlags::FUA`] forces the
@@ -114,7 +116,8 @@ impl QueuePair {
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
         let cmd = Write::new(lba, blocks).flags(flags);
-        self.submit(ns, cmd, Some(buf), user_data)
+        let r = self.submit_data_cmd(ns, cmd, buf, user_data);
+        self.queue_if_full(r, ns, cmd, user_data)
     }
 
     /// Queues a Compare of `blocks` blocks at `lba` with `buf`; a mismatch completes with the
@@ -128,7 +131,9 @@ impl QueuePair {
         buf: DmaBuffer,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        self.submit(ns, Compare::new(lba, blocks), Some(buf), user_data)
+        let cmd = Compare::new(lba, blocks);
+        let r = self.submit_data_cmd(ns, cmd, buf, user_data);
+        self.queue_if_full(r, ns, cmd, user_data)
     }
 
     /// Queues a Flush of the namespace's volatile write cache.
@@ -316,9 +321,10 @@ impl QueuePair {
         }
     }
 
-    /// Any typed command: validation (namespace, range, buffer), then one command or, for a
-    /// data transfer above one command, a split group. Monomorphic per command type; for the
-    /// built-in types every trait call folds to constants.
+    /// Any typed command: a data command goes to [`QueuePair::submit_data_cmd`]; one
+    /// without data is validated (namespace, range, no buffer) and takes one slot.
+    /// Monomorphic per command type; for the built-in types every trait call folds to
+    /// constants.
     #[inline(always)]
     pub(super) fn submit_cmd<C: NvmCommand>(
         &mut self,
@@ -327,6 +333,12 @@ impl QueuePair {
         buf: Option<DmaBuffer>,
         user_data: u64,
     ) -> std::result::Result<Tag, IoFailure> {
+        if cmd.opcode().has_data() {
+            return match buf {
+                Some(buf) => self.submit_data_cmd(ns, cmd, buf, user_data),
+                None => Err(IoFailure::new(buffer_required(cmd.opcode()), None)),
+            };
+        }
         let blocks = match cmd.range() {
             Some(r) => {
                 if let Err(e) = ns.check_range(r.lba, r.blocks as u64) {
@@ -341,14 +353,35 @@ impl QueuePair {
                 0
             }
         };
-        if !cmd.opcode().has_data() {
-            if buf.is_some() || blocks > MAX_BLOCKS_PER_COMMAND {
-                return Err(no_data_refused(cmd.opcode(), blocks, buf));
-            }
-            return self.submit_single(cmd.sqe(ns.nsid()), None, 0, user_data);
+        if buf.is_some() || blocks > MAX_BLOCKS_PER_COMMAND {
+            return Err(no_data_refused(cmd.opcode(), blocks, buf));
         }
-        let Some(buf) = buf else {
-            return Err(IoFailure::new(buffer_required(cmd.opcode()), None));
+        self.submit_single(cmd.sqe(ns.nsid()), None, 0, user_data)
+    }
+
+    /// A command that moves data, with its buffer: validation (namespace, range, buffer),
+    /// then one command or, above one command's transfer, a split group.
+    #[inline(always)]
+    pub(super) fn submit_data_cmd<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: DmaBuffer,
+        user_data: u64,
+    ) -> std::result::Result<Tag, IoFailure> {
+        let blocks = match cmd.range() {
+            Some(r) => {
+                if let Err(e) = ns.check_range(r.lba, r.blocks as u64) {
+                    return Err(IoFailure::new(e, Some(buf)));
+                }
+                r.blocks
+            }
+            None => {
+                if let Err(e) = ns.check_current() {
+                    return Err(IoFailure::new(e, Some(buf)));
+                }
+                0
+            }
         };
         let bytes = ns.blocks_to_bytes(blocks as u64) as usize;
         if let Err(e) = self.check_buffer(&buf, bytes) {

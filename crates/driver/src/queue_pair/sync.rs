@@ -86,7 +86,8 @@ impl QueuePair {
         cmd: C,
         buf: DmaBuffer,
     ) -> std::result::Result<DmaBuffer, IoFailure> {
-        self.execute(ns, cmd, Some(buf))
+        let submitted = self.submit_data_cmd(ns, cmd, buf, 0);
+        self.run_sync(submitted)
             .map(|b| b.expect("a completed data command returns its buffer"))
     }
 
