@@ -406,6 +406,19 @@ int nvme_qpair_submit_write_zeroes(struct nvme_qpair *qpair,
                                    nvme_cb_fn cb_fn,
                                    void *cb_arg);
 
+// Queues a Verify of `blocks` (1..=65536) blocks at `lba` of namespace `nsid`: the
+// controller reads them and checks their integrity; no data moves, so no buffer. On PCIe and
+// NVMe/TCP alike.
+//
+// # Safety
+// `qpair` is NULL or a live handle used only by the calling thread.
+int nvme_qpair_submit_verify(struct nvme_qpair *qpair,
+                             uint32_t nsid,
+                             uint64_t lba,
+                             uint32_t blocks,
+                             nvme_cb_fn cb_fn,
+                             void *cb_arg);
+
 // Queues a Dataset Management deallocate (trim) of `count` (1..=256) ranges, copied before
 // the call returns. A `count` outside 1..=256 fails with `NVME_ERR_INVALID_ARGUMENT` before
 // anything is read from `ranges`.

@@ -23,7 +23,8 @@
 //! [`PIECE`] is never set in it; only pieces have it.
 
 use nvme_driver::{
-    Completion, DmaBuffer, Error, IoFailure, Namespace, WriteFlags, MAX_BLOCKS_PER_COMMAND,
+    Completion, DmaBuffer, Error, IoFailure, IoQueue, LbaRange, Namespace, NvmCommand,
+    MAX_BLOCKS_PER_COMMAND,
 };
 use nvme_tcp::TcpQueuePair;
 
@@ -44,24 +45,31 @@ pub(crate) struct TcpPair<'a> {
 }
 
 impl TcpPair<'_> {
-    /// Whether a transfer of `blocks` blocks of `ns` needs more than one command here.
+    /// Whether `cmd` moves more data than one command carries here.
     #[inline]
-    pub(crate) fn needs_split(&self, ns: &Namespace, blocks: u32) -> bool {
-        ns.blocks_to_bytes(u64::from(blocks)) > self.qp.max_transfer_bytes() as u64
+    pub(crate) fn needs_split<C: NvmCommand>(&self, ns: &Namespace, cmd: &C) -> bool {
+        match cmd.range() {
+            Some(r) if cmd.opcode().has_data() => {
+                ns.blocks_to_bytes(u64::from(r.blocks)) > self.qp.max_transfer_bytes() as u64
+            }
+            _ => false,
+        }
     }
 
-    /// Submits a read or write that [`TcpPair::needs_split`] as several commands.
+    /// Submits a data command that [`TcpPair::needs_split`] as several commands, each over a
+    /// block-aligned part of its range and the matching piece of `buf`.
     #[cold]
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn submit_split(
+    pub(crate) fn submit_split<C: NvmCommand>(
         &mut self,
-        write: Option<WriteFlags>,
         ns: &Namespace,
-        lba: u64,
-        blocks: u32,
+        cmd: C,
         buf: DmaBuffer,
         user_data: u64,
     ) -> Result<(), IoFailure> {
+        let Some(LbaRange { lba, blocks }) = cmd.range() else {
+            // Not reached: `needs_split` is false without a range.
+            return IoQueue::submit(self.qp, ns, cmd, Some(buf), user_data);
+        };
         debug_assert_eq!(
             user_data & PIECE,
             0,
@@ -135,10 +143,8 @@ impl TcpPair<'_> {
             };
             let ud = PIECE | (u64::from(group) << POSITION_BITS) | u64::from(i);
             let lba = lba + u64::from(first);
-            let submitted = match write {
-                None => self.qp.submit_read(ns, lba, n, piece, ud),
-                Some(flags) => self.qp.submit_write(ns, lba, n, piece, flags, ud),
-            };
+            let part = cmd.with_range(LbaRange::new(lba, n));
+            let submitted = self.qp.submit(ns, part, Some(piece), ud);
             if let Err(IoFailure { error, buffer }) = submitted {
                 // The failed piece and the unsent rest go back into the group in one piece.
                 let unsent = match (buffer, rest.take()) {

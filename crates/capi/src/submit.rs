@@ -7,8 +7,9 @@
 use std::ffi::{c_int, c_void};
 use std::ptr;
 
+use nvme_driver::command::{Read, Verify, Write};
 use nvme_driver::spec::queue::DSM_MAX_RANGES;
-use nvme_driver::{IoFailure, Namespace, WriteFlags};
+use nvme_driver::{IoFailure, Namespace, NvmCommand, WriteFlags};
 
 use crate::boundary::{fail, guard};
 use crate::buffer::{nvme_buf, BufState};
@@ -16,25 +17,16 @@ use crate::errors::*;
 use crate::qpair::{nvme_cb_fn, nvme_lba_range, nvme_qpair, Request};
 use crate::qpair::{NVME_IO_DEALLOCATE, NVME_IO_FUA};
 
-/// Which data command to submit.
-#[derive(Clone, Copy)]
-enum DataOp {
-    Read,
-    Write { fua: bool },
-}
-
-/// Submits a read or write on `buf`, moving its `DmaBuffer` into the queue pair.
+/// Submits a data command (a typed value, `nvme_driver::command`) on `buf`, moving its
+/// `DmaBuffer` into the queue pair.
 ///
 /// # Safety
 /// `qpair` and `buf` are NULL or live handles owned by the calling thread.
-#[allow(clippy::too_many_arguments)]
-unsafe fn submit_data(
+unsafe fn submit_data<C: NvmCommand>(
     what: &'static str,
     qpair: *mut nvme_qpair,
-    op: DataOp,
     nsid: u32,
-    lba: u64,
-    blocks: u32,
+    cmd: C,
     buf: *mut nvme_buf,
     cb: nvme_cb_fn,
     cb_arg: *mut c_void,
@@ -84,18 +76,7 @@ unsafe fn submit_data(
             buf,
         });
         let ns = &q.namespaces[ns_index];
-        let result = match op {
-            DataOp::Read => q.qp.submit_read(ns, lba, blocks, dma, u64::from(index)),
-            DataOp::Write { fua } => q.qp.submit_write(
-                ns,
-                lba,
-                blocks,
-                dma,
-                WriteFlags::NONE.with_fua(fua),
-                u64::from(index),
-            ),
-        };
-        match result {
+        match q.qp.submit(ns, cmd, Some(dma), u64::from(index)) {
             Ok(()) => NVME_OK,
             Err(IoFailure { error, buffer }) => {
                 q.requests.take(index);
@@ -137,10 +118,8 @@ pub unsafe extern "C" fn nvme_qpair_submit_read(
         submit_data(
             "nvme_qpair_submit_read",
             qpair,
-            DataOp::Read,
             nsid,
-            lba,
-            blocks,
+            Read::new(lba, blocks),
             buf,
             cb_fn,
             cb_arg,
@@ -154,6 +133,7 @@ pub unsafe extern "C" fn nvme_qpair_submit_read(
 /// # Safety
 /// As `nvme_qpair_submit_read`.
 #[no_mangle]
+// The C signature is the ABI (include/nvme_userspace.h): its eight arguments stay.
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn nvme_qpair_submit_write(
     qpair: *mut nvme_qpair,
@@ -176,12 +156,8 @@ pub unsafe extern "C" fn nvme_qpair_submit_write(
         submit_data(
             "nvme_qpair_submit_write",
             qpair,
-            DataOp::Write {
-                fua: flags & NVME_IO_FUA != 0,
-            },
             nsid,
-            lba,
-            blocks,
+            Write::new(lba, blocks).flags(WriteFlags::NONE.with_fua(flags & NVME_IO_FUA != 0)),
             buf,
             cb_fn,
             cb_arg,
@@ -287,6 +263,37 @@ pub unsafe extern "C" fn nvme_qpair_submit_write_zeroes(
             cb_fn,
             cb_arg,
             |q, ns, ud| q.qp.submit_write_zeroes(ns, lba, blocks, deallocate, ud),
+        )
+    }
+}
+
+/// Queues a Verify of `blocks` (1..=65536) blocks at `lba` of namespace `nsid`: the
+/// controller reads them and checks their integrity; no data moves, so no buffer. On PCIe and
+/// NVMe/TCP alike.
+///
+/// # Safety
+/// `qpair` is NULL or a live handle used only by the calling thread.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_qpair_submit_verify(
+    qpair: *mut nvme_qpair,
+    nsid: u32,
+    lba: u64,
+    blocks: u32,
+    cb_fn: nvme_cb_fn,
+    cb_arg: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        submit_no_data(
+            "nvme_qpair_submit_verify",
+            qpair,
+            nsid,
+            cb_fn,
+            cb_arg,
+            |q, ns, ud| {
+                q.qp.submit(ns, Verify::new(lba, blocks), None, ud)
+                    .map_err(|f| f.error)
+            },
         )
     }
 }

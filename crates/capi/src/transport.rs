@@ -8,7 +8,7 @@
 
 use nvme_device::AnyQueuePair;
 use nvme_driver::{
-    Completion, DmaBuffer, Error, IoFailure, IoQueue, Namespace, Result, WriteFlags,
+    Completion, DmaBuffer, Error, IoFailure, IoQueue, Namespace, NvmCommand, Result,
 };
 use nvme_tcp::TcpQueuePair;
 
@@ -33,45 +33,24 @@ impl Pair {
         IoQueue::depth(&self.qp)
     }
 
+    /// Queues any typed NVM command (`nvme_driver::command`); `buf` is the data buffer of a
+    /// command that moves data. On TCP a data transfer above one command is split here.
     #[inline]
-    pub(crate) fn submit_read(
+    pub(crate) fn submit<C: NvmCommand>(
         &mut self,
         ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
+        cmd: C,
+        buf: Option<DmaBuffer>,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
         match &mut self.qp {
-            AnyQueuePair::Pcie(q) => q.submit_read(ns, lba, blocks, buf, user_data),
+            AnyQueuePair::Pcie(q) => q.submit(ns, cmd, buf, user_data),
             AnyQueuePair::Tcp(qp) => {
                 let mut q = TcpPair {
                     qp,
                     split: &mut self.split,
                 };
-                tcp::submit_read(&mut q, ns, lba, blocks, buf, user_data)
-            }
-        }
-    }
-
-    #[inline]
-    pub(crate) fn submit_write(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        flags: WriteFlags,
-        user_data: u64,
-    ) -> std::result::Result<(), IoFailure> {
-        match &mut self.qp {
-            AnyQueuePair::Pcie(q) => q.submit_write(ns, lba, blocks, buf, flags, user_data),
-            AnyQueuePair::Tcp(qp) => {
-                let mut q = TcpPair {
-                    qp,
-                    split: &mut self.split,
-                };
-                tcp::submit_write(&mut q, ns, lba, blocks, buf, flags, user_data)
+                tcp::submit(&mut q, ns, cmd, buf, user_data)
             }
         }
     }
@@ -146,40 +125,23 @@ fn tcp_unsupported(q: &TcpQueuePair, what: &str) -> Error {
 
 /// The TCP arms of the hot calls, kept out of line so that the PCIe arm of each C entry point
 /// compiles to what it was before the handles had two transports (the socket work dwarfs a call).
-/// A read or write that fits one command goes straight to the TCP queue pair; a larger one is
-/// split ([`crate::split`]).
+/// A command that fits one command goes straight to the TCP queue pair; a larger data
+/// transfer is split ([`crate::split`]).
 mod tcp {
     use super::*;
 
     #[inline(never)]
-    pub(super) fn submit_read(
+    pub(super) fn submit<C: NvmCommand>(
         q: &mut TcpPair<'_>,
         ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
+        cmd: C,
+        buf: Option<DmaBuffer>,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        if q.needs_split(ns, blocks) {
-            return q.submit_split(None, ns, lba, blocks, buf, user_data);
+        match buf {
+            Some(buf) if q.needs_split(ns, &cmd) => q.submit_split(ns, cmd, buf, user_data),
+            buf => IoQueue::submit(q.qp, ns, cmd, buf, user_data),
         }
-        IoQueue::submit_read(q.qp, ns, lba, blocks, buf, user_data)
-    }
-
-    #[inline(never)]
-    pub(super) fn submit_write(
-        q: &mut TcpPair<'_>,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        flags: WriteFlags,
-        user_data: u64,
-    ) -> std::result::Result<(), IoFailure> {
-        if q.needs_split(ns, blocks) {
-            return q.submit_split(Some(flags), ns, lba, blocks, buf, user_data);
-        }
-        IoQueue::submit_write(q.qp, ns, lba, blocks, buf, flags, user_data)
     }
 
     #[inline(never)]

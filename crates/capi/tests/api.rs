@@ -190,7 +190,11 @@ fn namespaces_and_submission_errors() {
             nvme_qpair_submit_flush(env.qp, 1, Some(record), arg),
             NVME_OK
         );
-        poll_until(env.qp, &seen, 3);
+        assert_eq!(
+            nvme_qpair_submit_verify(env.qp, 1, 0, 8, Some(record), arg),
+            NVME_OK
+        );
+        poll_until(env.qp, &seen, 4);
         assert_eq!((seen.error.get(), seen.buf.get()), (NVME_OK, 0));
         assert_eq!(nvme_qpair_outstanding(env.qp), 0);
         assert_eq!(nvme_buf_free(buf), NVME_OK);

@@ -198,6 +198,20 @@ fn open_by_transport_id_then_write_flush_read_back() {
             assert_eq!(&bytes(b)[..1024], &pattern(1024, i as u64)[..], "read {i}");
         }
 
+        // Verify: a typed command with no transport code of its own, over TCP too.
+        assert_eq!(
+            nvme_qpair_submit_verify(qp, NS_512, 0, 8, Some(record), seen.arg()),
+            NVME_OK,
+            "{}",
+            last_error()
+        );
+        poll_until(qp, &seen, 18);
+        assert_eq!(seen.ok.get(), 18);
+        assert_eq!(
+            nvme_qpair_submit_verify(qp, NS_512, 2047, 2, Some(record), seen.arg()),
+            NVME_ERR_LBA_RANGE
+        );
+
         // What the NVMe/TCP host does not send is refused up front, with a message.
         assert_eq!(
             nvme_qpair_submit_write_zeroes(qp, NS_512, 0, 1, 0, Some(record), seen.arg()),

@@ -9,11 +9,14 @@
 //! forwards (in `nvme-driver`) are `#[inline(always)]`, so the PCIe path through the trait is
 //! the same machine code as calling the `QueuePair` directly.
 //!
-//! Operations only one transport has (PCIe: Compare, Write Zeroes, Deallocate, raw commands,
-//! interrupts; TCP: reconnect, digests) stay inherent methods of the concrete types.
+//! Any typed NVM command ([`crate::command`]) goes through [`IoQueue::submit`] /
+//! [`IoQueue::execute`] on either transport; the `submit_read`/`read`/... methods are
+//! shorthands. Operations only one transport has (PCIe: Deallocate, raw commands, interrupts;
+//! TCP: reconnect, digests) stay inherent methods of the concrete types.
 
 use nvme_vfio::DmaBuffer;
 
+use crate::command::NvmCommand;
 use crate::completion::Completion;
 use crate::error::{IoFailure, Result};
 use crate::flags::WriteFlags;
@@ -75,6 +78,26 @@ pub trait IoQueue {
         flags: WriteFlags,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure>;
+
+    /// Queues any typed NVM command ([`crate::command`]): `buf` is the data buffer of a
+    /// command that moves data (required then, refused otherwise), of at least the range's
+    /// bytes. The buffer comes back in the [`Completion`]; on a rejected submission in the
+    /// error, untouched. The shorthands (`submit_read`, ...) are this with one command type.
+    fn submit<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: Option<DmaBuffer>,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure>;
+
+    /// Runs a typed NVM command to completion; returns the buffer of a data command.
+    fn execute<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: Option<DmaBuffer>,
+    ) -> std::result::Result<Option<DmaBuffer>, IoFailure>;
 
     /// Queues a Flush of the namespace's volatile write cache.
     fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()>;

@@ -39,6 +39,7 @@
 
 #![deny(missing_docs)]
 
+pub mod command;
 mod completion;
 mod controller;
 mod error;
@@ -50,6 +51,7 @@ mod options;
 pub mod state;
 mod timeout;
 
+pub use command::{IoCommand, LbaRange, NvmCommand};
 pub use completion::Completion;
 pub use controller::NvmeController;
 pub use error::{log_occurrence, Error, IoFailure, Result};

@@ -2,8 +2,8 @@
 //! call.
 
 use nvme_driver::{
-    Completion, DmaBuffer, IoFailure, IoQueue, Namespace, QueuePair, QueuePairStats, Result,
-    WriteFlags,
+    Completion, DmaBuffer, IoFailure, IoQueue, Namespace, NvmCommand, QueuePair, QueuePairStats,
+    Result, WriteFlags,
 };
 use nvme_tcp::{TcpQueuePair, TcpQueueStats};
 
@@ -167,6 +167,27 @@ impl IoQueue for AnyQueuePair {
         user_data: u64,
     ) -> IoResult<()> {
         qp!(self, q => IoQueue::submit_write(q, ns, lba, blocks, buf, flags, user_data))
+    }
+
+    #[inline]
+    fn submit<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: Option<DmaBuffer>,
+        user_data: u64,
+    ) -> IoResult<()> {
+        qp!(self, q => IoQueue::submit(q, ns, cmd, buf, user_data))
+    }
+
+    #[inline]
+    fn execute<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: Option<DmaBuffer>,
+    ) -> IoResult<Option<DmaBuffer>> {
+        qp!(self, q => IoQueue::execute(q, ns, cmd, buf))
     }
 
     #[inline]

@@ -2,7 +2,7 @@
 //! the inherent methods, each `#[inline(always)]`, so the PCIe path through the trait is the
 //! same machine code as calling [`QueuePair`] directly.
 
-use nvme_core::{Completion, IoFailure, IoQueue, Namespace, Result, WriteFlags};
+use nvme_core::{Completion, IoFailure, IoQueue, Namespace, NvmCommand, Result, WriteFlags};
 use nvme_vfio::DmaBuffer;
 
 use crate::queue_pair::{QueuePair, QueuePairStats};
@@ -77,6 +77,27 @@ impl IoQueue for QueuePair {
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
         QueuePair::submit_write(self, ns, lba, blocks, buf, flags, user_data)
+    }
+
+    #[inline(always)]
+    fn submit<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: Option<DmaBuffer>,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        QueuePair::submit(self, ns, cmd, buf, user_data)
+    }
+
+    #[inline(always)]
+    fn execute<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: Option<DmaBuffer>,
+    ) -> std::result::Result<Option<DmaBuffer>, IoFailure> {
+        QueuePair::execute(self, ns, cmd, buf)
     }
 
     #[inline(always)]

@@ -61,8 +61,8 @@ pub use controller::{
     DEFAULT_IO_QUEUES, HOST_PAGE_SIZE,
 };
 pub use nvme_core::{
-    Error, IoFailure, IoQueue, Namespace, NamespaceChange, NamespaceChanges, NvmeController,
-    Result, WriteFlags,
+    command, Error, IoCommand, IoFailure, IoQueue, LbaRange, Namespace, NamespaceChange,
+    NamespaceChanges, NvmCommand, NvmeController, Result, WriteFlags,
 };
 pub use platform::CpuPlatform;
 pub use queue_pair::{

@@ -701,3 +701,42 @@ fn interrupt_mode_blocks_until_the_vector_fires() {
         Err(Error::NoInterrupts { .. })
     ));
 }
+
+#[test]
+fn verify_is_a_typed_command_without_data() {
+    use nvme_driver::command::Verify;
+    use nvme_driver::IoQueue;
+    let (sim, ctrl) = default_sim();
+    let ns = ctrl.namespace(1).unwrap();
+    let mut q = qp(&ctrl, 16);
+    let before = sim.stats().other_io;
+    assert!(q.execute(&ns, Verify::new(0, 8), None).unwrap().is_none());
+    // Through the trait (what generic code and the dispatch enum use), asynchronously.
+    IoQueue::submit(
+        &mut q,
+        &ns,
+        Verify::new(8, 65536.min(ns.blocks() as u32 - 8)),
+        None,
+        7,
+    )
+    .unwrap();
+    let mut done = Vec::new();
+    while done.is_empty() {
+        q.poll(|c| done.push((c.user_data, c.result.is_ok())));
+    }
+    assert_eq!(done, vec![(7, true)]);
+    assert_eq!(sim.stats().other_io - before, 2);
+    // Checked before the ring: the range, and that a command without data has no buffer.
+    let f = q
+        .execute(&ns, Verify::new(ns.blocks() - 1, 2), None)
+        .unwrap_err();
+    assert!(
+        matches!(f.error, Error::LbaOutOfRange { .. }),
+        "{:?}",
+        f.error
+    );
+    let buf = ctrl.alloc_buffer(4096).unwrap();
+    let f = q.execute(&ns, Verify::new(0, 8), Some(buf)).unwrap_err();
+    assert!(matches!(f.error, Error::InvalidRequest(_)), "{:?}", f.error);
+    assert!(f.buffer.is_some(), "the refused buffer comes back");
+}

@@ -156,6 +156,75 @@ pub mod nvm {
     }
 }
 
+/// The NVM command set I/O opcodes as a type (NVM CS §3, Figure 18): what typed commands carry
+/// instead of a raw byte. Each value is the constant of the same name in [`nvm`], the single
+/// source of the numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum NvmOpcode {
+    /// Flush (Base §7.1).
+    Flush = nvm::FLUSH,
+    /// Write (NVM CS §3.3.6).
+    Write = nvm::WRITE,
+    /// Read (NVM CS §3.3.4).
+    Read = nvm::READ,
+    /// Write Uncorrectable (NVM CS §3.3.7).
+    WriteUncorrectable = nvm::WRITE_UNCORRECTABLE,
+    /// Compare (NVM CS §3.3.1).
+    Compare = nvm::COMPARE,
+    /// Write Zeroes (NVM CS §3.3.8).
+    WriteZeroes = nvm::WRITE_ZEROES,
+    /// Dataset Management (NVM CS §3.3.3).
+    DatasetManagement = nvm::DATASET_MANAGEMENT,
+    /// Verify (NVM CS §3.3.5).
+    Verify = nvm::VERIFY,
+    /// Copy (NVM CS §3.3.2).
+    Copy = nvm::COPY,
+}
+
+/// Which way a command's data moves (opcode bits 1:0, NVM CS §3 Figure 18).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DataDirection {
+    /// No data transfer (Flush, Write Zeroes, Verify).
+    None,
+    /// Host to controller: the controller reads the buffer (Write, Compare).
+    ToDevice,
+    /// Controller to host: the controller writes the buffer (Read).
+    FromDevice,
+    /// Both ways.
+    Bidirectional,
+}
+
+impl NvmOpcode {
+    /// The opcode byte of the submission entry.
+    #[inline(always)]
+    pub const fn byte(self) -> u8 {
+        self as u8
+    }
+
+    /// Human-readable name (as [`nvm::name`]).
+    pub fn name(self) -> &'static str {
+        nvm::name(self.byte())
+    }
+
+    /// The direction of the command's data, from opcode bits 1:0.
+    #[inline(always)]
+    pub const fn direction(self) -> DataDirection {
+        match self.byte() & 0b11 {
+            0b00 => DataDirection::None,
+            0b01 => DataDirection::ToDevice,
+            0b10 => DataDirection::FromDevice,
+            _ => DataDirection::Bidirectional,
+        }
+    }
+
+    /// Whether the command moves data (a buffer goes with it).
+    #[inline(always)]
+    pub const fn has_data(self) -> bool {
+        self.byte() & 0b11 != 0
+    }
+}
+
 /// Feature identifiers for Get/Set Features (Base §5.27.1, Figure 317).
 pub mod feature {
     /// Arbitration.
@@ -220,6 +289,18 @@ mod tests {
         assert_eq!(admin::name(0x03), "Unknown");
         assert_eq!(nvm::name(nvm::WRITE_ZEROES), "Write Zeroes");
         assert_eq!(nvm::name(0xFF), "Unknown");
+    }
+
+    #[test]
+    fn typed_opcodes_are_the_constants() {
+        assert_eq!(NvmOpcode::Read.byte(), nvm::READ);
+        assert_eq!(NvmOpcode::Verify.byte(), 0x0C);
+        assert_eq!(NvmOpcode::Verify.direction(), DataDirection::None);
+        assert_eq!(NvmOpcode::Write.direction(), DataDirection::ToDevice);
+        assert_eq!(NvmOpcode::Compare.direction(), DataDirection::ToDevice);
+        assert_eq!(NvmOpcode::Read.direction(), DataDirection::FromDevice);
+        assert!(!NvmOpcode::WriteZeroes.has_data());
+        assert_eq!(NvmOpcode::WriteZeroes.name(), "Write Zeroes");
     }
 
     #[test]

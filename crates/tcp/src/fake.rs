@@ -658,11 +658,13 @@ impl Conn<'_> {
         let nlb = u64::from(nvme_spec::command::nlb(&sqe));
         let bytes = (nlb << shift) as usize;
         let offset = (slba << shift) as usize;
-        if op != opcode::nvm::FLUSH && (slba + nlb > blocks || bytes != len) {
+        // Verify addresses blocks but moves no data.
+        let moves_data = matches!(op, opcode::nvm::READ | opcode::nvm::WRITE);
+        if op != opcode::nvm::FLUSH && (slba + nlb > blocks || (moves_data && bytes != len)) {
             self.respond(cid, Status::new(0, 0x80, true), 0, 0)?; // LBA Out of Range
             return Ok(true);
         }
-        if op != opcode::nvm::FLUSH && self.over_mdts(bytes) {
+        if moves_data && self.over_mdts(bytes) {
             self.st.counters.over_mdts.fetch_add(1, Ordering::Relaxed);
             self.respond(cid, Status::new(0, generic::INVALID_FIELD, true), 0, 0)?;
             return Ok(true);
@@ -686,7 +688,7 @@ impl Conn<'_> {
                     .copy_from_slice(&d);
                 self.respond(cid, ok, 0, 0)?;
             }
-            opcode::nvm::FLUSH => self.respond(cid, ok, 0, 0)?,
+            opcode::nvm::FLUSH | opcode::nvm::VERIFY => self.respond(cid, ok, 0, 0)?,
             _ => self.respond(cid, Status::new(0, generic::INVALID_OPCODE, true), 0, 0)?,
         }
         Ok(true)

@@ -30,7 +30,7 @@ use nvme_spec::{CompletionEntry, Status};
 use nvme_vfio::DmaMapper;
 
 use crate::error::TcpError;
-use crate::queue::{self, Negotiated, Queue};
+use crate::queue::{self, Negotiated, Queue, QueueLimits};
 use crate::r2t::{TX_COMPACT, TX_HIGH_WATER};
 use nvme_core::HostMemory;
 
@@ -413,9 +413,11 @@ pub fn run(case: &Case) {
         1,
         Arc::from("fuzz"),
         neg,
-        SLOTS,
-        IN_CAPSULE_MAX,
-        Duration::from_secs(3600),
+        QueueLimits {
+            slots: SLOTS,
+            in_capsule_max: IN_CAPSULE_MAX,
+            timeout: Duration::from_secs(3600),
+        },
     );
     if let Peer::Memory = peer {
         q.mem = Some(MemPipe {

@@ -2,7 +2,9 @@
 //! trait of `nvme-core`, so `nvme-poll`'s async layer and poll groups (and any code generic
 //! over `Q: IoQueue`) run over TCP. Thin forwards to the inherent methods.
 
-use nvme_core::{Completion, DmaBuffer, IoFailure, IoQueue, Namespace, Result, WriteFlags};
+use nvme_core::{
+    Completion, DmaBuffer, IoFailure, IoQueue, Namespace, NvmCommand, Result, WriteFlags,
+};
 
 use crate::{TcpQueuePair, TcpQueueStats};
 
@@ -76,6 +78,27 @@ impl IoQueue for TcpQueuePair {
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
         TcpQueuePair::submit_write(self, ns, lba, blocks, buf, flags, user_data)
+    }
+
+    #[inline]
+    fn submit<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: Option<DmaBuffer>,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        TcpQueuePair::submit(self, ns, cmd, buf, user_data)
+    }
+
+    #[inline]
+    fn execute<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: Option<DmaBuffer>,
+    ) -> std::result::Result<Option<DmaBuffer>, IoFailure> {
+        TcpQueuePair::execute(self, ns, cmd, buf)
     }
 
     #[inline]

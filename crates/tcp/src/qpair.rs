@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nvme_core::command::{DataDirection, Flush, Read, Write};
 use nvme_core::{
-    Completion, DmaBuffer, Error, IoFailure, Namespace, QueuePairOptions, Result, TimeoutAction,
-    WriteFlags,
+    Completion, DmaBuffer, Error, IoFailure, Namespace, NvmCommand, QueuePairOptions, Result,
+    TimeoutAction, WriteFlags,
 };
 use nvme_spec::command;
-use nvme_spec::opcode;
 
 use crate::controller::{generation, Inner, STATE_FAILED, STATE_LOST, STATE_RESETTING};
 use crate::error::TcpError;
@@ -398,29 +398,69 @@ impl TcpQueuePair {
         self.q.flush_tx();
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn rw(
+    /// Any typed NVM command: state, range and buffer checks, then one command (the TCP
+    /// pair does not split; the C API does, above it).
+    #[inline]
+    fn submit_cmd<C: NvmCommand>(
         &mut self,
-        op: u8,
         ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        fua: bool,
+        cmd: C,
+        buf: Option<DmaBuffer>,
         user_data: u64,
         sync: bool,
     ) -> std::result::Result<(), IoFailure> {
         let fail = |error, buffer| Err(IoFailure { error, buffer });
         if self.state_changed() {
             if let Err(e) = self.sync_state() {
-                return fail(e, Some(buf));
+                return fail(e, buf);
             }
         }
+        let checked = match cmd.range() {
+            Some(r) => ns
+                .check_range(r.lba, u64::from(r.blocks))
+                .map(|()| r.blocks),
+            None => ns.check_current().map(|()| 0),
+        };
+        let blocks = match checked {
+            Ok(blocks) => blocks,
+            Err(e) => return fail(e, buf),
+        };
+        let op = cmd.opcode();
+        let to_device = match op.direction() {
+            DataDirection::None => {
+                if buf.is_some() || blocks > command::MAX_NLB {
+                    let error = Error::InvalidRequest(if buf.is_some() {
+                        format!("{} moves no data: submit it without a buffer", op.name())
+                    } else {
+                        format!(
+                            "{} of {blocks} blocks exceeds {} per command",
+                            op.name(),
+                            command::MAX_NLB
+                        )
+                    });
+                    return fail(error, buf);
+                }
+                return self
+                    .q
+                    .submit(cmd.sqe(ns.nsid()), None, 0, false, user_data, sync);
+            }
+            DataDirection::ToDevice => true,
+            DataDirection::FromDevice => false,
+            DataDirection::Bidirectional => {
+                let error = Error::InvalidRequest(format!(
+                    "{}: bidirectional transfers are not supported over NVMe/TCP",
+                    op.name()
+                ));
+                return fail(error, buf);
+            }
+        };
+        let Some(buf) = buf else {
+            let error =
+                Error::InvalidRequest(format!("{} moves data: submit it with a buffer", op.name()));
+            return fail(error, None);
+        };
         if blocks == 0 {
             return fail(Error::ZeroLength, Some(buf));
-        }
-        if let Err(e) = ns.check_range(lba, u64::from(blocks)) {
-            return fail(e, Some(buf));
         }
         let len = ns.blocks_to_bytes(u64::from(blocks)) as usize;
         if buf.len() < len {
@@ -442,13 +482,27 @@ impl TcpQueuePair {
                 Some(buf),
             );
         }
-        let sqe = match op {
-            opcode::nvm::READ => command::read(ns.nsid(), lba, blocks),
-            _ => command::write(ns.nsid(), lba, blocks, fua),
-        };
-        let to_device = op == opcode::nvm::WRITE;
-        self.q
-            .submit(sqe, Some(buf), len, to_device, user_data, sync)
+        self.q.submit(
+            cmd.sqe(ns.nsid()),
+            Some(buf),
+            len,
+            to_device,
+            user_data,
+            sync,
+        )
+    }
+
+    /// Queues any typed NVM command (`nvme_core::command`); `buf` is the data buffer of a
+    /// command that moves data (required then, refused otherwise). One command per request:
+    /// a transfer above [`TcpQueuePair::max_transfer_bytes`] is refused.
+    pub fn submit<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: Option<DmaBuffer>,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        self.submit_cmd(ns, cmd, buf, user_data, false)
     }
 
     /// Queues a read of `blocks` blocks at `lba` into `buf`; the data arrives in C2HData
@@ -461,16 +515,7 @@ impl TcpQueuePair {
         buf: DmaBuffer,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        self.rw(
-            opcode::nvm::READ,
-            ns,
-            lba,
-            blocks,
-            buf,
-            false,
-            user_data,
-            false,
-        )
+        self.submit(ns, Read::new(lba, blocks), Some(buf), user_data)
     }
 
     /// Queues a write; the data goes in the command capsule when it fits the controller's
@@ -484,26 +529,13 @@ impl TcpQueuePair {
         flags: WriteFlags,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        self.rw(
-            opcode::nvm::WRITE,
-            ns,
-            lba,
-            blocks,
-            buf,
-            flags.fua(),
-            user_data,
-            false,
-        )
+        let cmd = Write::new(lba, blocks).flags(flags);
+        self.submit(ns, cmd, Some(buf), user_data)
     }
 
     /// Queues a Flush.
     pub fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
-        if self.state_changed() {
-            self.sync_state()?;
-        }
-        self.q
-            .submit(command::flush(ns.nsid()), None, 0, false, user_data, false)
-            .map_err(|f| f.error)
+        self.submit(ns, Flush, None, user_data).map_err(|f| f.error)
     }
 
     /// Sends and receives what the connection has, and hands finished requests to `f`
@@ -601,6 +633,17 @@ impl TcpQueuePair {
         }
     }
 
+    /// Runs any typed NVM command to completion; returns the buffer of a data command.
+    pub fn execute<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: Option<DmaBuffer>,
+    ) -> std::result::Result<Option<DmaBuffer>, IoFailure> {
+        let s = self.submit_cmd(ns, cmd, buf, 0, true);
+        self.run_sync(s)
+    }
+
     /// Reads and waits for the data.
     pub fn read(
         &mut self,
@@ -609,8 +652,7 @@ impl TcpQueuePair {
         blocks: u32,
         buf: DmaBuffer,
     ) -> std::result::Result<DmaBuffer, IoFailure> {
-        let s = self.rw(opcode::nvm::READ, ns, lba, blocks, buf, false, 0, true);
-        self.run_sync(s)
+        self.execute(ns, Read::new(lba, blocks), Some(buf))
             .map(|b| b.expect("a completed data command returns its buffer"))
     }
 
@@ -623,26 +665,13 @@ impl TcpQueuePair {
         buf: DmaBuffer,
         flags: WriteFlags,
     ) -> std::result::Result<DmaBuffer, IoFailure> {
-        let s = self.rw(
-            opcode::nvm::WRITE,
-            ns,
-            lba,
-            blocks,
-            buf,
-            flags.fua(),
-            0,
-            true,
-        );
-        self.run_sync(s)
+        self.execute(ns, Write::new(lba, blocks).flags(flags), Some(buf))
             .map(|b| b.expect("a completed data command returns its buffer"))
     }
 
     /// Flushes and waits.
     pub fn flush(&mut self, ns: &Namespace) -> Result<()> {
-        let s = self
-            .q
-            .submit(command::flush(ns.nsid()), None, 0, false, 0, true);
-        self.run_sync(s).map(drop).map_err(|f| f.error)
+        self.execute(ns, Flush, None).map(drop).map_err(|f| f.error)
     }
 }
 

@@ -1019,3 +1019,19 @@ fn wait_for_completion_times_out_and_leaves_the_socket_non_blocking() {
     assert!(qp.closed_error().is_none());
     assert_eq!(qp.in_flight(), 1);
 }
+
+#[test]
+fn verify_is_sent_without_data() {
+    use nvme_core::command::Verify;
+    let t = FakeTarget::start(Config::default());
+    let c = connect(&t);
+    let ns = c.namespace(2).unwrap();
+    let mut qp = c.create_queue_pair(QueuePairOptions::default()).unwrap();
+    assert!(qp.execute(&ns, Verify::new(0, 16), None).unwrap().is_none());
+    let f = qp.execute(&ns, Verify::new(2047, 2), None).unwrap_err();
+    assert!(
+        matches!(f.error, Error::LbaOutOfRange { .. }),
+        "{:?}",
+        f.error
+    );
+}

@@ -14,7 +14,7 @@ use nvme_vfio::DmaMapper;
 use proptest::prelude::*;
 
 use crate::fuzzing::{self, Case, Cmd, Op, MAX_LEN};
-use crate::queue::{Negotiated, Queue};
+use crate::queue::{Negotiated, Queue, QueueLimits};
 use crate::r2t::{TX_COMPACT, TX_HIGH_WATER};
 use nvme_core::HostMemory;
 
@@ -198,9 +198,11 @@ fn socket_queue(name: &str, slots: u16) -> (Queue, std::net::TcpStream) {
         1,
         Arc::from(name),
         neg,
-        slots,
-        0,
-        Duration::from_secs(3600),
+        QueueLimits {
+            slots,
+            in_capsule_max: 0,
+            timeout: Duration::from_secs(3600),
+        },
     );
     (q, target)
 }

@@ -7,9 +7,12 @@
 //!   block back into a fresh buffer, prints what came back, and fails if it differs.
 //!   This overwrites the block at LBA L: choose one that holds nothing of value.
 //!
+//! With `--verify` it first sends a Verify of that block (no data moves) and reports its status.
+//!
 //! Errors go to stderr as `error: <message>` (with the chain of causes) and exit with status 1;
 //! bad input never panics.
 
+use nvme_driver::command::Verify;
 use nvme_driver::WriteFlags;
 use std::io::Write;
 use std::process::ExitCode;
@@ -45,6 +48,10 @@ struct Cli {
     /// or reconnects its queue by itself).
     #[arg(long, requires = "write_lba")]
     reset: bool,
+    /// Also send a Verify of the block (the controller reads it and checks its integrity; no
+    /// data moves) and report its status.
+    #[arg(long)]
+    verify: bool,
 }
 
 /// Why `nvme-hello` failed.
@@ -187,6 +194,14 @@ fn run(cli: &Cli) -> Result<(), HelloError> {
         ..QueuePairOptions::default()
     };
     let mut qp = ctrl.create_queue_pair(options)?;
+    if cli.verify {
+        qp.execute(&ns, Verify::new(lba, 1), None)
+            .map_err(io_error("verify", &ns, lba))?;
+        writeln!(
+            out,
+            "  Verify of LBA {lba}: ok (the controller read and checked it)"
+        )?;
+    }
 
     let Some(write_lba) = cli.write_lba else {
         let buf = ctrl.alloc_buffer(block_size as usize)?;
@@ -277,6 +292,12 @@ mod tests {
     fn cli_defaults_and_bad_values() {
         let cli = Cli::try_parse_from(["nvme-hello", "0000:00:04.0"]).unwrap();
         assert_eq!((cli.nsid, cli.lba, cli.write_lba), (None, 0, None));
+        assert!(!cli.verify);
+        assert!(
+            Cli::try_parse_from(["nvme-hello", "--verify", "x"])
+                .unwrap()
+                .verify
+        );
         let cli = Cli::try_parse_from(["nvme-hello", "--write-lba", "9", "0000:00:04.0"]).unwrap();
         assert_eq!(cli.write_lba, Some(9));
         assert!(Cli::try_parse_from([

@@ -29,7 +29,8 @@ fn hello_writes_and_reads_back_over_tcp() {
     assert!(out.ends_with("Hello world!\n"), "{out}");
     assert_eq!(&t.disk(2, 9 * 512, 13), b"Hello world!\n");
     // The quoted single-argument form works too.
-    let (rc, out, err) = hello(&[&trid, "--lba", "9", "--nsid", "2"]);
+    let (rc, out, err) = hello(&[&trid, "--lba", "9", "--nsid", "2", "--verify"]);
+    assert!(out.contains("Verify of LBA 9: ok"), "{out}{err}");
     assert_eq!(rc, 0, "{out}{err}");
     assert!(out.contains("|Hello world!....|"), "{out}");
 }

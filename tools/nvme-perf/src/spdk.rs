@@ -226,11 +226,17 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
                 interval,
                 next: None,
             });
+        let env = WorkerEnv {
+            config,
+            ctrl: &ctrl,
+            ns: &ns,
+            control,
+            live,
+            commands_per_io: cpi,
+        };
         match worker.verifier.take() {
-            Some(v) => run_worker(config, &ctrl, &ns, worker, control, live, cpi, resetter, v),
-            None => run_worker(
-                config, &ctrl, &ns, worker, control, live, cpi, resetter, NoCheck,
-            ),
+            Some(v) => run_worker(env, worker, resetter, v),
+            None => run_worker(env, worker, resetter, NoCheck),
         }
     })?;
     let mut results = results;
@@ -345,19 +351,33 @@ fn settle<C: Check>(
     }
 }
 
-/// One thread's loop. `check` is [`NoCheck`] (compiled away) or the `--verify` state.
-#[allow(clippy::too_many_arguments)]
-fn run_worker<C: Check>(
-    config: &Config,
-    ctrl: &Controller,
-    ns: &Namespace,
-    worker: Worker,
-    control: &Control,
-    live: &Live,
+/// What every worker thread shares: the run's configuration, controller, namespace and the
+/// runner's control and live counters.
+struct WorkerEnv<'a> {
+    config: &'a Config,
+    ctrl: &'a Controller,
+    ns: &'a Namespace,
+    control: &'a Control,
+    live: &'a Live,
+    /// Commands one I/O takes (more than one when it is split above MDTS).
     commands_per_io: u16,
+}
+
+/// One thread's loop. `check` is [`NoCheck`] (compiled away) or the `--verify` state.
+fn run_worker<C: Check>(
+    env: WorkerEnv<'_>,
+    worker: Worker,
     mut resetter: Option<Resetter<'_>>,
     mut check: C,
 ) -> Result<WorkerResult, PerfError> {
+    let WorkerEnv {
+        config,
+        ctrl,
+        ns,
+        control,
+        live,
+        commands_per_io,
+    } = env;
     let Worker {
         mut qp,
         mut buffers,

@@ -1,4 +1,5 @@
-//! The software queue (`QueuePairOptions::software_queue`): reads, writes and compares that
+//! The software queue (`QueuePairOptions::software_queue`): data commands (reads, writes,
+//! compares) that
 //! find the ring or the request slots full wait here, in submission order, and `poll`
 //! submits them as completions make room (SPDK's queued requests).
 //!
@@ -6,53 +7,43 @@
 //! error; the queue never grows past its capacity (a submission beyond it fails with
 //! `QueueFull` and gets its buffer back). Costs nothing until the ring is full.
 
-use nvme_core::{Error, IoFailure, Namespace};
+use nvme_core::{Error, IoCommand, IoFailure, Namespace, NvmCommand};
 use nvme_pool::Tag;
 use nvme_vfio::DmaBuffer;
 
 use super::{Completion, QueuePair};
 
-/// A read, write or compare waiting in the software queue.
+/// A data command (read, write, compare, ...) waiting in the software queue.
 pub(super) struct Queued {
-    op: u8,
+    cmd: IoCommand,
     ns: Namespace,
-    lba: u64,
-    blocks: u32,
-    fua: bool,
     user_data: u64,
     buffer: DmaBuffer,
 }
 
 impl QueuePair {
-    /// A submission refused with `QueueFull` goes to the software queue when it has room.
+    /// A submission refused with `QueueFull` goes to the software queue when it has room
+    /// (commands with a data buffer only).
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn queue_if_full(
+    pub(super) fn queue_if_full<C: NvmCommand>(
         &mut self,
         submitted: std::result::Result<Tag, IoFailure>,
-        op: u8,
         ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        fua: bool,
+        cmd: C,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
         match submitted {
             Ok(_) => Ok(()),
-            Err(f) => self.enqueue(f, op, ns, lba, blocks, fua, user_data),
+            Err(f) => self.enqueue(f, ns, cmd, user_data),
         }
     }
 
     #[cold]
-    #[allow(clippy::too_many_arguments)]
-    fn enqueue(
+    fn enqueue<C: NvmCommand>(
         &mut self,
         failure: IoFailure,
-        op: u8,
         ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        fua: bool,
+        cmd: C,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
         if !matches!(failure.error, Error::QueueFull { .. })
@@ -64,11 +55,8 @@ impl QueuePair {
             return Err(failure);
         };
         self.queued.push_back(Queued {
-            op,
+            cmd: IoCommand::of(cmd),
             ns: ns.clone(),
-            lba,
-            blocks,
-            fua,
             user_data,
             buffer,
         });
@@ -83,7 +71,7 @@ impl QueuePair {
         while let Some(q) = self.queued.pop_front() {
             let plugged = self.plugged;
             self.plugged = true;
-            let r = self.submit_rw(q.op, &q.ns, q.lba, q.blocks, q.buffer, q.fua, q.user_data);
+            let r = self.submit_data_cmd(&q.ns, q.cmd, q.buffer, q.user_data);
             self.plugged = plugged;
             match r {
                 Ok(_) => submitted = true,

@@ -6,12 +6,12 @@
 //! buffer comes back in the error. Child slots point at the group head, which holds the
 //! buffer until the last child completes.
 
-use nvme_core::{Error, IoFailure, Namespace};
+use nvme_core::{Error, IoCommand, IoFailure, LbaRange, Namespace, NvmCommand};
 use nvme_pool::Tag;
 use nvme_spec::queue::SubmissionEntry;
 use nvme_vfio::DmaBuffer;
 
-use super::submit::{rw_command, MAX_BLOCKS_PER_COMMAND};
+use super::submit::MAX_BLOCKS_PER_COMMAND;
 use super::QueuePair;
 
 /// Most commands one split request may use (its transfer is at most this many times
@@ -20,18 +20,16 @@ pub const MAX_COMMANDS_PER_REQUEST: usize = 256;
 
 impl QueuePair {
     /// A transfer larger than one command: child commands reserved all at once.
+    /// `cmd` moves data and has a range (the caller checked both, and the buffer).
     #[cold]
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn submit_split(
         &mut self,
-        op: u8,
         ns: &Namespace,
-        lba: u64,
-        blocks: u32,
+        cmd: IoCommand,
         buf: DmaBuffer,
-        fua: bool,
         user_data: u64,
     ) -> std::result::Result<Tag, IoFailure> {
+        let LbaRange { lba, blocks } = cmd.range().expect("a split command has a range");
         let block_size = ns.block_size() as usize;
         let chunk_blocks = ((self.max_transfer / block_size) as u32).min(MAX_BLOCKS_PER_COMMAND);
         let commands = blocks.div_ceil(chunk_blocks) as usize;
@@ -73,7 +71,9 @@ impl QueuePair {
         for (i, &tag) in tags[..commands].iter().enumerate() {
             let first = i as u32 * chunk_blocks;
             let n = chunk_blocks.min(blocks - first);
-            let mut sqe = rw_command(op, ns.nsid(), lba + first as u64, n, fua);
+            let mut sqe = cmd
+                .with_range(LbaRange::new(lba + first as u64, n))
+                .sqe(ns.nsid());
             let offset = first as u64 * block_size as u64;
             self.set_data_pointer(
                 &mut sqe,
@@ -86,7 +86,13 @@ impl QueuePair {
                 self.tags.get_mut(tag).head = head;
             }
         }
-        self.start_group(head, op, user_data, Some(buf), commands as u16);
+        self.start_group(
+            head,
+            cmd.opcode().byte(),
+            user_data,
+            Some(buf),
+            commands as u16,
+        );
         for (i, &tag) in tags[..commands].iter().enumerate() {
             if i > 0 {
                 let slot = self.tags.get_mut(tag);

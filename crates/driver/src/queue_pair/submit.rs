@@ -7,12 +7,14 @@
 //! the [`IoFailure`]. Every function here on the per-I/O path is `#[inline]`/
 //! `#[inline(always)]`: no allocation, lock or syscall per I/O.
 
-use nvme_core::{Error, IoFailure, Namespace, Result, WriteFlags};
+use nvme_core::command::{Compare, Flush, Read, Write, WriteZeroes};
+use nvme_core::{Error, IoCommand, IoFailure, Namespace, NvmCommand, Result, WriteFlags};
 use nvme_pool::Tag;
+use nvme_spec::opcode::NvmOpcode;
 use nvme_spec::queue::SubmissionEntry;
 use nvme_spec::queue::DSM_MAX_RANGES;
 use nvme_spec::sgl::{self, Psdt};
-use nvme_spec::{command, opcode, Status};
+use nvme_spec::{command, Status};
 use nvme_vfio::DmaBuffer;
 
 use super::{QueuePair, Slot};
@@ -21,7 +23,7 @@ use crate::prp::{self, PrpLayout};
 #[cfg(doc)]
 use super::Completion;
 
-/// Most blocks one Read/Write/Compare/Write Zeroes command moves (16-bit 0-based NLB).
+/// Most blocks one Read/Write/Compare/Write Zeroes/Verify command addresses (16-bit 0-based NLB).
 pub const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
 
 impl QueuePair {
@@ -67,8 +69,26 @@ impl QueuePair {
         }
     }
 
-    /// Queues a read of `blocks` blocks at `lba` into `buf`. The buffer comes back in the
-    /// [`Completion`]; on a rejected submission it comes back in the error, untouched.
+    /// Queues any typed NVM command (`nvme_core::command`: `Read`, `Write`, `Compare`,
+    /// `Flush`, `WriteZeroes`, ...): `buf` is the data buffer of a command that moves data
+    /// (required then, refused otherwise). Transfers above one command are split. The buffer
+    /// comes back in the [`Completion`]; on a rejected submission it comes back in the error,
+    /// untouched. With a software queue, a data command that finds the queue full waits there.
+    #[inline(always)]
+    pub fn submit<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: Option<DmaBuffer>,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        let r = self.submit_cmd(ns, cmd, buf, user_data);
+        self.queue_if_full(r, ns, cmd, user_data)
+    }
+
+    /// Queues a read of `blocks` blocks at `lba` into `buf` ([`QueuePair::submit`] of a
+    /// `Read`). The buffer comes back in the [`Completion`]; on a rejected submission it
+    /// comes back in the error, untouched.
     #[inline]
     pub fn submit_read(
         &mut self,
@@ -78,8 +98,9 @@ impl QueuePair {
         buf: DmaBuffer,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        let r = self.submit_rw(opcode::nvm::READ, ns, lba, blocks, buf, false, user_data);
-        self.queue_if_full(r, opcode::nvm::READ, ns, lba, blocks, false, user_data)
+        let cmd = Read::new(lba, blocks);
+        let r = self.submit_data_cmd(ns, cmd, buf, user_data);
+        self.queue_if_full(r, ns, cmd, user_data)
     }
 
     /// Queues a write of `blocks` blocks at `lba` from `buf`; [`WriteFlags::FUA`] forces the
@@ -94,13 +115,14 @@ impl QueuePair {
         flags: WriteFlags,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        let fua = flags.fua();
-        let r = self.submit_rw(opcode::nvm::WRITE, ns, lba, blocks, buf, fua, user_data);
-        self.queue_if_full(r, opcode::nvm::WRITE, ns, lba, blocks, fua, user_data)
+        let cmd = Write::new(lba, blocks).flags(flags);
+        let r = self.submit_data_cmd(ns, cmd, buf, user_data);
+        self.queue_if_full(r, ns, cmd, user_data)
     }
 
     /// Queues a Compare of `blocks` blocks at `lba` with `buf`; a mismatch completes with the
     /// Compare Failure status.
+    #[inline]
     pub fn submit_compare(
         &mut self,
         ns: &Namespace,
@@ -109,20 +131,20 @@ impl QueuePair {
         buf: DmaBuffer,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        let r = self.submit_rw(opcode::nvm::COMPARE, ns, lba, blocks, buf, false, user_data);
-        self.queue_if_full(r, opcode::nvm::COMPARE, ns, lba, blocks, false, user_data)
+        let cmd = Compare::new(lba, blocks);
+        let r = self.submit_data_cmd(ns, cmd, buf, user_data);
+        self.queue_if_full(r, ns, cmd, user_data)
     }
 
     /// Queues a Flush of the namespace's volatile write cache.
+    #[inline]
     pub fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
-        ns.check_current()?;
-        self.submit_single(command::flush(ns.nsid()), None, 0, user_data)
-            .map(drop)
-            .map_err(|f| f.error)
+        self.submit(ns, Flush, None, user_data).map_err(|f| f.error)
     }
 
     /// Queues a Write Zeroes of `blocks` blocks at `lba` (`deallocate`: the controller may
     /// deallocate them instead of writing).
+    #[inline]
     pub fn submit_write_zeroes(
         &mut self,
         ns: &Namespace,
@@ -131,27 +153,8 @@ impl QueuePair {
         deallocate: bool,
         user_data: u64,
     ) -> Result<()> {
-        self.submit_write_zeroes_inner(ns, lba, blocks, deallocate, user_data)
-            .map(drop)
-    }
-
-    pub(super) fn submit_write_zeroes_inner(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        deallocate: bool,
-        user_data: u64,
-    ) -> Result<Tag> {
-        ns.check_range(lba, blocks as u64)?;
-        if blocks > MAX_BLOCKS_PER_COMMAND {
-            return Err(Error::InvalidRequest(format!(
-                "write zeroes of {blocks} blocks exceeds {MAX_BLOCKS_PER_COMMAND} per command"
-            )));
-        }
-        let sqe = command::write_zeroes(ns.nsid(), lba, blocks, deallocate, false);
-        self.submit_single(sqe, None, 0, user_data)
-            .map_err(|f| f.error)
+        let cmd = WriteZeroes::new(lba, blocks).with_deallocate(deallocate);
+        self.submit(ns, cmd, None, user_data).map_err(|f| f.error)
     }
 
     /// Queues a Dataset Management deallocate (trim) of up to 256 `(lba, blocks)` ranges.
@@ -318,31 +321,77 @@ impl QueuePair {
         }
     }
 
-    /// Read/Write/Compare: validation, then one command or a split group.
+    /// Any typed command: a data command goes to [`QueuePair::submit_data_cmd`]; one
+    /// without data is validated (namespace, range, no buffer) and takes one slot.
+    /// Monomorphic per command type; for the built-in types every trait call folds to
+    /// constants.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn submit_rw(
+    pub(super) fn submit_cmd<C: NvmCommand>(
         &mut self,
-        op: u8,
         ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        fua: bool,
+        cmd: C,
+        buf: Option<DmaBuffer>,
         user_data: u64,
     ) -> std::result::Result<Tag, IoFailure> {
-        if let Err(e) = ns.check_range(lba, blocks as u64) {
-            return Err(IoFailure::new(e, Some(buf)));
+        if cmd.opcode().has_data() {
+            return match buf {
+                Some(buf) => self.submit_data_cmd(ns, cmd, buf, user_data),
+                None => Err(IoFailure::new(buffer_required(cmd.opcode()), None)),
+            };
         }
+        let blocks = match cmd.range() {
+            Some(r) => {
+                if let Err(e) = ns.check_range(r.lba, r.blocks as u64) {
+                    return Err(IoFailure::new(e, buf));
+                }
+                r.blocks
+            }
+            None => {
+                if let Err(e) = ns.check_current() {
+                    return Err(IoFailure::new(e, buf));
+                }
+                0
+            }
+        };
+        if buf.is_some() || blocks > MAX_BLOCKS_PER_COMMAND {
+            return Err(no_data_refused(cmd.opcode(), blocks, buf));
+        }
+        self.submit_single(cmd.sqe(ns.nsid()), None, 0, user_data)
+    }
+
+    /// A command that moves data, with its buffer: validation (namespace, range, buffer),
+    /// then one command or, above one command's transfer, a split group.
+    #[inline(always)]
+    pub(super) fn submit_data_cmd<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: DmaBuffer,
+        user_data: u64,
+    ) -> std::result::Result<Tag, IoFailure> {
+        let blocks = match cmd.range() {
+            Some(r) => {
+                if let Err(e) = ns.check_range(r.lba, r.blocks as u64) {
+                    return Err(IoFailure::new(e, Some(buf)));
+                }
+                r.blocks
+            }
+            None => {
+                if let Err(e) = ns.check_current() {
+                    return Err(IoFailure::new(e, Some(buf)));
+                }
+                0
+            }
+        };
         let bytes = ns.blocks_to_bytes(blocks as u64) as usize;
         if let Err(e) = self.check_buffer(&buf, bytes) {
             return Err(IoFailure::new(e, Some(buf)));
         }
         if bytes <= self.max_transfer {
-            let sqe = rw_command(op, ns.nsid(), lba, blocks, fua);
+            let sqe = cmd.sqe(ns.nsid());
             return self.submit_single(sqe, Some(buf), bytes, user_data);
         }
-        self.submit_split(op, ns, lba, blocks, buf, fua, user_data)
+        self.submit_split(ns, IoCommand::of(cmd), buf, user_data)
     }
 
     /// One command, one slot. The fast path: single-page transfers touch no list code.
@@ -475,11 +524,23 @@ fn fill_group_head(
     std::mem::forget(old);
 }
 
-#[inline(always)]
-pub(super) fn rw_command(op: u8, nsid: u32, lba: u64, blocks: u32, fua: bool) -> SubmissionEntry {
-    match op {
-        opcode::nvm::WRITE => command::write(nsid, lba, blocks, fua),
-        opcode::nvm::COMPARE => command::compare(nsid, lba, blocks),
-        _ => command::read(nsid, lba, blocks),
-    }
+/// A command without data refused: it came with a buffer, or addresses more blocks than
+/// one command can (such commands are not split).
+#[cold]
+fn no_data_refused(op: NvmOpcode, blocks: u32, buf: Option<DmaBuffer>) -> IoFailure {
+    let name = op.name();
+    let error = if buf.is_some() {
+        Error::InvalidRequest(format!("{name} moves no data: submit it without a buffer"))
+    } else {
+        Error::InvalidRequest(format!(
+            "{name} of {blocks} blocks exceeds {MAX_BLOCKS_PER_COMMAND} per command"
+        ))
+    };
+    IoFailure::new(error, buf)
+}
+
+/// A data command submitted without its buffer.
+#[cold]
+fn buffer_required(op: NvmOpcode) -> Error {
+    Error::InvalidRequest(format!("{} moves data: submit it with a buffer", op.name()))
 }

@@ -5,10 +5,10 @@
 //! order, in `deferred` and delivered by the next `poll`; the waited-for request arrives in
 //! `sync_done` (from a completion, a timeout, a fatal status or a reset recovery).
 
-use nvme_core::{IoFailure, Namespace, Result, WriteFlags};
+use nvme_core::command::{Compare, Flush, Read, Write, WriteZeroes};
+use nvme_core::{IoFailure, Namespace, NvmCommand, Result, WriteFlags};
 use nvme_pool::Tag;
 use nvme_spec::queue::SubmissionEntry;
-use nvme_spec::{command, opcode};
 use nvme_vfio::DmaBuffer;
 
 use super::timeout::IDLE_POLLS_PER_CLOCK_CHECK;
@@ -66,6 +66,31 @@ impl QueuePair {
         }
     }
 
+    /// Runs any typed NVM command to completion ([`QueuePair::submit`] and wait); returns
+    /// the buffer of a data command.
+    pub fn execute<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: Option<DmaBuffer>,
+    ) -> std::result::Result<Option<DmaBuffer>, IoFailure> {
+        let submitted = self.submit_cmd(ns, cmd, buf, 0);
+        self.run_sync(submitted)
+    }
+
+    /// A data command run to completion; its buffer always comes back on success.
+    #[inline]
+    fn execute_data<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: DmaBuffer,
+    ) -> std::result::Result<DmaBuffer, IoFailure> {
+        let submitted = self.submit_data_cmd(ns, cmd, buf, 0);
+        self.run_sync(submitted)
+            .map(|b| b.expect("a completed data command returns its buffer"))
+    }
+
     /// Reads `blocks` blocks at `lba` into `buf` and waits for the data.
     pub fn read(
         &mut self,
@@ -74,7 +99,7 @@ impl QueuePair {
         blocks: u32,
         buf: DmaBuffer,
     ) -> std::result::Result<DmaBuffer, IoFailure> {
-        self.rw_sync(opcode::nvm::READ, ns, lba, blocks, buf, false)
+        self.execute_data(ns, Read::new(lba, blocks), buf)
     }
 
     /// Writes `blocks` blocks at `lba` from `buf` and waits for completion.
@@ -86,7 +111,7 @@ impl QueuePair {
         buf: DmaBuffer,
         flags: WriteFlags,
     ) -> std::result::Result<DmaBuffer, IoFailure> {
-        self.rw_sync(opcode::nvm::WRITE, ns, lba, blocks, buf, flags.fua())
+        self.execute_data(ns, Write::new(lba, blocks).flags(flags), buf)
     }
 
     /// Compares `blocks` blocks at `lba` with `buf`; a mismatch is an error with the
@@ -98,29 +123,12 @@ impl QueuePair {
         blocks: u32,
         buf: DmaBuffer,
     ) -> std::result::Result<DmaBuffer, IoFailure> {
-        self.rw_sync(opcode::nvm::COMPARE, ns, lba, blocks, buf, false)
-    }
-
-    /// A data-moving command run to completion; its buffer always comes back on success.
-    fn rw_sync(
-        &mut self,
-        op: u8,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        fua: bool,
-    ) -> std::result::Result<DmaBuffer, IoFailure> {
-        let submitted = self.submit_rw(op, ns, lba, blocks, buf, fua, 0);
-        self.run_sync(submitted)
-            .map(|b| b.expect("a completed data command returns its buffer"))
+        self.execute_data(ns, Compare::new(lba, blocks), buf)
     }
 
     /// Flushes the namespace's volatile write cache and waits.
     pub fn flush(&mut self, ns: &Namespace) -> Result<()> {
-        ns.check_current()?;
-        let r = self.submit_single(command::flush(ns.nsid()), None, 0, 0);
-        self.run_sync(r).map(drop).map_err(|f| f.error)
+        self.execute(ns, Flush, None).map(drop).map_err(|f| f.error)
     }
 
     /// Writes zeroes to `blocks` blocks at `lba` and waits.
@@ -131,8 +139,8 @@ impl QueuePair {
         blocks: u32,
         deallocate: bool,
     ) -> Result<()> {
-        let head = self.submit_write_zeroes_inner(ns, lba, blocks, deallocate, 0)?;
-        self.run_sync(Ok(head)).map(drop).map_err(|f| f.error)
+        let cmd = WriteZeroes::new(lba, blocks).with_deallocate(deallocate);
+        self.execute(ns, cmd, None).map(drop).map_err(|f| f.error)
     }
 
     /// Deallocates (trims) the given `(lba, blocks)` ranges and waits.

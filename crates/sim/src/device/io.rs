@@ -65,7 +65,9 @@ impl Device {
             nvm::READ => &counters.reads,
             nvm::WRITE => &counters.writes,
             nvm::FLUSH => &counters.flushes,
-            nvm::WRITE_ZEROES | nvm::DATASET_MANAGEMENT | nvm::COMPARE => &counters.other_io,
+            nvm::WRITE_ZEROES | nvm::DATASET_MANAGEMENT | nvm::COMPARE | nvm::VERIFY => {
+                &counters.other_io
+            }
             _ => &counters.invalid_io,
         });
         if let Some(injected) = self.shared.faults.take_fail_io() {
@@ -90,6 +92,7 @@ impl Device {
                 nvm::READ | nvm::WRITE | nvm::COMPARE => self.transfer(view, sqe, opcode),
                 nvm::FLUSH => self.flush(sqe),
                 nvm::WRITE_ZEROES => self.write_zeroes(sqe),
+                nvm::VERIFY => self.verify(sqe),
                 nvm::DATASET_MANAGEMENT => self.dataset_management(view, sqe),
                 op => {
                     log::debug!("sim: unsupported I/O opcode {op:#04x} ({})", nvm::name(op));
@@ -219,6 +222,13 @@ impl Device {
         let disk = self.namespace(sqe.nsid)?;
         let (start, end) = block_range(&disk, slba(sqe), u64::from(nlb(sqe)))?;
         disk.lock()[start..end].fill(0);
+        Ok(())
+    }
+
+    /// Verify: the blocks must exist; the in-memory medium has no integrity to check.
+    fn verify(&self, sqe: &SubmissionEntry) -> Result<(), Fail> {
+        let disk = self.namespace(sqe.nsid)?;
+        block_range(&disk, slba(sqe), u64::from(nlb(sqe)))?;
         Ok(())
     }
 

@@ -16,7 +16,7 @@ use nvme_spec::StatusCodeType;
 
 use crate::error::TcpError;
 use crate::keep_alive::KeepAlive;
-use crate::queue::{handshake, Negotiated, Queue};
+use crate::queue::{handshake, Negotiated, Queue, QueueLimits};
 use crate::trid::TransportId;
 
 use super::options::uuid_text;
@@ -68,18 +68,38 @@ fn connect_refused(q: &Queue, subnqn: &str, hostnqn: &str, error: Error, dw0: u3
     }
 }
 
+/// A Fabrics Connect command (NVMe over Fabrics 1.1 §3.3), as a typed value: what the
+/// command dwords and its data (the host and subsystem NQNs, host id) carry.
+pub(crate) struct Connect<'a> {
+    /// Queue size (1-based).
+    pub(crate) entries: u16,
+    /// Keep Alive timeout (admin queue only; I/O queues send zero).
+    pub(crate) kato: Duration,
+    /// Controller id: `fabrics::CNTLID_DYNAMIC` for a new association, else the admin
+    /// queue's.
+    pub(crate) cntlid: u16,
+    /// Subsystem NQN.
+    pub(crate) subnqn: &'a str,
+    /// Host NQN.
+    pub(crate) hostnqn: &'a str,
+    /// Host identifier.
+    pub(crate) hostid: [u8; 16],
+}
+
 /// Fabrics Connect on a fresh queue; returns the controller id.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn connect_queue(
     q: &mut Queue,
     mapper: &Arc<dyn DmaMapper>,
-    entries: u16,
-    kato: Duration,
-    cntlid: u16,
-    subnqn: &str,
-    hostnqn: &str,
-    hostid: [u8; 16],
+    connect: &Connect<'_>,
 ) -> Result<u16> {
+    let &Connect {
+        entries,
+        kato,
+        cntlid,
+        subnqn,
+        hostnqn,
+        hostid,
+    } = connect;
     let data = ConnectData::new(
         hostid,
         cntlid,
@@ -151,19 +171,23 @@ pub(crate) fn open_admin(
         0,
         name.clone(),
         neg,
-        ADMIN_QUEUE_ENTRIES - 1,
-        ADMIN_IN_CAPSULE,
-        options.timeout,
+        QueueLimits {
+            slots: ADMIN_QUEUE_ENTRIES - 1,
+            in_capsule_max: ADMIN_IN_CAPSULE,
+            timeout: options.timeout,
+        },
     );
     let cntlid = connect_queue(
         &mut q,
         mapper,
-        ADMIN_QUEUE_ENTRIES,
-        options.kato,
-        fabrics::CNTLID_DYNAMIC,
-        &trid.subnqn,
-        &hostnqn,
-        options.hostid,
+        &Connect {
+            entries: ADMIN_QUEUE_ENTRIES,
+            kato: options.kato,
+            cntlid: fabrics::CNTLID_DYNAMIC,
+            subnqn: &trid.subnqn,
+            hostnqn: &hostnqn,
+            hostid: options.hostid,
+        },
     )?;
     Ok((
         Admin {
@@ -203,19 +227,23 @@ impl Inner {
             qid,
             self.name.clone(),
             neg,
-            1,
-            self.io_in_capsule,
-            self.options.timeout,
+            QueueLimits {
+                slots: 1,
+                in_capsule_max: self.io_in_capsule,
+                timeout: self.options.timeout,
+            },
         );
         connect_queue(
             &mut q,
             &self.mapper,
-            depth as u16,
-            Duration::ZERO,
-            self.cntlid.load(Ordering::Acquire),
-            &self.trid.subnqn,
-            &self.hostnqn,
-            self.options.hostid,
+            &Connect {
+                entries: depth as u16,
+                kato: Duration::ZERO,
+                cntlid: self.cntlid.load(Ordering::Acquire),
+                subnqn: &self.trid.subnqn,
+                hostnqn: &self.hostnqn,
+                hostid: self.options.hostid,
+            },
         )?;
         Ok((q.into_stream(), neg))
     }

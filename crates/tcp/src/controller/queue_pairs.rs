@@ -11,7 +11,7 @@ use super::{
 };
 use crate::options::check_queue_pair_options;
 use crate::qpair::TcpQueuePair;
-use crate::queue::Queue;
+use crate::queue::{Queue, QueueLimits};
 
 impl TcpController {
     /// Creates an I/O queue pair on a new connection: ICReq/ICResp, then Connect with this
@@ -67,9 +67,11 @@ impl TcpController {
             qid,
             inner.name.clone(),
             neg,
-            (depth - 1) as u16,
-            inner.io_in_capsule,
-            options.timeout,
+            QueueLimits {
+                slots: (depth - 1) as u16,
+                in_capsule_max: inner.io_in_capsule,
+                timeout: options.timeout,
+            },
         );
         q.abort_on_timeout = inner.options.timeout_action != TimeoutAction::None;
         q.state_watch = Some((inner.state.clone(), state));

@@ -211,18 +211,30 @@ pub(crate) struct Queue {
 /// same clock as PCIe, one definition in `nvme-core`.
 use nvme_core::TIMEOUT_EPOCHS;
 
+/// The size and time limits of a new [`Queue`].
+pub(crate) struct QueueLimits {
+    /// Request slots (queue entries - 1).
+    pub(crate) slots: u16,
+    /// Largest write sent as in-capsule data.
+    pub(crate) in_capsule_max: usize,
+    /// Per-command timeout.
+    pub(crate) timeout: Duration,
+}
+
 impl Queue {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         stream: TcpStream,
         addr: SocketAddr,
         qid: u16,
         controller: Arc<str>,
         neg: Negotiated,
-        slots: u16,
-        in_capsule_max: usize,
-        timeout: Duration,
+        limits: QueueLimits,
     ) -> Self {
+        let QueueLimits {
+            slots,
+            in_capsule_max,
+            timeout,
+        } = limits;
         let epoch_length = (timeout / (TIMEOUT_EPOCHS - 1)).max(Duration::from_millis(1));
         Queue {
             stream,

@@ -1,0 +1,432 @@
+//! Typed NVM commands (io-uring's `opcode::Read { .. }.build()` style): one value type per
+//! command, built with small builders (`Write::new(lba, blocks).fua()`), and the
+//! [`NvmCommand`] trait that states all a transport needs to submit one: the opcode (so the
+//! data direction), the LBA range (for the range check and MDTS splitting, and a way to cut
+//! the command at a block boundary), and how to fill the submission entry for a namespace.
+//!
+//! A transport's generic `submit(ns, cmd, buf, user_data)` ([`IoQueue::submit`]) uses only
+//! the trait, so a new command is one type here and no transport code. Raw passthrough (any
+//! entry, the caller vouching for what it transfers) stays an `unsafe fn` of the transports.
+//!
+//! INVARIANT: every command with an LBA range encodes it as the NVM command set's common
+//! layout (SLBA in CDW11:CDW10, NLB 0-based in CDW12 15:0), so [`IoCommand`] can re-range
+//! any of them; `sqe` leaves the command id and the data pointer zero (the transport's).
+//!
+//! [`IoQueue::submit`]: crate::IoQueue::submit
+
+use nvme_spec::command;
+use nvme_spec::opcode::NvmOpcode;
+use nvme_spec::queue::SubmissionEntry;
+
+pub use nvme_spec::opcode::DataDirection;
+
+use crate::flags::WriteFlags;
+
+/// CDW12 bits 15:0: Number of Logical Blocks (0-based), the common NVM layout.
+const NLB_MASK: u32 = 0xFFFF;
+
+/// A run of `blocks` logical blocks from `lba`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LbaRange {
+    /// First logical block.
+    pub lba: u64,
+    /// Number of blocks (1-based).
+    pub blocks: u32,
+}
+
+impl LbaRange {
+    /// `blocks` blocks from `lba`.
+    #[inline(always)]
+    pub const fn new(lba: u64, blocks: u32) -> Self {
+        Self { lba, blocks }
+    }
+}
+
+/// What a transport needs to know of an NVM I/O command to submit it.
+///
+/// Implementations are small `Copy` values; every method is meant to inline to constants
+/// and stores, so a generic submission path is the same machine code as a hand-written one.
+pub trait NvmCommand: Copy {
+    /// The command's opcode; its bits 1:0 give the data direction.
+    fn opcode(&self) -> NvmOpcode;
+
+    /// The blocks the command addresses (range-checked against the namespace, and the
+    /// data length when it moves data), `None` for a command on the whole namespace (Flush).
+    fn range(&self) -> Option<LbaRange>;
+
+    /// The same command over `range`, a sub-range of [`NvmCommand::range`] (a split at a
+    /// block boundary: MDTS, the 16-bit NLB). Commands without a range return themselves.
+    fn with_range(self, range: LbaRange) -> Self;
+
+    /// The submission entry for namespace `nsid`: opcode, NSID, CDW10-15. Command id and
+    /// data pointer stay zero.
+    fn sqe(&self, nsid: u32) -> SubmissionEntry;
+
+    /// The direction of the command's data.
+    #[inline(always)]
+    fn direction(&self) -> DataDirection {
+        self.opcode().direction()
+    }
+}
+
+/// Read (NVM CS §3.3.4): the controller writes the blocks into the buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a built command does nothing until it is submitted"]
+pub struct Read {
+    /// The blocks read.
+    pub range: LbaRange,
+}
+
+impl Read {
+    /// A read of `blocks` blocks at `lba`.
+    #[inline(always)]
+    pub const fn new(lba: u64, blocks: u32) -> Self {
+        Self {
+            range: LbaRange::new(lba, blocks),
+        }
+    }
+}
+
+impl NvmCommand for Read {
+    #[inline(always)]
+    fn opcode(&self) -> NvmOpcode {
+        NvmOpcode::Read
+    }
+    #[inline(always)]
+    fn range(&self) -> Option<LbaRange> {
+        Some(self.range)
+    }
+    #[inline(always)]
+    fn with_range(self, range: LbaRange) -> Self {
+        Self { range }
+    }
+    #[inline(always)]
+    fn sqe(&self, nsid: u32) -> SubmissionEntry {
+        command::read(nsid, self.range.lba, self.range.blocks)
+    }
+}
+
+/// Write (NVM CS §3.3.6): the controller reads the blocks from the buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a built command does nothing until it is submitted"]
+pub struct Write {
+    /// The blocks written.
+    pub range: LbaRange,
+    /// Force Unit Access: on non-volatile media before the completion.
+    pub fua: bool,
+}
+
+impl Write {
+    /// A write of `blocks` blocks at `lba`.
+    #[inline(always)]
+    pub const fn new(lba: u64, blocks: u32) -> Self {
+        Self {
+            range: LbaRange::new(lba, blocks),
+            fua: false,
+        }
+    }
+
+    /// With Force Unit Access.
+    #[inline(always)]
+    pub const fn fua(self) -> Self {
+        Self { fua: true, ..self }
+    }
+
+    /// With the given flags.
+    #[inline(always)]
+    pub const fn flags(self, flags: WriteFlags) -> Self {
+        Self {
+            fua: flags.fua(),
+            ..self
+        }
+    }
+}
+
+impl NvmCommand for Write {
+    #[inline(always)]
+    fn opcode(&self) -> NvmOpcode {
+        NvmOpcode::Write
+    }
+    #[inline(always)]
+    fn range(&self) -> Option<LbaRange> {
+        Some(self.range)
+    }
+    #[inline(always)]
+    fn with_range(self, range: LbaRange) -> Self {
+        Self { range, ..self }
+    }
+    #[inline(always)]
+    fn sqe(&self, nsid: u32) -> SubmissionEntry {
+        command::write(nsid, self.range.lba, self.range.blocks, self.fua)
+    }
+}
+
+/// Compare (NVM CS §3.3.1) of the blocks with the buffer; a mismatch completes with the
+/// Compare Failure status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a built command does nothing until it is submitted"]
+pub struct Compare {
+    /// The blocks compared.
+    pub range: LbaRange,
+}
+
+impl Compare {
+    /// A compare of `blocks` blocks at `lba`.
+    #[inline(always)]
+    pub const fn new(lba: u64, blocks: u32) -> Self {
+        Self {
+            range: LbaRange::new(lba, blocks),
+        }
+    }
+}
+
+impl NvmCommand for Compare {
+    #[inline(always)]
+    fn opcode(&self) -> NvmOpcode {
+        NvmOpcode::Compare
+    }
+    #[inline(always)]
+    fn range(&self) -> Option<LbaRange> {
+        Some(self.range)
+    }
+    #[inline(always)]
+    fn with_range(self, range: LbaRange) -> Self {
+        Self { range }
+    }
+    #[inline(always)]
+    fn sqe(&self, nsid: u32) -> SubmissionEntry {
+        command::compare(nsid, self.range.lba, self.range.blocks)
+    }
+}
+
+/// Flush (Base §7.1) of the namespace's volatile write cache; no range, no data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[must_use = "a built command does nothing until it is submitted"]
+pub struct Flush;
+
+impl NvmCommand for Flush {
+    #[inline(always)]
+    fn opcode(&self) -> NvmOpcode {
+        NvmOpcode::Flush
+    }
+    #[inline(always)]
+    fn range(&self) -> Option<LbaRange> {
+        None
+    }
+    #[inline(always)]
+    fn with_range(self, _range: LbaRange) -> Self {
+        self
+    }
+    #[inline(always)]
+    fn sqe(&self, nsid: u32) -> SubmissionEntry {
+        command::flush(nsid)
+    }
+}
+
+/// Write Zeroes (NVM CS §3.3.8) of the blocks; no data buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a built command does nothing until it is submitted"]
+pub struct WriteZeroes {
+    /// The blocks zeroed.
+    pub range: LbaRange,
+    /// The controller may deallocate the blocks instead of writing them.
+    pub deallocate: bool,
+    /// Force Unit Access.
+    pub fua: bool,
+}
+
+impl WriteZeroes {
+    /// Zeroes `blocks` blocks at `lba`.
+    #[inline(always)]
+    pub const fn new(lba: u64, blocks: u32) -> Self {
+        Self {
+            range: LbaRange::new(lba, blocks),
+            deallocate: false,
+            fua: false,
+        }
+    }
+
+    /// Lets the controller deallocate the blocks instead of writing zeroes.
+    #[inline(always)]
+    pub const fn deallocate(self) -> Self {
+        Self {
+            deallocate: true,
+            ..self
+        }
+    }
+
+    /// Sets the Deallocate bit to `deallocate`.
+    #[inline(always)]
+    pub const fn with_deallocate(self, deallocate: bool) -> Self {
+        Self { deallocate, ..self }
+    }
+
+    /// With Force Unit Access.
+    #[inline(always)]
+    pub const fn fua(self) -> Self {
+        Self { fua: true, ..self }
+    }
+}
+
+impl NvmCommand for WriteZeroes {
+    #[inline(always)]
+    fn opcode(&self) -> NvmOpcode {
+        NvmOpcode::WriteZeroes
+    }
+    #[inline(always)]
+    fn range(&self) -> Option<LbaRange> {
+        Some(self.range)
+    }
+    #[inline(always)]
+    fn with_range(self, range: LbaRange) -> Self {
+        Self { range, ..self }
+    }
+    #[inline(always)]
+    fn sqe(&self, nsid: u32) -> SubmissionEntry {
+        let r = self.range;
+        command::write_zeroes(nsid, r.lba, r.blocks, self.deallocate, self.fua)
+    }
+}
+
+/// Verify (NVM CS §3.3.5): the controller reads the blocks and checks their integrity
+/// (end-to-end protection where the format has it); no data moves to or from the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a built command does nothing until it is submitted"]
+pub struct Verify {
+    /// The blocks verified.
+    pub range: LbaRange,
+}
+
+impl Verify {
+    /// A verify of `blocks` blocks at `lba`.
+    #[inline(always)]
+    pub const fn new(lba: u64, blocks: u32) -> Self {
+        Self {
+            range: LbaRange::new(lba, blocks),
+        }
+    }
+}
+
+impl NvmCommand for Verify {
+    #[inline(always)]
+    fn opcode(&self) -> NvmOpcode {
+        NvmOpcode::Verify
+    }
+    #[inline(always)]
+    fn range(&self) -> Option<LbaRange> {
+        Some(self.range)
+    }
+    #[inline(always)]
+    fn with_range(self, range: LbaRange) -> Self {
+        Self { range }
+    }
+    #[inline(always)]
+    fn sqe(&self, nsid: u32) -> SubmissionEntry {
+        // CDW12: NLB (0-based) in 15:0; STC, PRINFO, FUA and LR stay clear.
+        let r = self.range;
+        SubmissionEntry {
+            nsid,
+            cdw10: r.lba as u32,
+            cdw11: (r.lba >> 32) as u32,
+            cdw12: r.blocks.wrapping_sub(1) & NLB_MASK,
+            ..SubmissionEntry::new(NvmOpcode::Verify.byte())
+        }
+    }
+}
+
+/// Any command above with its opcode and dwords kept as a built entry: the form a transport
+/// stores a command in when it cannot keep the type (a software queue, a resubmission list).
+#[derive(Clone, Copy, Debug)]
+pub struct IoCommand {
+    sqe: SubmissionEntry,
+    range: Option<LbaRange>,
+}
+
+impl IoCommand {
+    /// The erased form of `cmd`.
+    #[inline]
+    pub fn of<C: NvmCommand>(cmd: C) -> Self {
+        Self {
+            sqe: cmd.sqe(0),
+            range: cmd.range(),
+        }
+    }
+}
+
+impl NvmCommand for IoCommand {
+    #[inline]
+    fn opcode(&self) -> NvmOpcode {
+        match self.sqe.opcode() {
+            b if b == NvmOpcode::Flush.byte() => NvmOpcode::Flush,
+            b if b == NvmOpcode::Write.byte() => NvmOpcode::Write,
+            b if b == NvmOpcode::Read.byte() => NvmOpcode::Read,
+            b if b == NvmOpcode::WriteUncorrectable.byte() => NvmOpcode::WriteUncorrectable,
+            b if b == NvmOpcode::Compare.byte() => NvmOpcode::Compare,
+            b if b == NvmOpcode::WriteZeroes.byte() => NvmOpcode::WriteZeroes,
+            b if b == NvmOpcode::DatasetManagement.byte() => NvmOpcode::DatasetManagement,
+            b if b == NvmOpcode::Verify.byte() => NvmOpcode::Verify,
+            _ => NvmOpcode::Copy,
+        }
+    }
+    #[inline]
+    fn range(&self) -> Option<LbaRange> {
+        self.range
+    }
+    #[inline]
+    fn with_range(self, range: LbaRange) -> Self {
+        let mut sqe = self.sqe;
+        if self.range.is_some() {
+            sqe.cdw10 = range.lba as u32;
+            sqe.cdw11 = (range.lba >> 32) as u32;
+            sqe.cdw12 = (sqe.cdw12 & !NLB_MASK) | (range.blocks.wrapping_sub(1) & NLB_MASK);
+        }
+        Self {
+            sqe,
+            range: self.range.map(|_| range),
+        }
+    }
+    #[inline]
+    fn sqe(&self, nsid: u32) -> SubmissionEntry {
+        SubmissionEntry { nsid, ..self.sqe }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builders_encode_the_spec_layout() {
+        let w = Write::new(0x1_0000_0002, 8).fua().sqe(3);
+        assert_eq!(w, command::write(3, 0x1_0000_0002, 8, true));
+        assert_eq!(Read::new(5, 1).sqe(1), command::read(1, 5, 1));
+        assert_eq!(
+            WriteZeroes::new(9, 4).deallocate().sqe(2),
+            command::write_zeroes(2, 9, 4, true, false)
+        );
+        assert_eq!(Flush.sqe(7), command::flush(7));
+        assert_eq!(Flush.range(), None);
+        assert_eq!(Compare::new(1, 2).direction(), DataDirection::ToDevice);
+        assert_eq!(Read::new(1, 2).direction(), DataDirection::FromDevice);
+        assert_eq!(WriteZeroes::new(1, 2).direction(), DataDirection::None);
+    }
+
+    #[test]
+    fn erased_commands_re_range_like_the_typed_ones() {
+        let typed = Write::new(100, 64).fua();
+        let erased = IoCommand::of(typed);
+        assert_eq!(erased.opcode(), NvmOpcode::Write);
+        let part = LbaRange::new(132, 32);
+        assert_eq!(
+            erased.with_range(part).sqe(4),
+            typed.with_range(part).sqe(4)
+        );
+        let v = Verify::new(0x2_0000_0001, 3).sqe(5);
+        assert_eq!(v.opcode(), 0x0C);
+        assert_eq!((command::slba(&v), command::nlb(&v)), (0x2_0000_0001, 3));
+        assert_eq!(Verify::new(0, 1).direction(), DataDirection::None);
+        let flush = IoCommand::of(Flush);
+        assert_eq!(flush.range(), None);
+        assert_eq!(flush.with_range(part).sqe(4), command::flush(4));
+    }
+}
