@@ -390,8 +390,16 @@ fn item3_raw_mapper_buffer_is_refused_so_retirement_cannot_free_it() {
     assert_all(&back, 0x99, "the refused buffer");
     // Reads are refused too.
     let f = q.read(&ns, 24, 1, back).unwrap_err();
-    assert!(matches!(f.error, Error::ForeignBuffer { .. }), "{}", f.error);
-    assert_eq!(sim.stats().commands_deferred, 0, "nothing reached the device");
+    assert!(
+        matches!(f.error, Error::ForeignBuffer { .. }),
+        "{}",
+        f.error
+    );
+    assert_eq!(
+        sim.stats().commands_deferred,
+        0,
+        "nothing reached the device"
+    );
     assert_all(&sim.read_disk(NS, 24 * BLOCK as u64, BLOCK), 0x11, "medium");
 }
 

@@ -256,7 +256,10 @@ mod tests {
             iommufd_denied: true,
             ..Default::default()
         };
-        assert_eq!(a.choose(&addr(), ModeRequest(None)).unwrap(), VfioMode::Type1);
+        assert_eq!(
+            a.choose(&addr(), ModeRequest(None)).unwrap(),
+            VfioMode::Type1
+        );
         let err = a
             .choose(&addr(), ModeRequest(Some(VfioMode::Iommufd)))
             .unwrap_err()

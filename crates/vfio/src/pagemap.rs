@@ -650,7 +650,9 @@ KernelPageSize:     2048 kB
 
     /// `n` present pagemap entries with consecutive frames from `first`.
     fn frames(first: u64, n: usize) -> Vec<PagemapEntry> {
-        (0..n as u64).map(|i| PagemapEntry(P | (first + i))).collect()
+        (0..n as u64)
+            .map(|i| PagemapEntry(P | (first + i)))
+            .collect()
     }
 
     const BASE: usize = 0x7f00_0000_0000;
@@ -687,10 +689,8 @@ KernelPageSize:     2048 kB
             ("rw-s", "/anon_hugepage (deleted)"),
         ] {
             let smaps = smaps_entry(BASE, HUGEPAGE_SIZE, perms, path, 2048);
-            let err = pinned_start(&smaps, BASE, HUGEPAGE_SIZE, || {
-                Ok(frames(0x4_0000, pages))
-            })
-            .expect_err(&format!("{perms} {path}: accepted in no-IOMMU mode"));
+            let err = pinned_start(&smaps, BASE, HUGEPAGE_SIZE, || Ok(frames(0x4_0000, pages)))
+                .expect_err(&format!("{perms} {path}: accepted in no-IOMMU mode"));
             let msg = err.to_string();
             assert!(matches!(err, DmaError::NoIommuMemory { .. }), "{msg}");
             assert!(msg.contains(path), "names the mapping: {msg}");
@@ -701,14 +701,19 @@ KernelPageSize:     2048 kB
             );
         }
         // One bad mapping in a range that is otherwise fine is enough.
-        let smaps = smaps_entry(BASE, HUGEPAGE_SIZE, "rw-p", "/anon_hugepage (deleted)", 2048)
-            + &smaps_entry(
-                BASE + HUGEPAGE_SIZE,
-                HUGEPAGE_SIZE,
-                "rw-s",
-                "/memfd:pool (deleted)",
-                2048,
-            );
+        let smaps = smaps_entry(
+            BASE,
+            HUGEPAGE_SIZE,
+            "rw-p",
+            "/anon_hugepage (deleted)",
+            2048,
+        ) + &smaps_entry(
+            BASE + HUGEPAGE_SIZE,
+            HUGEPAGE_SIZE,
+            "rw-s",
+            "/memfd:pool (deleted)",
+            2048,
+        );
         let err = pinned_start(&smaps, BASE, 2 * HUGEPAGE_SIZE, || {
             Ok(frames(0x4_0000, 2 * pages))
         })
@@ -751,7 +756,10 @@ KernelPageSize:     2048 kB
             msg.contains("file-backed") && msg.contains("/memfd:nvme-vfio-pool"),
             "{msg}"
         );
-        assert!(msg.contains("MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB"), "{msg}");
+        assert!(
+            msg.contains("MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB"),
+            "{msg}"
+        );
     }
 
     #[test]
