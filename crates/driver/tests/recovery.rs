@@ -445,3 +445,62 @@ fn with_resubmit_after_reset_a_synchronous_read_waiting_across_a_reset_gets_its_
     assert!(back.iter().all(|&x| x == 0xC3));
     resetter.join().unwrap().expect("reset");
 }
+
+/// Timed-out commands beyond the controller's Abort Command Limit (Identify ACL + 1) get
+/// their Aborts one by one as earlier Aborts complete, never more at once than the limit:
+/// each is aborted and no reset is needed. The emulator runs inline, so every Abort the
+/// driver has submitted at a step is outstanding at once (and the excess would complete with
+/// Abort Command Limit Exceeded).
+#[test]
+fn timed_out_commands_beyond_the_abort_limit_are_aborted_as_earlier_aborts_complete() {
+    let (sim, ctrl) = start(SimConfig {
+        abort_limit: 1,
+        ..SimConfig::default()
+    });
+    assert_eq!(ctrl.identify().acl, 0);
+    let ns = ctrl.namespace(NS).unwrap();
+    let mut q = ctrl
+        .create_queue_pair(QueuePairOptions {
+            depth: 8,
+            timeout: Duration::from_millis(300),
+            ..Default::default()
+        })
+        .expect("queue pair");
+    sim.set_inline(true);
+    // Held far longer than the test runs: only an Abort brings each back.
+    sim.faults().delay_execution(3, Duration::from_secs(3600));
+    for i in 0..3 {
+        q.submit_read(&ns, i, 1, ctrl.alloc_buffer(BLOCK).unwrap(), i)
+            .unwrap();
+    }
+    q.ring();
+    let mut timed_out = 0;
+    let start = Instant::now();
+    while timed_out < 3 || q.retired() > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{timed_out} timed out, {} retired, {:?}",
+            q.retired(),
+            ctrl.abort_stats()
+        );
+        let n = q.poll(|c| {
+            assert!(
+                matches!(c.result, Err(Error::Timeout { .. })),
+                "{:?}",
+                c.result
+            );
+            timed_out += 1;
+        });
+        if n == 0 {
+            sim.step();
+        }
+    }
+    sim.set_inline(false);
+    let aborts = ctrl.abort_stats();
+    assert_eq!(
+        (aborts.sent, aborts.aborted, aborts.failed, aborts.resets),
+        (3, 3, 0, 0),
+        "{aborts:?}"
+    );
+    round_trip(&mut q, &ctrl, 4, 0x55);
+}

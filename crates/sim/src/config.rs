@@ -87,7 +87,14 @@ pub struct SimConfig {
     /// MSI-X Table Size: interrupt vectors the function offers (1..=[`MAX_MSIX_VECTORS`]).
     /// Create I/O Completion Queue rejects vectors at or beyond it.
     pub msix_vectors: u32,
+    /// Abort Command Limit: Aborts outstanding at once (Identify ACL + 1; 0 counts as 1). The
+    /// Aborts beyond it in one pass over the admin SQ complete with Abort Command Limit
+    /// Exceeded.
+    pub abort_limit: u8,
 }
+
+/// Default [`SimConfig::abort_limit`].
+const DEFAULT_ABORT_LIMIT: u8 = 4;
 
 /// Largest MSI-X table a PCI function can have (PCIe Base 6.0 §7.7.2.2: Table Size is 11 bits,
 /// 0-based).
@@ -131,6 +138,7 @@ impl Default for SimConfig {
             sgl: true,
             null_io: false,
             msix_vectors: DEFAULT_MSIX_VECTORS,
+            abort_limit: DEFAULT_ABORT_LIMIT,
         }
     }
 }

@@ -731,6 +731,9 @@ fn run_worker<C: Check>(
     if use_cache {
         driver.cache = Some(*cache.stats());
     }
+    if config.tolerate_timeouts && tally.errors == 0 {
+        settle_timed_out(&mut qp, config.io_timeout, inline.as_deref());
+    }
     // Deleting the queues needs a device that answers on its own again.
     if let Some(sim) = &inline {
         sim.set_inline(false);
@@ -746,6 +749,39 @@ fn run_worker<C: Check>(
         recovery: recovering.then_some(recovery),
         tcp: None,
     })
+}
+
+/// Timeouts after which [`settle_timed_out`] stops waiting.
+const SETTLE_TIMEOUTS: u32 = 3;
+
+/// --tolerate-timeouts: polls (nothing else in flight) until the device has returned every
+/// command of a timed-out I/O, at most [`SETTLE_TIMEOUTS`] I/O timeouts, so that the abort
+/// counters read after the run are final. The driver sends at once only the Aborts it has
+/// room for (free slots for commands without a waiter on the admin queue) and the rest on
+/// later clock ticks, a third of a timeout apart, once earlier Aborts have completed; with
+/// `AbortThenReset` it resets a timeout after the expiry if a command is still out. A run
+/// that ended right after the expiry would otherwise count only the first Aborts.
+#[cold]
+fn settle_timed_out(qp: &mut QueuePair, io_timeout: Duration, inline: Option<&SimController>) {
+    let deadline = Instant::now() + io_timeout * SETTLE_TIMEOUTS;
+    while qp.retired() > 0 && Instant::now() < deadline {
+        // Every request was reported already: late completions only release their slots.
+        if qp.poll(|_| {}) == 0 {
+            match inline {
+                Some(sim) => {
+                    sim.step();
+                }
+                None => std::thread::yield_now(),
+            }
+        }
+    }
+    if qp.retired() > 0 {
+        log::warn!(
+            "{} timed-out commands still outstanding {:?} after the run",
+            qp.retired(),
+            io_timeout * SETTLE_TIMEOUTS
+        );
+    }
 }
 
 /// `--verify`'s read-back: reads every position of the thread's slice that holds an

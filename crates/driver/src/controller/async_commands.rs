@@ -46,7 +46,9 @@ impl Controller {
 
 impl Inner {
     /// Sends an Abort for command `cid` of queue `qid` without waiting: only if the admin queue
-    /// is free right now (never blocks the I/O thread). Returns whether it was sent.
+    /// is free right now (never blocks the I/O thread) and fewer Aborts than the controller's
+    /// Abort Command Limit (Identify ACL + 1, NVMe Base 2.0 §5.1) are outstanding. Returns
+    /// whether it was sent; the timeout clock retries one that was not on its next tick.
     pub(crate) fn abort_async(&self, qid: u16, cid: u16) -> bool {
         if self.is_failed() {
             return false;
@@ -56,6 +58,9 @@ impl Inner {
         };
         admin.reap_async();
         self.account_async(&mut admin);
+        if admin.async_count(opcode::admin::ABORT) > usize::from(self.identify.acl) {
+            return false;
+        }
         let sent = admin.submit_async(command::abort(qid, cid)).is_some();
         if sent {
             self.abort_stats_mut().sent += 1;

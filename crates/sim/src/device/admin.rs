@@ -39,8 +39,6 @@ pub(crate) const MPSMIN: u8 = 0;
 pub(crate) const MPSMAX: u8 = 4;
 /// Asynchronous Event Requests the controller keeps outstanding (Identify AERL is 0-based).
 const AER_LIMIT: u32 = 4;
-/// Concurrent Abort commands accepted (Identify ACL is 0-based).
-const ABORT_LIMIT: u8 = 4;
 /// Volatile Write Cache present (Identify VWC bit 0).
 const VWC_PRESENT: u8 = 1;
 /// Abort completion Dword 0 bit 0: the command was not aborted (§5.1).
@@ -116,6 +114,9 @@ pub(crate) struct AdminState {
     granted_cq: u16,
     features: Box<[u32; FEATURE_IDS]>,
     pub(super) aers_outstanding: u32,
+    /// Aborts executed in the current pass over the admin SQ: all of them were submitted
+    /// before the pass, so outstanding together (checked against the Abort Command Limit).
+    pub(super) aborts_this_pass: u8,
     /// Command ids of the outstanding Asynchronous Event Requests, oldest first.
     pub(super) aer_cids: std::collections::VecDeque<u16>,
     /// Health and error history; survives controller resets (like a drive's).
@@ -153,7 +154,7 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
         } else {
             SglSupport::None.to_sgls()
         },
-        acl: ABORT_LIMIT - 1,
+        acl: config.abort_limit.max(1) - 1,
         aerl: (AER_LIMIT - 1) as u8,
         sqes: SQES_BOTH,
         cqes: CQES_BOTH,
@@ -179,6 +180,7 @@ impl AdminState {
             granted_cq: 0,
             features: Box::new([0; FEATURE_IDS]),
             aers_outstanding: 0,
+            aborts_this_pass: 0,
             aer_cids: std::collections::VecDeque::new(),
             health: Health {
                 powered_on: Instant::now(),
@@ -576,8 +578,16 @@ impl Device {
     /// Abort (§5.1): CDW10 bits 15:0 SQID, 31:16 CID. Only a command deferred by
     /// [`crate::Faults::delay_execution`] can still be aborted (every other command executes
     /// when fetched); it then completes with Command Abort Requested before Abort completes
-    /// with Dword 0 bit 0 clear.
+    /// with Dword 0 bit 0 clear. Aborts beyond [`SimConfig::abort_limit`] in one pass over the
+    /// admin SQ (submitted together, so outstanding together) complete with Abort Command
+    /// Limit Exceeded.
     fn abort(&mut self, view: &GuestView<'_>, sqe: &SubmissionEntry) -> Outcome {
+        if self.admin.aborts_this_pass >= self.shared.config.abort_limit.max(1) {
+            return Outcome::status(command_specific_status(
+                command_specific::ABORT_COMMAND_LIMIT_EXCEEDED,
+            ));
+        }
+        self.admin.aborts_this_pass += 1;
         let sq_id = (sqe.cdw10 & LOW16) as u16;
         let cid = (sqe.cdw10 >> HIGH16_SHIFT) as u16;
         let dw0 = if self.abort_deferred(view, sq_id, cid) {

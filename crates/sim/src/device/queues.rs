@@ -93,6 +93,9 @@ impl Device {
             }
         }
         self.sqs[qid] = Some(sq);
+        if qid == 0 {
+            self.admin.aborts_this_pass = 0;
+        }
 
         let sq_id = qid as u16;
         let mut fetched = 0;
