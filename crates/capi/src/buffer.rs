@@ -55,19 +55,8 @@ pub unsafe extern "C" fn nvme_buf_alloc(
         }
         // SAFETY: `ctrlr` is a live handle (caller contract).
         let ctrl = unsafe { &(&*ctrlr).shared.ctrl };
-        match ctrl.alloc_buffer(len) {
-            Ok(mut buf) => {
-                let handle = Box::new(nvme_buf {
-                    ptr: buf.as_mut_ptr(),
-                    len: buf.len(),
-                    state: BufState::Idle(buf),
-                });
-                // SAFETY: `out` is non-null and valid for a write (caller contract).
-                unsafe { *out = Box::into_raw(handle) };
-                NVME_OK
-            }
-            Err(e) => fail_with(&e),
-        }
+        // SAFETY: `out` is non-null and valid for a write (caller contract).
+        unsafe { publish_buf(ctrl.alloc_buffer(len), out) }
     })
 }
 
@@ -136,6 +125,30 @@ pub unsafe extern "C" fn nvme_buf_in_flight(buf: *const nvme_buf) -> bool {
     }
     // SAFETY: `buf` is a live handle used by this thread only (caller contract).
     !matches!(unsafe { &(*buf).state }, BufState::Idle(_))
+}
+
+/// Hands a freshly allocated buffer to C as a new `nvme_buf` handle in `*out` (idle), or
+/// records the allocation error. Shared by `nvme_buf_alloc` and `nvme_buf_alloc_in`.
+///
+/// # Safety
+/// `out` is non-null and valid for a write.
+pub(crate) unsafe fn publish_buf(
+    allocated: nvme_driver::Result<DmaBuffer>,
+    out: *mut *mut nvme_buf,
+) -> c_int {
+    match allocated {
+        Ok(mut buf) => {
+            let handle = Box::new(nvme_buf {
+                ptr: buf.as_mut_ptr(),
+                len: buf.len(),
+                state: BufState::Idle(buf),
+            });
+            // SAFETY: `out` is non-null and valid for a write (this function's contract).
+            unsafe { *out = Box::into_raw(handle) };
+            NVME_OK
+        }
+        Err(e) => fail_with(&e),
+    }
 }
 
 /// Puts a buffer back into its handle after a request.

@@ -12,7 +12,8 @@ use nvme_driver::{Controller, ControllerOptions, DmaContext};
 #[cfg(feature = "emulator")]
 use nvme_sim::{SimConfig, SimController};
 
-use super::{fail, fail_with, guard, nvme_buf, nvme_ctrlr, publish_ctrlr, BufState};
+use super::{fail, fail_with, guard, nvme_buf, nvme_ctrlr, publish_ctrlr};
+use crate::buffer::publish_buf;
 use crate::errors::*;
 
 /// A DMA context: one IOMMU address space (one VFIO container) that several controllers
@@ -224,18 +225,7 @@ pub unsafe extern "C" fn nvme_buf_alloc_in(
         }
         // SAFETY: `ctx` is a live handle (caller contract).
         let ctx = unsafe { &(*ctx).ctx };
-        match ctx.alloc_buffer(len) {
-            Ok(mut buf) => {
-                let handle = Box::new(nvme_buf {
-                    ptr: buf.as_mut_ptr(),
-                    len: buf.len(),
-                    state: BufState::Idle(buf),
-                });
-                // SAFETY: `out` is non-null and valid for a write (caller contract).
-                unsafe { *out = Box::into_raw(handle) };
-                NVME_OK
-            }
-            Err(e) => fail_with(&e),
-        }
+        // SAFETY: `out` is non-null and valid for a write (caller contract).
+        unsafe { publish_buf(ctx.alloc_buffer(len), out) }
     })
 }
