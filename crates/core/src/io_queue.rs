@@ -11,12 +11,13 @@
 //!
 //! Any typed NVM command ([`crate::command`]) goes through [`IoQueue::submit`] /
 //! [`IoQueue::execute`] on either transport; the `submit_read`/`read`/... methods are
-//! shorthands. Operations only one transport has (PCIe: Deallocate, raw commands, interrupts;
-//! TCP: reconnect, digests) stay inherent methods of the concrete types.
+//! shorthands, provided here once for every transport. Operations only one transport has
+//! (PCIe: Deallocate, raw commands, interrupts; TCP: reconnect, digests) stay inherent
+//! methods of the concrete types.
 
 use nvme_vfio::DmaBuffer;
 
-use crate::command::NvmCommand;
+use crate::command::{Compare, Flush, NvmCommand, Read, Write, WriteZeroes};
 use crate::completion::Completion;
 use crate::error::{IoFailure, Result};
 use crate::flags::WriteFlags;
@@ -57,28 +58,6 @@ pub trait IoQueue {
     /// Publishes the submissions queued so far.
     fn ring(&mut self);
 
-    /// Queues a read of `blocks` blocks at `lba` into `buf`; the buffer comes back in the
-    /// [`Completion`] (or in the error when the submission is refused).
-    fn submit_read(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        user_data: u64,
-    ) -> std::result::Result<(), IoFailure>;
-
-    /// Queues a write of `blocks` blocks at `lba` from `buf`.
-    fn submit_write(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        flags: WriteFlags,
-        user_data: u64,
-    ) -> std::result::Result<(), IoFailure>;
-
     /// Queues any typed NVM command ([`crate::command`]): `buf` is the data buffer of a
     /// command that moves data (required then, refused otherwise), of at least the range's
     /// bytes. The buffer comes back in the [`Completion`]; on a rejected submission in the
@@ -99,22 +78,94 @@ pub trait IoQueue {
         buf: Option<DmaBuffer>,
     ) -> std::result::Result<Option<DmaBuffer>, IoFailure>;
 
-    /// Queues a Flush of the namespace's volatile write cache.
-    fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()>;
-
     /// Makes progress and hands each finished request to `f`; returns how many finished.
     fn poll<F: FnMut(Completion)>(&mut self, f: F) -> usize;
 
-    /// Reads and waits for the data.
+    // Shorthands: one typed command each, written once for every transport (and for
+    // `AnyQueuePair`). `#[inline(always)]`, so each is the generic path with the command's
+    // constants folded in.
+
+    /// Queues a read of `blocks` blocks at `lba` into `buf` ([`IoQueue::submit`] of a
+    /// [`Read`]); the buffer comes back in the [`Completion`] (or in the error when the
+    /// submission is refused).
+    #[inline(always)]
+    fn submit_read(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        self.submit(ns, Read::new(lba, blocks), Some(buf), user_data)
+    }
+
+    /// Queues a write of `blocks` blocks at `lba` from `buf`; [`WriteFlags::FUA`] forces the
+    /// data to non-volatile media before the completion.
+    #[inline(always)]
+    fn submit_write(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        flags: WriteFlags,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        let cmd = Write::new(lba, blocks).flags(flags);
+        self.submit(ns, cmd, Some(buf), user_data)
+    }
+
+    /// Queues a Compare of `blocks` blocks at `lba` with `buf`; a mismatch completes with the
+    /// Compare Failure status.
+    #[inline(always)]
+    fn submit_compare(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        self.submit(ns, Compare::new(lba, blocks), Some(buf), user_data)
+    }
+
+    /// Queues a Flush of the namespace's volatile write cache.
+    #[inline(always)]
+    fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
+        self.submit(ns, Flush, None, user_data).map_err(|f| f.error)
+    }
+
+    /// Queues a Write Zeroes of `blocks` blocks at `lba` (`deallocate`: the controller may
+    /// deallocate them instead of writing).
+    #[inline(always)]
+    fn submit_write_zeroes(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        deallocate: bool,
+        user_data: u64,
+    ) -> Result<()> {
+        let cmd = WriteZeroes::new(lba, blocks).with_deallocate(deallocate);
+        self.submit(ns, cmd, None, user_data).map_err(|f| f.error)
+    }
+
+    /// Reads `blocks` blocks at `lba` into `buf` and waits for the data.
+    #[inline]
     fn read(
         &mut self,
         ns: &Namespace,
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
-    ) -> std::result::Result<DmaBuffer, IoFailure>;
+    ) -> std::result::Result<DmaBuffer, IoFailure> {
+        self.execute(ns, Read::new(lba, blocks), Some(buf))
+            .map(data_buffer)
+    }
 
-    /// Writes and waits for the completion.
+    /// Writes `blocks` blocks at `lba` from `buf` and waits for the completion.
+    #[inline]
     fn write(
         &mut self,
         ns: &Namespace,
@@ -122,8 +173,48 @@ pub trait IoQueue {
         blocks: u32,
         buf: DmaBuffer,
         flags: WriteFlags,
-    ) -> std::result::Result<DmaBuffer, IoFailure>;
+    ) -> std::result::Result<DmaBuffer, IoFailure> {
+        self.execute(ns, Write::new(lba, blocks).flags(flags), Some(buf))
+            .map(data_buffer)
+    }
 
-    /// Flushes and waits.
-    fn flush(&mut self, ns: &Namespace) -> Result<()>;
+    /// Compares `blocks` blocks at `lba` with `buf` and waits; a mismatch is an error with
+    /// the Compare Failure status (the buffer comes back in the error).
+    #[inline]
+    fn compare(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+    ) -> std::result::Result<DmaBuffer, IoFailure> {
+        self.execute(ns, Compare::new(lba, blocks), Some(buf))
+            .map(data_buffer)
+    }
+
+    /// Flushes the namespace's volatile write cache and waits.
+    #[inline]
+    fn flush(&mut self, ns: &Namespace) -> Result<()> {
+        self.execute(ns, Flush, None).map(drop).map_err(|f| f.error)
+    }
+
+    /// Writes zeroes to `blocks` blocks at `lba` and waits.
+    #[inline]
+    fn write_zeroes(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        deallocate: bool,
+    ) -> Result<()> {
+        let cmd = WriteZeroes::new(lba, blocks).with_deallocate(deallocate);
+        self.execute(ns, cmd, None).map(drop).map_err(|f| f.error)
+    }
+}
+
+/// The buffer of a completed data command: [`IoQueue::execute`] returns it for every command
+/// that moves data (the transports' INVARIANT), so its absence is a transport bug.
+#[inline(always)]
+fn data_buffer(buf: Option<DmaBuffer>) -> DmaBuffer {
+    buf.expect("a completed data command returns its buffer")
 }

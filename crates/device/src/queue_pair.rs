@@ -3,7 +3,7 @@
 
 use nvme_driver::{
     Completion, DmaBuffer, IoFailure, IoQueue, Namespace, NvmCommand, QueuePair, QueuePairStats,
-    Result, WriteFlags,
+    Result,
 };
 use nvme_tcp::{TcpQueuePair, TcpQueueStats};
 
@@ -145,31 +145,6 @@ impl IoQueue for AnyQueuePair {
     }
 
     #[inline]
-    fn submit_read(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        user_data: u64,
-    ) -> IoResult<()> {
-        qp!(self, q => IoQueue::submit_read(q, ns, lba, blocks, buf, user_data))
-    }
-
-    #[inline]
-    fn submit_write(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        flags: WriteFlags,
-        user_data: u64,
-    ) -> IoResult<()> {
-        qp!(self, q => IoQueue::submit_write(q, ns, lba, blocks, buf, flags, user_data))
-    }
-
-    #[inline]
     fn submit<C: NvmCommand>(
         &mut self,
         ns: &Namespace,
@@ -191,40 +166,7 @@ impl IoQueue for AnyQueuePair {
     }
 
     #[inline]
-    fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
-        qp!(self, q => IoQueue::submit_flush(q, ns, user_data))
-    }
-
-    #[inline]
     fn poll<F: FnMut(Completion)>(&mut self, f: F) -> usize {
         qp!(self, q => IoQueue::poll(q, f))
-    }
-
-    #[inline]
-    fn read(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-    ) -> IoResult<DmaBuffer> {
-        qp!(self, q => IoQueue::read(q, ns, lba, blocks, buf))
-    }
-
-    #[inline]
-    fn write(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        flags: WriteFlags,
-    ) -> IoResult<DmaBuffer> {
-        qp!(self, q => IoQueue::write(q, ns, lba, blocks, buf, flags))
-    }
-
-    #[inline]
-    fn flush(&mut self, ns: &Namespace) -> Result<()> {
-        qp!(self, q => IoQueue::flush(q, ns))
     }
 }

@@ -6,6 +6,7 @@
 //! `cargo run -p nvme-driver --example app_memory -- sim` (the in-process emulator) or
 //! `-- 0000:01:00.0` (a controller bound to vfio-pci; this WRITES LBAs 2000.. of namespace 1).
 
+use nvme_driver::IoQueue;
 use std::ptr::NonNull;
 
 use nvme_driver::{

@@ -3,6 +3,7 @@
 //! `cargo run -p nvme-driver --example hello -- sim` (the in-process emulator) or
 //! `-- 0000:01:00.0` (a controller bound to vfio-pci; this WRITES LBA 1000 of namespace 1).
 
+use nvme_driver::IoQueue;
 use nvme_driver::WriteFlags;
 use nvme_driver::{Controller, ControllerOptions, QueuePairOptions, Transport};
 use nvme_sim::{SimConfig, SimController};

@@ -3,6 +3,7 @@
 //!
 //! `cargo run -p nvme-driver --example per_thread -- sim [THREADS] [IOS_PER_THREAD]`
 
+use nvme_driver::IoQueue;
 use std::thread;
 
 use nvme_driver::{Controller, ControllerOptions, QueuePairOptions, Transport};

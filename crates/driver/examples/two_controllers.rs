@@ -6,6 +6,7 @@
 //! controllers sharing one emulated IOMMU) or `-- 0000:01:00.0 0000:02:00.0` (two controllers
 //! bound to vfio-pci; this WRITES 64 KiB at byte offset 1 MiB of namespace 1 of both).
 
+use nvme_driver::IoQueue;
 use nvme_driver::WriteFlags;
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! the inherent methods, each `#[inline(always)]`, so the PCIe path through the trait is the
 //! same machine code as calling [`QueuePair`] directly.
 
-use nvme_core::{Completion, IoFailure, IoQueue, Namespace, NvmCommand, Result, WriteFlags};
+use nvme_core::{Completion, IoFailure, IoQueue, Namespace, NvmCommand, Result};
 use nvme_vfio::DmaBuffer;
 
 use crate::queue_pair::{QueuePair, QueuePairStats};
@@ -55,31 +55,6 @@ impl IoQueue for QueuePair {
     }
 
     #[inline(always)]
-    fn submit_read(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        user_data: u64,
-    ) -> std::result::Result<(), IoFailure> {
-        QueuePair::submit_read(self, ns, lba, blocks, buf, user_data)
-    }
-
-    #[inline(always)]
-    fn submit_write(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        flags: WriteFlags,
-        user_data: u64,
-    ) -> std::result::Result<(), IoFailure> {
-        QueuePair::submit_write(self, ns, lba, blocks, buf, flags, user_data)
-    }
-
-    #[inline(always)]
     fn submit<C: NvmCommand>(
         &mut self,
         ns: &Namespace,
@@ -101,40 +76,7 @@ impl IoQueue for QueuePair {
     }
 
     #[inline(always)]
-    fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
-        QueuePair::submit_flush(self, ns, user_data)
-    }
-
-    #[inline(always)]
     fn poll<F: FnMut(Completion)>(&mut self, f: F) -> usize {
         QueuePair::poll(self, f)
-    }
-
-    #[inline(always)]
-    fn read(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-    ) -> std::result::Result<DmaBuffer, IoFailure> {
-        QueuePair::read(self, ns, lba, blocks, buf)
-    }
-
-    #[inline(always)]
-    fn write(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        flags: WriteFlags,
-    ) -> std::result::Result<DmaBuffer, IoFailure> {
-        QueuePair::write(self, ns, lba, blocks, buf, flags)
-    }
-
-    #[inline(always)]
-    fn flush(&mut self, ns: &Namespace) -> Result<()> {
-        QueuePair::flush(self, ns)
     }
 }

@@ -24,7 +24,7 @@
 //! `Controller::open_pci("0000:01:00.0", ..)`), write one block and read it back:
 //!
 //! ```
-//! use nvme_driver::{Controller, ControllerOptions, QueuePairOptions, Transport, WriteFlags};
+//! use nvme_driver::{Controller, ControllerOptions, IoQueue, QueuePairOptions, Transport, WriteFlags};
 //! use nvme_sim::{SimConfig, SimController};
 //!
 //! let sim = SimController::start(SimConfig::default());

@@ -15,6 +15,7 @@
 
 use crate::{Completion, Controller, DmaBuffer, Error, IoFailure, Namespace, QueuePair};
 use crate::{QueuePairOptions, QueuePairStats, Result, WriteFlags};
+use nvme_core::IoQueue;
 use nvme_pool::Slab;
 
 /// A finished request with its typed context.
@@ -120,7 +121,7 @@ impl<C> TypedQueuePair<C> {
         })
     }
 
-    /// Queues a read of `blocks` blocks at `lba` into `buf` (see [`QueuePair::submit_read`]).
+    /// Queues a read of `blocks` blocks at `lba` into `buf` (see [`IoQueue::submit_read`]).
     pub fn submit_read(
         &mut self,
         ns: &Namespace,
@@ -134,7 +135,7 @@ impl<C> TypedQueuePair<C> {
         self.submitted(index, r)
     }
 
-    /// Queues a write of `blocks` blocks at `lba` from `buf` (see [`QueuePair::submit_write`]).
+    /// Queues a write of `blocks` blocks at `lba` from `buf` (see [`IoQueue::submit_write`]).
     pub fn submit_write(
         &mut self,
         ns: &Namespace,
@@ -149,7 +150,7 @@ impl<C> TypedQueuePair<C> {
         self.submitted(index, r)
     }
 
-    /// Queues a Flush (see [`QueuePair::submit_flush`]).
+    /// Queues a Flush (see [`IoQueue::submit_flush`]).
     pub fn submit_flush(
         &mut self,
         ns: &Namespace,
@@ -163,7 +164,7 @@ impl<C> TypedQueuePair<C> {
         self.submitted(index, r)
     }
 
-    /// Queues a Write Zeroes (see [`QueuePair::submit_write_zeroes`]).
+    /// Queues a Write Zeroes (see [`IoQueue::submit_write_zeroes`]).
     pub fn submit_write_zeroes(
         &mut self,
         ns: &Namespace,
@@ -216,7 +217,7 @@ impl<C> TypedQueuePair<C> {
         })
     }
 
-    /// Reads synchronously (see [`QueuePair::read`]); completions of other requests that
+    /// Reads synchronously (see [`IoQueue::read`]); completions of other requests that
     /// arrive meanwhile are delivered by the next [`TypedQueuePair::poll`].
     pub fn read(
         &mut self,
@@ -228,7 +229,7 @@ impl<C> TypedQueuePair<C> {
         self.qp.read(ns, lba, blocks, buf)
     }
 
-    /// Writes synchronously (see [`QueuePair::write`]).
+    /// Writes synchronously (see [`IoQueue::write`]).
     pub fn write(
         &mut self,
         ns: &Namespace,

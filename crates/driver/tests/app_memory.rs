@@ -2,6 +2,7 @@
 //! registered once, carved into per-request buffers, used for I/O, put back together and
 //! unregistered.
 
+use nvme_driver::IoQueue;
 use nvme_driver::WriteFlags;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;

@@ -2,6 +2,7 @@
 //! just before it), or to the next `poll`; never lost, and never needed earlier for the device
 //! to make progress, with or without shadow doorbells.
 
+use nvme_driver::IoQueue;
 use std::time::Duration;
 
 use nvme_driver::{Controller, ControllerOptions, DmaBuffer, QueuePairOptions};

@@ -3,6 +3,7 @@
 //! buffer pool serves both; a buffer of another context is refused; a controller that cannot
 //! be stopped retires the whole context.
 
+use nvme_driver::IoQueue;
 use nvme_driver::WriteFlags;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,6 +1,7 @@
 //! Asynchronous events (issue 10): requests stay posted, events reach the user, the log page
 //! each names is read, and all of it survives a controller reset.
 
+use nvme_driver::IoQueue;
 use nvme_driver::WriteFlags;
 use std::time::{Duration, Instant};
 

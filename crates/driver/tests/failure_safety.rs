@@ -3,6 +3,7 @@
 //! in-process emulator with the fault that reproduces the hazard; each failed on the code
 //! before the fix.
 
+use nvme_driver::IoQueue;
 use nvme_driver::WriteFlags;
 use std::time::{Duration, Instant};
 

@@ -18,6 +18,7 @@
 //! debug build); `HOSTILE_DEVICE_SEED` picks another seed. A long run:
 //! `PROPTEST_CASES=2000 cargo test -p nvme-driver --release --test hostile_device`.
 
+use nvme_driver::IoQueue;
 use nvme_driver::WriteFlags;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};

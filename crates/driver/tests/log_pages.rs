@@ -1,6 +1,7 @@
 //! `Controller::smart_log` and `Controller::error_log` against the in-process emulated
 //! controller (`nvme-sim`): the decoded values must match what the emulator did.
 
+use nvme_driver::IoQueue;
 use nvme_driver::WriteFlags;
 use std::time::Duration;
 

@@ -4,6 +4,7 @@
 //! namespace now formatted with 4 KiB blocks would size PRPs for 512 bytes per block while
 //! the device moves 4096). Handles of namespaces a rescan found unchanged keep working.
 
+use nvme_driver::IoQueue;
 use std::time::{Duration, Instant};
 
 use nvme_driver::spec::AsyncEvent;

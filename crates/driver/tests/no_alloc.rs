@@ -2,6 +2,7 @@
 //! allocations made by the test thread while it submits and reaps thousands of I/Os (plugged
 //! batches, single submissions, PRP-list transfers and an MDTS split) against the emulator.
 
+use nvme_driver::IoQueue;
 use nvme_driver::WriteFlags;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

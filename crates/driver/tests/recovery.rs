@@ -1,6 +1,7 @@
 //! Controller reset (issue 10): in-flight requests fail with a retryable error and get their
 //! buffers back, queue pairs re-create their queues in place, and I/O goes on.
 
+use nvme_driver::IoQueue;
 use nvme_driver::WriteFlags;
 use std::time::{Duration, Instant};
 

@@ -3,6 +3,7 @@
 //! arrives intact either way for every transfer shape (single page, multi-page, unaligned
 //! start, MDTS splits, 512 B and 4 KiB blocks, compare, raw commands).
 
+use nvme_driver::IoQueue;
 use nvme_driver::WriteFlags;
 use std::time::Duration;
 

@@ -2,6 +2,7 @@
 //! every PRP shape, the request APIs, every bad-input error, and an untrusted device.
 //! QEMU's controller (tests/qemu) remains the authority for "it works on a device".
 
+use nvme_driver::IoQueue;
 use nvme_driver::WriteFlags;
 use std::time::Duration;
 

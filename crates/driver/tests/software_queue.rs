@@ -1,6 +1,7 @@
 //! The optional software queue (issue 11): submissions that find the ring full wait in order
 //! and are submitted by `poll` as room appears; bounded; off by default.
 
+use nvme_driver::IoQueue;
 use std::time::{Duration, Instant};
 
 use nvme_driver::{Controller, ControllerOptions, Error, QueuePairOptions, Transport};

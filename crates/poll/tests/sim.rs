@@ -2,6 +2,7 @@
 //! pairs of two controllers, fairness, the async API under `block_on` and `LocalExecutor`,
 //! and dropping futures whose I/O is in flight.
 
+use nvme_driver::IoQueue;
 use nvme_driver::WriteFlags;
 use std::cell::RefCell;
 use std::future::Future;

@@ -2,9 +2,7 @@
 //! trait of `nvme-core`, so `nvme-poll`'s async layer and poll groups (and any code generic
 //! over `Q: IoQueue`) run over TCP. Thin forwards to the inherent methods.
 
-use nvme_core::{
-    Completion, DmaBuffer, IoFailure, IoQueue, Namespace, NvmCommand, Result, WriteFlags,
-};
+use nvme_core::{Completion, DmaBuffer, IoFailure, IoQueue, Namespace, NvmCommand, Result};
 
 use crate::{TcpQueuePair, TcpQueueStats};
 
@@ -56,31 +54,6 @@ impl IoQueue for TcpQueuePair {
     }
 
     #[inline]
-    fn submit_read(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        user_data: u64,
-    ) -> std::result::Result<(), IoFailure> {
-        TcpQueuePair::submit_read(self, ns, lba, blocks, buf, user_data)
-    }
-
-    #[inline]
-    fn submit_write(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        flags: WriteFlags,
-        user_data: u64,
-    ) -> std::result::Result<(), IoFailure> {
-        TcpQueuePair::submit_write(self, ns, lba, blocks, buf, flags, user_data)
-    }
-
-    #[inline]
     fn submit<C: NvmCommand>(
         &mut self,
         ns: &Namespace,
@@ -102,40 +75,7 @@ impl IoQueue for TcpQueuePair {
     }
 
     #[inline]
-    fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
-        TcpQueuePair::submit_flush(self, ns, user_data)
-    }
-
-    #[inline]
     fn poll<F: FnMut(Completion)>(&mut self, f: F) -> usize {
         TcpQueuePair::poll(self, f)
-    }
-
-    #[inline]
-    fn read(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-    ) -> std::result::Result<DmaBuffer, IoFailure> {
-        TcpQueuePair::read(self, ns, lba, blocks, buf)
-    }
-
-    #[inline]
-    fn write(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        flags: WriteFlags,
-    ) -> std::result::Result<DmaBuffer, IoFailure> {
-        TcpQueuePair::write(self, ns, lba, blocks, buf, flags)
-    }
-
-    #[inline]
-    fn flush(&mut self, ns: &Namespace) -> Result<()> {
-        TcpQueuePair::flush(self, ns)
     }
 }

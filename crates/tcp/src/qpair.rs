@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_core::command::{DataDirection, Flush, Read, Write};
+use nvme_core::command::DataDirection;
 use nvme_core::{
     Completion, DmaBuffer, Error, IoFailure, Namespace, NvmCommand, QueuePairOptions, Result,
-    TimeoutAction, WriteFlags,
+    TimeoutAction,
 };
 use nvme_spec::command;
 
@@ -505,39 +505,6 @@ impl TcpQueuePair {
         self.submit_cmd(ns, cmd, buf, user_data, false)
     }
 
-    /// Queues a read of `blocks` blocks at `lba` into `buf`; the data arrives in C2HData
-    /// PDUs and the buffer comes back in the [`Completion`].
-    pub fn submit_read(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        user_data: u64,
-    ) -> std::result::Result<(), IoFailure> {
-        self.submit(ns, Read::new(lba, blocks), Some(buf), user_data)
-    }
-
-    /// Queues a write; the data goes in the command capsule when it fits the controller's
-    /// in-capsule size, else in H2CData PDUs as R2Ts ask for it.
-    pub fn submit_write(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        flags: WriteFlags,
-        user_data: u64,
-    ) -> std::result::Result<(), IoFailure> {
-        let cmd = Write::new(lba, blocks).flags(flags);
-        self.submit(ns, cmd, Some(buf), user_data)
-    }
-
-    /// Queues a Flush.
-    pub fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
-        self.submit(ns, Flush, None, user_data).map_err(|f| f.error)
-    }
-
     /// Sends and receives what the connection has, and hands finished requests to `f`
     /// (at most `max_completions_per_poll`). Every few polls: timeouts and Keep Alive.
     pub fn poll<F: FnMut(Completion)>(&mut self, f: F) -> usize {
@@ -642,36 +609,6 @@ impl TcpQueuePair {
     ) -> std::result::Result<Option<DmaBuffer>, IoFailure> {
         let s = self.submit_cmd(ns, cmd, buf, 0, true);
         self.run_sync(s)
-    }
-
-    /// Reads and waits for the data.
-    pub fn read(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-    ) -> std::result::Result<DmaBuffer, IoFailure> {
-        self.execute(ns, Read::new(lba, blocks), Some(buf))
-            .map(|b| b.expect("a completed data command returns its buffer"))
-    }
-
-    /// Writes and waits for the completion.
-    pub fn write(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        flags: WriteFlags,
-    ) -> std::result::Result<DmaBuffer, IoFailure> {
-        self.execute(ns, Write::new(lba, blocks).flags(flags), Some(buf))
-            .map(|b| b.expect("a completed data command returns its buffer"))
-    }
-
-    /// Flushes and waits.
-    pub fn flush(&mut self, ns: &Namespace) -> Result<()> {
-        self.execute(ns, Flush, None).map(drop).map_err(|f| f.error)
     }
 }
 

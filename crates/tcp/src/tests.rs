@@ -2,6 +2,7 @@
 //! R2T/H2CData, C2HData with and without the SUCCESS shortcut, digests, CPDA), Keep Alive,
 //! and every fault mode: the right error, a closed queue, every request completed, no hang.
 
+use nvme_core::IoQueue;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 

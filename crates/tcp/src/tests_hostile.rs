@@ -4,6 +4,7 @@
 //! flight completes exactly once, with its buffer. Also: a target whose CAP.MQES leaves no
 //! usable queue slot is refused at connect.
 
+use nvme_core::IoQueue;
 use std::time::{Duration, Instant};
 
 use nvme_core::{Error, QueuePairOptions, TimeoutAction, WriteFlags};

@@ -4,6 +4,7 @@
 //! against the fake target (whose own threads are not counted), half of the rounds waiting in
 //! `wait_for_completion` (a blocking read of the socket) instead of spinning on polls.
 
+use nvme_tcp::IoQueue;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 

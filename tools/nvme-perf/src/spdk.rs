@@ -15,6 +15,7 @@
 //! the index is retired for the rest of the run); `contexts[i]` is `Some` exactly while I/O
 //! `i` is in flight. Nothing on this path allocates once the cache is warm.
 
+use nvme_driver::IoQueue;
 use nvme_driver::WriteFlags;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -8,6 +8,7 @@
 //! after a poll that found nothing while I/O is outstanding: with the target on the same CPU
 //! (the kernel's nvmet-tcp over loopback), its threads then run at once.
 
+use nvme_driver::IoQueue;
 use std::time::Instant;
 
 use nvme_driver::{DmaBuffer, Namespace, QueuePairOptions};

@@ -7,8 +7,7 @@
 //! the [`IoFailure`]. Every function here on the per-I/O path is `#[inline]`/
 //! `#[inline(always)]`: no allocation, lock or syscall per I/O.
 
-use nvme_core::command::{Compare, Flush, Read, Write, WriteZeroes};
-use nvme_core::{Error, IoCommand, IoFailure, Namespace, NvmCommand, Result, WriteFlags};
+use nvme_core::{Error, IoCommand, IoFailure, Namespace, NvmCommand, Result};
 use nvme_pool::Tag;
 use nvme_spec::opcode::NvmOpcode;
 use nvme_spec::queue::SubmissionEntry;
@@ -84,77 +83,6 @@ impl QueuePair {
     ) -> std::result::Result<(), IoFailure> {
         let r = self.submit_cmd(ns, cmd, buf, user_data);
         self.queue_if_full(r, ns, cmd, user_data)
-    }
-
-    /// Queues a read of `blocks` blocks at `lba` into `buf` ([`QueuePair::submit`] of a
-    /// `Read`). The buffer comes back in the [`Completion`]; on a rejected submission it
-    /// comes back in the error, untouched.
-    #[inline]
-    pub fn submit_read(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        user_data: u64,
-    ) -> std::result::Result<(), IoFailure> {
-        let cmd = Read::new(lba, blocks);
-        let r = self.submit_data_cmd(ns, cmd, buf, user_data);
-        self.queue_if_full(r, ns, cmd, user_data)
-    }
-
-    /// Queues a write of `blocks` blocks at `lba` from `buf`; [`WriteFlags::FUA`] forces the
-    /// data to non-volatile media before completion.
-    #[inline]
-    pub fn submit_write(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        flags: WriteFlags,
-        user_data: u64,
-    ) -> std::result::Result<(), IoFailure> {
-        let cmd = Write::new(lba, blocks).flags(flags);
-        let r = self.submit_data_cmd(ns, cmd, buf, user_data);
-        self.queue_if_full(r, ns, cmd, user_data)
-    }
-
-    /// Queues a Compare of `blocks` blocks at `lba` with `buf`; a mismatch completes with the
-    /// Compare Failure status.
-    #[inline]
-    pub fn submit_compare(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        user_data: u64,
-    ) -> std::result::Result<(), IoFailure> {
-        let cmd = Compare::new(lba, blocks);
-        let r = self.submit_data_cmd(ns, cmd, buf, user_data);
-        self.queue_if_full(r, ns, cmd, user_data)
-    }
-
-    /// Queues a Flush of the namespace's volatile write cache.
-    #[inline]
-    pub fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {
-        self.submit(ns, Flush, None, user_data).map_err(|f| f.error)
-    }
-
-    /// Queues a Write Zeroes of `blocks` blocks at `lba` (`deallocate`: the controller may
-    /// deallocate them instead of writing).
-    #[inline]
-    pub fn submit_write_zeroes(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        deallocate: bool,
-        user_data: u64,
-    ) -> Result<()> {
-        let cmd = WriteZeroes::new(lba, blocks).with_deallocate(deallocate);
-        self.submit(ns, cmd, None, user_data).map_err(|f| f.error)
     }
 
     /// Queues a Dataset Management deallocate (trim) of up to 256 `(lba, blocks)` ranges.

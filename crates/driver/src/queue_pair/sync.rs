@@ -1,12 +1,12 @@
-//! The synchronous API: [`QueuePair::read`], [`QueuePair::write`], [`QueuePair::flush`], ...
+//! The synchronous API: [`QueuePair::execute`] (under the shorthands `read`, `write`, `flush`,
+//! ... that [`nvme_core::IoQueue`] provides for every transport) and the PCIe-only ones
 //! submit one request marked `sync`, ring, and spin in [`QueuePair::wait`] until it completes.
 //!
 //! INVARIANT: completions of other (asynchronous) requests reaped while waiting are kept, in
 //! order, in `deferred` and delivered by the next `poll`; the waited-for request arrives in
 //! `sync_done` (from a completion, a timeout, a fatal status or a reset recovery).
 
-use nvme_core::command::{Compare, Flush, Read, Write, WriteZeroes};
-use nvme_core::{IoFailure, Namespace, NvmCommand, Result, WriteFlags};
+use nvme_core::{IoFailure, Namespace, NvmCommand, Result};
 use nvme_pool::Tag;
 use nvme_spec::queue::SubmissionEntry;
 use nvme_vfio::DmaBuffer;
@@ -76,71 +76,6 @@ impl QueuePair {
     ) -> std::result::Result<Option<DmaBuffer>, IoFailure> {
         let submitted = self.submit_cmd(ns, cmd, buf, 0);
         self.run_sync(submitted)
-    }
-
-    /// A data command run to completion; its buffer always comes back on success.
-    #[inline]
-    fn execute_data<C: NvmCommand>(
-        &mut self,
-        ns: &Namespace,
-        cmd: C,
-        buf: DmaBuffer,
-    ) -> std::result::Result<DmaBuffer, IoFailure> {
-        let submitted = self.submit_data_cmd(ns, cmd, buf, 0);
-        self.run_sync(submitted)
-            .map(|b| b.expect("a completed data command returns its buffer"))
-    }
-
-    /// Reads `blocks` blocks at `lba` into `buf` and waits for the data.
-    pub fn read(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-    ) -> std::result::Result<DmaBuffer, IoFailure> {
-        self.execute_data(ns, Read::new(lba, blocks), buf)
-    }
-
-    /// Writes `blocks` blocks at `lba` from `buf` and waits for completion.
-    pub fn write(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        flags: WriteFlags,
-    ) -> std::result::Result<DmaBuffer, IoFailure> {
-        self.execute_data(ns, Write::new(lba, blocks).flags(flags), buf)
-    }
-
-    /// Compares `blocks` blocks at `lba` with `buf`; a mismatch is an error with the
-    /// Compare Failure status (the buffer comes back in the error).
-    pub fn compare(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-    ) -> std::result::Result<DmaBuffer, IoFailure> {
-        self.execute_data(ns, Compare::new(lba, blocks), buf)
-    }
-
-    /// Flushes the namespace's volatile write cache and waits.
-    pub fn flush(&mut self, ns: &Namespace) -> Result<()> {
-        self.execute(ns, Flush, None).map(drop).map_err(|f| f.error)
-    }
-
-    /// Writes zeroes to `blocks` blocks at `lba` and waits.
-    pub fn write_zeroes(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        deallocate: bool,
-    ) -> Result<()> {
-        let cmd = WriteZeroes::new(lba, blocks).with_deallocate(deallocate);
-        self.execute(ns, cmd, None).map(drop).map_err(|f| f.error)
     }
 
     /// Deallocates (trims) the given `(lba, blocks)` ranges and waits.

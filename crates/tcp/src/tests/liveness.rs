@@ -3,6 +3,7 @@
 //! reset's handling of commands an old association may still carry out (a held write that
 //! the fake target applies late, after its association closed).
 
+use nvme_core::IoQueue;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
