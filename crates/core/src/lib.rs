@@ -60,7 +60,7 @@ pub use host_memory::HostMemory;
 pub use io_queue::IoQueue;
 pub use namespace::{Namespace, NamespaceChange, NamespaceChanges, NamespaceSet};
 pub use options::QueuePairOptions;
-pub use timeout::{AbortStats, TimeoutAction, TIMEOUT_EPOCHS};
+pub use timeout::{AbortStats, EpochClock, TimeoutAction, TIMEOUT_EPOCHS};
 
 pub use nvme_spec as spec;
 pub use nvme_vfio::{DmaBuffer, DmaDomain, DmaError, DmaMapper, Iova};

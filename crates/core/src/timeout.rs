@@ -1,6 +1,9 @@
 //! The timeout policy every transport follows: the epoch clock's length
 //! ([`TIMEOUT_EPOCHS`]), what happens to a command that times out ([`TimeoutAction`]), and
-//! the counters of the Aborts sent for them ([`AbortStats`]).
+//! the counters of the Aborts sent for them ([`AbortStats`]), and the clock that stamps and
+//! ages commands ([`EpochClock`]).
+
+use std::time::{Duration, Instant};
 
 #[cfg(doc)]
 use crate::controller::NvmeController;
@@ -45,4 +48,107 @@ pub struct AbortStats {
     pub failed: u64,
     /// Controller resets started because an aborted command stayed outstanding.
     pub resets: u64,
+}
+
+/// The epoch clock of one queue pair, the one timeout clock of every transport: a command is
+/// stamped with [`EpochClock::epoch`] when it is sent, the owner calls
+/// [`EpochClock::advance`] every few polls (never per I/O), and a command is past its timeout
+/// once [`EpochClock::is_old`] says so for its stamp: between 1x and 1.34x the timeout after
+/// it was sent (see [`TIMEOUT_EPOCHS`]).
+///
+/// INVARIANT: ages are `epoch - stamp` in wrapping arithmetic, so the clock may wrap.
+#[derive(Clone, Copy, Debug)]
+pub struct EpochClock {
+    epoch: u32,
+    started: Instant,
+    length: Duration,
+}
+
+impl EpochClock {
+    /// Shortest epoch: a zero or tiny timeout still gives a clock that moves.
+    const MIN_EPOCH: Duration = Duration::from_micros(100);
+
+    /// A clock for commands that time out after `timeout`.
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            epoch: 0,
+            started: Instant::now(),
+            length: (timeout / (TIMEOUT_EPOCHS - 1)).max(Self::MIN_EPOCH),
+        }
+    }
+
+    /// The current epoch: the stamp of a command sent now.
+    #[inline(always)]
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Starts the current epoch again at `now` (nothing in flight, or a reconnect / reset
+    /// that restamps every command): idle time does not age the next command.
+    #[inline]
+    pub fn restart(&mut self, now: Instant) {
+        self.started = now;
+    }
+
+    /// Whether the current epoch has run its length at `now`.
+    #[inline]
+    pub fn due(&self, now: Instant) -> bool {
+        now.duration_since(self.started) >= self.length
+    }
+
+    /// Moves to the next epoch if the current one has run its length at `now`; returns
+    /// whether it did (only then can a command have become old).
+    #[inline]
+    pub fn advance(&mut self, now: Instant) -> bool {
+        if !self.due(now) {
+            return false;
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        self.started = now;
+        true
+    }
+
+    /// Whether a command stamped `stamp` is past its timeout.
+    #[inline]
+    pub fn is_old(&self, stamp: u32) -> bool {
+        self.epoch.wrapping_sub(stamp) >= TIMEOUT_EPOCHS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_is_old_after_timeout_epochs_and_not_before() {
+        let t0 = Instant::now();
+        let mut c = EpochClock::new(Duration::from_millis(30));
+        c.restart(t0);
+        let stamp = c.epoch();
+        assert!(!c.advance(t0 + Duration::from_millis(5)), "epoch is 10 ms");
+        let mut t = t0;
+        for i in 1..TIMEOUT_EPOCHS {
+            t += Duration::from_millis(10);
+            assert!(c.advance(t));
+            assert!(!c.is_old(stamp), "old after {i} epochs");
+        }
+        t += Duration::from_millis(10);
+        assert!(c.advance(t));
+        assert!(c.is_old(stamp));
+        assert!(!c.is_old(c.epoch()));
+    }
+
+    #[test]
+    fn ages_survive_the_wrap_and_a_zero_timeout_still_ticks() {
+        let mut c = EpochClock::new(Duration::ZERO);
+        c.epoch = u32::MAX - 1;
+        let stamp = c.epoch();
+        let t0 = Instant::now();
+        c.restart(t0);
+        for k in 1..=TIMEOUT_EPOCHS {
+            assert!(c.advance(t0 + Duration::from_millis(k as u64)));
+        }
+        assert_eq!(c.epoch(), (u32::MAX - 1).wrapping_add(TIMEOUT_EPOCHS));
+        assert!(c.is_old(stamp));
+    }
 }

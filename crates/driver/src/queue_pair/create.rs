@@ -12,13 +12,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_core::{Error, Result};
+use nvme_core::{EpochClock, Error, Result};
 use nvme_pool::MAX_DEPTH;
 use nvme_pool::{Tag, TagSet};
 use nvme_spec::queue::SubmissionEntry;
 use nvme_spec::{command, regs, Status};
 
-use super::timeout::TIMEOUT_EPOCHS;
 use super::{QueuePair, QueuePairOptions, QueuePairStats, Slot, DEFAULT_QUEUE_DEPTH};
 use crate::controller::{Controller, Inner};
 use crate::ring::{CqRing, SlotPages, SqRing};
@@ -139,12 +138,10 @@ impl QueuePair {
             max_completions: options.max_completions_per_poll.clamp(1, slots as usize),
             plugged: false,
             defer_cq_head: false,
-            epoch: 0,
+            clock: EpochClock::new(timeout),
             stats: QueuePairStats::default(),
             deferred: VecDeque::with_capacity(slots as usize),
             sync_done: None,
-            epoch_started: Instant::now(),
-            epoch_length: timeout / (TIMEOUT_EPOCHS - 1),
             health_checked: Instant::now(),
             timeout,
             retired: 0,

@@ -58,6 +58,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nvme_core::EpochClock;
 use nvme_pool::{Tag, TagSet};
 use nvme_spec::queue::SubmissionEntry;
 use nvme_spec::Status;
@@ -150,13 +151,12 @@ pub struct QueuePair {
     /// Set during [`QueuePair::poll_deferred`]: reaping leaves the CQ head doorbell to the
     /// next [`QueuePair::ring`] (or poll).
     defer_cq_head: bool,
-    epoch: u32,
+    /// Stamps commands and ages them (the shared clock of `nvme_core`).
+    clock: EpochClock,
     stats: QueuePairStats,
     deferred: VecDeque<Completion>,
     sync_done: Option<Completion>,
     // Cold fields.
-    epoch_started: Instant,
-    epoch_length: Duration,
     /// Last CSTS read by the health check.
     health_checked: Instant,
     timeout: Duration,

@@ -119,12 +119,12 @@ impl QueuePair {
             None,
         )?;
         self.ctrl_state = state;
-        self.epoch_started = Instant::now();
+        self.clock.restart(Instant::now());
         let resubmitted = again.len();
         if let Some(saved) = self.saved.take() {
             // At most `depth - 1` commands were in flight, so the empty ring holds them all.
             for &tag in &again {
-                let epoch = self.epoch;
+                let epoch = self.clock.epoch();
                 let slot = self.tags.get_mut(tag);
                 slot.expired = false;
                 slot.abort_sent = false;

@@ -98,7 +98,7 @@ impl QueuePair {
                 let slot = self.tags.get_mut(tag);
                 slot.awaiting = true;
                 slot.expired = false;
-                slot.epoch = self.epoch;
+                slot.epoch = self.clock.epoch();
             }
             self.push_command(tag, sqes[i]);
         }

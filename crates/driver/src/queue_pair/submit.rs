@@ -335,7 +335,7 @@ impl QueuePair {
             return Err(IoFailure::new(e, buf));
         }
         let addr = buf.as_ref().map(|b| b.iova().0);
-        let epoch = self.epoch;
+        let epoch = self.clock.epoch();
         let Some((tag, slot)) = self.tags.alloc_mut() else {
             return Err(IoFailure::new(self.queue_full(), buf));
         };
@@ -398,7 +398,7 @@ impl QueuePair {
         buffer: Option<DmaBuffer>,
         commands: u16,
     ) {
-        let epoch = self.epoch;
+        let epoch = self.clock.epoch();
         fill_group_head(
             self.tags.get_mut(tag),
             tag,

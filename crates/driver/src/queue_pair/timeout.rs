@@ -17,8 +17,6 @@ use super::health::{Dead, HEALTH_INTERVAL};
 use super::reap::command_name;
 use super::{Completion, QueuePair};
 
-pub(super) use nvme_core::TIMEOUT_EPOCHS;
-
 /// Idle polls between clock reads (a slowly polling owner sees timeouts late by at most
 /// about `TIMEOUT_EPOCHS` times this many of its poll intervals).
 pub(super) const IDLE_POLLS_PER_CLOCK_CHECK: u64 = 32;
@@ -79,26 +77,19 @@ impl QueuePair {
             self.ctrl.poll_admin();
         }
         if self.tags.in_use() == 0 {
-            self.epoch_started = now;
+            self.clock.restart(now);
             return;
         }
         let fatal = dead.is_some();
-        if !fatal && now.duration_since(self.epoch_started) < self.epoch_length {
+        if !self.clock.advance(now) && !fatal {
             return;
-        }
-        if now.duration_since(self.epoch_started) >= self.epoch_length {
-            self.epoch = self.epoch.wrapping_add(1);
-            self.epoch_started = now;
         }
         let mut expired = [None::<Tag>; EXPIRE_BATCH];
         loop {
             let mut n = 0;
             for tag in self.tags.iter_in_use() {
                 let slot = self.tags.get(tag);
-                if slot.awaiting
-                    && !slot.expired
-                    && (fatal || self.epoch.wrapping_sub(slot.epoch) >= TIMEOUT_EPOCHS)
-                {
+                if slot.awaiting && !slot.expired && (fatal || self.clock.is_old(slot.epoch)) {
                     expired[n] = Some(tag);
                     n += 1;
                     if n == EXPIRE_BATCH {
@@ -140,7 +131,7 @@ impl QueuePair {
                 unsent[n] = Some(tag);
                 n += 1;
             }
-            overdue |= self.epoch.wrapping_sub(slot.epoch) >= TIMEOUT_EPOCHS;
+            overdue |= self.clock.is_old(slot.epoch);
         }
         for tag in unsent[..n].iter().flatten().copied() {
             let sent = self.ctrl.abort_async(self.qid, tag.cid());
@@ -166,7 +157,7 @@ impl QueuePair {
         let cid = tag.cid();
         self.stats.timeouts += 1;
         // The slot stays allocated and awaiting: its late completion releases it.
-        let epoch = self.epoch;
+        let epoch = self.clock.epoch();
         let slot = self.tags.get_mut(tag);
         slot.expired = true;
         slot.abort_sent = false;

@@ -24,9 +24,9 @@
 use std::collections::VecDeque;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nvme_core::{Completion, DmaBuffer, Error};
+use nvme_core::{Completion, DmaBuffer, EpochClock, Error};
 use nvme_pool::{Tag, TagSet};
 use nvme_spec::tcp::{self, Digests};
 use nvme_spec::SubmissionEntry;
@@ -182,11 +182,8 @@ pub(crate) struct Queue {
     /// Completion dword 1 of the last synchronous command (Property Get of 8 bytes).
     pub sync_dw1: u32,
     pub stats: TcpQueueStats,
-    // Timeouts: the clock is read every few polls; a command older than `TIMEOUT_EPOCHS`
-    // epochs has timed out.
-    pub epoch: u32,
-    epoch_started: Instant,
-    epoch_length: Duration,
+    /// Timeouts: the shared clock of `nvme_core`, read every few polls.
+    pub clock: EpochClock,
     pub timeout: Duration,
     pub polls_since_clock: u32,
     /// What a command that outlives `timeout` gets: `false` fails the queue at once (the
@@ -206,10 +203,6 @@ pub(crate) struct Queue {
     #[cfg(any(test, feature = "fuzzing"))]
     pub mem: Option<crate::fuzzing::MemPipe>,
 }
-
-/// Epochs a command may live (the timeout is split into `TIMEOUT_EPOCHS - 1` epochs): the
-/// same clock as PCIe, one definition in `nvme-core`.
-use nvme_core::TIMEOUT_EPOCHS;
 
 /// The size and time limits of a new [`Queue`].
 pub(crate) struct QueueLimits {
@@ -235,7 +228,6 @@ impl Queue {
             in_capsule_max,
             timeout,
         } = limits;
-        let epoch_length = (timeout / (TIMEOUT_EPOCHS - 1)).max(Duration::from_millis(1));
         Queue {
             stream,
             addr,
@@ -273,9 +265,7 @@ impl Queue {
             sync_dw0: 0,
             sync_dw1: 0,
             stats: TcpQueueStats::default(),
-            epoch: 0,
-            epoch_started: Instant::now(),
-            epoch_length,
+            clock: EpochClock::new(timeout),
             timeout,
             polls_since_clock: 0,
             abort_on_timeout: false,

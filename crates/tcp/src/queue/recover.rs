@@ -128,13 +128,13 @@ impl Queue {
         self.rx_tail = 0;
         self.unplug();
         self.timeout_work = false;
-        self.epoch_started = Instant::now();
+        self.clock.restart(Instant::now());
     }
 
     /// Sends the requests [`Queue::abandon`] kept again, with fresh timeouts. Returns how
     /// many.
     pub(crate) fn resend(&mut self) -> usize {
-        let epoch = self.epoch;
+        let epoch = self.clock.epoch();
         let live = self.take_live();
         for &tag in &live {
             let s = self.tags.get_mut(tag);

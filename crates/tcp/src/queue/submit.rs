@@ -45,7 +45,7 @@ impl Queue {
         if let Some(error) = self.closed_error() {
             return Err(IoFailure { error, buffer });
         }
-        let epoch = self.epoch;
+        let epoch = self.clock.epoch();
         let in_capsule = to_device && len > 0 && len <= self.in_capsule_max;
         let Some((tag, slot)) = self.tags.alloc_mut() else {
             return Err(IoFailure {

@@ -1,14 +1,15 @@
 //! Timeouts: the epoch clock (read every few polls), expiry of commands older than
 //! `TIMEOUT_EPOCHS` epochs, and the bookkeeping of the Abort the owner sends for them.
 //!
-//! INVARIANT: a command's age is `epoch - slot.epoch` (wrapping), for the slots the tag set
-//! has in use; without the abort policy
+//! INVARIANT: a command's age is its stamp `slot.epoch` against the queue's `EpochClock`
+//! (`nvme_core`, the PCIe pair's clock too), for the slots the tag set has in use; without
+//! the abort policy
 //! the first command past its timeout fails the queue, with it the command is marked expired
 //! once (its age restarts) and `timeout_work` tells the owner to act (cold path).
 
 use std::time::Instant;
 
-use nvme_core::{Error, TIMEOUT_EPOCHS};
+use nvme_core::Error;
 
 use super::{command_name, Queue};
 use crate::error::TcpError;
@@ -41,10 +42,9 @@ impl Queue {
     /// Whether an expired command has been outstanding for a whole further timeout (its
     /// Abort was declined, failed or not answered).
     pub(crate) fn expired_overdue(&self) -> bool {
-        let epoch = self.epoch;
         self.tags.iter_in_use().any(|tag| {
             let s = self.tags.get(tag);
-            s.expired && epoch.wrapping_sub(s.epoch) >= TIMEOUT_EPOCHS
+            s.expired && self.clock.is_old(s.epoch)
         })
     }
 
@@ -52,11 +52,10 @@ impl Queue {
     /// the others with the transport error.
     pub(crate) fn fail_timed_out(&mut self) {
         let timeout = self.timeout;
-        let epoch = self.epoch;
         let live = self.take_live();
         for &tag in &live {
             let s = self.tags.get(tag);
-            if s.expired || epoch.wrapping_sub(s.epoch) >= TIMEOUT_EPOCHS {
+            if s.expired || self.clock.is_old(s.epoch) {
                 let e = Error::Timeout {
                     command: command_name(s.opcode),
                     cid: tag.cid(),
@@ -76,21 +75,19 @@ impl Queue {
     /// than its timeout.
     pub(crate) fn check_clock(&mut self) {
         if self.in_flight() == 0 || self.failed.is_some() {
-            self.epoch_started = Instant::now();
+            self.clock.restart(Instant::now());
             return;
         }
-        let now = Instant::now();
-        if now.duration_since(self.epoch_started) < self.epoch_length {
+        if !self.clock.advance(Instant::now()) {
             return;
         }
-        self.epoch = self.epoch.wrapping_add(1);
-        self.epoch_started = now;
-        let epoch = self.epoch;
+        let clock = self.clock;
+        let epoch = clock.epoch();
         if !self.abort_on_timeout {
             if self
                 .tags
                 .iter_in_use()
-                .any(|tag| epoch.wrapping_sub(self.tags.get(tag).epoch) >= TIMEOUT_EPOCHS)
+                .any(|tag| clock.is_old(self.tags.get(tag).epoch))
             {
                 self.fail_timed_out();
             }
@@ -101,7 +98,7 @@ impl Queue {
         let live = self.take_live();
         for &tag in &live {
             let s = self.tags.get_mut(tag);
-            if epoch.wrapping_sub(s.epoch) < TIMEOUT_EPOCHS {
+            if !clock.is_old(s.epoch) {
                 continue;
             }
             self.timeout_work = true;
