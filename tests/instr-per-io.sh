@@ -21,7 +21,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 MODE=${1:-print}
 N=${N:-10000}
 # Repetitions; the medians are reported (clock-driven paths vary a little between runs).
-REPS=${REPS:-3}
+REPS=${REPS:-7}
 BUDGET=tests/instr-budget.txt
 TOLERANCE=1.05
 command -v valgrind >/dev/null || {

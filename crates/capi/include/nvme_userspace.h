@@ -230,8 +230,8 @@ const char *nvme_last_error_message(void);
 // `"trtype:TCP adrfam:IPv4 traddr:192.0.2.1 trsvcid:4420 subnqn:NQN [hostnqn:NQN]"`
 // (connects the admin queue; each `nvme_qpair_create` opens one more connection). Every
 // other function works on either kind; an NVMe/TCP queue pair supports read, write (split
-// above `max_transfer_bytes` as on PCIe) and flush (write zeroes and deallocate fail with
-// `NVME_ERR_UNSUPPORTED`), and a lost
+// above `max_transfer_bytes` as on PCIe), flush, verify and write zeroes (deallocate fails
+// with `NVME_ERR_UNSUPPORTED`), and a lost
 // connection completes its outstanding requests with `NVME_ERR_TRANSPORT`.
 // On success stores the handle in `*out` and returns `NVME_OK`.
 //

@@ -74,12 +74,11 @@ mod submit;
 // `nvme_qpair_poll`: completions and callbacks.
 mod poll;
 
-// The emulated controller (feature `emulator`), error codes, namespace rescan, splitting for
-// NVMe/TCP, the two transports.
+// The emulated controller (feature `emulator`), error codes, namespace rescan, the two
+// transports.
 mod emulator;
 mod errors;
 mod namespaces;
-mod split;
 mod transport;
 
 // DMA contexts shared by several controllers.

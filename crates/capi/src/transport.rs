@@ -1,10 +1,9 @@
 //! The two transports behind the C handles: a `struct nvme_ctrlr` holds an
 //! [`nvme_device::AnyController`] (a PCIe `Controller` or an NVMe/TCP `TcpController`), a
-//! `struct nvme_qpair` a [`Pair`]: the library's [`AnyQueuePair`] plus what the C API adds
-//! on TCP. One predictable branch per call: the PCIe arm calls the `QueuePair` as before (it
-//! splits transfers above MDTS itself), the TCP arm goes out of line to the pair's
-//! [`IoQueue`] methods (static dispatch), through [`TcpPair`], which splits what one TCP
-//! command cannot carry ([`crate::split`]).
+//! `struct nvme_qpair` a [`Pair`]: the library's [`AnyQueuePair`]. One predictable branch
+//! per call: the PCIe arm calls the `QueuePair` as before, the TCP arm goes out of line to
+//! the pair's [`IoQueue`] methods (static dispatch). Both pairs split transfers above MDTS
+//! themselves.
 
 use nvme_device::AnyQueuePair;
 use nvme_driver::{
@@ -12,21 +11,14 @@ use nvme_driver::{
 };
 use nvme_tcp::TcpQueuePair;
 
-use crate::split::{Splitter, TcpPair};
-
-/// A queue pair of either transport, with the split requests in flight on a TCP pair.
+/// A queue pair of either transport.
 pub(crate) struct Pair {
-    // Field order is drop order: the connection closes before pieces kept in `split` are freed.
     qp: AnyQueuePair,
-    split: Splitter,
 }
 
 impl Pair {
     pub(crate) fn new(qp: AnyQueuePair) -> Self {
-        Self {
-            qp,
-            split: Splitter::default(),
-        }
+        Self { qp }
     }
 
     pub(crate) fn depth(&self) -> u32 {
@@ -34,7 +26,7 @@ impl Pair {
     }
 
     /// Queues any typed NVM command (`nvme_driver::command`); `buf` is the data buffer of a
-    /// command that moves data. On TCP a data transfer above one command is split here.
+    /// command that moves data.
     #[inline]
     pub(crate) fn submit<C: NvmCommand>(
         &mut self,
@@ -45,13 +37,7 @@ impl Pair {
     ) -> std::result::Result<(), IoFailure> {
         match &mut self.qp {
             AnyQueuePair::Pcie(q) => q.submit(ns, cmd, buf, user_data),
-            AnyQueuePair::Tcp(qp) => {
-                let mut q = TcpPair {
-                    qp,
-                    split: &mut self.split,
-                };
-                tcp::submit(&mut q, ns, cmd, buf, user_data)
-            }
+            AnyQueuePair::Tcp(q) => tcp::submit(q, ns, cmd, buf, user_data),
         }
     }
 
@@ -59,7 +45,6 @@ impl Pair {
         IoQueue::submit_flush(&mut self.qp, ns, user_data)
     }
 
-    /// Write Zeroes: PCIe only for now (the NVMe/TCP host sends Read, Write and Flush).
     pub(crate) fn submit_write_zeroes(
         &mut self,
         ns: &Namespace,
@@ -68,10 +53,7 @@ impl Pair {
         deallocate: bool,
         user_data: u64,
     ) -> Result<()> {
-        match &mut self.qp {
-            AnyQueuePair::Pcie(q) => q.submit_write_zeroes(ns, lba, blocks, deallocate, user_data),
-            AnyQueuePair::Tcp(q) => Err(tcp_unsupported(q, "Write Zeroes")),
-        }
+        IoQueue::submit_write_zeroes(&mut self.qp, ns, lba, blocks, deallocate, user_data)
     }
 
     /// Dataset Management deallocate: PCIe only for now.
@@ -91,13 +73,7 @@ impl Pair {
     pub(crate) fn poll<F: FnMut(Completion)>(&mut self, f: F) -> usize {
         match &mut self.qp {
             AnyQueuePair::Pcie(q) => q.poll(f),
-            AnyQueuePair::Tcp(qp) => {
-                let mut q = TcpPair {
-                    qp,
-                    split: &mut self.split,
-                };
-                tcp::poll(&mut q, f)
-            }
+            AnyQueuePair::Tcp(q) => tcp::poll(q, f),
         }
     }
 
@@ -119,33 +95,31 @@ impl Pair {
 fn tcp_unsupported(q: &TcpQueuePair, what: &str) -> Error {
     Error::Unsupported {
         controller: format!("NVMe/TCP queue {}", q.qid()),
-        what: format!("{what} is not implemented by the NVMe/TCP host (Read, Write, Flush are)"),
+        what: format!(
+            "{what} is not implemented by the NVMe/TCP host (Read, Write, Compare, Flush, \
+             Write Zeroes, Verify are)"
+        ),
     }
 }
 
 /// The TCP arms of the hot calls, kept out of line so that the PCIe arm of each C entry point
 /// compiles to what it was before the handles had two transports (the socket work dwarfs a call).
-/// A command that fits one command goes straight to the TCP queue pair; a larger data
-/// transfer is split ([`crate::split`]).
 mod tcp {
     use super::*;
 
     #[inline(never)]
     pub(super) fn submit<C: NvmCommand>(
-        q: &mut TcpPair<'_>,
+        q: &mut TcpQueuePair,
         ns: &Namespace,
         cmd: C,
         buf: Option<DmaBuffer>,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        match buf {
-            Some(buf) if q.needs_split(ns, &cmd) => q.submit_split(ns, cmd, buf, user_data),
-            buf => IoQueue::submit(q.qp, ns, cmd, buf, user_data),
-        }
+        IoQueue::submit(q, ns, cmd, buf, user_data)
     }
 
     #[inline(never)]
-    pub(super) fn poll<F: FnMut(Completion)>(q: &mut TcpPair<'_>, f: F) -> usize {
-        q.poll(f)
+    pub(super) fn poll<F: FnMut(Completion)>(q: &mut TcpQueuePair, f: F) -> usize {
+        IoQueue::poll(q, f)
     }
 }

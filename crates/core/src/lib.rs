@@ -16,6 +16,8 @@
 //!   monomorphic copy per transport); nothing here puts an indirect call on an I/O path.
 //! - Shared policy: one definition of the timeout epoch clock ([`TIMEOUT_EPOCHS`],
 //!   [`TimeoutAction`]) and of the controller state word's flags ([`state`]).
+//! - Shared request layer: [`split`] cuts a request larger than one command into pieces and
+//!   collects their completions into one (the NVMe/TCP pair's MDTS splitting).
 //! - Buffers for CPU-copy transports: [`HostMemory`], an identity "mapper" of process memory
 //!   whose addresses no device ever sees. Its one `unsafe impl DmaMapper` is the only unsafe
 //!   code of the crate.
@@ -48,6 +50,7 @@ mod host_memory;
 mod io_queue;
 mod namespace;
 mod options;
+pub mod split;
 pub mod state;
 mod timeout;
 

@@ -658,7 +658,7 @@ impl Conn<'_> {
         let nlb = u64::from(nvme_spec::command::nlb(&sqe));
         let bytes = (nlb << shift) as usize;
         let offset = (slba << shift) as usize;
-        // Verify addresses blocks but moves no data.
+        // Verify and Write Zeroes address blocks but move no data.
         let moves_data = matches!(op, opcode::nvm::READ | opcode::nvm::WRITE);
         if op != opcode::nvm::FLUSH && (slba + nlb > blocks || (moves_data && bytes != len)) {
             self.respond(cid, Status::new(0, 0x80, true), 0, 0)?; // LBA Out of Range
@@ -686,6 +686,11 @@ impl Conn<'_> {
                 };
                 self.st.disks.lock().unwrap().get_mut(&sqe.nsid).unwrap()[offset..offset + bytes]
                     .copy_from_slice(&d);
+                self.respond(cid, ok, 0, 0)?;
+            }
+            opcode::nvm::WRITE_ZEROES => {
+                self.st.disks.lock().unwrap().get_mut(&sqe.nsid).unwrap()[offset..offset + bytes]
+                    .fill(0);
                 self.respond(cid, ok, 0, 0)?;
             }
             opcode::nvm::FLUSH | opcode::nvm::VERIFY => self.respond(cid, ok, 0, 0)?,

@@ -30,7 +30,7 @@ use nvme_spec::{CompletionEntry, Status};
 use nvme_vfio::DmaMapper;
 
 use crate::error::TcpError;
-use crate::queue::{self, Negotiated, Queue, QueueLimits};
+use crate::queue::{self, Negotiated, Queue, QueueLimits, Waiter};
 use crate::r2t::{TX_COMPACT, TX_HIGH_WATER};
 use nvme_core::HostMemory;
 
@@ -443,7 +443,7 @@ pub fn run(case: &Case) {
             })
         });
         let has_buffer = buffer.is_some();
-        q.submit(sqe, buffer, len, to_device, i as u64, false)
+        q.submit(sqe, buffer, len, to_device, i as u64, Waiter::Poll)
             .expect("a fresh queue takes SLOTS commands");
         submitted.push(has_buffer);
     }

@@ -7,15 +7,15 @@ use std::time::{Duration, Instant};
 
 use nvme_core::command::DataDirection;
 use nvme_core::{
-    Completion, DmaBuffer, Error, IoFailure, Namespace, NvmCommand, QueuePairOptions, Result,
-    TimeoutAction,
+    split::SplitPlan, Completion, DmaBuffer, Error, IoFailure, Namespace, NvmCommand,
+    QueuePairOptions, Result, TimeoutAction,
 };
 use nvme_spec::command;
 
 use crate::controller::{generation, Inner, STATE_FAILED, STATE_LOST, STATE_RESETTING};
 use crate::error::TcpError;
 use crate::keep_alive::CHECKS_PER_KATO;
-use crate::queue::{Queue, TcpQueueStats};
+use crate::queue::{Queue, TcpQueueStats, Waiter};
 
 /// Expired commands handled per clock tick (Aborts sent).
 const ABORTS_PER_TICK: usize = 8;
@@ -398,8 +398,8 @@ impl TcpQueuePair {
         self.q.flush_tx();
     }
 
-    /// Any typed NVM command: state, range and buffer checks, then one command (the TCP
-    /// pair does not split; the C API does, above it).
+    /// Any typed NVM command: state, range and buffer checks, then one command, or several
+    /// for a transfer above one command's (`nvme_core::split`).
     #[inline]
     fn submit_cmd<C: NvmCommand>(
         &mut self,
@@ -440,9 +440,14 @@ impl TcpQueuePair {
                     });
                     return fail(error, buf);
                 }
-                return self
-                    .q
-                    .submit(cmd.sqe(ns.nsid()), None, 0, false, user_data, sync);
+                return self.q.submit(
+                    cmd.sqe(ns.nsid()),
+                    None,
+                    0,
+                    false,
+                    user_data,
+                    Waiter::of(sync),
+                );
             }
             DataDirection::ToDevice => true,
             DataDirection::FromDevice => false,
@@ -473,14 +478,7 @@ impl TcpQueuePair {
             );
         }
         if len > self.ctrl.max_transfer {
-            return fail(
-                Error::InvalidRequest(format!(
-                    "a {len}-byte transfer is larger than the {} bytes one NVMe/TCP command \
-                     carries here: split it",
-                    self.ctrl.max_transfer
-                )),
-                Some(buf),
-            );
+            return self.submit_split(ns, cmd, buf, user_data, sync);
         }
         self.q.submit(
             cmd.sqe(ns.nsid()),
@@ -488,8 +486,59 @@ impl TcpQueuePair {
             len,
             to_device,
             user_data,
-            sync,
+            Waiter::of(sync),
         )
+    }
+
+    /// A data transfer above one command: cut into block-aligned pieces, each its own
+    /// command, one completion for the request (`nvme_core::split`); all its slots must be
+    /// free, or nothing is sent.
+    #[cold]
+    fn submit_split<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: DmaBuffer,
+        user_data: u64,
+        sync: bool,
+    ) -> std::result::Result<(), IoFailure> {
+        let range = cmd.range().expect("a data command has a range");
+        let capacity = u32::from(self.q.capacity());
+        let plan = match SplitPlan::new(
+            range,
+            ns.block_size() as usize,
+            self.ctrl.max_transfer,
+            capacity,
+            capacity - u32::from(self.q.in_flight()),
+            self.q.qid,
+            self.depth(),
+        ) {
+            Ok(plan) => plan,
+            Err(error) => {
+                return Err(IoFailure {
+                    error,
+                    buffer: Some(buf),
+                })
+            }
+        };
+        let to_device = cmd.direction() == DataDirection::ToDevice;
+        let nsid = ns.nsid();
+        let q = &mut self.q;
+        // The pieces' capsules are sent together after the last one: until then no send can
+        // fail the queue, so no piece completes while the splitter is out of the queue.
+        let held = q.hold_tx();
+        let mut split = std::mem::take(&mut q.split);
+        let r = split.submit(cmd, plan, buf, user_data, sync, |part, piece, id| {
+            let len = part.range().map_or(0, |r| r.blocks as usize) * plan.block_size;
+            let sqe = part.sqe(nsid);
+            q.submit(sqe, Some(piece), len, to_device, id, Waiter::Piece)
+        });
+        q.split = split;
+        q.release_tx(held);
+        if r.is_ok() {
+            self.q.stats.split_requests += 1;
+        }
+        r
     }
 
     /// Queues any typed NVM command (`nvme_core::command`); `buf` is the data buffer of a

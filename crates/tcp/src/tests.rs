@@ -12,6 +12,7 @@ use crate::fake::{Config, FakeTarget, Fault};
 use crate::{TcpController, TcpError, TcpOptions, TransportId};
 
 mod liveness;
+mod split;
 
 fn connect(target: &FakeTarget) -> TcpController {
     TcpController::connect(&target.trid(), TcpOptions::default()).expect("connect")

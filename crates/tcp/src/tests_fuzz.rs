@@ -14,7 +14,7 @@ use nvme_vfio::DmaMapper;
 use proptest::prelude::*;
 
 use crate::fuzzing::{self, Case, Cmd, Op, MAX_LEN};
-use crate::queue::{Negotiated, Queue, QueueLimits};
+use crate::queue::{Negotiated, Queue, QueueLimits, Waiter};
 use crate::r2t::{TX_COMPACT, TX_HIGH_WATER};
 use nvme_core::HostMemory;
 
@@ -225,7 +225,7 @@ fn r2ts_from_a_target_that_never_reads_leave_the_send_buffer_bounded() {
             LEN,
             true,
             u64::from(i),
-            false,
+            Waiter::Poll,
         )
         .unwrap();
     }
@@ -300,13 +300,13 @@ fn a_stale_cccid_for_a_reused_slot_is_caught_by_the_generation() {
         }
         panic!("no completion");
     };
-    q.submit(command::flush(1), None, 0, false, 1, false)
+    q.submit(command::flush(1), None, 0, false, 1, Waiter::Poll)
         .unwrap();
     let first = sent_cid(&mut target);
     target.write_all(&resp(first)).unwrap();
     poll_until(&mut q, 1, &mut done);
     assert!(matches!(done[0], (1, Ok(_))), "{done:?}");
-    q.submit(command::flush(1), None, 0, false, 2, false)
+    q.submit(command::flush(1), None, 0, false, 2, Waiter::Poll)
         .unwrap();
     let second = sent_cid(&mut target);
     assert_ne!(first, second, "the reused slot carries a new generation");

@@ -20,6 +20,7 @@ use super::{
     Admin, Inner, TcpController, ABORT_TAG, KEEP_ALIVE_TAG, STATE_FAILED, STATE_LOST,
     STATE_RESETTING,
 };
+use crate::queue::Waiter;
 
 impl Admin {
     /// Runs one admin command to completion: completion dword 0 (and dword 1) and the buffer.
@@ -31,7 +32,7 @@ impl Admin {
         to_device: bool,
     ) -> std::result::Result<(u32, u32, Option<DmaBuffer>), Error> {
         self.q
-            .submit(sqe, buffer, len, to_device, 0, true)
+            .submit(sqe, buffer, len, to_device, 0, Waiter::Sync)
             .map_err(|f| f.error)?;
         let deadline = Instant::now() + self.q.timeout;
         let c = self.q.wait_sync(deadline, "waiting for an admin command");
@@ -85,7 +86,14 @@ impl Admin {
         }
         if self
             .q
-            .submit(fabrics::keep_alive(), None, 0, false, KEEP_ALIVE_TAG, false)
+            .submit(
+                fabrics::keep_alive(),
+                None,
+                0,
+                false,
+                KEEP_ALIVE_TAG,
+                Waiter::Poll,
+            )
             .is_ok()
         {
             self.ka.sent(now);
@@ -202,7 +210,7 @@ impl Inner {
         let tag = ABORT_TAG | u64::from(qid) << 16 | u64::from(cid);
         if admin
             .q
-            .submit(command::abort(qid, cid), None, 0, false, tag, false)
+            .submit(command::abort(qid, cid), None, 0, false, tag, Waiter::Poll)
             .is_err()
         {
             return false;

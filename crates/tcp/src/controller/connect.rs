@@ -16,7 +16,7 @@ use nvme_spec::StatusCodeType;
 
 use crate::error::TcpError;
 use crate::keep_alive::KeepAlive;
-use crate::queue::{handshake, Negotiated, Queue, QueueLimits};
+use crate::queue::{handshake, Negotiated, Queue, QueueLimits, Waiter};
 use crate::trid::TransportId;
 
 use super::options::uuid_text;
@@ -122,7 +122,7 @@ pub(crate) fn connect_queue(
         (fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL, 0)
     };
     let sqe = fabrics::connect(q.qid, entries, cattr, kato_ms);
-    q.submit(sqe, Some(buf), bytes.len(), true, 0, true)
+    q.submit(sqe, Some(buf), bytes.len(), true, 0, Waiter::Sync)
         .map_err(|f| f.error)?;
     let deadline = Instant::now() + q.timeout;
     let c = q.wait_sync(deadline, "waiting for the Connect response");

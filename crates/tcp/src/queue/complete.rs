@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nvme_core::{Completion, Error};
 
-use super::{Queue, Rx, Tag, IDLE_POLLS_PER_CLOCK_CHECK};
+use super::{Queue, Rx, Tag, Waiter, IDLE_POLLS_PER_CLOCK_CHECK};
 use crate::error::TcpError;
 
 impl Queue {
@@ -65,13 +65,17 @@ impl Queue {
             result,
             buffer: slot.buffer.take(),
         };
-        let sync = slot.sync;
+        let waiter = slot.waiter;
         self.tags.free(tag);
         self.stats.requests_completed += 1;
-        if sync {
-            self.sync_done = Some(c);
-        } else {
-            self.deferred.push_back(c);
+        match waiter {
+            Waiter::Poll => self.deferred.push_back(c),
+            Waiter::Sync => self.sync_done = Some(c),
+            Waiter::Piece => match self.split.complete(c) {
+                Some((done, true)) => self.sync_done = Some(done),
+                Some((done, false)) => self.deferred.push_back(done),
+                None => {}
+            },
         }
     }
 

@@ -26,6 +26,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
+use nvme_core::split::Splitter;
 use nvme_core::{Completion, DmaBuffer, EpochClock, Error};
 use nvme_pool::{Tag, TagSet};
 use nvme_spec::tcp::{self, Digests};
@@ -80,7 +81,8 @@ impl Negotiated {
 struct Slot {
     /// Direction: data moves host to controller.
     to_device: bool,
-    sync: bool,
+    /// Who takes the completion.
+    waiter: Waiter,
     opcode: u8,
     /// Bytes of data the command moves.
     len: usize,
@@ -99,6 +101,29 @@ struct Slot {
     abort_sent: bool,
     /// What R2Ts asked of it so far (`r2t.rs`).
     r2t: R2tState,
+}
+
+/// Who takes a request's completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waiter {
+    /// The ready list that `poll` delivers.
+    Poll,
+    /// The synchronous waiter (`sync_done`).
+    Sync,
+    /// The queue's [`Splitter`]: a piece of a split request, its user data the piece id.
+    Piece,
+}
+
+impl Waiter {
+    /// The waiter of a whole request: synchronous or polled.
+    #[inline(always)]
+    pub(crate) fn of(sync: bool) -> Self {
+        if sync {
+            Waiter::Sync
+        } else {
+            Waiter::Poll
+        }
+    }
 }
 
 /// Receive state.
@@ -128,6 +153,9 @@ enum Rx {
 /// Counters of one queue.
 #[derive(Clone, Debug, Default)]
 pub struct TcpQueueStats {
+    /// Requests larger than one command, sent as several (each command also counts in
+    /// `commands_submitted` and `requests_completed`).
+    pub split_requests: u64,
     /// Command capsules sent.
     pub commands_submitted: u64,
     /// Requests completed (successfully or not).
@@ -184,6 +212,8 @@ pub(crate) struct Queue {
     pub stats: TcpQueueStats,
     /// Timeouts: the shared clock of `nvme_core`, read every few polls.
     pub clock: EpochClock,
+    /// Requests larger than one command, in flight as pieces (`Waiter::Piece` slots).
+    pub split: Splitter,
     pub timeout: Duration,
     pub polls_since_clock: u32,
     /// What a command that outlives `timeout` gets: `false` fails the queue at once (the
@@ -246,7 +276,7 @@ impl Queue {
             plugged: false,
             tags: TagSet::new(slots, |_| Slot {
                 to_device: false,
-                sync: false,
+                waiter: Waiter::Poll,
                 opcode: 0,
                 len: 0,
                 received: 0,
@@ -266,6 +296,7 @@ impl Queue {
             sync_dw1: 0,
             stats: TcpQueueStats::default(),
             clock: EpochClock::new(timeout),
+            split: Splitter::default(),
             timeout,
             polls_since_clock: 0,
             abort_on_timeout: false,

@@ -10,7 +10,7 @@ use nvme_spec::tcp::{
 };
 use nvme_spec::Status;
 
-use super::{command_name, Queue, Rx, Tag, MAX_PLEN};
+use super::{command_name, Queue, Rx, Tag, Waiter, MAX_PLEN};
 use crate::error::TcpError;
 use crate::r2t::{self, R2tTarget, TX_HIGH_WATER};
 
@@ -286,7 +286,7 @@ impl Queue {
             } => {
                 let tag = self.outstanding(t, cid)?;
                 let s = self.tags.get(tag);
-                if s.sync {
+                if s.waiter == Waiter::Sync {
                     self.sync_dw0 = dw0;
                     self.sync_dw1 = dw1;
                 }

@@ -10,7 +10,7 @@ use nvme_core::{DmaBuffer, Error, IoFailure};
 use nvme_spec::tcp::{self, pdu_type, CapsuleCmd, PduFrame};
 use nvme_spec::SubmissionEntry;
 
-use super::{Queue, Tag};
+use super::{Queue, Tag, Waiter};
 use crate::r2t::R2tState;
 
 impl Queue {
@@ -31,6 +31,20 @@ impl Queue {
         self.plugged = false;
     }
 
+    /// Holds capsules in the send buffer (as a plugged batch does) until
+    /// [`Queue::release_tx`]; returns what to pass to it.
+    pub(crate) fn hold_tx(&mut self) -> bool {
+        std::mem::replace(&mut self.plugged, true)
+    }
+
+    /// Ends [`Queue::hold_tx`]: sends what is held unless a plugged batch was already open.
+    pub(crate) fn release_tx(&mut self, was_plugged: bool) {
+        self.plugged = was_plugged;
+        if !was_plugged {
+            self.flush_tx();
+        }
+    }
+
     /// Sends a command capsule. `buffer` holds `len` bytes of data moving in the direction
     /// `to_device` says (ignored when `len` is 0). On a refusal the buffer comes back.
     pub(crate) fn submit(
@@ -40,7 +54,7 @@ impl Queue {
         len: usize,
         to_device: bool,
         user_data: u64,
-        sync: bool,
+        waiter: Waiter,
     ) -> Result<(), IoFailure> {
         if let Some(error) = self.closed_error() {
             return Err(IoFailure { error, buffer });
@@ -63,7 +77,7 @@ impl Queue {
             sqe.set_sgl(tcp::sgl::TRANSPORT_DATA, 0, len as u32);
         }
         slot.to_device = to_device;
-        slot.sync = sync;
+        slot.waiter = waiter;
         slot.opcode = sqe.opcode();
         slot.len = if buffer.is_some() { len } else { 0 };
         slot.received = 0;
