@@ -45,15 +45,14 @@ pub(crate) struct TcpPair<'a> {
 }
 
 impl TcpPair<'_> {
-    /// Whether `cmd` moves more data than one command carries here.
+    /// Whether `cmd` moves more data than one command carries here and may be split (a
+    /// command that may not, Copy, goes to the queue pair whole, which refuses it if too big).
     #[inline]
     pub(crate) fn needs_split<C: NvmCommand>(&self, ns: &Namespace, cmd: &C) -> bool {
-        match cmd.range() {
-            Some(r) if cmd.opcode().has_data() => {
-                ns.blocks_to_bytes(u64::from(r.blocks)) > self.qp.max_transfer_bytes() as u64
-            }
-            _ => false,
-        }
+        cmd.range().is_some()
+            && cmd.opcode().has_data()
+            && cmd.splittable()
+            && cmd.data_bytes(ns) > self.qp.max_transfer_bytes()
     }
 
     /// Submits a data command that [`TcpPair::needs_split`] as several commands, each over a

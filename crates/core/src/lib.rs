@@ -42,6 +42,7 @@
 pub mod command;
 mod completion;
 mod controller;
+mod copy;
 mod error;
 mod flags;
 mod host_memory;
@@ -51,7 +52,7 @@ mod options;
 pub mod state;
 mod timeout;
 
-pub use command::{IoCommand, LbaRange, NvmCommand};
+pub use command::{CommandContext, CopyLimit, IoCommand, LbaRange, NvmCommand};
 pub use completion::Completion;
 pub use controller::NvmeController;
 pub use error::{log_occurrence, Error, IoFailure, Result};

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_core::command::{DataDirection, Flush, Read, Write};
+use nvme_core::command::{CommandContext, DataDirection, Flush, Read, Write};
 use nvme_core::{
     Completion, DmaBuffer, Error, IoFailure, Namespace, NvmCommand, QueuePairOptions, Result,
     TimeoutAction, WriteFlags,
@@ -440,6 +440,9 @@ impl TcpQueuePair {
                     });
                     return fail(error, buf);
                 }
+                if let Err(e) = cmd.check(ns, &self.command_context(), None) {
+                    return fail(e, None);
+                }
                 return self
                     .q
                     .submit(cmd.sqe(ns.nsid()), None, 0, false, user_data, sync);
@@ -462,7 +465,8 @@ impl TcpQueuePair {
         if blocks == 0 {
             return fail(Error::ZeroLength, Some(buf));
         }
-        let len = ns.blocks_to_bytes(u64::from(blocks)) as usize;
+        // The range's bytes for most commands; Copy's is its source range list.
+        let len = cmd.data_bytes(ns);
         if buf.len() < len {
             return fail(
                 Error::BufferTooSmall {
@@ -471,6 +475,9 @@ impl TcpQueuePair {
                 },
                 Some(buf),
             );
+        }
+        if let Err(e) = cmd.check(ns, &self.command_context(), Some(&buf)) {
+            return fail(e, Some(buf));
         }
         if len > self.ctrl.max_transfer {
             return fail(
@@ -490,6 +497,15 @@ impl TcpQueuePair {
             user_data,
             sync,
         )
+    }
+
+    /// What a command's own check ([`NvmCommand::check`]) may look at.
+    #[inline]
+    fn command_context(&self) -> CommandContext<'_> {
+        CommandContext {
+            controller: &self.ctrl.name,
+            identify: &self.ctrl.identify,
+        }
     }
 
     /// Queues any typed NVM command (`nvme_core::command`); `buf` is the data buffer of a
