@@ -77,7 +77,7 @@ impl Conn<'_> {
             return size_limit;
         }
         let dest = slba(sqe);
-        let outside = |lba: u64, n: u64| lba.checked_add(n).is_none_or(|end| end > blocks);
+        let outside = |lba: u64, n: u64| !lba.checked_add(n).is_some_and(|end| end <= blocks);
         if ranges
             .iter()
             .any(|r| outside(r.slba, u64::from(r.blocks())))
