@@ -2,7 +2,8 @@
  * qd_loop.c: a queue-depth-N write/read-verify loop driven by callbacks and polling.
  * Each of QD slots owns a buffer and a private LBA range; a slot writes a pattern, reads it
  * back into the same buffer from its write callback, checks it in the read callback and
- * starts its next write from there. Then Write Zeroes, Deallocate and Flush are checked.
+ * starts its next write from there. Then Write Zeroes, Deallocate and Flush are checked, and
+ * a Copy of two ranges where the controller offers Copy.
  *
  *   qd_loop emulated [QD [IOS]]                 in-process emulated controller
  *   qd_loop 0000:01:00.0 --write [QD [IOS]]     a vfio-pci controller: DESTROYS the first
@@ -372,6 +373,40 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("qd_loop: write zeroes, deallocate, flush: OK (%s)\n", nvme_last_error_message());
+
+    /* Copy: two written I/Os of slot 0's range go, in one command, to a third place. */
+    uint32_t bpi = l.blocks_per_io;
+    uint64_t src[2] = {2 * (uint64_t)bpi, 5 * (uint64_t)bpi};
+    uint64_t dest = 8 * (uint64_t)bpi;
+    for (int k = 0; k < 2; k++) {
+        fill(nvme_buf_ptr(s->buf), src[k], 1000 + k);
+        io.done = 0;
+        CHECK(nvme_qpair_submit_write(l.qp, nsid, src[k], bpi, s->buf, 0, on_sync, &io));
+        wait_sync(l.qp, &io, "write before copy");
+    }
+    struct nvme_buf *list, *both;
+    CHECK(nvme_buf_alloc(ctrlr, 4096, &list));
+    CHECK(nvme_buf_alloc(ctrlr, 2 * IO_BYTES, &both));
+    struct nvme_lba_range sources[2] = {{src[0], bpi}, {src[1], bpi}};
+    io.done = 0;
+    rc = nvme_qpair_submit_copy(l.qp, nsid, dest, sources, 2, list, 0, on_sync, &io);
+    if (rc == NVME_ERR_UNSUPPORTED) {
+        printf("qd_loop: copy: not offered (%s)\n", nvme_last_error_message());
+    } else {
+        CHECK(rc);
+        wait_sync(l.qp, &io, "copy");
+        io.done = 0;
+        CHECK(nvme_qpair_submit_read(l.qp, nsid, dest, 2 * bpi, both, on_sync, &io));
+        wait_sync(l.qp, &io, "read after copy");
+        const uint8_t *q = nvme_buf_ptr(both);
+        if (!verify(q, src[0], 1000) || !verify(q + IO_BYTES, src[1], 1001)) {
+            fprintf(stderr, "the copied blocks differ from the blocks written\n");
+            return 1;
+        }
+        printf("qd_loop: copy of 2 ranges (%u blocks) to LBA %" PRIu64 ": OK\n", 2 * bpi, dest);
+    }
+    CHECK(nvme_buf_free(list));
+    CHECK(nvme_buf_free(both));
 
     for (unsigned i = 0; i < qd; i++) CHECK(nvme_buf_free(slots[i].buf));
     free(slots);

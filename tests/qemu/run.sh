@@ -90,7 +90,9 @@ Options:
                             ms=BYTES (metadata per block), mset=1 (extended LBA, metadata inline
                             after each block) or mset=0 (separate buffer), pi=0..3, pil=0|1;
                             e.g. --ns 512:16M:ms=8,mset=1. Also nsid=N (default: the position
-                            of the --ns option, 1, 2, ...), e.g. --ns 4096:32M:nsid=9
+                            of the --ns option, 1, 2, ...), e.g. --ns 4096:32M:nsid=9, and the
+                            Copy limits mssrl=BLOCKS, mcl=BLOCKS, msrc=N (0-based; QEMU's
+                            defaults 128, 128, 127), e.g. --ns 512:16M:mssrl=16,mcl=64,msrc=7
                             Media errors (file backend only; blkdebug wraps the image):
                             blkdebug=FILE: a QEMU blkdebug config ([inject-error] sections);
                             bad=rS,wS,...: EIO (errno 5, every time) on reads (r) or writes (w)
@@ -555,8 +557,8 @@ build_namespaces() {
                     { [ "$nsid" -ge 1 ] && [ "$nsid" -le 256 ]; } || die "--ns $spec: nsid must be 1..256"
                     continue
                 fi
-                [[ "$opt" =~ ^(ms|mset|pi|pil)=[0-9]+$ ]] ||
-                    die "--ns $spec: '$opt' is not a namespace option (nsid=N, ms=BYTES, mset=0|1, pi=0..3, pil=0|1)"
+                [[ "$opt" =~ ^(ms|mset|pi|pil|mssrl|mcl|msrc)=[0-9]+$ ]] ||
+                    die "--ns $spec: '$opt' is not a namespace option (nsid=N, ms=BYTES, mset=0|1, pi=0..3, pil=0|1, mssrl=BLOCKS, mcl=BLOCKS, msrc=N)"
                 meta="$meta,$opt"
             done
         fi

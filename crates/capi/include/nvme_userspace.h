@@ -122,6 +122,10 @@
 // stopped: it may still reach the medium later. Not retried; check the data.
 #define NVME_ERR_OUTCOME_UNKNOWN -23
 
+// A Copy exceeds a limit its namespace reports (source ranges above MSRC + 1, a range
+// longer than MSSRL blocks, more than MCL blocks in all): split it into several.
+#define NVME_ERR_COPY_LIMIT -24
+
 // A DMA-capable I/O buffer allocated for one controller. Not thread-safe: one thread at a
 // time may use it (it may move between threads).
 typedef struct nvme_buf nvme_buf;
@@ -197,7 +201,8 @@ typedef struct nvme_cpl_status {
 // `nvme_qpair_destroy`, submissions held) until `nvme_qpair_recover` is called.
 typedef void (*nvme_cb_fn)(void *cb_arg, const struct nvme_cpl_status *status);
 
-// One LBA range of `nvme_qpair_submit_deallocate`.
+// One LBA range of `nvme_qpair_submit_deallocate` and of `nvme_qpair_submit_copy` (a source
+// range).
 typedef struct nvme_lba_range {
   // First logical block.
   uint64_t lba;
@@ -432,6 +437,30 @@ int nvme_qpair_submit_deallocate(struct nvme_qpair *qpair,
                                  uint32_t count,
                                  nvme_cb_fn cb_fn,
                                  void *cb_arg);
+
+// Queues a Copy (NVM CS §3.3.2) within namespace `nsid`: the blocks of the `count`
+// (1..=256) source `ranges`, in order, go to consecutive blocks from `dest_lba`; no block
+// data crosses to the host. `buf` carries the source range list: the call writes the
+// ranges into it (32 bytes each, so at least `count * 32` bytes) and it is in flight until
+// the callback, like a write's buffer; its previous contents are overwritten. `flags` is 0
+// or `NVME_IO_FUA`. Before anything is sent the library checks that the controller offers
+// Copy (`NVME_ERR_UNSUPPORTED` otherwise), the namespace's limits (MSRC + 1 ranges, MSSRL
+// blocks per range, MCL blocks in all: `NVME_ERR_COPY_LIMIT`) and every range against the
+// namespace (`NVME_ERR_LBA_RANGE`). Never split; on PCIe and NVMe/TCP alike.
+//
+// # Safety
+// `qpair` and `buf` are NULL or live handles used only by the calling thread; `ranges` is
+// NULL or valid for `count` reads (when `count` is in 1..=256); `buf` stays live until the
+// callback ran.
+int nvme_qpair_submit_copy(struct nvme_qpair *qpair,
+                           uint32_t nsid,
+                           uint64_t dest_lba,
+                           const struct nvme_lba_range *ranges,
+                           uint32_t count,
+                           struct nvme_buf *buf,
+                           uint32_t flags,
+                           nvme_cb_fn cb_fn,
+                           void *cb_arg);
 
 // Reaps completions and runs their callbacks on this thread, at most `max_completions` of
 // them (0 = no limit; completions beyond the limit are kept for the next call). Returns the

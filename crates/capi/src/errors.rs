@@ -59,6 +59,10 @@ pub const NVME_ERR_TRANSPORT: c_int = -22;
 /// stopped: it may still reach the medium later. Not retried; check the data.
 pub const NVME_ERR_OUTCOME_UNKNOWN: c_int = -23;
 
+/// A Copy exceeds a limit its namespace reports (source ranges above MSRC + 1, a range
+/// longer than MSSRL blocks, more than MCL blocks in all): split it into several.
+pub const NVME_ERR_COPY_LIMIT: c_int = -24;
+
 /// The code of a driver error.
 pub(crate) fn error_code(error: &Error) -> c_int {
     match error {
@@ -67,7 +71,10 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         Error::Dma(_) => NVME_ERR_NO_MEMORY,
         Error::NotReady { .. } => NVME_ERR_NOT_READY,
         Error::ControllerFatal { .. } | Error::Failed { .. } => NVME_ERR_FATAL,
-        Error::Unsupported { .. } | Error::UnsupportedOption { .. } => NVME_ERR_UNSUPPORTED,
+        Error::Unsupported { .. }
+        | Error::UnsupportedOption { .. }
+        | Error::CommandNotSupported { .. } => NVME_ERR_UNSUPPORTED,
+        Error::CopyLimitExceeded { .. } => NVME_ERR_COPY_LIMIT,
         Error::Command { .. } => NVME_ERR_COMMAND,
         Error::Timeout { .. } => NVME_ERR_TIMEOUT,
         Error::Reset { .. } | Error::Resetting { .. } => NVME_ERR_RESET,
@@ -126,6 +133,7 @@ pub(crate) fn describe(code: c_int) -> &'static CStr {
         NVME_ERR_PANIC => c"internal error in the NVMe library",
         NVME_ERR_INTERRUPT => c"interrupt setup or wait failed",
         NVME_ERR_TRANSPORT => c"the NVMe/TCP connection failed or was closed",
+        NVME_ERR_COPY_LIMIT => c"the Copy exceeds a limit of its namespace (MSRC, MSSRL, MCL)",
         NVME_ERR_OUTCOME_UNKNOWN => {
             c"the write may still be carried out later (association ended unconfirmed): check the data"
         }

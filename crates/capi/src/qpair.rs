@@ -51,7 +51,8 @@ pub struct nvme_cpl_status {
 pub type nvme_cb_fn =
     Option<unsafe extern "C" fn(cb_arg: *mut c_void, status: *const nvme_cpl_status)>;
 
-/// One LBA range of `nvme_qpair_submit_deallocate`.
+/// One LBA range of `nvme_qpair_submit_deallocate` and of `nvme_qpair_submit_copy` (a source
+/// range).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct nvme_lba_range {

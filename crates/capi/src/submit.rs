@@ -1,5 +1,5 @@
-//! Submissions: read and write (moving the buffer handle's `DmaBuffer` into the queue pair),
-//! and the commands without data (flush, write zeroes, deallocate).
+//! Submissions: read, write and copy (moving the buffer handle's `DmaBuffer` into the queue
+//! pair), and the commands without data (flush, write zeroes, verify, deallocate).
 //!
 //! INVARIANT: a failed submission gives back what it took: the request index goes back to
 //! `free` and the buffer into its handle (detached instead when the driver kept it).
@@ -7,8 +7,8 @@
 use std::ffi::{c_int, c_void};
 use std::ptr;
 
-use nvme_driver::command::{Read, Verify, Write};
-use nvme_driver::spec::queue::DSM_MAX_RANGES;
+use nvme_driver::command::{Copy, CopyRanges, Read, Verify, Write};
+use nvme_driver::spec::queue::{COPY_MAX_RANGES, DSM_MAX_RANGES};
 use nvme_driver::{IoFailure, Namespace, NvmCommand, WriteFlags};
 
 use crate::boundary::{fail, guard};
@@ -351,4 +351,83 @@ pub unsafe extern "C" fn nvme_qpair_submit_deallocate(
             },
         )
     }
+}
+
+/// Queues a Copy (NVM CS §3.3.2) within namespace `nsid`: the blocks of the `count`
+/// (1..=256) source `ranges`, in order, go to consecutive blocks from `dest_lba`; no block
+/// data crosses to the host. `buf` carries the source range list: the call writes the
+/// ranges into it (32 bytes each, so at least `count * 32` bytes) and it is in flight until
+/// the callback, like a write's buffer; its previous contents are overwritten. `flags` is 0
+/// or `NVME_IO_FUA`. Before anything is sent the library checks that the controller offers
+/// Copy (`NVME_ERR_UNSUPPORTED` otherwise), the namespace's limits (MSRC + 1 ranges, MSSRL
+/// blocks per range, MCL blocks in all: `NVME_ERR_COPY_LIMIT`) and every range against the
+/// namespace (`NVME_ERR_LBA_RANGE`). Never split; on PCIe and NVMe/TCP alike.
+///
+/// # Safety
+/// `qpair` and `buf` are NULL or live handles used only by the calling thread; `ranges` is
+/// NULL or valid for `count` reads (when `count` is in 1..=256); `buf` stays live until the
+/// callback ran.
+#[no_mangle]
+// The C signature is the ABI (include/nvme_userspace.h): its nine arguments stay.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn nvme_qpair_submit_copy(
+    qpair: *mut nvme_qpair,
+    nsid: u32,
+    dest_lba: u64,
+    ranges: *const nvme_lba_range,
+    count: u32,
+    buf: *mut nvme_buf,
+    flags: u32,
+    cb_fn: nvme_cb_fn,
+    cb_arg: *mut c_void,
+) -> c_int {
+    const WHAT: &str = "nvme_qpair_submit_copy";
+    if ranges.is_null() || buf.is_null() {
+        let arg = if ranges.is_null() { "ranges" } else { "buf" };
+        return fail(
+            NVME_ERR_NULL_POINTER,
+            format!("{WHAT}: argument `{arg}` is NULL"),
+        );
+    }
+    // Before the ranges are read: the caller's array is only known to hold `count` entries
+    // when `count` is one the command can carry (NR is 8 bits, 0-based).
+    if count == 0 || count as usize > COPY_MAX_RANGES {
+        return fail(
+            NVME_ERR_INVALID_ARGUMENT,
+            format!("{WHAT}: {count} ranges: a Copy carries 1..={COPY_MAX_RANGES}"),
+        );
+    }
+    if flags & !NVME_IO_FUA != 0 {
+        return fail(
+            NVME_ERR_INVALID_ARGUMENT,
+            format!("{WHAT}: unknown flags {flags:#x} (only NVME_IO_FUA)"),
+        );
+    }
+    // A buffer in flight keeps this placeholder: the submission below refuses the buffer.
+    let mut cmd = Copy::new(dest_lba, count as u16, 0);
+    let written = guard(WHAT, || {
+        // SAFETY: `ranges` is valid for `count` reads (caller contract, count checked above).
+        let c_ranges = unsafe { std::slice::from_raw_parts(ranges, count as usize) };
+        // SAFETY: `buf` is a live handle owned by this thread (caller contract); no other
+        // reference to it exists during this call.
+        let handle = unsafe { &mut *buf };
+        if let BufState::Idle(dma) = &mut handle.state {
+            let mut list = CopyRanges::new(dma);
+            for r in c_ranges {
+                if let Err(e) = list.push(r.lba, r.blocks) {
+                    return fail(error_code(&e), format!("{WHAT}: {e}"));
+                }
+            }
+            cmd = list.copy_to(dest_lba);
+        }
+        NVME_OK
+    });
+    if written != NVME_OK {
+        return written;
+    }
+    if flags & NVME_IO_FUA != 0 {
+        cmd = cmd.fua();
+    }
+    // SAFETY: forwarded caller contract.
+    unsafe { submit_data(WHAT, qpair, nsid, cmd, buf, cb_fn, cb_arg) }
 }

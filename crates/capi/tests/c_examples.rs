@@ -105,6 +105,7 @@ fn qd_loop_verifies_data_at_queue_depth_on_the_emulated_controller() {
         "qd_loop: QD 8: 400 writes, 400 reads verified",
         "qd_loop: write zeroes, deallocate, flush: OK",
         "is outside namespace 1",
+        "qd_loop: copy of 2 ranges (16 blocks) to LBA 64: OK",
         "qd_loop: done",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in:\n{out}");

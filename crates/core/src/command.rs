@@ -8,19 +8,31 @@
 //! the trait, so a new command is one type here and no transport code. Raw passthrough (any
 //! entry, the caller vouching for what it transfers) stays an `unsafe fn` of the transports.
 //!
+//! Most commands move `blocks * block_size` bytes and may be cut at block boundaries; a
+//! command whose data is something else (Copy: its source range list) says so through the
+//! provided methods [`NvmCommand::data_bytes`] and [`NvmCommand::splittable`], and checks what
+//! only it knows (controller support, its namespace's limits, its data) in
+//! [`NvmCommand::check`]. Their defaults keep the other commands' code what it was.
+//!
 //! INVARIANT: every command with an LBA range encodes it as the NVM command set's common
 //! layout (SLBA in CDW11:CDW10, NLB 0-based in CDW12 15:0), so [`IoCommand`] can re-range
-//! any of them; `sqe` leaves the command id and the data pointer zero (the transport's).
+//! any of them; the exception is [`Copy`], whose range is its destination and which is never
+//! split ([`NvmCommand::splittable`] is false). `sqe` leaves the command id and the data
+//! pointer zero (the transport's).
 //!
 //! [`IoQueue::submit`]: crate::IoQueue::submit
 
 use nvme_spec::command;
 use nvme_spec::opcode::NvmOpcode;
 use nvme_spec::queue::SubmissionEntry;
+use nvme_spec::IdentifyController;
 
 pub use nvme_spec::opcode::DataDirection;
 
+pub use crate::copy::{Copy, CopyLimit, CopyRanges};
+use crate::error::Result;
 use crate::flags::WriteFlags;
+use crate::namespace::Namespace;
 
 /// CDW12 bits 15:0: Number of Logical Blocks (0-based), the common NVM layout.
 const NLB_MASK: u32 = 0xFFFF;
@@ -42,11 +54,31 @@ impl LbaRange {
     }
 }
 
+/// What a command may check itself against at submission besides its namespace: the
+/// controller it goes to. Built by the transport from what it keeps anyway; a command that
+/// does not look at it costs nothing (the default [`NvmCommand::check`] is empty).
+#[derive(Clone, Copy, Debug)]
+pub struct CommandContext<'a> {
+    /// The controller's name (PCI address or transport id), for errors.
+    pub controller: &'a str,
+    /// Its Identify Controller data (ONCS, OCFS, ...).
+    pub identify: &'a IdentifyController,
+}
+
+/// Bytes of `range` on `ns` (none without a range): what most commands move.
+#[inline(always)]
+fn range_bytes(range: Option<LbaRange>, ns: &Namespace) -> usize {
+    match range {
+        Some(r) => ns.blocks_to_bytes(u64::from(r.blocks)) as usize,
+        None => 0,
+    }
+}
+
 /// What a transport needs to know of an NVM I/O command to submit it.
 ///
 /// Implementations are small `Copy` values; every method is meant to inline to constants
 /// and stores, so a generic submission path is the same machine code as a hand-written one.
-pub trait NvmCommand: Copy {
+pub trait NvmCommand: core::marker::Copy {
     /// The command's opcode; its bits 1:0 give the data direction.
     fn opcode(&self) -> NvmOpcode;
 
@@ -66,6 +98,34 @@ pub trait NvmCommand: Copy {
     #[inline(always)]
     fn direction(&self) -> DataDirection {
         self.opcode().direction()
+    }
+
+    /// Bytes of the data buffer a command that moves data transfers on `ns`: by default its
+    /// range's blocks times the block size (0 without a range); Copy's is its source range
+    /// list. The transport checks the buffer holds that much.
+    #[inline(always)]
+    fn data_bytes(&self, ns: &Namespace) -> usize {
+        range_bytes(self.range(), ns)
+    }
+
+    /// Whether a transport may cut the command at block boundaries into several (MDTS, the
+    /// 16-bit NLB) with [`NvmCommand::with_range`]. By default yes; a command that must reach
+    /// the controller whole (Copy) says no, and a transport then refuses it when it does not
+    /// fit one command.
+    #[inline(always)]
+    fn splittable(&self) -> bool {
+        true
+    }
+
+    /// The command's own checks, after the namespace and range checks and the buffer checks
+    /// (`data` is the buffer, at least [`NvmCommand::data_bytes`] long, of a command that
+    /// moves data) and before anything is reserved or sent: for instance that the controller
+    /// offers an optional command and that the command keeps to its namespace's limits. An
+    /// error refuses the submission (the buffer comes back). By default none.
+    #[inline(always)]
+    fn check(&self, ns: &Namespace, ctx: &CommandContext<'_>, data: Option<&[u8]>) -> Result<()> {
+        let _ = (ns, ctx, data);
+        Ok(())
     }
 }
 
@@ -351,6 +411,15 @@ impl IoCommand {
             range: cmd.range(),
         }
     }
+
+    /// The typed Copy this is the erased form of, if it is one (its own rules apply).
+    #[inline]
+    fn as_copy(&self) -> Option<Copy> {
+        if self.sqe.opcode() != NvmOpcode::Copy.byte() {
+            return None;
+        }
+        Some(Copy::from_sqe(&self.sqe, self.range?.blocks))
+    }
 }
 
 impl NvmCommand for IoCommand {
@@ -374,6 +443,9 @@ impl NvmCommand for IoCommand {
     }
     #[inline]
     fn with_range(self, range: LbaRange) -> Self {
+        if let Some(copy) = self.as_copy() {
+            return Self::of(copy.with_range(range));
+        }
         let mut sqe = self.sqe;
         if self.range.is_some() {
             sqe.cdw10 = range.lba as u32;
@@ -388,6 +460,24 @@ impl NvmCommand for IoCommand {
     #[inline]
     fn sqe(&self, nsid: u32) -> SubmissionEntry {
         SubmissionEntry { nsid, ..self.sqe }
+    }
+    #[inline]
+    fn data_bytes(&self, ns: &Namespace) -> usize {
+        match self.as_copy() {
+            Some(copy) => copy.data_bytes(ns),
+            None => range_bytes(self.range, ns),
+        }
+    }
+    #[inline]
+    fn splittable(&self) -> bool {
+        self.sqe.opcode() != NvmOpcode::Copy.byte()
+    }
+    #[inline]
+    fn check(&self, ns: &Namespace, ctx: &CommandContext<'_>, data: Option<&[u8]>) -> Result<()> {
+        match self.as_copy() {
+            Some(copy) => copy.check(ns, ctx, data),
+            None => Ok(()),
+        }
     }
 }
 

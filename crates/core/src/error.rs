@@ -300,6 +300,38 @@ pub enum Error {
         /// The largest allowed.
         max: usize,
     },
+    /// The controller does not offer an optional command (Identify Controller ONCS, or the
+    /// command's formats, e.g. OCFS for Copy): refused before anything reached the device.
+    #[error(
+        "controller {controller} does not support the {command} command ({why}); nothing was \
+         sent"
+    )]
+    CommandNotSupported {
+        /// The controller's name (PCI address or transport name).
+        controller: String,
+        /// The command's name.
+        command: &'static str,
+        /// What the controller reports (the Identify field and bit).
+        why: &'static str,
+    },
+    /// A Copy exceeds a limit its namespace reports in Identify Namespace (MSRC, MSSRL, MCL;
+    /// NVM CS §4.1.5.1): refused before anything reached the device, which would answer
+    /// Command Size Limit Exceeded. Split the copy into several commands.
+    #[error(
+        "Copy on namespace {nsid}: {limit} is {requested}, more than the {max} the namespace \
+         allows ({field}); nothing was sent: split the copy into smaller commands",
+        field = limit.field()
+    )]
+    CopyLimitExceeded {
+        /// The namespace id.
+        nsid: u32,
+        /// Which limit.
+        limit: crate::copy::CopyLimit,
+        /// What the command asked for.
+        requested: u64,
+        /// The namespace's limit.
+        max: u64,
+    },
     /// The queue pair has no interrupt vector to wait on.
     #[error(
         "queue pair {qid} has no interrupt vector: open the controller with \

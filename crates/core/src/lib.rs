@@ -44,6 +44,7 @@
 pub mod command;
 mod completion;
 mod controller;
+mod copy;
 mod error;
 mod flags;
 mod host_memory;
@@ -54,7 +55,7 @@ pub mod split;
 pub mod state;
 mod timeout;
 
-pub use command::{IoCommand, LbaRange, NvmCommand};
+pub use command::{CommandContext, CopyLimit, IoCommand, LbaRange, NvmCommand};
 pub use completion::Completion;
 pub use controller::NvmeController;
 pub use error::{log_occurrence, Error, IoFailure, Result};

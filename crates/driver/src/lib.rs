@@ -61,7 +61,7 @@ pub use controller::{
     DEFAULT_IO_QUEUES, HOST_PAGE_SIZE,
 };
 pub use nvme_core::{
-    command, Error, IoCommand, IoFailure, IoQueue, LbaRange, Namespace, NamespaceChange,
+    command, CopyLimit, Error, IoCommand, IoFailure, IoQueue, LbaRange, Namespace, NamespaceChange,
     NamespaceChanges, NvmCommand, NvmeController, Result, WriteFlags,
 };
 pub use platform::CpuPlatform;

@@ -49,6 +49,34 @@ impl Default for SimNamespace {
     }
 }
 
+/// The Copy command (NVM CS §3.3.2) of an emulated controller: advertised (Identify
+/// Controller ONCS bit 8, OCFS format 0h) with these limits, reported by every namespace's
+/// Identify Namespace. A Copy beyond them completes with Command Size Limit Exceeded. The
+/// defaults are QEMU's emulated controller's (`nvme-ns` properties `mssrl`, `mcl`, `msrc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimCopy {
+    /// Maximum Single Source Range Length: most blocks of one source range (1-based, >= 1).
+    pub mssrl: u16,
+    /// Maximum Copy Length: most blocks of one command, all ranges together (>= `mssrl`).
+    pub mcl: u32,
+    /// Maximum Source Range Count, 0-based: `msrc + 1` ranges per command at most.
+    pub msrc: u8,
+}
+
+impl Default for SimCopy {
+    /// MSSRL 128, MCL 128, MSRC 127 (128 ranges), as QEMU 7.2's `nvme-ns`.
+    fn default() -> Self {
+        Self {
+            mssrl: DEFAULT_COPY_BLOCKS as u16,
+            mcl: DEFAULT_COPY_BLOCKS,
+            msrc: (DEFAULT_COPY_BLOCKS - 1) as u8,
+        }
+    }
+}
+
+/// QEMU's default MSSRL and MCL (and MSRC + 1).
+const DEFAULT_COPY_BLOCKS: u32 = 128;
+
 /// What the emulated controller reports and how it behaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimConfig {
@@ -91,6 +119,9 @@ pub struct SimConfig {
     /// Aborts beyond it in one pass over the admin SQ complete with Abort Command Limit
     /// Exceeded.
     pub abort_limit: u8,
+    /// The Copy command and its limits; `None`: not offered (ONCS bit 8 clear, Copy completes
+    /// with Invalid Command Opcode).
+    pub copy: Option<SimCopy>,
 }
 
 /// Default [`SimConfig::abort_limit`].
@@ -139,6 +170,7 @@ impl Default for SimConfig {
             null_io: false,
             msix_vectors: DEFAULT_MSIX_VECTORS,
             abort_limit: DEFAULT_ABORT_LIMIT,
+            copy: Some(SimCopy::default()),
         }
     }
 }
@@ -161,6 +193,12 @@ impl SimConfig {
             "SimConfig::msix_vectors must be 1..={MAX_MSIX_VECTORS}, not {}",
             self.msix_vectors
         );
+        if let Some(copy) = self.copy {
+            assert!(
+                copy.mssrl >= 1 && copy.mcl >= u32::from(copy.mssrl),
+                "SimConfig::copy: mssrl must be >= 1 and mcl >= mssrl (got {copy:?})"
+            );
+        }
         for ns in &self.namespaces {
             assert!(
                 ns.block_size == SMALL_BLOCK || ns.block_size == LARGE_BLOCK,

@@ -65,7 +65,7 @@ use std::thread::JoinHandle;
 use nvme_spec::regs::{Cc, Csts, CAP, CC, CSTS, VS};
 use nvme_vfio::{DmaMapper, FunctionControl, InterruptController, InterruptEvent, Mmio, VfioError};
 
-pub use config::{SimConfig, SimNamespace, MAX_MSIX_VECTORS};
+pub use config::{SimConfig, SimCopy, SimNamespace, MAX_MSIX_VECTORS};
 pub use device::{ERROR_LOG_ENTRIES, SIM_TEMPERATURE_K};
 pub use dma::{SimDma, IOVA_BASE};
 pub use faults::{ExecutionDelay, Faults, CORRUPT_CID_MASK, WRONG_SQID_MASK};

@@ -9,7 +9,7 @@
 //! Block counts named `nlb` are 1-based (1..=65536) here and are encoded 0-based in CDW12 15:0.
 
 use crate::opcode::{admin, feature, nvm};
-use crate::queue::{SubmissionEntry, DSM_MAX_RANGES};
+use crate::queue::{SubmissionEntry, COPY_MAX_RANGES, DSM_MAX_RANGES};
 
 /// Largest number of blocks one Read/Write/Compare/Write Zeroes can address (NLB is 16 bits, 0-based).
 pub const MAX_NLB: u32 = 1 << 16;
@@ -55,6 +55,18 @@ const FUA_BIT: u32 = 1 << 30;
 const WZ_DEAC_BIT: u32 = 1 << 25;
 /// Dataset Management CDW11 bit 2: Attribute – Deallocate.
 const DSM_AD_BIT: u32 = 1 << 2;
+/// Read/Write/Copy CDW12 bit 31: Limited Retry.
+const LR_BIT: u32 = 1 << 31;
+/// Copy CDW12 bits 7:0: Number of Ranges (0-based).
+const COPY_NR_MASK: u32 = 0xFF;
+/// Copy CDW12 bits 11:8: Descriptor Format.
+const COPY_DESFMT_SHIFT: u32 = 8;
+/// Copy CDW12 bits 15:12: Protection Information Field Read (PRINFOR).
+const COPY_PRINFOR_SHIFT: u32 = 12;
+/// Copy CDW12 bits 29:26: Protection Information Field Write (PRINFOW).
+const COPY_PRINFOW_SHIFT: u32 = 26;
+/// Width mask of Copy's 4-bit CDW12 fields (Descriptor Format, PRINFOR, PRINFOW).
+const NIBBLE: u32 = 0xF;
 /// Bytes per dword, for Get Log Page lengths.
 const DWORD: u32 = 4;
 
@@ -311,11 +323,93 @@ pub fn dataset_management(nsid: u32, ranges: u32, deallocate: bool) -> Submissio
     }
 }
 
+/// Copy Descriptor Format 0h (NVM CS §3.3.2.1): the source ranges are
+/// [`CopySourceRange`](crate::queue::CopySourceRange) entries of 32 bytes.
+pub const COPY_FORMAT_0: u8 = 0;
+
+/// The fields of a Copy command's CDW12 (NVM CS §3.3.2, "Copy – Command Dword 12"): Number of
+/// Ranges in bits 7:0 (0-based), Descriptor Format in 11:8, PRINFOR in 15:12, PRINFOW in
+/// 29:26, FUA in bit 30, Limited Retry in bit 31 (the bits between are directives and storage
+/// tags, left clear).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyControl {
+    /// Number of source ranges, 1-based (1..=256; encoded 0-based).
+    pub ranges: u32,
+    /// Descriptor Format of the source range entries ([`COPY_FORMAT_0`]).
+    pub format: u8,
+    /// Protection Information Field Read: action and checks for reading the sources.
+    pub prinfor: u8,
+    /// Protection Information Field Write: action and checks for writing the destination.
+    pub prinfow: u8,
+    /// Force Unit Access: the destination is on non-volatile media before the completion.
+    pub fua: bool,
+    /// Limited Retry: the controller applies limited retry efforts.
+    pub limited_retry: bool,
+}
+
+impl CopyControl {
+    /// `ranges` (1-based) source ranges of format 0h, no protection information actions, no
+    /// FUA, no limited retry.
+    pub const fn new(ranges: u32) -> Self {
+        CopyControl {
+            ranges,
+            format: COPY_FORMAT_0,
+            prinfor: 0,
+            prinfow: 0,
+            fua: false,
+            limited_retry: false,
+        }
+    }
+
+    /// The CDW12 value.
+    pub const fn to_cdw12(self) -> u32 {
+        (self.ranges.wrapping_sub(1) & COPY_NR_MASK)
+            | (self.format as u32 & NIBBLE) << COPY_DESFMT_SHIFT
+            | (self.prinfor as u32 & NIBBLE) << COPY_PRINFOR_SHIFT
+            | (self.prinfow as u32 & NIBBLE) << COPY_PRINFOW_SHIFT
+            | if self.fua { FUA_BIT } else { 0 }
+            | if self.limited_retry { LR_BIT } else { 0 }
+    }
+
+    /// The fields of a CDW12 value.
+    pub const fn from_cdw12(cdw12: u32) -> Self {
+        CopyControl {
+            ranges: (cdw12 & COPY_NR_MASK) + 1,
+            format: (cdw12 >> COPY_DESFMT_SHIFT & NIBBLE) as u8,
+            prinfor: (cdw12 >> COPY_PRINFOR_SHIFT & NIBBLE) as u8,
+            prinfow: (cdw12 >> COPY_PRINFOW_SHIFT & NIBBLE) as u8,
+            fua: cdw12 & FUA_BIT != 0,
+            limited_retry: cdw12 & LR_BIT != 0,
+        }
+    }
+}
+
+/// Copy (NVM CS §3.3.2, opcode 19h): the blocks of `control.ranges` source ranges (listed in
+/// the data buffer) are copied, in list order, to consecutive blocks from `sdlba` (Starting
+/// Destination LBA, CDW11:CDW10). The data buffer is the source range list, host to
+/// controller; no block data moves to or from the host.
+#[must_use = "a built command does nothing until it is submitted"]
+pub fn copy(nsid: u32, sdlba: u64, control: CopyControl) -> SubmissionEntry {
+    debug_assert!(
+        (1..=COPY_MAX_RANGES as u32).contains(&control.ranges),
+        "Copy range count {} outside 1..={COPY_MAX_RANGES}",
+        control.ranges
+    );
+    SubmissionEntry {
+        nsid,
+        cdw10: lo32(sdlba),
+        cdw11: hi32(sdlba),
+        cdw12: control.to_cdw12(),
+        ..SubmissionEntry::new(nvm::COPY)
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Decoders
 // ---------------------------------------------------------------------------------------------
 
-/// Starting LBA of a Read/Write/Compare/Write Zeroes command (CDW11:CDW10).
+/// Starting LBA of a Read/Write/Compare/Write Zeroes command (CDW11:CDW10); of a Copy, its
+/// Starting Destination LBA (same dwords).
 pub fn slba(sqe: &SubmissionEntry) -> u64 {
     u64::from(sqe.cdw11) << 32 | u64::from(sqe.cdw10)
 }
@@ -343,6 +437,11 @@ pub fn dsm_ranges(sqe: &SubmissionEntry) -> u32 {
 /// Attribute – Deallocate bit of a Dataset Management command (CDW11 bit 2).
 pub fn dsm_deallocate(sqe: &SubmissionEntry) -> bool {
     sqe.cdw11 & DSM_AD_BIT != 0
+}
+
+/// The CDW12 fields of a Copy command.
+pub fn copy_control(sqe: &SubmissionEntry) -> CopyControl {
+    CopyControl::from_cdw12(sqe.cdw12)
 }
 
 #[cfg(test)]
@@ -457,6 +556,30 @@ mod tests {
         assert_eq!((dsm_ranges(&d), dsm_deallocate(&d)), (256, true));
         let d = dataset_management(1, 1, false);
         assert_eq!((d.cdw10, d.cdw11), (0, 0));
+    }
+
+    #[test]
+    fn copy_dwords() {
+        let c = copy(3, 0x1_0000_0200, CopyControl::new(4));
+        assert_eq!(c.opcode(), 0x19);
+        assert_eq!((c.nsid, c.cdw10, c.cdw11, c.cdw12), (3, 0x200, 1, 3));
+        assert_eq!(slba(&c), 0x1_0000_0200);
+        assert_eq!(copy_control(&c), CopyControl::new(4));
+        let all = CopyControl {
+            ranges: 256,
+            format: 0xA,
+            prinfor: 0b1001,
+            prinfow: 0b0110,
+            fua: true,
+            limited_retry: true,
+        };
+        // NR FFh, DESFMT Ah in 11:8, PRINFOR 9h in 15:12, PRINFOW 6h in 29:26, FUA, LR.
+        assert_eq!(
+            all.to_cdw12(),
+            0xFF | 0xA << 8 | 0x9 << 12 | 0x6 << 26 | 1 << 30 | 1 << 31
+        );
+        assert_eq!(CopyControl::from_cdw12(all.to_cdw12()), all);
+        assert_eq!(CopyControl::new(1).to_cdw12(), 0);
     }
 
     #[test]

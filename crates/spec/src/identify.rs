@@ -182,7 +182,7 @@ wire_struct! {
         nwpc @ 531: u8,
         /// Atomic Compare & Write Unit (0-based blocks).
         acwu @ 532: u16,
-        /// Copy Descriptor Formats Supported.
+        /// Optional Copy Formats Supported, see [`CopyFormats`].
         ocfs @ 534: u16,
         /// SGL Support.
         sgls @ 536: u32,
@@ -304,6 +304,11 @@ impl IdentifyController {
         Oncs::from_bits_retain(self.oncs)
     }
 
+    /// Copy Descriptor Formats the Copy command accepts (OCFS).
+    pub fn copy_formats(&self) -> CopyFormats {
+        CopyFormats::from_bits_retain(self.ocfs)
+    }
+
     /// True when a volatile write cache is present (VWC bit 0), so Flush is meaningful.
     pub fn vwc_present(&self) -> bool {
         self.vwc & 1 != 0
@@ -423,6 +428,19 @@ impl Oncs {
     }
 }
 
+bitflags! {
+    /// Optional Copy Formats Supported (Identify Controller OCFS, bytes 535:534; NVMe Base
+    /// 2.0 §5.17.2.1): the Copy Descriptor Formats of the Copy command (NVM CS §3.3.2.1).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct CopyFormats: u16 {
+        /// Format 0h: 32-byte source ranges, 16-bit protection information tags
+        /// ([`CopySourceRange`](crate::queue::CopySourceRange)).
+        const FORMAT_0 = 1 << 0;
+        /// Format 1h: 40-byte source ranges for the 64-bit guard protection formats.
+        const FORMAT_1 = 1 << 1;
+    }
+}
+
 wire_struct! {
     /// LBA Format Data Structure (NVM CS §4.1.5.1, Figure 98).
     #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
@@ -519,11 +537,11 @@ wire_struct! {
         npda @ 70: u16,
         /// Namespace Optimal Write Size (0-based blocks).
         nows @ 72: u16,
-        /// Maximum Single Source Range Length (Copy).
+        /// Maximum Single Source Range Length: most blocks in one Copy source range.
         mssrl @ 74: u16,
-        /// Maximum Copy Length.
+        /// Maximum Copy Length: most blocks one Copy copies, all its source ranges together.
         mcl @ 76: u32,
-        /// Maximum Source Range Count (0-based).
+        /// Maximum Source Range Count: most source ranges of one Copy command (0-based).
         msrc @ 80: u8,
         /// Reserved (bytes 81..92).
         rsvd81 @ 81: [u8; 11],
@@ -596,6 +614,11 @@ impl IdentifyNamespace {
     /// false when it goes to a separate buffer (or there is none).
     pub fn metadata_extended(&self) -> bool {
         self.flbas & Self::FLBAS_EXTENDED_BIT != 0
+    }
+
+    /// Most source ranges one Copy command may carry (MSRC + 1; NVM CS §4.1.5.1).
+    pub fn copy_max_ranges(&self) -> u16 {
+        u16::from(self.msrc) + 1
     }
 
     /// Protection information type the namespace is formatted with (DPS bits 2:0): 0 for
@@ -699,6 +722,12 @@ mod tests {
         assert!(none.oacs_flags().names().is_empty());
         let huge = IdentifyController { mdts: 200, ..none };
         assert_eq!(huge.mdts_bytes(4096), Some(usize::MAX));
+        // Copy: ONCS bit 8, OCFS bit 0 for format 0h (QEMU 7.2 reports ONCS 15Dh).
+        let (mut qemu, copy) = (none, Oncs::COPY);
+        (qemu.oncs, qemu.ocfs) = (0x15D, 0b11);
+        assert!(qemu.oncs_flags().contains(copy) && !qemu.oncs_flags().contains(Oncs::VERIFY));
+        assert!(qemu.copy_formats().contains(CopyFormats::FORMAT_0));
+        assert!(none.copy_formats().is_empty());
     }
 
     #[test]
@@ -713,6 +742,8 @@ mod tests {
         assert_eq!(ns.lbaf[1].lbads, b[134]);
         assert_eq!(ns.lbaf[63].rp, b[383]);
         assert_eq!(ns.vs[0], b[384]);
+        // MSRC (byte 80) is 0-based; the offsets of MSSRL, MCL, MSRC are asserted at compile time.
+        assert_eq!(ns.copy_max_ranges(), u16::from(b[80]) + 1);
     }
 
     #[test]

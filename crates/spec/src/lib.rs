@@ -45,9 +45,11 @@ pub mod tcp;
 
 pub use command::Cns;
 pub use event::{AsyncEvent, AsyncEventType};
-pub use identify::{IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs};
+pub use identify::{
+    CopyFormats, IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs,
+};
 pub use log::{CriticalWarning, ErrorLogEntry, ShortLogPage, SmartLog};
-pub use queue::{CompletionEntry, DsmRange, SubmissionEntry};
+pub use queue::{CompletionEntry, CopySourceRange, DsmRange, SubmissionEntry};
 pub use regs::{Aqa, Cap, Cc, Cmbsz, Csts, Version};
 pub use sgl::{Psdt, SglDescriptor, SglSupport};
 pub use status::{Status, StatusCodeType};

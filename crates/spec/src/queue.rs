@@ -1,5 +1,6 @@
 //! Queue entries: the 64-byte Submission Queue Entry (NVMe Base 2.0 §4.2), the 16-byte
-//! Completion Queue Entry (§4.6) and the Dataset Management range (NVM CS §3.2.3).
+//! Completion Queue Entry (§4.6), the Dataset Management range (NVM CS §3.2.3) and the Copy
+//! command's Source Range entry (NVM CS §3.3.2.1, descriptor format 0h).
 //!
 //! These types describe the wire layout only. Whoever reads them out of DMA memory must do so
 //! with volatile/atomic access of its own; `from_bytes`/`to_bytes` give a safe byte-level codec.
@@ -16,6 +17,10 @@ pub const SQES_LOG2: u8 = 6;
 pub const CQES_LOG2: u8 = 4;
 /// Largest number of ranges in one Dataset Management command (NR is 8 bits, 0-based).
 pub const DSM_MAX_RANGES: usize = 256;
+
+/// Largest number of Source Range entries in one Copy command (NR is 8 bits, 0-based; NVM CS
+/// §3.3.2). A namespace may allow fewer (Identify Namespace MSRC).
+pub const COPY_MAX_RANGES: usize = 256;
 
 const _: () = assert!(1 << SQES_LOG2 == SQE_SIZE);
 const _: () = assert!(1 << CQES_LOG2 == CQE_SIZE);
@@ -201,6 +206,51 @@ impl DsmRange {
     }
 }
 
+wire_struct! {
+    /// Copy – Source Range Entry, Copy Descriptor Format 0h (NVM CS §3.3.2.1, Figure 34 in NVM
+    /// CS 1.0): one source range of a Copy command. The command's data buffer holds NR + 1 of
+    /// them back to back. The tag fields are checked only on a namespace formatted with
+    /// protection information (PRINFOR in the command says which).
+    #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+    pub struct CopySourceRange {
+        /// Reserved (bytes 0..8).
+        rsvd0 @ 0: [u8; 8],
+        /// Starting LBA of the source range.
+        slba @ 8: u64,
+        /// Number of Logical Blocks, 0-based (0 means one block).
+        nlb @ 16: u16,
+        /// Reserved (bytes 18..24).
+        rsvd18 @ 18: [u8; 6],
+        /// Expected Initial Logical Block Reference Tag (EILBRT).
+        eilbrt @ 24: u32,
+        /// Expected Logical Block Application Tag (ELBAT).
+        elbat @ 28: u16,
+        /// Expected Logical Block Application Tag Mask (ELBATM).
+        elbatm @ 30: u16,
+    }
+    size 32;
+}
+
+impl CopySourceRange {
+    /// A source range of `blocks` (1-based, 1..=65536) blocks from `slba`, tags zero.
+    pub const fn new(slba: u64, blocks: u32) -> Self {
+        CopySourceRange {
+            rsvd0: [0; 8],
+            slba,
+            nlb: blocks.wrapping_sub(1) as u16,
+            rsvd18: [0; 6],
+            eilbrt: 0,
+            elbat: 0,
+            elbatm: 0,
+        }
+    }
+
+    /// Number of blocks of the range (NLB + 1).
+    pub const fn blocks(&self) -> u32 {
+        self.nlb as u32 + 1
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,5 +324,27 @@ mod tests {
         assert_eq!(&b[4..8], &[8, 0, 0, 0]);
         assert_eq!(&b[8..16], &[0, 0, 0, 0, 1, 0, 0, 0]);
         assert_eq!(DsmRange::from_bytes(&b), r);
+    }
+
+    #[test]
+    fn copy_source_range_layout() {
+        let r = CopySourceRange {
+            eilbrt: 0x1122_3344,
+            elbat: 0x5566,
+            elbatm: 0x7788,
+            ..CopySourceRange::new(0x0102_0304_0506_0708, 0x1_0000)
+        };
+        assert_eq!(CopySourceRange::SIZE, 32);
+        let b = r.to_bytes();
+        assert_eq!(&b[0..8], &[0; 8]);
+        assert_eq!(&b[8..16], &[8, 7, 6, 5, 4, 3, 2, 1]);
+        // NLB is 0-based: 65536 blocks encode as FFFFh.
+        assert_eq!(&b[16..18], &[0xFF, 0xFF]);
+        assert_eq!(&b[18..24], &[0; 6]);
+        assert_eq!(&b[24..28], &[0x44, 0x33, 0x22, 0x11]);
+        assert_eq!(&b[28..32], &[0x66, 0x55, 0x88, 0x77]);
+        assert_eq!(CopySourceRange::from_bytes(&b), r);
+        assert_eq!(r.blocks(), 65536);
+        assert_eq!(CopySourceRange::new(9, 1).nlb, 0);
     }
 }

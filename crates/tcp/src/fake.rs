@@ -1,7 +1,7 @@
 //! An in-process NVMe/TCP target for tests: a listener thread and one thread per connection,
 //! serving Connect, Property Get/Set, Identify, Set Features (queues), Keep Alive, Abort,
 //! Get Log Page (Error Information, SMART / Health, Discovery), Read, Write (in-capsule and
-//! R2T/H2CData) and Flush on in-memory namespaces, with fault modes. Each admin Connect is a
+//! R2T/H2CData), Flush, Verify and Copy on in-memory namespaces, with fault modes. Each admin Connect is a
 //! new association with its own controller id (7, 8, ...) and CC; an I/O Connect must name a
 //! live one; when an admin connection ends its controller's I/O connections are closed (as
 //! the kernel's nvmet does). The namespaces belong to the subsystem and outlive
@@ -44,6 +44,9 @@ mod pages;
 
 mod config;
 pub use config::{Config, Counters};
+
+mod copy;
+pub use copy::{COPY_MCL, COPY_MSRC, COPY_MSSRL};
 
 /// What the fake target does wrong, on I/O queues' Read/Write commands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -654,6 +657,11 @@ impl Conn<'_> {
             self.respond(cid, Status::new(0, 0x0B, true), 0, 0)?; // Invalid Namespace
             return Ok(true);
         };
+        if op == opcode::nvm::COPY {
+            // Its data is the source range list, not blocks.
+            self.copy(sqe, data, in_capsule, shift, blocks)?;
+            return Ok(true);
+        }
         let slba = nvme_spec::command::slba(&sqe);
         let nlb = u64::from(nvme_spec::command::nlb(&sqe));
         let bytes = (nlb << shift) as usize;

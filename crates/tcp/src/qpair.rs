@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_core::command::DataDirection;
+use nvme_core::command::{CommandContext, DataDirection};
 use nvme_core::{
     split::SplitPlan, Completion, DmaBuffer, Error, IoFailure, Namespace, NvmCommand,
     QueuePairOptions, Result, TimeoutAction,
@@ -440,6 +440,9 @@ impl TcpQueuePair {
                     });
                     return fail(error, buf);
                 }
+                if let Err(e) = cmd.check(ns, &self.command_context(), None) {
+                    return fail(e, None);
+                }
                 return self.q.submit(
                     cmd.sqe(ns.nsid()),
                     None,
@@ -467,7 +470,8 @@ impl TcpQueuePair {
         if blocks == 0 {
             return fail(Error::ZeroLength, Some(buf));
         }
-        let len = ns.blocks_to_bytes(u64::from(blocks)) as usize;
+        // The range's bytes for most commands; Copy's is its source range list.
+        let len = cmd.data_bytes(ns);
         if buf.len() < len {
             return fail(
                 Error::BufferTooSmall {
@@ -477,7 +481,19 @@ impl TcpQueuePair {
                 Some(buf),
             );
         }
+        if let Err(e) = cmd.check(ns, &self.command_context(), Some(&buf)) {
+            return fail(e, Some(buf));
+        }
         if len > self.ctrl.max_transfer {
+            if !cmd.splittable() {
+                let error = Error::InvalidRequest(format!(
+                    "{}: its {len}-byte data is larger than the {} bytes one NVMe/TCP command \
+                     carries here, and it cannot be split",
+                    op.name(),
+                    self.ctrl.max_transfer
+                ));
+                return fail(error, Some(buf));
+            }
             return self.submit_split(ns, cmd, buf, user_data, sync);
         }
         self.q.submit(
@@ -539,6 +555,15 @@ impl TcpQueuePair {
             self.q.stats.split_requests += 1;
         }
         r
+    }
+
+    /// What a command's own check ([`NvmCommand::check`]) may look at.
+    #[inline]
+    fn command_context(&self) -> CommandContext<'_> {
+        CommandContext {
+            controller: &self.ctrl.name,
+            identify: &self.ctrl.identify,
+        }
     }
 
     /// Queues any typed NVM command (`nvme_core::command`); `buf` is the data buffer of a

@@ -1,6 +1,7 @@
 # The C API from C in the guest: the examples of examples/c, linked statically against
 # libnvme_userspace.a (tests/qemu/build-c-guest.sh), on the QEMU controller bound to vfio-pci.
-# 1. hello_c (read-only), then qd_loop's write/read-verify loop at QD 128 on namespace 1.
+# 1. hello_c (read-only), then qd_loop's write/read-verify loop at QD 128 on namespace 1 (and its
+#    Write Zeroes, Deallocate, Flush and Copy checks: QEMU offers Copy).
 # 2. Rate: 4 KiB random reads over namespace 1 at QD 128, qd_loop --randread against
 #    nvme-perf -w randread -q 128, alternating, RUNS rounds of SECS seconds each; prints both
 #    medians and their ratio ("c-api rate: ..."). The target is a ratio within 10 % of 1; the case
@@ -24,6 +25,8 @@ qd_loop "$NVME_BDF" --write 128 4000 | tee /tmp/qd_loop.out
 grep -q "qd_loop: QD 128: 4000 writes, 4000 reads verified" /tmp/qd_loop.out ||
     fail "qd_loop did not verify 4000 reads at QD 128"
 grep -q "write zeroes, deallocate, flush: OK" /tmp/qd_loop.out || fail "qd_loop: trim/zeroes/flush checks"
+grep -q "qd_loop: copy of 2 ranges (16 blocks) to LBA 64: OK" /tmp/qd_loop.out ||
+    fail "qd_loop: the Copy through the C API (QEMU offers Copy) did not read back"
 grep -q "qd_loop: done" /tmp/qd_loop.out || fail "qd_loop did not finish"
 
 echo "== rate: C qd_loop against nvme-perf, 4 KiB random reads, QD 128, $RUNS x ${SECS}s each"

@@ -9,10 +9,17 @@
 //!
 //! With `--verify` it first sends a Verify of that block (no data moves) and reports its status.
 //!
+//! With `--copy LBA:BLOCKS[,LBA:BLOCKS...] --copy-to DEST` it first sends one Copy (NVM CS
+//! §3.3.2): the controller copies those source ranges, in order, to consecutive blocks from
+//! DEST (overwriting them) without the data crossing to the host, and the tool reports the
+//! namespace's Copy limits (MSRC + 1 ranges, MSSRL blocks a range, MCL blocks in all) and the
+//! status. Then it goes on as above (`--lba DEST` prints the first copied block).
+//!
 //! Errors go to stderr as `error: <message>` (with the chain of causes) and exit with status 1;
 //! bad input never panics.
 
-use nvme_driver::command::Verify;
+use nvme_driver::command::{CopyRanges, Verify};
+use nvme_driver::spec::queue::{CopySourceRange, COPY_MAX_RANGES};
 use nvme_driver::WriteFlags;
 use std::io::Write;
 use std::process::ExitCode;
@@ -52,6 +59,47 @@ struct Cli {
     /// data moves) and report its status.
     #[arg(long)]
     verify: bool,
+    /// First send one Copy of these source ranges (LBA:BLOCKS, comma-separated, at most 256,
+    /// e.g. 0:8,100:8) to the blocks from --copy-to (DESTROYS their contents); the controller
+    /// moves the data itself.
+    #[arg(long, value_name = "LBA:BLOCKS,...", value_parser = parse_ranges, requires = "copy_to")]
+    copy: Option<SourceRanges>,
+    /// Destination LBA of --copy.
+    #[arg(long, value_name = "LBA", requires = "copy")]
+    copy_to: Option<u64>,
+}
+
+/// The source ranges of `--copy`, as (LBA, blocks).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct SourceRanges(Vec<(u64, u32)>);
+
+/// `LBA:BLOCKS[,LBA:BLOCKS...]`: 1..=256 ranges of at least one block each.
+fn parse_ranges(value: &str) -> Result<SourceRanges, String> {
+    let ranges = value
+        .split(',')
+        .map(|range| {
+            let (lba, blocks) = range
+                .split_once(':')
+                .ok_or_else(|| format!("`{range}` is not LBA:BLOCKS (e.g. 100:8)"))?;
+            let lba = lba
+                .trim()
+                .parse::<u64>()
+                .map_err(|e| format!("`{range}`: LBA `{lba}`: {e}"))?;
+            let blocks = match blocks.trim().parse::<u32>() {
+                Ok(0) => return Err(format!("`{range}`: a range has at least one block")),
+                Ok(n) => n,
+                Err(e) => return Err(format!("`{range}`: BLOCKS `{blocks}`: {e}")),
+            };
+            Ok((lba, blocks))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    if ranges.len() > COPY_MAX_RANGES {
+        return Err(format!(
+            "{} ranges: one Copy carries at most {COPY_MAX_RANGES}",
+            ranges.len()
+        ));
+    }
+    Ok(SourceRanges(ranges))
 }
 
 /// Why `nvme-hello` failed.
@@ -177,6 +225,8 @@ fn run(cli: &Cli) -> Result<(), HelloError> {
     ns.check_range(lba, 1)?;
     let mode = if cli.write_lba.is_some() {
         "writing the greeting to"
+    } else if cli.copy.is_some() {
+        "after the Copy, printing"
     } else {
         "read-only, printing"
     };
@@ -203,15 +253,49 @@ fn run(cli: &Cli) -> Result<(), HelloError> {
         )?;
     }
 
+    if let (Some(SourceRanges(ranges)), Some(dest)) = (&cli.copy, cli.copy_to) {
+        let limits = ns.identify();
+        writeln!(
+            out,
+            "  Copy limits of namespace {}: {} ranges (MSRC + 1), {} blocks a range (MSSRL), {} \
+             blocks in all (MCL)",
+            ns.nsid(),
+            limits.copy_max_ranges(),
+            limits.mssrl,
+            limits.mcl
+        )?;
+        let mut buf = ctrl.alloc_buffer(ranges.len() * CopySourceRange::SIZE)?;
+        let mut list = CopyRanges::new(&mut buf);
+        for &(lba, blocks) in ranges {
+            list.push(lba, blocks)?;
+        }
+        let copy = list.copy_to(dest);
+        qp.execute(&ns, copy, Some(buf))
+            .map_err(io_error("copy", &ns, dest))?;
+        writeln!(
+            out,
+            "  Copy of {} source ranges ({} blocks) to LBA {dest}..{}: ok (the controller copied \
+             them)",
+            copy.ranges,
+            copy.range.blocks,
+            dest + u64::from(copy.range.blocks)
+        )?;
+    }
+
     let Some(write_lba) = cli.write_lba else {
         let buf = ctrl.alloc_buffer(block_size as usize)?;
         let read = qp
             .read(&ns, lba, 1, buf)
             .map_err(io_error("read", &ns, lba))?;
         write!(out, "{}", hex_dump(&read))?;
+        let nothing = if cli.copy.is_some() {
+            "Nothing else was written"
+        } else {
+            "Nothing was written"
+        };
         writeln!(
             out,
-            "Nothing was written. To write \"Hello world!\" to a block and read it back, \
+            "{nothing}. To write \"Hello world!\" to a block and read it back, \
              pass --write-lba L (this overwrites block L)."
         )?;
         out.flush()?;
@@ -298,6 +382,24 @@ mod tests {
                 .unwrap()
                 .verify
         );
+        let cli =
+            Cli::try_parse_from(["nvme-hello", "--copy", "0:8, 100:1", "--copy-to", "50", "x"])
+                .unwrap();
+        assert_eq!(
+            (cli.copy, cli.copy_to),
+            (Some(SourceRanges(vec![(0, 8), (100, 1)])), Some(50))
+        );
+        for bad in ["", "5", "5:0", "x:1", "1:y", "1:2,"] {
+            assert!(
+                Cli::try_parse_from(["nvme-hello", "--copy", bad, "--copy-to", "1", "x"]).is_err(),
+                "{bad:?}"
+            );
+        }
+        let many = vec!["1:1"; 257].join(",");
+        assert!(parse_ranges(&many).unwrap_err().contains("at most 256"));
+        // Each needs the other.
+        assert!(Cli::try_parse_from(["nvme-hello", "--copy", "0:1", "x"]).is_err());
+        assert!(Cli::try_parse_from(["nvme-hello", "--copy-to", "3", "x"]).is_err());
         let cli = Cli::try_parse_from(["nvme-hello", "--write-lba", "9", "0000:00:04.0"]).unwrap();
         assert_eq!(cli.write_lba, Some(9));
         assert!(Cli::try_parse_from([

@@ -1,6 +1,6 @@
 //! nvme-hello over NVMe/TCP against the in-process fake target: the transport id on the
-//! command line, a write/read-back round trip that lands on the target, and the errors for
-//! nothing listening and a wrong subsystem NQN.
+//! command line, a write/read-back round trip that lands on the target, a Copy, and the
+//! errors for nothing listening and a wrong subsystem NQN.
 
 use std::process::Command;
 
@@ -33,6 +33,48 @@ fn hello_writes_and_reads_back_over_tcp() {
     assert!(out.contains("Verify of LBA 9: ok"), "{out}{err}");
     assert_eq!(rc, 0, "{out}{err}");
     assert!(out.contains("|Hello world!....|"), "{out}");
+}
+
+#[test]
+fn hello_copies_ranges_over_tcp() {
+    let t = FakeTarget::start(Config::default());
+    let trid = t.trid().to_string();
+    let (rc, out, err) = hello(&[&trid, "--nsid", "2", "--write-lba", "9"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    t.fill(2, 30 * 512, &[b'c'; 2 * 512]);
+    // The greeting block, then two blocks of 'c', to LBAs 100..103.
+    let (rc, out, err) = hello(&[
+        &trid,
+        "--nsid",
+        "2",
+        "--copy",
+        "9:1,30:2",
+        "--copy-to",
+        "100",
+        "--lba",
+        "100",
+    ]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.contains("Copy limits of namespace 2: 8 ranges (MSRC + 1), 32 blocks a range"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Copy of 2 source ranges (3 blocks) to LBA 100..103: ok"),
+        "{out}"
+    );
+    assert!(out.contains("|Hello world!....|"), "{out}");
+    assert!(out.contains("Nothing else was written"), "{out}");
+    assert_eq!(&t.disk(2, 100 * 512, 13), b"Hello world!\n");
+    assert!(t.disk(2, 101 * 512, 1024).iter().all(|&b| b == b'c'));
+    // Over the namespace's MSSRL (32): refused before the wire, with the limit named.
+    let (rc, out, err) = hello(&[&trid, "--nsid", "2", "--copy", "0:33", "--copy-to", "500"]);
+    assert_eq!(rc, 1, "{out}{err}");
+    assert!(
+        err.contains("copy of LBA 500") && err.contains("MSSRL"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
 }
 
 #[test]

@@ -104,7 +104,7 @@ pub(crate) struct Inner {
     events: Mutex<VecDeque<AsyncEvent>>,
     /// Asynchronous Event Requests kept posted (min(AERL + 1, [`MAX_AERS`]); 0 when off).
     aers: usize,
-    identify: Box<IdentifyController>,
+    pub(crate) identify: Box<IdentifyController>,
     /// Active namespaces as of bring-up or the last rescan, replaced whole (readers clone
     /// the `Arc`, never hold the lock across I/O).
     namespaces: RwLock<Arc<NamespaceSet>>,

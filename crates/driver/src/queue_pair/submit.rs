@@ -7,6 +7,7 @@
 //! the [`IoFailure`]. Every function here on the per-I/O path is `#[inline]`/
 //! `#[inline(always)]`: no allocation, lock or syscall per I/O.
 
+use nvme_core::command::CommandContext;
 use nvme_core::{Error, IoCommand, IoFailure, Namespace, NvmCommand, Result};
 use nvme_pool::Tag;
 use nvme_spec::opcode::NvmOpcode;
@@ -284,11 +285,25 @@ impl QueuePair {
         if buf.is_some() || blocks > MAX_BLOCKS_PER_COMMAND {
             return Err(no_data_refused(cmd.opcode(), blocks, buf));
         }
+        if let Err(e) = cmd.check(ns, &self.command_context(), None) {
+            return Err(IoFailure::new(e, None));
+        }
         self.submit_single(cmd.sqe(ns.nsid()), None, 0, user_data)
     }
 
-    /// A command that moves data, with its buffer: validation (namespace, range, buffer),
-    /// then one command or, above one command's transfer, a split group.
+    /// What a command's own check ([`NvmCommand::check`]) may look at: two pointers, read only
+    /// by the commands that have such a check.
+    #[inline(always)]
+    fn command_context(&self) -> CommandContext<'_> {
+        CommandContext {
+            controller: &self.ctrl.name,
+            identify: &self.ctrl.identify,
+        }
+    }
+
+    /// A command that moves data, with its buffer: validation (namespace, range, buffer, the
+    /// command's own check), then one command or, above one command's transfer, a split
+    /// group (for a command that may be split).
     #[inline(always)]
     pub(super) fn submit_data_cmd<C: NvmCommand>(
         &mut self,
@@ -297,27 +312,27 @@ impl QueuePair {
         buf: DmaBuffer,
         user_data: u64,
     ) -> std::result::Result<Tag, IoFailure> {
-        let blocks = match cmd.range() {
-            Some(r) => {
-                if let Err(e) = ns.check_range(r.lba, r.blocks as u64) {
-                    return Err(IoFailure::new(e, Some(buf)));
-                }
-                r.blocks
-            }
-            None => {
-                if let Err(e) = ns.check_current() {
-                    return Err(IoFailure::new(e, Some(buf)));
-                }
-                0
-            }
+        let checked = match cmd.range() {
+            Some(r) => ns.check_range(r.lba, r.blocks as u64),
+            None => ns.check_current(),
         };
-        let bytes = ns.blocks_to_bytes(blocks as u64) as usize;
+        if let Err(e) = checked {
+            return Err(IoFailure::new(e, Some(buf)));
+        }
+        // The range's bytes for most commands; Copy's is its source range list.
+        let bytes = cmd.data_bytes(ns);
         if let Err(e) = self.check_buffer(&buf, bytes) {
+            return Err(IoFailure::new(e, Some(buf)));
+        }
+        if let Err(e) = cmd.check(ns, &self.command_context(), Some(&buf)) {
             return Err(IoFailure::new(e, Some(buf)));
         }
         if bytes <= self.max_transfer {
             let sqe = cmd.sqe(ns.nsid());
             return self.submit_single(sqe, Some(buf), bytes, user_data);
+        }
+        if !cmd.splittable() {
+            return Err(not_splittable(cmd.opcode(), bytes, self.max_transfer, buf));
         }
         self.submit_split(ns, IoCommand::of(cmd), buf, user_data)
     }
@@ -465,6 +480,17 @@ fn no_data_refused(op: NvmOpcode, blocks: u32, buf: Option<DmaBuffer>) -> IoFail
         ))
     };
     IoFailure::new(error, buf)
+}
+
+/// A command that must reach the controller whole (Copy) whose data exceeds one command.
+#[cold]
+fn not_splittable(op: NvmOpcode, bytes: usize, max: usize, buf: DmaBuffer) -> IoFailure {
+    let error = Error::InvalidRequest(format!(
+        "{}: its {bytes}-byte data is more than one command carries ({max} bytes, MDTS), and it \
+         cannot be split",
+        op.name()
+    ));
+    IoFailure::new(error, Some(buf))
 }
 
 /// A data command submitted without its buffer.

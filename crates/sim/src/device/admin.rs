@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use nvme_spec::command::{self as cmd, Cns};
 use nvme_spec::identify::{
-    fill_ascii_field, IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs,
-    IDENTIFY_DATA_SIZE, NAMESPACE_LIST_ENTRIES,
+    fill_ascii_field, CopyFormats, IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList,
+    Oacs, Oncs, IDENTIFY_DATA_SIZE, NAMESPACE_LIST_ENTRIES,
 };
 use nvme_spec::log::{ErrorLogEntry, SmartLog, ERROR_LOG_ENTRY_SIZE, SMART_LOG_SIZE};
 use nvme_spec::opcode::{admin, feature, log_page, nvm};
@@ -143,6 +143,8 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
     } else {
         Oacs::empty()
     };
+    let mut oncs = Oncs::COMPARE | Oncs::DATASET_MANAGEMENT | Oncs::WRITE_ZEROES;
+    oncs.set(Oncs::COPY, config.copy.is_some());
     let mut id = IdentifyController {
         vid: PCI_VENDOR_ID,
         ssvid: PCI_VENDOR_ID,
@@ -162,7 +164,12 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
         wctemp: WCTEMP_K,
         cctemp: CCTEMP_K,
         nn: config.namespaces.iter().map(|n| n.nsid).max().unwrap_or(0),
-        oncs: (Oncs::COMPARE | Oncs::DATASET_MANAGEMENT | Oncs::WRITE_ZEROES).bits(),
+        oncs: oncs.bits(),
+        ocfs: if config.copy.is_some() {
+            CopyFormats::FORMAT_0.bits()
+        } else {
+            0
+        },
         vwc: VWC_PRESENT,
         ..IdentifyController::default()
     };
@@ -320,6 +327,11 @@ impl Device {
             ns.nuse = disk.blocks;
             ns.nlbaf = 0;
             ns.dlfeat = DLFEAT_READS_ZEROES_WZ_DEALLOC;
+            if let Some(copy) = self.shared.config.copy {
+                ns.mssrl = copy.mssrl;
+                ns.mcl = copy.mcl;
+                ns.msrc = copy.msrc;
+            }
             ns.lbaf[0] = LbaFormat::new(disk.block_size.trailing_zeros() as u8, disk.metadata_size);
             // FLBAS: format 0, bit 4 = metadata interleaved (extended LBA).
             ns.flbas = if disk.extended { FLBAS_EXTENDED } else { 0 };

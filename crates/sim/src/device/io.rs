@@ -1,4 +1,5 @@
-//! NVM command set I/O commands (NVM Command Set Specification 1.0 §3) on the in-memory disks.
+//! NVM command set I/O commands (NVM Command Set Specification 1.0 §3) on the in-memory disks
+//! (Copy in `copy.rs`).
 //!
 //! Every command that addresses blocks is checked against the namespace size (LBA Out of
 //! Range) and, when it moves data, against MDTS (Invalid Field). Data moves one PRP segment at
@@ -30,13 +31,13 @@ const COMPARE_CHUNK: usize = 4096;
 /// MPTR must be dword aligned (NVMe Base 2.0 §4.1: the two low bits are reserved).
 const MPTR_ALIGN: u64 = 4;
 
-fn status(sc: u8) -> Fail {
+pub(super) fn status(sc: u8) -> Fail {
     Fail::Status(generic_status(sc))
 }
 
 /// Byte range `[start, end)` of `nlb` blocks from `slba` in `disk` (extended blocks include
 /// their metadata), or LBA Out of Range.
-fn block_range(disk: &Disk, slba: u64, nlb: u64) -> Result<(usize, usize), Fail> {
+pub(super) fn block_range(disk: &Disk, slba: u64, nlb: u64) -> Result<(usize, usize), Fail> {
     match slba.checked_add(nlb) {
         Some(end) if end <= disk.blocks => {
             let bs = disk.lba_stride();
@@ -48,7 +49,7 @@ fn block_range(disk: &Disk, slba: u64, nlb: u64) -> Result<(usize, usize), Fail>
 }
 
 /// Byte range of the separate metadata of `nlb` blocks from `slba` (already range checked).
-fn metadata_range(disk: &Disk, slba: u64, nlb: u64) -> (usize, usize) {
+pub(super) fn metadata_range(disk: &Disk, slba: u64, nlb: u64) -> (usize, usize) {
     let ms = u64::from(disk.separate_metadata());
     let base = disk.metadata_base();
     (
@@ -65,9 +66,11 @@ impl Device {
             nvm::READ => &counters.reads,
             nvm::WRITE => &counters.writes,
             nvm::FLUSH => &counters.flushes,
-            nvm::WRITE_ZEROES | nvm::DATASET_MANAGEMENT | nvm::COMPARE | nvm::VERIFY => {
-                &counters.other_io
-            }
+            nvm::WRITE_ZEROES
+            | nvm::DATASET_MANAGEMENT
+            | nvm::COMPARE
+            | nvm::VERIFY
+            | nvm::COPY => &counters.other_io,
             _ => &counters.invalid_io,
         });
         if let Some(injected) = self.shared.faults.take_fail_io() {
@@ -94,6 +97,7 @@ impl Device {
                 nvm::WRITE_ZEROES => self.write_zeroes(sqe),
                 nvm::VERIFY => self.verify(sqe),
                 nvm::DATASET_MANAGEMENT => self.dataset_management(view, sqe),
+                nvm::COPY if self.shared.config.copy.is_some() => self.copy(view, sqe),
                 op => {
                     log::debug!("sim: unsupported I/O opcode {op:#04x} ({})", nvm::name(op));
                     Err(status(generic::INVALID_OPCODE))
@@ -112,7 +116,7 @@ impl Device {
 
     /// The attached namespace `nsid` (the command keeps this geometry even if a format or
     /// resize replaces the namespace meanwhile).
-    fn namespace(&self, nsid: u32) -> Result<Arc<Disk>, Fail> {
+    pub(super) fn namespace(&self, nsid: u32) -> Result<Arc<Disk>, Fail> {
         self.shared
             .disks
             .get(nsid)

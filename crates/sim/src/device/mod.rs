@@ -23,6 +23,7 @@ pub(crate) use admin::capabilities;
 pub use admin::{ERROR_LOG_ENTRIES, SIM_TEMPERATURE_K};
 mod cc;
 mod completions;
+mod copy;
 mod deferred;
 mod doorbells;
 mod io;

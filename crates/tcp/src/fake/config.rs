@@ -32,6 +32,9 @@ pub struct Config {
     pub mqes: u16,
     /// Identify Controller MAXCMD (commands outstanding per queue).
     pub maxcmd: u16,
+    /// Offer Copy (ONCS bit 8, OCFS format 0h, the limits of `fake::COPY_MSSRL` and the
+    /// others in Identify Namespace); without it Copy completes with Invalid Command Opcode.
+    pub copy: bool,
 }
 
 impl Default for Config {
@@ -50,6 +53,7 @@ impl Default for Config {
             mdts: 0,
             mqes: 127,
             maxcmd: 128,
+            copy: true,
         }
     }
 }
@@ -72,4 +76,6 @@ pub struct Counters {
     pub log_pages: AtomicU64,
     /// Reads and writes refused for exceeding the configured MDTS.
     pub over_mdts: AtomicU64,
+    /// Copy commands carried out.
+    pub copies: AtomicU64,
 }

@@ -9,10 +9,11 @@ use nvme_spec::log::ERROR_LOG_ENTRY_SIZE;
 use nvme_spec::opcode;
 use nvme_spec::status::generic;
 use nvme_spec::{
-    ErrorLogEntry, IdentifyController, IdentifyNamespace, NamespaceList, SmartLog, Status,
-    SubmissionEntry,
+    CopyFormats, ErrorLogEntry, IdentifyController, IdentifyNamespace, NamespaceList, Oncs,
+    SmartLog, Status, SubmissionEntry,
 };
 
+use super::copy::{COPY_MCL, COPY_MSRC, COPY_MSSRL};
 use super::{
     Conn, ERROR_LOG_ENTRIES, NEWEST_ERROR_COUNT, SMART_POWER_ON_HOURS, SMART_TEMPERATURE_K,
 };
@@ -38,6 +39,10 @@ impl Conn<'_> {
                 id.mdts = cfg.mdts;
                 id.sqes = 0x66;
                 id.cqes = 0x44;
+                if cfg.copy {
+                    id.oncs = Oncs::COPY.bits();
+                    id.ocfs = CopyFormats::FORMAT_0.bits();
+                }
                 let nqn = fabrics::nqn_field(&cfg.subnqn).unwrap();
                 id.subnqn = nqn;
                 Some(id.to_bytes())
@@ -56,6 +61,11 @@ impl Conn<'_> {
                 ns.ncap = blocks;
                 ns.nuse = blocks;
                 ns.lbaf[0].lbads = shift;
+                if cfg.copy {
+                    ns.mssrl = COPY_MSSRL;
+                    ns.mcl = COPY_MCL;
+                    ns.msrc = COPY_MSRC;
+                }
                 Some(ns.to_bytes())
             }
             _ => None,

@@ -378,6 +378,7 @@ pub(crate) fn command_name(op: u8) -> &'static str {
         nvme_spec::opcode::nvm::READ => "Read",
         nvme_spec::opcode::nvm::WRITE => "Write",
         nvme_spec::opcode::nvm::FLUSH => "Flush",
+        nvme_spec::opcode::nvm::COPY => "Copy",
         nvme_spec::opcode::admin::IDENTIFY => "Identify",
         nvme_spec::opcode::admin::KEEP_ALIVE => "Keep Alive",
         nvme_spec::fabrics::FABRICS_OPCODE => "Fabrics command",

@@ -35,7 +35,9 @@ fn a_transfer_above_mdts_is_split_on_the_pair_and_completes_once() {
     let buf = qp.write(&ns, 100, blocks, buf, WriteFlags::NONE).unwrap();
     assert_eq!(buf.len(), len, "the whole buffer comes back");
     assert_eq!(t.disk(2, 100 * 512, len), data, "target got the data");
-    let back = qp.read(&ns, 100, blocks, c.alloc_buffer(len).unwrap()).unwrap();
+    let back = qp
+        .read(&ns, 100, blocks, c.alloc_buffer(len).unwrap())
+        .unwrap();
     assert_eq!(&back[..len], &data[..]);
 
     // Polled: two split reads with user data using every bit, next to a one-command read.
