@@ -16,7 +16,7 @@
 //!
 //! INVARIANT: every command with an LBA range encodes it as the NVM command set's common
 //! layout (SLBA in CDW11:CDW10, NLB 0-based in CDW12 15:0), so [`IoCommand`] can re-range
-//! any of them; the exception is [`Copy`], whose range is its destination and which is never
+//! any of them; the exception is [`Copy`](struct@Copy), whose range is its destination and which is never
 //! split ([`NvmCommand::splittable`] is false). `sqe` leaves the command id and the data
 //! pointer zero (the transport's).
 //!
@@ -129,41 +129,53 @@ pub trait NvmCommand: core::marker::Copy {
     }
 }
 
-/// Read (NVM CS §3.3.4): the controller writes the blocks into the buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[must_use = "a built command does nothing until it is submitted"]
-pub struct Read {
-    /// The blocks read.
-    pub range: LbaRange,
-}
-
-impl Read {
-    /// A read of `blocks` blocks at `lba`.
-    #[inline(always)]
-    pub const fn new(lba: u64, blocks: u32) -> Self {
-        Self {
-            range: LbaRange::new(lba, blocks),
+/// A command that is a range and nothing else (Read, Compare, Verify): the type, its `new`,
+/// and its [`NvmCommand`] impl, written once; `$sqe` builds the entry from the NSID and the
+/// range.
+macro_rules! range_command {
+    ($(#[$doc:meta])* $name:ident, $what:literal, $sqe:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[must_use = "a built command does nothing until it is submitted"]
+        pub struct $name {
+            /// The blocks the command addresses.
+            pub range: LbaRange,
         }
-    }
+
+        impl $name {
+            #[doc = concat!("A ", $what, " of `blocks` blocks at `lba`.")]
+            #[inline(always)]
+            pub const fn new(lba: u64, blocks: u32) -> Self {
+                Self {
+                    range: LbaRange::new(lba, blocks),
+                }
+            }
+        }
+
+        impl NvmCommand for $name {
+            #[inline(always)]
+            fn opcode(&self) -> NvmOpcode {
+                NvmOpcode::$name
+            }
+            #[inline(always)]
+            fn range(&self) -> Option<LbaRange> {
+                Some(self.range)
+            }
+            #[inline(always)]
+            fn with_range(self, range: LbaRange) -> Self {
+                Self { range }
+            }
+            #[inline(always)]
+            fn sqe(&self, nsid: u32) -> SubmissionEntry {
+                ($sqe)(nsid, self.range)
+            }
+        }
+    };
 }
 
-impl NvmCommand for Read {
-    #[inline(always)]
-    fn opcode(&self) -> NvmOpcode {
-        NvmOpcode::Read
-    }
-    #[inline(always)]
-    fn range(&self) -> Option<LbaRange> {
-        Some(self.range)
-    }
-    #[inline(always)]
-    fn with_range(self, range: LbaRange) -> Self {
-        Self { range }
-    }
-    #[inline(always)]
-    fn sqe(&self, nsid: u32) -> SubmissionEntry {
-        command::read(nsid, self.range.lba, self.range.blocks)
-    }
+range_command! {
+    /// Read (NVM CS §3.3.4): the controller writes the blocks into the buffer.
+    Read, "read", |nsid, r: LbaRange| command::read(nsid, r.lba, r.blocks)
 }
 
 /// Write (NVM CS §3.3.6): the controller reads the blocks from the buffer.
@@ -221,42 +233,10 @@ impl NvmCommand for Write {
     }
 }
 
-/// Compare (NVM CS §3.3.1) of the blocks with the buffer; a mismatch completes with the
-/// Compare Failure status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[must_use = "a built command does nothing until it is submitted"]
-pub struct Compare {
-    /// The blocks compared.
-    pub range: LbaRange,
-}
-
-impl Compare {
-    /// A compare of `blocks` blocks at `lba`.
-    #[inline(always)]
-    pub const fn new(lba: u64, blocks: u32) -> Self {
-        Self {
-            range: LbaRange::new(lba, blocks),
-        }
-    }
-}
-
-impl NvmCommand for Compare {
-    #[inline(always)]
-    fn opcode(&self) -> NvmOpcode {
-        NvmOpcode::Compare
-    }
-    #[inline(always)]
-    fn range(&self) -> Option<LbaRange> {
-        Some(self.range)
-    }
-    #[inline(always)]
-    fn with_range(self, range: LbaRange) -> Self {
-        Self { range }
-    }
-    #[inline(always)]
-    fn sqe(&self, nsid: u32) -> SubmissionEntry {
-        command::compare(nsid, self.range.lba, self.range.blocks)
-    }
+range_command! {
+    /// Compare (NVM CS §3.3.1) of the blocks with the buffer; a mismatch completes with the
+    /// Compare Failure status.
+    Compare, "compare", |nsid, r: LbaRange| command::compare(nsid, r.lba, r.blocks)
 }
 
 /// Flush (Base §7.1) of the namespace's volatile write cache; no range, no data.
@@ -348,49 +328,16 @@ impl NvmCommand for WriteZeroes {
     }
 }
 
-/// Verify (NVM CS §3.3.5): the controller reads the blocks and checks their integrity
-/// (end-to-end protection where the format has it); no data moves to or from the host.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[must_use = "a built command does nothing until it is submitted"]
-pub struct Verify {
-    /// The blocks verified.
-    pub range: LbaRange,
-}
-
-impl Verify {
-    /// A verify of `blocks` blocks at `lba`.
-    #[inline(always)]
-    pub const fn new(lba: u64, blocks: u32) -> Self {
-        Self {
-            range: LbaRange::new(lba, blocks),
-        }
-    }
-}
-
-impl NvmCommand for Verify {
-    #[inline(always)]
-    fn opcode(&self) -> NvmOpcode {
-        NvmOpcode::Verify
-    }
-    #[inline(always)]
-    fn range(&self) -> Option<LbaRange> {
-        Some(self.range)
-    }
-    #[inline(always)]
-    fn with_range(self, range: LbaRange) -> Self {
-        Self { range }
-    }
-    #[inline(always)]
-    fn sqe(&self, nsid: u32) -> SubmissionEntry {
+range_command! {
+    /// Verify (NVM CS §3.3.5): the controller reads the blocks and checks their integrity
+    /// (end-to-end protection where the format has it); no data moves to or from the host.
+    Verify, "verify", |nsid, r: LbaRange| SubmissionEntry {
         // CDW12: NLB (0-based) in 15:0; STC, PRINFO, FUA and LR stay clear.
-        let r = self.range;
-        SubmissionEntry {
-            nsid,
-            cdw10: r.lba as u32,
-            cdw11: (r.lba >> 32) as u32,
-            cdw12: r.blocks.wrapping_sub(1) & NLB_MASK,
-            ..SubmissionEntry::new(NvmOpcode::Verify.byte())
-        }
+        nsid,
+        cdw10: r.lba as u32,
+        cdw11: (r.lba >> 32) as u32,
+        cdw12: r.blocks.wrapping_sub(1) & NLB_MASK,
+        ..SubmissionEntry::new(NvmOpcode::Verify.byte())
     }
 }
 

@@ -48,7 +48,7 @@ const RANGE_BYTES: usize = CopySourceRange::SIZE;
 ///
 /// Build it with [`CopyRanges::copy_to`] (the list and the command then agree), or with
 /// [`Copy::new`] over a list written otherwise; the submission checks the list against the
-/// command, the controller and the namespace (see the [module docs](self)).
+/// command, the controller and the namespace (limits: MSRC, MSSRL, MCL).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use = "a built command does nothing until it is submitted"]
 pub struct Copy {

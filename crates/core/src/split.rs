@@ -14,7 +14,7 @@
 //! - Group records are reused: a warmed-up pair allocates nothing per split request.
 //!
 //! INVARIANT: each piece a transport sent is handed to [`Splitter::complete`] exactly once,
-//! with the piece id [`Splitter::piece_id`] gave it.
+//! with the piece id the splitter gave it.
 
 use nvme_spec::command::MAX_NLB;
 use nvme_vfio::DmaBuffer;
