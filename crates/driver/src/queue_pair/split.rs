@@ -6,12 +6,12 @@
 //! buffer comes back in the error. Child slots point at the group head, which holds the
 //! buffer until the last child completes.
 
-use nvme_core::{Error, IoCommand, IoFailure, LbaRange, Namespace, NvmCommand};
+use nvme_core::split::SplitPlan;
+use nvme_core::{Error, IoCommand, IoFailure, Namespace, NvmCommand};
 use nvme_pool::Tag;
 use nvme_spec::queue::SubmissionEntry;
 use nvme_vfio::DmaBuffer;
 
-use super::submit::MAX_BLOCKS_PER_COMMAND;
 use super::QueuePair;
 
 /// Most commands one split request may use (its transfer is at most this many times
@@ -29,39 +29,33 @@ impl QueuePair {
         buf: DmaBuffer,
         user_data: u64,
     ) -> std::result::Result<Tag, IoFailure> {
-        let LbaRange { lba, blocks } = cmd.range().expect("a split command has a range");
+        let range = cmd.range().expect("a split command has a range");
         let block_size = ns.block_size() as usize;
-        let chunk_blocks = ((self.max_transfer / block_size) as u32).min(MAX_BLOCKS_PER_COMMAND);
-        let commands = blocks.div_ceil(chunk_blocks) as usize;
+        let capacity = self.tags.capacity() as u32;
         let free = self.tags.available().min(self.sq.free_entries() as u16) as u32;
-        if commands as u32 > free {
-            let capacity = self.tags.capacity() as u32;
-            let error = if commands as u32 > capacity {
-                Error::TransferTooLarge {
-                    bytes: blocks as usize * block_size,
-                    commands,
-                    max_per_command: chunk_blocks as usize * block_size,
-                    free,
-                    capacity,
-                }
-            } else {
-                Error::QueueFull {
-                    qid: self.qid,
-                    depth: self.sq.entries(),
-                }
-            };
-            return Err(IoFailure::new(error, Some(buf)));
-        }
+        let plan = match SplitPlan::new(
+            range,
+            block_size,
+            self.max_transfer,
+            capacity,
+            free,
+            self.qid,
+            self.sq.entries(),
+        ) {
+            Ok(plan) => plan,
+            Err(error) => return Err(IoFailure::new(error, Some(buf))),
+        };
+        let commands = plan.commands as usize;
         let mut tags = [Tag::default(); MAX_COMMANDS_PER_REQUEST];
         if commands > MAX_COMMANDS_PER_REQUEST
             || !self.tags.alloc_many(commands as u16, &mut tags[..commands])
         {
             let error = Error::TransferTooLarge {
-                bytes: blocks as usize * block_size,
+                bytes: range.blocks as usize * block_size,
                 commands,
-                max_per_command: chunk_blocks as usize * block_size,
+                max_per_command: plan.chunk_blocks as usize * block_size,
                 free,
-                capacity: self.tags.capacity() as u32,
+                capacity,
             };
             return Err(IoFailure::new(error, Some(buf)));
         }
@@ -69,17 +63,14 @@ impl QueuePair {
         let head = tags[0];
         let mut sqes = [SubmissionEntry::default(); MAX_COMMANDS_PER_REQUEST];
         for (i, &tag) in tags[..commands].iter().enumerate() {
-            let first = i as u32 * chunk_blocks;
-            let n = chunk_blocks.min(blocks - first);
-            let mut sqe = cmd
-                .with_range(LbaRange::new(lba + first as u64, n))
-                .sqe(ns.nsid());
-            let offset = first as u64 * block_size as u64;
+            let part = plan.part(i as u32);
+            let mut sqe = cmd.with_range(part).sqe(ns.nsid());
+            let offset = (part.lba - range.lba) * block_size as u64;
             self.set_data_pointer(
                 &mut sqe,
                 tag.index(),
                 base + offset,
-                n as usize * block_size,
+                part.blocks as usize * block_size,
             );
             sqes[i] = sqe;
             if i > 0 {
