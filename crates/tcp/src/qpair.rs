@@ -409,7 +409,13 @@ impl TcpQueuePair {
         user_data: u64,
         sync: bool,
     ) -> std::result::Result<(), IoFailure> {
-        let fail = |error, buffer| Err(IoFailure { error, buffer });
+        let fail = |error, buffer| {
+            Err(IoFailure {
+                error,
+                buffer,
+                pieces: None,
+            })
+        };
         if self.state_changed() {
             if let Err(e) = self.sync_state() {
                 return fail(e, buf);
@@ -534,6 +540,7 @@ impl TcpQueuePair {
                 return Err(IoFailure {
                     error,
                     buffer: Some(buf),
+                    pieces: None,
                 })
             }
         };
@@ -615,6 +622,7 @@ impl TcpQueuePair {
             Err(error) => Err(IoFailure {
                 error,
                 buffer: c.buffer,
+                pieces: None,
             }),
         }
     }

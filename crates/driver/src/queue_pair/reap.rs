@@ -127,12 +127,14 @@ impl QueuePair {
                 // skip its error handling without the `Completion` ever reaching memory.
                 let user_data = slot.user_data;
                 let buffer = slot.buffer.take();
+                let pieces = slot.pieces.take();
                 self.tags.free(tag);
                 self.stats.requests_completed += 1;
                 f(Completion {
                     user_data,
                     result: Ok(cqe.dw0),
                     buffer,
+                    pieces,
                 });
                 finished += 1;
                 continue;
@@ -232,6 +234,7 @@ impl QueuePair {
         let head = self.tags.get_mut(head_tag);
         let status = head.status;
         let buffer = head.buffer.take();
+        let pieces = head.pieces.take();
         let user_data = head.user_data;
         let dw0 = head.dw0;
         let sync = head.sync;
@@ -246,6 +249,7 @@ impl QueuePair {
                 Err(command_error(opcode, status))
             },
             buffer,
+            pieces,
         };
         self.deliver(sync, completion, f);
     }
@@ -276,6 +280,7 @@ impl QueuePair {
         }
         // Every command of the group is back: nothing references the buffer any more.
         drop(head.buffer.take());
+        drop(head.pieces.take());
         self.tags.free(head_tag);
         self.retired -= 1;
     }

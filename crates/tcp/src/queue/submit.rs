@@ -57,7 +57,11 @@ impl Queue {
         waiter: Waiter,
     ) -> Result<(), IoFailure> {
         if let Some(error) = self.closed_error() {
-            return Err(IoFailure { error, buffer });
+            return Err(IoFailure {
+                error,
+                buffer,
+                pieces: None,
+            });
         }
         let epoch = self.clock.epoch();
         let in_capsule = to_device && len > 0 && len <= self.in_capsule_max;
@@ -68,6 +72,7 @@ impl Queue {
                     depth: u32::from(self.capacity()) + 1,
                 },
                 buffer,
+                pieces: None,
             });
         };
         sqe.set_cid(tag.cid());
