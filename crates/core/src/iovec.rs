@@ -134,6 +134,37 @@ impl IoVec {
         at
     }
 
+    /// Copies `src` into the pieces at byte `offset` of their concatenation (a CPU-copy
+    /// transport receiving data). Panics past the end (callers check against the length).
+    pub fn write_at(&mut self, mut offset: usize, mut src: &[u8]) {
+        for piece in self.iter_mut() {
+            if src.is_empty() {
+                return;
+            }
+            if offset >= piece.len() {
+                offset -= piece.len();
+                continue;
+            }
+            let n = (piece.len() - offset).min(src.len());
+            piece[offset..offset + n].copy_from_slice(&src[..n]);
+            src = &src[n..];
+            offset = 0;
+        }
+        assert!(src.is_empty(), "IoVec::write_at past the pieces' end");
+    }
+
+    /// The contiguous bytes from byte `offset` of the pieces' concatenation to the end of the
+    /// piece holding it (a CPU-copy transport sending data piece by piece); empty at the end.
+    pub fn contiguous_at(&self, mut offset: usize) -> &[u8] {
+        for piece in self.iter() {
+            if offset < piece.len() {
+                return &piece[offset..];
+            }
+            offset -= piece.len();
+        }
+        &[]
+    }
+
     /// The pieces' bytes, concatenated in order (a copy, for checks and tests).
     pub fn to_vec(&self) -> Vec<u8> {
         self.iter().flat_map(|p| p.iter().copied()).collect()
@@ -278,5 +309,23 @@ mod tests {
         assert_eq!(firsts, (0..IOVEC_MAX_PIECES as u8).collect::<Vec<_>>());
         assert!(v.is_empty());
         assert!(v.pop().is_none());
+    }
+
+    #[test]
+    fn scatter_and_gather_cross_piece_boundaries() {
+        let mem = HostMemory::mapper();
+        let mut v = IoVec::new();
+        for len in [4, 8, 12] {
+            v.push(DmaBuffer::allocate(&mem, len).unwrap()).unwrap();
+        }
+        let data: Vec<u8> = (0..24).collect();
+        v.write_at(0, &data[..2]);
+        v.write_at(2, &data[2..17]);
+        v.write_at(17, &data[17..]);
+        assert_eq!(v.to_vec(), data);
+        assert_eq!(v.contiguous_at(0), &data[..4]);
+        assert_eq!(v.contiguous_at(5), &data[5..12]);
+        assert_eq!(v.contiguous_at(12), &data[12..]);
+        assert!(v.contiguous_at(24).is_empty());
     }
 }

@@ -17,6 +17,8 @@ use crate::error::TcpError;
 use crate::keep_alive::CHECKS_PER_KATO;
 use crate::queue::{Queue, TcpQueueStats, Waiter};
 
+mod vectored;
+
 /// Expired commands handled per clock tick (Aborts sent).
 const ABORTS_PER_TICK: usize = 8;
 /// Pause of a synchronous caller while a controller reset runs.
