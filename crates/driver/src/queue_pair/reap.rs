@@ -120,21 +120,23 @@ impl QueuePair {
                 && head_tag.index() == tag.index()
                 && slot.remaining == 1
                 && !(slot.reported | slot.sync)
+                && slot.pieces.is_none()
             {
-                // The common case, a successful request of one command: complete it from the
+                // The common case, a successful request of one command (not vectored: its
+                // pieces go through `complete_group`): complete it from the
                 // one slot already at hand (what `finish_command` + `complete_group` do for
                 // groups and errors). A result known to be `Ok` here lets an inlined callback
                 // skip its error handling without the `Completion` ever reaching memory.
                 let user_data = slot.user_data;
                 let buffer = slot.buffer.take();
-                let pieces = slot.pieces.take();
                 self.tags.free(tag);
                 self.stats.requests_completed += 1;
+                // `pieces: None` known here: an inlined callback drops no vector.
                 f(Completion {
                     user_data,
                     result: Ok(cqe.dw0),
                     buffer,
-                    pieces,
+                    pieces: None,
                 });
                 finished += 1;
                 continue;
