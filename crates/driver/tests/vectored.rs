@@ -565,3 +565,81 @@ fn asynchronous_vectored_requests_complete_with_their_pieces() {
         );
     }
 }
+
+#[test]
+fn a_full_queue_refuses_with_every_piece_back() {
+    let (_sim, ctrl) = start(true);
+    let ns = ctrl.namespace(1).unwrap();
+    let mut q = ctrl
+        .create_queue_pair(QueuePairOptions {
+            depth: 2,
+            timeout: Duration::from_secs(10),
+            ..QueuePairOptions::default()
+        })
+        .unwrap();
+    let cap = usize::from(q.capacity());
+    for i in 0..cap {
+        let v = vec_of(scattered(&ctrl, 2, PAGE), &pattern(2 * PAGE, i as u64));
+        q.submit_readv(&ns, 0, 16, v, i as u64).unwrap();
+    }
+    let data = pattern(2 * PAGE, 77);
+    let v = vec_of(scattered(&ctrl, 2, PAGE), &data);
+    let f = q.submit_readv(&ns, 0, 16, v, 99).unwrap_err();
+    assert!(matches!(f.error, Error::QueueFull { .. }), "{}", f.error);
+    assert_eq!(f.pieces.expect("pieces back").to_vec(), data, "untouched");
+    let mut done = 0;
+    while done < cap {
+        q.poll(|c| {
+            c.result.unwrap();
+            assert_eq!(c.pieces.expect("pieces").len(), 2);
+            done += 1;
+        });
+    }
+}
+
+/// A timed-out vectored write is reported without its pieces (the device may still read
+/// them); they stay in the request's slot, and its SGL segment in the slot's page, until the
+/// late completion, and the data the device then writes is the data of those pieces.
+#[test]
+fn a_timed_out_vectored_request_keeps_its_pieces_until_the_late_completion() {
+    let (sim, ctrl) = start(true);
+    let ns = ctrl.namespace(1).unwrap();
+    let mut q = ctrl
+        .create_queue_pair(QueuePairOptions {
+            depth: 8,
+            timeout: Duration::from_millis(150),
+            ..QueuePairOptions::default()
+        })
+        .unwrap();
+    sim.faults().delay_execution_with(
+        1,
+        nvme_sim::ExecutionDelay::new(Duration::from_millis(700)).not_abortable(),
+    );
+    let data = pattern(4 * PAGE, 31);
+    let v = vec_of(scattered(&ctrl, 4, PAGE), &data);
+    let f = q
+        .execute_vectored(&ns, Write::new(0, 32), v, |c| panic!("{c:?}"))
+        .unwrap_err();
+    assert!(matches!(f.error, Error::Timeout { .. }), "{}", f.error);
+    assert!(f.pieces.is_none(), "the device may still read the pieces");
+    assert_eq!(q.retired(), 1);
+    // Another vectored request meanwhile uses another slot and its own segment.
+    let other = pattern(4 * PAGE, 32);
+    writev(&mut q, &ns, 100, vec_of(scattered(&ctrl, 4, PAGE), &other));
+    let start = std::time::Instant::now();
+    while q.retired() > 0 {
+        q.poll(|c| panic!("a late completion is not delivered twice: {c:?}"));
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no late completion"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(q.stats().late_completions, 1);
+    assert_eq!(
+        sim.read_disk(1, 0, 4 * PAGE),
+        data,
+        "the late write wrote its own pieces"
+    );
+    assert_eq!(sim.read_disk(1, 100 * 512, 4 * PAGE), other);
+}
