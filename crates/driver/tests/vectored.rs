@@ -109,16 +109,15 @@ fn readv(q: &mut QueuePair, ns: &Namespace, lba: u64, v: Box<IoVec>) -> Box<IoVe
     .unwrap()
 }
 
-/// Writes `pieces` vectored at `lba`, reads the range back plain and vectored into fresh
-/// pieces of the same shape, and checks all three agree; returns the emulator's SGL count.
+/// Writes `pieces` vectored at `lba`, reads the range back plain and vectored into `fresh`
+/// pieces, and checks all three agree; returns the emulator's SGL count.
 fn round_trip(
     sim: &SimController,
     ctrl: &Controller,
     q: &mut QueuePair,
     ns: &Namespace,
     lba: u64,
-    pieces: Vec<DmaBuffer>,
-    fresh: Vec<DmaBuffer>,
+    (pieces, fresh): (Vec<DmaBuffer>, Vec<DmaBuffer>),
     seed: u64,
 ) -> u64 {
     let sgl_before = sim.stats().sgl_commands;
@@ -155,8 +154,7 @@ fn one_piece_with_and_without_sgl() {
             &mut q,
             &ns,
             8,
-            scattered(&ctrl, 1, 3 * PAGE),
-            scattered(&ctrl, 1, 3 * PAGE),
+            (scattered(&ctrl, 1, 3 * PAGE), scattered(&ctrl, 1, 3 * PAGE)),
             1,
         );
         // Vectored write, plain read, vectored read.
@@ -178,8 +176,7 @@ fn sixteen_scattered_pool_pages_as_a_prp_list_and_as_an_sgl_segment() {
                 &mut q,
                 &ns,
                 40,
-                scattered(&ctrl, 16, PAGE),
-                scattered(&ctrl, 16, PAGE),
+                (scattered(&ctrl, 16, PAGE), scattered(&ctrl, 16, PAGE)),
                 u64::from(nsid) + 10,
             );
             assert_eq!(sgls, if sgl { 3 } else { 0 }, "sgl offered: {sgl}");
@@ -199,8 +196,7 @@ fn two_pages_use_prp2_and_multi_page_pieces_chain() {
         &mut q,
         &ns,
         0,
-        scattered(&ctrl, 2, PAGE),
-        scattered(&ctrl, 2, PAGE),
+        (scattered(&ctrl, 2, PAGE), scattered(&ctrl, 2, PAGE)),
         3,
     );
     // Pieces of several pages each; the first starts mid-page, the last ends mid-page
@@ -239,8 +235,7 @@ fn two_pages_use_prp2_and_multi_page_pieces_chain() {
         &mut q,
         &ns,
         100,
-        vec![first, middle, last],
-        fresh,
+        (vec![first, middle, last], fresh),
         4,
     );
     assert_eq!(sgls, 0);
@@ -256,7 +251,7 @@ fn pieces_of_one_region_out_of_order() {
         pieces.reverse();
         let mut fresh = cut(&ctrl, &[PAGE; 8]);
         fresh.swap(0, 5);
-        round_trip(&sim, &ctrl, &mut q, &ns, 300, pieces, fresh, 5);
+        round_trip(&sim, &ctrl, &mut q, &ns, 300, (pieces, fresh), 5);
     }
 }
 
@@ -274,8 +269,7 @@ fn unaligned_pieces_go_as_sgl_data_blocks() {
         &mut q,
         &ns,
         500,
-        cut(&ctrl, &sizes),
-        cut(&ctrl, &sizes),
+        (cut(&ctrl, &sizes), cut(&ctrl, &sizes)),
         6,
     );
     assert_eq!(sgls, 3);
@@ -372,7 +366,10 @@ fn unaligned_pieces_without_sgl_are_refused_by_index_and_rule() {
         ctrl.alloc_buffer(PAGE).unwrap().split_at(512).unwrap().0,
         ctrl.alloc_buffer(PAGE).unwrap(),
     ];
-    assert_eq!(round_trip(&sim, &ctrl, &mut q, &ns, 0, pieces, fresh, 8), 3);
+    assert_eq!(
+        round_trip(&sim, &ctrl, &mut q, &ns, 0, (pieces, fresh), 8),
+        3
+    );
 }
 
 #[test]
@@ -474,8 +471,7 @@ fn above_mdts_is_refused_not_split() {
         &mut q,
         &ns,
         0,
-        scattered(&ctrl, n, 8 * 1024),
-        scattered(&ctrl, n, 8 * 1024),
+        (scattered(&ctrl, n, 8 * 1024), scattered(&ctrl, n, 8 * 1024)),
         12,
     );
     // Write, plain read, vectored read: one command each.
