@@ -78,7 +78,7 @@ unsafe fn submit_data<C: NvmCommand>(
         let ns = &q.namespaces[ns_index];
         match q.qp.submit(ns, cmd, Some(dma), u64::from(index)) {
             Ok(()) => NVME_OK,
-            Err(IoFailure { error, buffer }) => {
+            Err(IoFailure { error, buffer, .. }) => {
                 q.requests.take(index);
                 handle.state = match buffer {
                     Some(b) => BufState::Idle(b),

@@ -3,6 +3,7 @@
 use nvme_vfio::DmaBuffer;
 
 use crate::error::Error;
+use crate::iovec::IoVec;
 
 /// A finished I/O, handed to the poll callback.
 #[derive(Debug)]
@@ -14,4 +15,7 @@ pub struct Completion {
     /// The data buffer, given back. `None` for commands without data, or when the
     /// controller may still access it (timeout, fatal status).
     pub buffer: Option<DmaBuffer>,
+    /// The pieces of a vectored request, every one and in order (`None` for other requests,
+    /// or when the controller may still access them, as for `buffer`).
+    pub pieces: Option<Box<IoVec>>,
 }

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::iovec::IoVec;
 use nvme_spec::Status;
 use nvme_vfio::{DmaBuffer, DmaError};
 use thiserror::Error;
@@ -209,6 +210,44 @@ pub enum Error {
         /// The alignment required in bytes.
         align: usize,
     },
+    /// The pieces of a vectored request do not add up to the bytes its command moves.
+    #[error(
+        "vectored I/O: the {pieces} pieces hold {total} bytes but the command moves {needed} \
+         (blocks x block size)"
+    )]
+    IoVecLength {
+        /// Number of pieces.
+        pieces: usize,
+        /// Their total length in bytes.
+        total: usize,
+        /// Bytes the command moves.
+        needed: usize,
+    },
+    /// One piece of a vectored request breaks a data-pointer rule (NVMe Base §4.1.1 PRP,
+    /// §4.1.2 SGL); `rule` names which.
+    #[error("vectored I/O: piece {index} (IOVA {iova:#x}, {len} bytes) {rule}")]
+    IoVecPiece {
+        /// Position of the piece in the vector (0-based).
+        index: usize,
+        /// The piece's device address.
+        iova: u64,
+        /// The piece's length in bytes.
+        len: usize,
+        /// The rule it breaks.
+        rule: crate::iovec::PieceRule,
+    },
+    /// A vectored request moves more than one command carries: vectored requests are not
+    /// split (each piece list is one command).
+    #[error(
+        "vectored I/O of {bytes} bytes is more than one command carries here ({max_per_command} \
+         bytes, MDTS); vectored requests are not split: submit fewer pieces per request"
+    )]
+    IoVecTooLarge {
+        /// Bytes of the request.
+        bytes: usize,
+        /// Most bytes one command moves.
+        max_per_command: usize,
+    },
     /// No free slot (command id) or submission queue entry.
     #[error(
         "queue full: all {depth} slots of queue {qid} are in flight; poll for completions first"
@@ -405,6 +444,8 @@ pub struct IoFailure {
     pub error: Error,
     /// The caller's buffer, returned untouched when nothing was submitted.
     pub buffer: Option<DmaBuffer>,
+    /// The pieces of a refused vectored request, every one, untouched and in order.
+    pub pieces: Option<Box<IoVec>>,
 }
 
 impl IoFailure {
@@ -412,7 +453,21 @@ impl IoFailure {
     /// access it).
     #[inline]
     pub fn new(error: Error, buffer: Option<DmaBuffer>) -> Self {
-        Self { error, buffer }
+        Self {
+            error,
+            buffer,
+            pieces: None,
+        }
+    }
+
+    /// A refused vectored request: `error`, handing back its pieces.
+    #[cold]
+    pub fn vectored(error: Error, pieces: Box<IoVec>) -> Self {
+        Self {
+            error,
+            buffer: None,
+            pieces: Some(pieces),
+        }
     }
 }
 

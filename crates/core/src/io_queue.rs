@@ -19,8 +19,9 @@ use nvme_vfio::DmaBuffer;
 
 use crate::command::{Compare, Flush, NvmCommand, Read, Write, WriteZeroes};
 use crate::completion::Completion;
-use crate::error::{IoFailure, Result};
+use crate::error::{Error, IoFailure, Result};
 use crate::flags::WriteFlags;
+use crate::iovec::IoVec;
 use crate::namespace::Namespace;
 
 /// The I/O operations of a queue pair, whatever its transport. One owner thread, as for the
@@ -69,6 +70,27 @@ pub trait IoQueue {
         buf: Option<DmaBuffer>,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure>;
+
+    /// Queues a vectored Read, Write or Compare (`cmd`): its data is `pieces`, in order, whose
+    /// lengths add up to the command's bytes (checked by [`crate::iovec::check_vectored`],
+    /// plus the transport's own rules: over PCIe a PRP list or an SGL segment, NVMe Base
+    /// §4.1.1/§4.1.2). One command per request: above [`IoQueue::max_transfer_bytes`] it is
+    /// refused ([`Error::IoVecTooLarge`]), not split. Every piece comes back in order in
+    /// [`Completion::pieces`]; on a refused submission in [`IoFailure::pieces`], untouched.
+    /// The default refuses: a queue without vectored I/O.
+    fn submit_vectored<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        pieces: Box<IoVec>,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        let _ = (ns, cmd, user_data);
+        Err(IoFailure::vectored(
+            Error::InvalidRequest("this queue does not take vectored I/O".into()),
+            pieces,
+        ))
+    }
 
     /// Runs a typed NVM command to completion; returns the buffer of a data command.
     fn execute<C: NvmCommand>(
@@ -149,6 +171,72 @@ pub trait IoQueue {
     ) -> Result<()> {
         let cmd = WriteZeroes::new(lba, blocks).with_deallocate(deallocate);
         self.submit(ns, cmd, None, user_data).map_err(|f| f.error)
+    }
+
+    /// Queues a read of `blocks` blocks at `lba` into `pieces`, in order
+    /// ([`IoQueue::submit_vectored`] of a [`Read`]).
+    #[inline(always)]
+    fn submit_readv(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        pieces: Box<IoVec>,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        self.submit_vectored(ns, Read::new(lba, blocks), pieces, user_data)
+    }
+
+    /// Queues a write of `blocks` blocks at `lba` from `pieces`, in order
+    /// ([`IoQueue::submit_vectored`] of a [`Write`]).
+    #[inline(always)]
+    fn submit_writev(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        pieces: Box<IoVec>,
+        flags: WriteFlags,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        let cmd = Write::new(lba, blocks).flags(flags);
+        self.submit_vectored(ns, cmd, pieces, user_data)
+    }
+
+    /// Runs a vectored command to completion through [`IoQueue::poll`]; returns its pieces.
+    /// Completions of other requests that finish meanwhile are handed to `other`; the waited
+    /// request is told apart by its user data, `u64::MAX - 0x7665_6374`, which other requests
+    /// in flight must not use. The queue's command timeout bounds the wait.
+    fn execute_vectored<C: NvmCommand, F: FnMut(Completion)>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        pieces: Box<IoVec>,
+        mut other: F,
+    ) -> std::result::Result<Box<IoVec>, IoFailure> {
+        const TAG: u64 = u64::MAX - 0x7665_6374; // "vect": the waited request's user data
+        self.submit_vectored(ns, cmd, pieces, TAG)?;
+        let mut done: Option<Completion> = None;
+        while done.is_none() {
+            self.poll(|c| {
+                if done.is_none() && c.user_data == TAG {
+                    done = Some(c);
+                } else {
+                    other(c);
+                }
+            });
+        }
+        let c = done.expect("the loop ends on the waited completion");
+        match c.result {
+            Ok(_) => Ok(c
+                .pieces
+                .expect("a completed vectored command returns its pieces")),
+            Err(error) => Err(IoFailure {
+                error,
+                buffer: None,
+                pieces: c.pieces,
+            }),
+        }
     }
 
     /// Reads `blocks` blocks at `lba` into `buf` and waits for the data.

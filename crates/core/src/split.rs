@@ -155,7 +155,8 @@ impl Splitter {
                 whole
             };
             let id = Self::piece_id(group, i as u16);
-            if let Err(IoFailure { error, buffer }) = submit_piece(cmd.with_range(part), piece, id)
+            if let Err(IoFailure { error, buffer, .. }) =
+                submit_piece(cmd.with_range(part), piece, id)
             {
                 // The failed piece and the unsent rest go back into the group in one piece.
                 let unsent = match (buffer, rest.take()) {
@@ -172,6 +173,7 @@ impl Splitter {
                     return Err(IoFailure {
                         error,
                         buffer: unsent,
+                        pieces: None,
                     });
                 }
                 self.refused(group, i as usize, error, unsent);
@@ -271,6 +273,7 @@ impl Splitter {
             user_data: g.user_data,
             result: g.error.take().map_or(Ok(0), Err),
             buffer,
+            pieces: None,
         };
         let sync = g.sync;
         self.release(index);
@@ -329,6 +332,7 @@ mod tests {
             user_data: Splitter::piece_id(group, position),
             result,
             buffer: buf,
+            pieces: None,
         }
     }
 

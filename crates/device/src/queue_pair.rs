@@ -2,8 +2,8 @@
 //! call.
 
 use nvme_driver::{
-    Completion, DmaBuffer, IoFailure, IoQueue, Namespace, NvmCommand, QueuePair, QueuePairStats,
-    Result,
+    Completion, DmaBuffer, IoFailure, IoQueue, IoVec, Namespace, NvmCommand, QueuePair,
+    QueuePairStats, Result,
 };
 use nvme_tcp::{TcpQueuePair, TcpQueueStats};
 
@@ -153,6 +153,17 @@ impl IoQueue for AnyQueuePair {
         user_data: u64,
     ) -> IoResult<()> {
         qp!(self, q => IoQueue::submit(q, ns, cmd, buf, user_data))
+    }
+
+    #[inline]
+    fn submit_vectored<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        pieces: Box<IoVec>,
+        user_data: u64,
+    ) -> IoResult<()> {
+        qp!(self, q => IoQueue::submit_vectored(q, ns, cmd, pieces, user_data))
     }
 
     #[inline]

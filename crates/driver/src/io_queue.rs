@@ -2,7 +2,7 @@
 //! the inherent methods, each `#[inline(always)]`, so the PCIe path through the trait is the
 //! same machine code as calling [`QueuePair`] directly.
 
-use nvme_core::{Completion, IoFailure, IoQueue, Namespace, NvmCommand, Result};
+use nvme_core::{Completion, IoFailure, IoQueue, IoVec, Namespace, NvmCommand, Result};
 use nvme_vfio::DmaBuffer;
 
 use crate::queue_pair::{QueuePair, QueuePairStats};
@@ -63,6 +63,17 @@ impl IoQueue for QueuePair {
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
         QueuePair::submit(self, ns, cmd, buf, user_data)
+    }
+
+    #[inline(always)]
+    fn submit_vectored<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        pieces: Box<IoVec>,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        QueuePair::submit_vectored(self, ns, cmd, pieces, user_data)
     }
 
     #[inline(always)]

@@ -160,6 +160,7 @@ impl<C> TypedQueuePair<C> {
         let r = self.qp.submit_flush(ns, index).map_err(|e| IoFailure {
             error: e,
             buffer: None,
+            pieces: None,
         });
         self.submitted(index, r)
     }
@@ -180,6 +181,7 @@ impl<C> TypedQueuePair<C> {
             .map_err(|e| IoFailure {
                 error: e,
                 buffer: None,
+                pieces: None,
             });
         self.submitted(index, r)
     }
@@ -198,6 +200,7 @@ impl<C> TypedQueuePair<C> {
             .map_err(|e| IoFailure {
                 error: e,
                 buffer: None,
+                pieces: None,
             });
         self.submitted(index, r)
     }

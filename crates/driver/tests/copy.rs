@@ -157,7 +157,7 @@ fn refused(
     buf: DmaBuffer,
 ) -> Error {
     let before = sim.stats().io_commands();
-    let IoFailure { error, buffer } = q.execute(ns, copy, Some(buf)).unwrap_err();
+    let IoFailure { error, buffer, .. } = q.execute(ns, copy, Some(buf)).unwrap_err();
     assert!(buffer.is_some(), "{error}: the buffer comes back");
     assert_eq!(
         sim.stats().io_commands(),

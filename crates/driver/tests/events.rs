@@ -146,6 +146,7 @@ fn namespace_attribute_notice_rescans_the_namespaces() {
                     change: nvme_driver::NamespaceChange::Detached,
                 },
             buffer: Some(_),
+            ..
         }) => {}
         other => panic!("read of a detached namespace: {other:?}"),
     }

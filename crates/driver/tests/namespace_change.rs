@@ -64,6 +64,7 @@ fn old_handle_reaches_nothing(
         Err(IoFailure {
             error,
             buffer: Some(buf),
+            ..
         }) => {
             expect_stale("read", Err::<(), _>(error), nsid, change);
             buf
@@ -74,6 +75,7 @@ fn old_handle_reaches_nothing(
         Err(IoFailure {
             error,
             buffer: Some(buf),
+            ..
         }) => {
             expect_stale("write", Err::<(), _>(error), nsid, change);
             buf
@@ -85,6 +87,7 @@ fn old_handle_reaches_nothing(
         Err(IoFailure {
             error,
             buffer: Some(_),
+            ..
         }) => expect_stale("submit_read", Err::<(), _>(error), nsid, change),
         other => panic!("submit_read through a stale handle of namespace {nsid}: {other:?}"),
     }
@@ -177,6 +180,7 @@ fn a_resize_found_by_an_explicit_rescan_makes_old_handles_stale() {
         Err(IoFailure {
             error: Error::LbaOutOfRange { capacity: 1000, .. },
             buffer: Some(_),
+            ..
         }) => {}
         other => panic!("read past the new end: {other:?}"),
     }

@@ -430,6 +430,7 @@ fn classify<'a>(failure: IoFailure, rebuild: impl FnOnce(DmaBuffer) -> Op<'a>) -
         IoFailure {
             error: error @ Error::QueueFull { .. },
             buffer: Some(buf),
+            ..
         } => Rejected::Full(rebuild(buf), error),
         failure => Rejected::Failed(failure),
     }
@@ -482,6 +483,7 @@ impl<'a> Op<'a> {
                 error => Rejected::Failed(IoFailure {
                     error,
                     buffer: None,
+                    pieces: None,
                 }),
             }),
         }
@@ -553,6 +555,7 @@ impl<'a, Q: IoQueue> Request<'a, Q> {
                         Poll::Ready(Err(IoFailure {
                             error,
                             buffer: op.into_buffer(),
+                            pieces: None,
                         }))
                     }
                     Rejected::Full(op, _) => {
@@ -592,6 +595,7 @@ impl<'a, Q: IoQueue> Request<'a, Q> {
                     Err(error) => Err(IoFailure {
                         error,
                         buffer: c.buffer,
+                        pieces: None,
                     }),
                 })
             }

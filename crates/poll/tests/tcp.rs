@@ -53,6 +53,7 @@ fn async_write_then_read_back_over_tcp_with_block_on() {
                 .map_err(|error| nvme_driver::IoFailure {
                     error,
                     buffer: None,
+                    pieces: None,
                 })?;
             aqp.read(&ns, 10, 2, buf).await
         },

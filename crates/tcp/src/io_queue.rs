@@ -2,7 +2,7 @@
 //! trait of `nvme-core`, so `nvme-poll`'s async layer and poll groups (and any code generic
 //! over `Q: IoQueue`) run over TCP. Thin forwards to the inherent methods.
 
-use nvme_core::{Completion, DmaBuffer, IoFailure, IoQueue, Namespace, NvmCommand, Result};
+use nvme_core::{Completion, DmaBuffer, IoFailure, IoQueue, IoVec, Namespace, NvmCommand, Result};
 
 use crate::{TcpQueuePair, TcpQueueStats};
 
@@ -62,6 +62,17 @@ impl IoQueue for TcpQueuePair {
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
         TcpQueuePair::submit(self, ns, cmd, buf, user_data)
+    }
+
+    #[inline]
+    fn submit_vectored<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        pieces: Box<IoVec>,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        TcpQueuePair::submit_vectored(self, ns, cmd, pieces, user_data)
     }
 
     #[inline]

@@ -17,6 +17,8 @@ use crate::error::TcpError;
 use crate::keep_alive::CHECKS_PER_KATO;
 use crate::queue::{Queue, TcpQueueStats, Waiter};
 
+mod vectored;
+
 /// Expired commands handled per clock tick (Aborts sent).
 const ABORTS_PER_TICK: usize = 8;
 /// Pause of a synchronous caller while a controller reset runs.
@@ -409,7 +411,13 @@ impl TcpQueuePair {
         user_data: u64,
         sync: bool,
     ) -> std::result::Result<(), IoFailure> {
-        let fail = |error, buffer| Err(IoFailure { error, buffer });
+        let fail = |error, buffer| {
+            Err(IoFailure {
+                error,
+                buffer,
+                pieces: None,
+            })
+        };
         if self.state_changed() {
             if let Err(e) = self.sync_state() {
                 return fail(e, buf);
@@ -534,6 +542,7 @@ impl TcpQueuePair {
                 return Err(IoFailure {
                     error,
                     buffer: Some(buf),
+                    pieces: None,
                 })
             }
         };
@@ -615,6 +624,7 @@ impl TcpQueuePair {
             Err(error) => Err(IoFailure {
                 error,
                 buffer: c.buffer,
+                pieces: None,
             }),
         }
     }

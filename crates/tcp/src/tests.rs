@@ -14,6 +14,7 @@ use crate::{TcpController, TcpError, TcpOptions, TransportId};
 mod copy;
 mod liveness;
 mod split;
+mod vectored;
 
 fn connect(target: &FakeTarget) -> TcpController {
     TcpController::connect(&target.trid(), TcpOptions::default()).expect("connect")

@@ -885,6 +885,7 @@ mod tests {
                 user_data,
                 result,
                 buffer: Some(buf),
+                pieces: None,
             });
             self.peak_in_flight = self.peak_in_flight.max(self.pending.len());
         }
@@ -904,6 +905,7 @@ mod tests {
                     return Err(IoFailure {
                         error,
                         buffer: Some(buf),
+                        pieces: None,
                     })
                 }
             };
@@ -926,6 +928,7 @@ mod tests {
                     return Err(IoFailure {
                         error,
                         buffer: Some(buf),
+                        pieces: None,
                     })
                 }
             };

@@ -15,6 +15,11 @@
 //! namespace's Copy limits (MSRC + 1 ranges, MSSRL blocks a range, MCL blocks in all) and the
 //! status. Then it goes on as above (`--lba DEST` prints the first copied block).
 //!
+//! With `--writev FILE --writev-lba L` it first writes FILE's bytes to LBA L in ONE vectored
+//! Write whose data is scattered pieces of `--piece-bytes` (default 4096; at most 32 pieces),
+//! then reads them back in one vectored Read into fresh pieces and compares (DESTROYS those
+//! blocks). `--no-sgl` makes a PCIe controller use PRP lists even when it offers SGLs.
+//!
 //! Errors go to stderr as `error: <message>` (with the chain of causes) and exit with status 1;
 //! bad input never panics.
 
@@ -25,6 +30,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
+
+mod vectored;
 use nvme_driver::{ControllerOptions, IoFailure, Namespace, QueuePairOptions};
 use nvme_tool_support::{parse_target, AnyController, IoQueue, TargetError};
 
@@ -67,6 +74,25 @@ struct Cli {
     /// Destination LBA of --copy.
     #[arg(long, value_name = "LBA", requires = "copy")]
     copy_to: Option<u64>,
+    /// First write this file's bytes (a whole number of blocks) to --writev-lba in one
+    /// vectored Write of scattered pieces (DESTROYS those blocks), read them back in one
+    /// vectored Read and compare.
+    #[arg(long, value_name = "FILE", requires = "writev_lba")]
+    writev: Option<std::path::PathBuf>,
+    /// Where --writev writes.
+    #[arg(long, value_name = "LBA", requires = "writev")]
+    writev_lba: Option<u64>,
+    /// Bytes of each --writev piece (the last holds the rest).
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = 4096,
+        requires = "writev"
+    )]
+    piece_bytes: usize,
+    /// PCIe: use PRP data pointers even when the controller offers SGLs.
+    #[arg(long)]
+    no_sgl: bool,
 }
 
 /// The source ranges of `--copy`, as (LBA, blocks).
@@ -128,11 +154,26 @@ enum HelloError {
     },
     #[error("data read back from LBA {lba} differs from what was written: got {got:?}")]
     Mismatch { lba: u64, got: String },
+    #[error("--writev: {len} bytes is not a whole, non-zero number of {block_size}-byte blocks")]
+    VectoredShape { len: usize, block_size: usize },
+    #[error("--writev: {pieces} pieces, more than one vectored command carries ({max})")]
+    TooManyPieces { pieces: usize, max: usize },
+    #[error("data read back vectored from LBA {lba} differs from what was written vectored")]
+    VectoredMismatch { lba: u64 },
+    #[error("cannot read {path}: {source}")]
+    Input {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("cannot write to standard output: {0}")]
     Output(#[from] std::io::Error),
 }
 
-fn io_error(what: &'static str, ns: &Namespace, lba: u64) -> impl FnOnce(IoFailure) -> HelloError {
+pub(crate) fn io_error(
+    what: &'static str,
+    ns: &Namespace,
+    lba: u64,
+) -> impl FnOnce(IoFailure) -> HelloError {
     let nsid = ns.nsid();
     move |f| HelloError::Io {
         what,
@@ -192,7 +233,11 @@ fn block_text(block: &[u8]) -> String {
 
 fn run(cli: &Cli) -> Result<(), HelloError> {
     let target = parse_target(&cli.device.join(" "))?;
-    let ctrl = AnyController::open(&target, ControllerOptions::default())?;
+    let options = ControllerOptions {
+        sgl: !cli.no_sgl,
+        ..ControllerOptions::default()
+    };
+    let ctrl = AnyController::open(&target, options)?;
     let id = ctrl.identify();
     let mut out = std::io::stdout().lock();
     writeln!(
@@ -280,6 +325,14 @@ fn run(cli: &Cli) -> Result<(), HelloError> {
             copy.range.blocks,
             dest + u64::from(copy.range.blocks)
         )?;
+    }
+
+    if let (Some(path), Some(at)) = (&cli.writev, cli.writev_lba) {
+        let data = std::fs::read(path).map_err(|source| HelloError::Input {
+            path: path.display().to_string(),
+            source,
+        })?;
+        vectored::write_read(&mut out, &ctrl, &mut qp, &ns, at, &data, cli.piece_bytes)?;
     }
 
     let Some(write_lba) = cli.write_lba else {

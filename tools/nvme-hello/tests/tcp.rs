@@ -130,3 +130,65 @@ fn hello_with_a_reset_between_write_and_read_back_over_tcp() {
     assert_eq!(rc, 1, "{err}");
     assert!(err.contains("--write-lba"), "{err}");
 }
+
+#[test]
+fn hello_writes_scattered_pieces_in_one_vectored_command_over_tcp() {
+    let t = FakeTarget::start(Config::default());
+    let trid = t.trid().to_string();
+    let dir = std::env::temp_dir().join(format!("nvme-hello-writev-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("src");
+    let data: Vec<u8> = (0..16 * 4096u32)
+        .map(|i| (i * 7 + i / 4096) as u8)
+        .collect();
+    std::fs::write(&file, &data).unwrap();
+    let path = file.to_str().unwrap();
+    let (rc, out, err) = hello(&[&trid, "--nsid", "2", "--writev", path, "--writev-lba", "40"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.contains("Vectored write of 16 pieces (65536 bytes, 128 blocks) at LBA 40: ok"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Vectored read of 16 pieces at LBA 40: equal"),
+        "{out}"
+    );
+    assert_eq!(
+        t.disk(2, 40 * 512, data.len()),
+        data,
+        "target got the pieces in order"
+    );
+    // Unaligned pieces (1 KiB + the rest) go as they are over TCP.
+    let (rc, out, err) = hello(&[
+        &trid,
+        "--nsid",
+        "2",
+        "--writev",
+        path,
+        "--writev-lba",
+        "400",
+        "--piece-bytes",
+        "2052",
+    ]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(out.contains("Vectored write of 32 pieces"), "{out}");
+    assert_eq!(t.disk(2, 400 * 512, data.len()), data);
+    // More than 32 pieces: refused by name.
+    let (rc, out, err) = hello(&[
+        &trid,
+        "--nsid",
+        "2",
+        "--writev",
+        path,
+        "--writev-lba",
+        "400",
+        "--piece-bytes",
+        "1024",
+    ]);
+    assert_eq!(rc, 1, "{out}{err}");
+    assert!(
+        err.contains("64 pieces, more than one vectored command carries (32)"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -120,6 +120,7 @@ impl QueuePair {
             dw0: 0,
             user_data: 0,
             buffer: None,
+            pieces: None,
         });
         let timeout = options.timeout.max(Duration::from_millis(1));
         log::debug!(

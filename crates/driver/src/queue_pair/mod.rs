@@ -43,6 +43,7 @@ mod split;
 mod submit;
 mod sync;
 mod timeout;
+mod vectored;
 
 pub use nvme_core::{Completion, QueuePairOptions};
 
@@ -58,7 +59,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_core::EpochClock;
+use nvme_core::{EpochClock, IoVec};
 use nvme_pool::{Tag, TagSet};
 use nvme_spec::queue::SubmissionEntry;
 use nvme_spec::Status;
@@ -98,6 +99,8 @@ pub struct QueuePairStats {
     pub timeouts: u64,
     /// Completions of commands that had timed out (their retired slots were released).
     pub late_completions: u64,
+    /// Vectored requests submitted (`QueuePair::submit_vectored`).
+    pub vectored_requests: u64,
 }
 
 /// Per-slot request state. Recycled, never zeroed as a whole: each submission sets the fields
@@ -131,6 +134,9 @@ struct Slot {
     dw0: u32,
     user_data: u64,
     buffer: Option<DmaBuffer>,
+    /// The pieces of a vectored request (its data then is these, not `buffer`); like
+    /// `buffer`, given back only once the device is done with them.
+    pieces: Option<Box<IoVec>>,
 }
 
 /// An I/O submission/completion queue pair. `Send` but not `Sync`: one thread owns it.

@@ -120,8 +120,10 @@ impl QueuePair {
                 && head_tag.index() == tag.index()
                 && slot.remaining == 1
                 && !(slot.reported | slot.sync)
+                && slot.pieces.is_none()
             {
-                // The common case, a successful request of one command: complete it from the
+                // The common case, a successful request of one command (not vectored: its
+                // pieces go through `complete_group`): complete it from the
                 // one slot already at hand (what `finish_command` + `complete_group` do for
                 // groups and errors). A result known to be `Ok` here lets an inlined callback
                 // skip its error handling without the `Completion` ever reaching memory.
@@ -129,10 +131,12 @@ impl QueuePair {
                 let buffer = slot.buffer.take();
                 self.tags.free(tag);
                 self.stats.requests_completed += 1;
+                // `pieces: None` known here: an inlined callback drops no vector.
                 f(Completion {
                     user_data,
                     result: Ok(cqe.dw0),
                     buffer,
+                    pieces: None,
                 });
                 finished += 1;
                 continue;
@@ -232,6 +236,7 @@ impl QueuePair {
         let head = self.tags.get_mut(head_tag);
         let status = head.status;
         let buffer = head.buffer.take();
+        let pieces = head.pieces.take();
         let user_data = head.user_data;
         let dw0 = head.dw0;
         let sync = head.sync;
@@ -246,6 +251,7 @@ impl QueuePair {
                 Err(command_error(opcode, status))
             },
             buffer,
+            pieces,
         };
         self.deliver(sync, completion, f);
     }
@@ -276,6 +282,7 @@ impl QueuePair {
         }
         // Every command of the group is back: nothing references the buffer any more.
         drop(head.buffer.take());
+        drop(head.pieces.take());
         self.tags.free(head_tag);
         self.retired -= 1;
     }

@@ -77,11 +77,13 @@ impl QueuePair {
         for head in heads {
             let slot = self.tags.get_mut(head);
             let buffer = slot.buffer.take();
+            let pieces = slot.pieces.take();
             let (reported, sync, user_data) = (slot.reported, slot.sync, slot.user_data);
             self.tags.free(head);
             if reported {
                 // Already reported (timed out): only the buffer was still held.
                 drop(buffer);
+                drop(pieces);
                 continue;
             }
             failed += 1;
@@ -91,6 +93,7 @@ impl QueuePair {
                     controller: self.ctrl.name.clone(),
                 }),
                 buffer,
+                pieces,
             };
             if sync {
                 self.sync_done = Some(completion);

@@ -86,6 +86,7 @@ impl QueuePair {
                         user_data: q.user_data,
                         result: Err(f.error),
                         buffer: f.buffer,
+                        pieces: None,
                     });
                 }
             }

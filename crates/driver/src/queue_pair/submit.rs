@@ -210,7 +210,7 @@ impl QueuePair {
     }
 
     #[cold]
-    fn foreign(&self, buf: &DmaBuffer) -> Error {
+    pub(super) fn foreign(&self, buf: &DmaBuffer) -> Error {
         Error::ForeignBuffer {
             buffer: buf.domain(),
             controller: self.ctrl.name.clone(),
@@ -221,7 +221,7 @@ impl QueuePair {
     /// Whether one more command may be submitted now (controller state, SQ room); a free slot
     /// is the caller's to find.
     #[inline(always)]
-    fn check_room(&mut self) -> Result<()> {
+    pub(super) fn check_room(&mut self) -> Result<()> {
         if self.ctrl.state() != self.ctrl_state {
             self.sync_state()?;
         }
@@ -243,7 +243,7 @@ impl QueuePair {
     /// The error of a submission that found no free slot (built only then: an eagerly built
     /// `Error` costs a construction and a drop on every submission).
     #[cold]
-    fn queue_full(&self) -> Error {
+    pub(super) fn queue_full(&self) -> Error {
         Error::QueueFull {
             qid: self.qid,
             depth: self.sq.entries(),
@@ -294,7 +294,7 @@ impl QueuePair {
     /// What a command's own check ([`NvmCommand::check`]) may look at: two pointers, read only
     /// by the commands that have such a check.
     #[inline(always)]
-    fn command_context(&self) -> CommandContext<'_> {
+    pub(super) fn command_context(&self) -> CommandContext<'_> {
         CommandContext {
             controller: &self.ctrl.name,
             identify: &self.ctrl.identify,
@@ -438,7 +438,7 @@ impl QueuePair {
 
 /// Fills the slot of a request's first (or only) command: the group head, `commands` long.
 #[inline(always)]
-fn fill_group_head(
+pub(super) fn fill_group_head(
     slot: &mut Slot,
     tag: Tag,
     epoch: u32,

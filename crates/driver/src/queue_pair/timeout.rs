@@ -58,6 +58,7 @@ impl QueuePair {
             user_data,
             result: Err(error),
             buffer: None,
+            pieces: None,
         };
         self.deliver(sync, completion, f);
     }

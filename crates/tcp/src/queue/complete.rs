@@ -64,6 +64,7 @@ impl Queue {
             user_data: slot.user_data,
             result,
             buffer: slot.buffer.take(),
+            pieces: slot.pieces.take(),
         };
         let waiter = slot.waiter;
         self.tags.free(tag);

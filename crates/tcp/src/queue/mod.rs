@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nvme_core::split::Splitter;
-use nvme_core::{Completion, DmaBuffer, EpochClock, Error};
+use nvme_core::{Completion, DmaBuffer, EpochClock, Error, IoVec};
 use nvme_pool::{Tag, TagSet};
 use nvme_spec::tcp::{self, Digests};
 use nvme_spec::SubmissionEntry;
@@ -92,6 +92,8 @@ struct Slot {
     epoch: u32,
     user_data: u64,
     buffer: Option<DmaBuffer>,
+    /// The pieces of a vectored request (its data then is these, in order, not `buffer`).
+    pieces: Option<Box<IoVec>>,
     /// The command as sent (command id and SGL filled in): sent again unchanged when the
     /// request is resubmitted on a new connection.
     sqe: SubmissionEntry,
@@ -101,6 +103,35 @@ struct Slot {
     abort_sent: bool,
     /// What R2Ts asked of it so far (`r2t.rs`).
     r2t: R2tState,
+}
+
+impl Slot {
+    /// The request has data (a buffer or pieces).
+    fn has_data(&self) -> bool {
+        self.buffer.is_some() || self.pieces.is_some()
+    }
+
+    /// Copies received data to byte `pos` of the request's data.
+    fn write_data(&mut self, pos: usize, src: &[u8]) {
+        match (&mut self.buffer, &mut self.pieces) {
+            (Some(buf), _) => buf[pos..pos + src.len()].copy_from_slice(src),
+            (None, Some(pieces)) => pieces.write_at(pos, src),
+            (None, None) => unreachable!("validated: a read slot has a buffer"),
+        }
+    }
+
+    /// The request's data from byte `pos`, contiguous up to `len` bytes (less at the end of
+    /// a piece of a vectored request).
+    fn data_at(&self, pos: usize, len: usize) -> &[u8] {
+        match (&self.buffer, &self.pieces) {
+            (Some(buf), _) => &buf[pos..pos + len],
+            (None, Some(pieces)) => {
+                let run = pieces.contiguous_at(pos);
+                &run[..len.min(run.len())]
+            }
+            (None, None) => unreachable!("validated: a write slot has a buffer"),
+        }
+    }
 }
 
 /// Who takes a request's completion.
@@ -283,6 +314,7 @@ impl Queue {
                 epoch: 0,
                 user_data: 0,
                 buffer: None,
+                pieces: None,
                 sqe: SubmissionEntry::default(),
                 expired: false,
                 abort_sent: false,

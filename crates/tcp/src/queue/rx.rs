@@ -71,13 +71,7 @@ impl Queue {
                     } else {
                         crc
                     };
-                    let buf = self
-                        .tags
-                        .get_mut(tag)
-                        .buffer
-                        .as_mut()
-                        .expect("validated: a read slot has a buffer");
-                    buf[pos..pos + n].copy_from_slice(src);
+                    self.tags.get_mut(tag).write_data(pos, src);
                     self.rx_head += n;
                     self.rx_state = if n < remaining {
                         Rx::Data {
@@ -291,7 +285,7 @@ impl Queue {
                     self.sync_dw1 = dw1;
                 }
                 if status.is_success() {
-                    let sends = s.to_device && s.buffer.is_some();
+                    let sends = s.to_device && s.has_data();
                     if let Err(what) = r2t::check_success(sends, s.len, s.received, &s.r2t) {
                         self.malformed(t, what);
                         return None;
@@ -316,7 +310,7 @@ impl Queue {
             } => {
                 let tag = self.outstanding(t, cid)?;
                 let s = self.tags.get(tag);
-                if s.to_device || s.buffer.is_none() {
+                if s.to_device || !s.has_data() {
                     self.malformed(
                         t,
                         format!("command id {cid:#x} reads no data (check: C2HData for a write)"),
@@ -378,7 +372,7 @@ impl Queue {
         let s = self.tags.get(tag);
         let target = R2tTarget {
             cid,
-            sends: s.to_device && s.buffer.is_some(),
+            sends: s.to_device && s.has_data(),
             len: s.len,
             sent: self.tx_sent,
         };
@@ -389,7 +383,13 @@ impl Queue {
         self.stats.r2ts += 1;
         let mut done = 0;
         while done < len {
-            let chunk = (len - done).min(self.neg.maxh2cdata);
+            // A vectored request's PDU ends at the end of its piece (data PDUs may carry any
+            // part of the R2T's range; NVMe/TCP §3.6.2.8 H2CData).
+            let data = self
+                .tags
+                .get(tag)
+                .data_at(offset + done, (len - done).min(self.neg.maxh2cdata));
+            let chunk = data.len();
             let last = done + chunk == len;
             let frame = PduFrame::new(
                 H2CData::SIZE,
@@ -405,8 +405,6 @@ impl Queue {
                 datal: chunk as u32,
                 rsvd: 0,
             };
-            let buf = self.tags.get(tag).buffer.as_ref().expect("checked");
-            let data = &buf[offset + done..offset + done + chunk];
             frame.encode(&mut self.tx, &pdu.to_bytes(), Some(data));
             done += chunk;
         }

@@ -6,7 +6,7 @@
 //! [`IoFailure`] and touches no slot; a busy slot keeps the command exactly as sent, so a
 //! resubmission on a new connection sends it unchanged.
 
-use nvme_core::{DmaBuffer, Error, IoFailure};
+use nvme_core::{DmaBuffer, Error, IoFailure, IoVec};
 use nvme_spec::tcp::{self, pdu_type, CapsuleCmd, PduFrame};
 use nvme_spec::SubmissionEntry;
 
@@ -57,7 +57,11 @@ impl Queue {
         waiter: Waiter,
     ) -> Result<(), IoFailure> {
         if let Some(error) = self.closed_error() {
-            return Err(IoFailure { error, buffer });
+            return Err(IoFailure {
+                error,
+                buffer,
+                pieces: None,
+            });
         }
         let epoch = self.clock.epoch();
         let in_capsule = to_device && len > 0 && len <= self.in_capsule_max;
@@ -68,6 +72,7 @@ impl Queue {
                     depth: u32::from(self.capacity()) + 1,
                 },
                 buffer,
+                pieces: None,
             });
         };
         sqe.set_cid(tag.cid());
@@ -88,6 +93,53 @@ impl Queue {
         slot.expired = false;
         slot.abort_sent = false;
         slot.r2t = R2tState::new(if in_capsule { len } else { 0 });
+        self.encode(tag);
+        if !self.plugged {
+            self.flush_tx();
+        }
+        Ok(())
+    }
+
+    /// Sends a vectored command's capsule: its `len` bytes of data are `pieces`, in order,
+    /// moving in the direction `to_device` says. A write's data always goes by R2T (never in
+    /// the capsule), as H2CData PDUs that each stay within one piece. On a refusal the pieces
+    /// come back.
+    pub(crate) fn submit_vectored(
+        &mut self,
+        mut sqe: SubmissionEntry,
+        pieces: Box<IoVec>,
+        len: usize,
+        to_device: bool,
+        user_data: u64,
+        waiter: Waiter,
+    ) -> Result<(), IoFailure> {
+        if let Some(error) = self.closed_error() {
+            return Err(IoFailure::vectored(error, pieces));
+        }
+        let epoch = self.clock.epoch();
+        let depth = u32::from(self.capacity()) + 1;
+        let Some((tag, slot)) = self.tags.alloc_mut() else {
+            let error = Error::QueueFull {
+                qid: self.qid,
+                depth,
+            };
+            return Err(IoFailure::vectored(error, pieces));
+        };
+        sqe.set_cid(tag.cid());
+        sqe.set_sgl(tcp::sgl::TRANSPORT_DATA, 0, len as u32);
+        slot.to_device = to_device;
+        slot.waiter = waiter;
+        slot.opcode = sqe.opcode();
+        slot.len = len;
+        slot.received = 0;
+        slot.epoch = epoch;
+        slot.user_data = user_data;
+        slot.buffer = None;
+        slot.pieces = Some(pieces);
+        slot.sqe = sqe;
+        slot.expired = false;
+        slot.abort_sent = false;
+        slot.r2t = R2tState::new(0);
         self.encode(tag);
         if !self.plugged {
             self.flush_tx();
