@@ -12,7 +12,7 @@ use nvme_driver::command::{Compare, Read, Write};
 use nvme_driver::spec::status::media;
 use nvme_driver::{
     Controller, ControllerOptions, DmaBuffer, Error, IoFailure, IoQueue, IoVec, Namespace,
-    PieceRule, QueuePair, QueuePairOptions, WriteFlags,
+    PieceRule, QueuePair, QueuePairOptions, TimeoutAction, WriteFlags,
 };
 use nvme_sim::{SimConfig, SimController};
 
@@ -598,7 +598,17 @@ fn a_full_queue_refuses_with_every_piece_back() {
 /// late completion, and the data the device then writes is the data of those pieces.
 #[test]
 fn a_timed_out_vectored_request_keeps_its_pieces_until_the_late_completion() {
-    let (sim, ctrl) = start(true);
+    // Abort only: with the default abort-then-reset, a reset one timeout after the declined
+    // Abort (before the 700 ms late completion) would release the slot instead.
+    let config = SimConfig {
+        sgl: true,
+        ..SimConfig::default()
+    };
+    let options = ControllerOptions {
+        timeout_action: TimeoutAction::Abort,
+        ..ControllerOptions::default()
+    };
+    let (sim, ctrl) = common::start_sim(config, options, false);
     let ns = ctrl.namespace(1).unwrap();
     let mut q = ctrl
         .create_queue_pair(QueuePairOptions {
