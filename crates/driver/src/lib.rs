@@ -61,8 +61,9 @@ pub use controller::{
     DEFAULT_IO_QUEUES, HOST_PAGE_SIZE,
 };
 pub use nvme_core::{
-    command, CopyLimit, Error, IoCommand, IoFailure, IoQueue, LbaRange, Namespace, NamespaceChange,
-    NamespaceChanges, NvmCommand, NvmeController, Result, WriteFlags,
+    command, AdminCommand, AdminCommands, AdminData, AdminReply, CopyLimit, Error, IoCommand,
+    IoFailure, IoQueue, LbaRange, Namespace, NamespaceChange, NamespaceChanges, NvmCommand,
+    NvmeController, Result, WriteFlags,
 };
 pub use platform::CpuPlatform;
 pub use queue_pair::{

@@ -294,10 +294,7 @@ mod tests {
         bad[..4].copy_from_slice(&[nidt::EUI64, 9, 0, 0]);
         bad[13..17].copy_from_slice(&[nidt::CSI, 1, 0, 0]);
         bad[17] = 2;
-        assert_eq!(
-            NsIdDescriptor::parse_list(&bad),
-            [NsIdDescriptor::Csi(2)]
-        );
+        assert_eq!(NsIdDescriptor::parse_list(&bad), [NsIdDescriptor::Csi(2)]);
         let mut overrun = [0u8; IDENTIFY_DATA_SIZE];
         overrun[4092..4096].copy_from_slice(&[nidt::UUID, 16, 0, 0]);
         overrun[..4].copy_from_slice(&[0x7F, 0xFF, 0, 0]); // unknown type: skipped

@@ -270,8 +270,8 @@ impl Timestamp {
     pub fn to_bytes(&self) -> [u8; TIMESTAMP_DATA_SIZE] {
         let mut b = [0u8; TIMESTAMP_DATA_SIZE];
         b[..6].copy_from_slice(&(self.millis & TIMESTAMP_MASK).to_le_bytes()[..6]);
-        b[TIMESTAMP_ATTRIBUTES_BYTE] = u8::from(self.synch)
-            | (self.origin & TIMESTAMP_ORIGIN_MASK) << TIMESTAMP_ORIGIN_SHIFT;
+        b[TIMESTAMP_ATTRIBUTES_BYTE] =
+            u8::from(self.synch) | (self.origin & TIMESTAMP_ORIGIN_MASK) << TIMESTAMP_ORIGIN_SHIFT;
         b
     }
 }
@@ -350,12 +350,10 @@ impl Feature {
                 submission: (dword & WORD) as u16,
                 completion: (dword >> 16) as u16,
             }),
-            FeatureId::InterruptCoalescing => {
-                Feature::InterruptCoalescing(InterruptCoalescing {
-                    threshold: byte(0),
-                    time: byte(8),
-                })
-            }
+            FeatureId::InterruptCoalescing => Feature::InterruptCoalescing(InterruptCoalescing {
+                threshold: byte(0),
+                time: byte(8),
+            }),
             FeatureId::AsyncEventConfiguration => {
                 Feature::AsyncEventConfiguration(AsyncEventConfig::from_bits_retain(dword))
             }
@@ -412,12 +410,12 @@ impl Feature {
     /// or for the Timestamp the milliseconds (refused above 48 bits).
     pub fn from_raw(id: FeatureId, value: u64) -> Option<Self> {
         match id {
-            FeatureId::Timestamp => (value <= TIMESTAMP_MASK).then_some(Feature::Timestamp(
-                Timestamp {
+            FeatureId::Timestamp => {
+                (value <= TIMESTAMP_MASK).then_some(Feature::Timestamp(Timestamp {
                     millis: value,
                     ..Timestamp::default()
-                },
-            )),
+                }))
+            }
             id => u32::try_from(value)
                 .ok()
                 .map(|dword| Feature::decode(id, dword, &[])),
@@ -440,7 +438,11 @@ mod tests {
             assert_eq!(v.id(), id);
             assert_eq!(v.dword(), 1, "{}", id.name());
         }
-        assert_eq!(FeatureId::from_fid(0x03), None, "LBA Range Type is not typed");
+        assert_eq!(
+            FeatureId::from_fid(0x03),
+            None,
+            "LBA Range Type is not typed"
+        );
         let a = Feature::decode(FeatureId::Arbitration, 0x0403_0207, &[]);
         assert_eq!(
             a,
@@ -456,7 +458,10 @@ mod tests {
         let Feature::TemperatureThreshold(th) = t else {
             panic!()
         };
-        assert_eq!((th.kelvin, th.sensor, th.kind), (343, 1, ThresholdType::Under));
+        assert_eq!(
+            (th.kelvin, th.sensor, th.kind),
+            (343, 1, ThresholdType::Under)
+        );
         assert_eq!(t.dword(), 0x0011_0157);
         let e = Feature::decode(FeatureId::ErrorRecovery, 0x0001_0064, &[]);
         assert_eq!(
@@ -505,7 +510,10 @@ mod tests {
         assert_eq!(f.data().unwrap()[..2], [0x88, 0x13]);
         assert_eq!(f.raw(), 5000);
         assert_eq!(Feature::from_raw(FeatureId::Timestamp, 1 << 48), None);
-        assert_eq!(Feature::from_raw(FeatureId::VolatileWriteCache, 1 << 32), None);
+        assert_eq!(
+            Feature::from_raw(FeatureId::VolatileWriteCache, 1 << 32),
+            None
+        );
         assert_eq!(
             Feature::from_raw(FeatureId::VolatileWriteCache, 1),
             Some(Feature::VolatileWriteCache(true))
