@@ -3,9 +3,11 @@
 //! case (`tests/qemu/cases/admin.sh`) saves into DIR:
 //!
 //! - `ours-id-ctrl.json`, `ours-id-ns.json`, `ours-smart-log.json`, `ours-list-ns.json`,
-//!   `ours-ns-descs.json`, `ours-feature-FID.json`;
+//!   `ours-ns-descs.json`, `ours-fw-log.json`, `ours-effects-log.json`, `ours-feature-FID.json`;
 //! - with nvme-cli in the guest: `kernel-id-ctrl.json`, `kernel-id-ns.json`,
-//!   `kernel-smart-log.json`, `kernel-list-ns.json`, `kernel-ns-descs.json` (`nvme ... -o json`) and `kernel-feature-FID.txt` (nvme-cli 2.3's
+//!   `kernel-smart-log.json`, `kernel-list-ns.json`, `kernel-ns-descs.json`, `kernel-fw-log.json`,
+//!   `kernel-effects-log.json` (`nvme ... -o json`; fw-log compared without the device name,
+//!   effects-log by opcode and effects, the names being each tool's own) and `kernel-feature-FID.txt` (nvme-cli 2.3's
 //!   get-feature prints text only: `get-feature:0x06 (...), Current value:0x00000001`);
 //! - without it, the comparison is against sysfs (`--sysfs`): serial, model, firmware_rev and
 //!   the namespace's size.
@@ -95,6 +97,54 @@ pub fn feature_value_from_json(v: &Value, fid: u8) -> Option<u32> {
     u32::from_str_radix(s.trim_start_matches("0x"), 16).ok()
 }
 
+/// The single device object of a fw-log (`{"<device>": {...}}`; the device names differ).
+fn only_object(v: &Value) -> Option<&Value> {
+    let m = v.as_object()?;
+    (m.len() == 1).then(|| m.values().next()).flatten()
+}
+
+fn compare_fw_log(dir: &Path) -> Result<Check, CheckError> {
+    let ours = read_json(&dir.join("ours-fw-log.json"))?;
+    let kernel = read_json(&dir.join("kernel-fw-log.json"))?;
+    let (o, k) = (only_object(&ours), only_object(&kernel));
+    Ok(Check::new(
+        "fw-log slots",
+        o.is_some() && o == k,
+        format!("ours={o:?} nvme-cli={k:?}"),
+    ))
+}
+
+/// `(set, opcode, effects)` of an effects-log page, from the `ACS_<op> (<name>)` keys (the
+/// names are each tool's own).
+fn effects(v: &Value) -> Vec<(String, u64, Option<u64>)> {
+    let mut out = Vec::new();
+    for (set, prefix) in [("admin_cmd_set", "ACS_"), ("io_cmd_set", "IOCS_")] {
+        if let Some(m) = v[0][set].as_object() {
+            for (key, effect) in m {
+                let op = key
+                    .strip_prefix(prefix)
+                    .and_then(|r| r.split(' ').next())
+                    .and_then(|n| n.parse().ok());
+                if let Some(op) = op {
+                    out.push((set.to_owned(), op, effect.as_u64()));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn compare_effects_log(dir: &Path) -> Result<Check, CheckError> {
+    let ours = effects(&read_json(&dir.join("ours-effects-log.json"))?);
+    let kernel = effects(&read_json(&dir.join("kernel-effects-log.json"))?);
+    Ok(Check::new(
+        "effects-log opcodes",
+        !ours.is_empty() && ours == kernel,
+        format!("ours={ours:?} nvme-cli={kernel:?}"),
+    ))
+}
+
 /// Compares the saved outputs in `dir` with nvme-cli's.
 pub fn compare_with_nvme_cli(dir: &Path) -> Result<Vec<Check>, CheckError> {
     let mut checks = Vec::new();
@@ -126,6 +176,8 @@ pub fn compare_with_nvme_cli(dir: &Path) -> Result<Vec<Check>, CheckError> {
             format!("ours={o} nvme-cli={k}"),
         ));
     }
+    checks.push(compare_fw_log(dir)?);
+    checks.push(compare_effects_log(dir)?);
     for fid in FEATURES {
         let ours = read_json(&dir.join(format!("ours-feature-{fid}.json")))?;
         let path = dir.join(format!("kernel-feature-{fid}.txt"));
@@ -226,6 +278,17 @@ mod tests {
             .unwrap();
             let descs = r#"{"ns-descs":[{"loc":0,"nidt":3,"nidl":16,"type":"uuid","uuid":"u"}]}"#;
             fs::write(dir.join(format!("{side}-ns-descs.json")), descs).unwrap();
+            let fw = format!(r#"{{"{side}": {{"Active Firmware Slot (afi)": 1}}}}"#);
+            fs::write(dir.join(format!("{side}-fw-log.json")), fw).unwrap();
+            let name = if side == "ours" {
+                "Identify"
+            } else {
+                "Identify Controller"
+            };
+            let fx = format!(
+                r#"[{{"admin_cmd_set": {{"ACS_6 ({name})": 1}}, "io_cmd_set": {{"IOCS_1 (Write)": 3}}}}]"#
+            );
+            fs::write(dir.join(format!("{side}-effects-log.json")), fx).unwrap();
         }
         for fid in FEATURES {
             let j = format!(r#"{{"feature: {fid:#04x}": {{"Current": "0x00000001"}}}}"#);
@@ -236,7 +299,7 @@ mod tests {
         let checks = compare_with_nvme_cli(&dir).unwrap();
         assert_eq!(
             checks.len(),
-            ID_CTRL_KEYS.len() + ID_NS_KEYS.len() + 1 + SMART_KEYS.len() + 2 + FEATURES.len()
+            ID_CTRL_KEYS.len() + ID_NS_KEYS.len() + 1 + SMART_KEYS.len() + 4 + FEATURES.len()
         );
         assert!(checks.iter().all(|c| c.ok), "{checks:?}");
         fs::write(dir.join("kernel-feature-6.txt"), "Current value:0x00000000").unwrap();

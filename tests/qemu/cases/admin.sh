@@ -1,7 +1,7 @@
 # nvme-admin (ours, through vfio-pci) against nvme-cli (on the kernel nvme driver) on the same
-# controller: id-ctrl, id-ns, smart-log, list-ns, ns-descs and get-feature values compared field
-# by field by guest-check admin. Without nvme-cli in the guest (run.sh copies the host's
-# /usr/sbin/nvme when installed), the comparison falls back to the kernel's sysfs.
+# controller: id-ctrl, id-ns, smart-log, list-ns, ns-descs, fw-log, effects-log and get-feature
+# values compared field by field by guest-check admin. Without nvme-cli in the guest (run.sh
+# copies the host's /usr/sbin/nvme when installed), the comparison falls back to sysfs.
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
 
@@ -16,13 +16,14 @@ nvme-admin id-ns "$NVME_BDF" -n 1 -o json >"$d/ours-id-ns.json"
 nvme-admin smart-log "$NVME_BDF" -o json >"$d/ours-smart-log.json"
 nvme-admin list-ns "$NVME_BDF" -o json >"$d/ours-list-ns.json"
 nvme-admin ns-descs "$NVME_BDF" -n 1 -o json >"$d/ours-ns-descs.json"
+nvme-admin fw-log "$NVME_BDF" -o json >"$d/ours-fw-log.json"
+nvme-admin effects-log "$NVME_BDF" -o json >"$d/ours-effects-log.json"
 for f in $features; do
     nvme-admin get-feature "$NVME_BDF" -f "$f" -o json >"$d/ours-feature-$f.json"
 done
 # The rest of the subcommands run and print (values checked by the emulator tests).
 nvme-admin list "$NVME_BDF"
-nvme-admin fw-log "$NVME_BDF" -o json
-nvme-admin effects-log "$NVME_BDF" -o json >/dev/null
+cat "$d/ours-fw-log.json"
 nvme-admin error-log "$NVME_BDF" -e 4 -o json
 nvme-admin get-feature "$NVME_BDF" -f 6 -s 3
 nvme-admin get-feature "$NVME_BDF" -f 0xe -o json
@@ -42,6 +43,8 @@ if command -v nvme >/dev/null 2>&1; then
     nvme smart-log "$dev" -o json >"$d/kernel-smart-log.json"
     nvme list-ns "$dev" -o json >"$d/kernel-list-ns.json"
     nvme ns-descs "$dev" -n 1 -o json >"$d/kernel-ns-descs.json"
+    nvme fw-log "$dev" -o json >"$d/kernel-fw-log.json"
+    nvme effects-log "$dev" -o json >"$d/kernel-effects-log.json"
     for f in $features; do
         nvme get-feature "$dev" -f "$f" >"$d/kernel-feature-$f.txt"
         cat "$d/kernel-feature-$f.txt"
