@@ -43,8 +43,9 @@ if command -v nvme >/dev/null 2>&1; then
     nvme smart-log "$dev" -o json >"$d/kernel-smart-log.json"
     nvme list-ns "$dev" -o json >"$d/kernel-list-ns.json"
     nvme ns-descs "$dev" -n 1 -o json >"$d/kernel-ns-descs.json"
-    nvme fw-log "$dev" -o json >"$d/kernel-fw-log.json"
-    nvme effects-log "$dev" -o json >"$d/kernel-effects-log.json"
+    nvme fw-log "$dev" -o json >"$d/kernel-fw-log.json" || fail "nvme fw-log failed"
+    # --csi 0: without it nvme-cli maps BAR0 to read CAP.CSS (the NVM command set only here).
+    nvme effects-log "$dev" --csi=0 -o json >"$d/kernel-effects-log.json"
     for f in $features; do
         nvme get-feature "$dev" -f "$f" >"$d/kernel-feature-$f.txt"
         cat "$d/kernel-feature-$f.txt"

@@ -4,7 +4,8 @@
 //!
 //! Where nvme-cli prints a value in a form of its own, so do we: hex strings for EUI64 and
 //! NGUID, the 8-4-4-4-12 form for UUIDs, `%#x` for the CSI, `%#010x` (zero as `00000000`)
-//! for feature values, `"<u64> (<text>)"` for a firmware revision. Opcode names in the
+//! for feature values, `"<u64> (<text>)"` for a firmware revision (its 8 bytes, `.` for a
+//! space or other non-graphic byte, as nvme-cli 2.3). Opcode names in the
 //! effects log are ours (`nvme_spec::opcode::{admin, nvm}::name`).
 
 use std::fmt::Write as _;
@@ -171,7 +172,17 @@ pub fn fw_log(device: &str, log: &FirmwareSlotLog) -> Value {
         if raw[0] == 0 {
             continue;
         }
-        let text = log.revision(i + 1).unwrap_or_default();
+        // nvme-cli's form of the 8 bytes: graphic ASCII kept, anything else (spaces too) `.`.
+        let text: String = raw
+            .iter()
+            .map(|&b| {
+                if b.is_ascii_graphic() {
+                    char::from(b)
+                } else {
+                    '.'
+                }
+            })
+            .collect();
         slots.insert(
             format!("Firmware Rev Slot {}", i + 1),
             format!("{} ({text})", u64::from_le_bytes(*raw)).into(),
