@@ -22,7 +22,7 @@ CASES_DIR=$HERE/cases
 LAYOUTS_FILE=$HERE/layouts
 
 # Our binaries copied into the guest when built.
-GUEST_BINS="nvme-identify nvme-hello nvme-dd nvme-perf guest-check blkexcl nvme-sqlite"
+GUEST_BINS="nvme-identify nvme-hello nvme-dd nvme-perf guest-check blkexcl nvme-sqlite nvme-admin"
 # Examples of crates/driver/examples copied into the guest (as /bin/<name>) when built.
 GUEST_EXAMPLES="two_controllers"
 # Kernel modules the guest loads at boot (dependencies are added from modules.dep).
@@ -40,6 +40,9 @@ GUEST_EXTRA_BINS=${GUEST_EXTRA_BINS:-}
 # Always added: e2fsprogs' mke2fs as the guest's mkfs.ext4 (a real ext4 with journal; busybox
 # only writes ext2), with its /etc/mke2fs.conf.
 MKE2FS=/usr/sbin/mke2fs
+# Added when installed on the host (Debian's nvme-cli): nvme-cli as the guest's `nvme`, the
+# independent witness of cases/admin.sh (which falls back to sysfs without it).
+NVME_CLI=${NVME_CLI:-/usr/sbin/nvme}
 # QEMU's emulated NVMe controller (PCI vendor:device), how the guest finds it.
 QEMU_NVME_ID=1b36:0010
 # isa-debug-exit port: the guest writes one byte there, QEMU exits with (byte << 1) | 1.
@@ -330,6 +333,7 @@ build_guest_bins() {
 add_extra_bins() {
     local r=$INITRD_ROOT spec name src lib libs=0 copied=""
     GUEST_EXTRA_BINS="$GUEST_EXTRA_BINS mkfs.ext4=$MKE2FS"
+    [ ! -x "$NVME_CLI" ] || GUEST_EXTRA_BINS="$GUEST_EXTRA_BINS nvme=$NVME_CLI"
     mkdir -p "$r/usr/local/bin" "$r/usr/local/lib"
     for spec in $GUEST_EXTRA_BINS; do
         case "$spec" in

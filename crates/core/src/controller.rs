@@ -14,6 +14,7 @@
 use nvme_spec::{ErrorLogEntry, IdentifyController, SmartLog};
 use nvme_vfio::DmaBuffer;
 
+use crate::admin::{AdminCommand, AdminReply};
 use crate::error::Result;
 use crate::io_queue::IoQueue;
 use crate::namespace::Namespace;
@@ -79,4 +80,10 @@ pub trait NvmeController: Send + Sync {
 
     /// The newest `entries` entries of the Error Information log page.
     fn error_log(&self, entries: usize) -> Result<Vec<ErrorLogEntry>>;
+
+    /// Runs one typed admin command on the admin queue and waits for it: the one primitive
+    /// the management commands of [`crate::AdminCommands`] are written over. A non-success
+    /// status is [`Error::Command`]; after a timeout the data buffer is leaked, never freed
+    /// (the controller may still write it).
+    fn admin(&self, command: AdminCommand) -> Result<AdminReply>;
 }

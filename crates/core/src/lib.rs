@@ -41,6 +41,7 @@
 
 #![deny(missing_docs)]
 
+pub mod admin;
 pub mod command;
 mod completion;
 mod controller;
@@ -56,6 +57,7 @@ pub mod split;
 pub mod state;
 mod timeout;
 
+pub use admin::{AdminCommand, AdminCommands, AdminData, AdminReply};
 pub use command::{CommandContext, CopyLimit, IoCommand, LbaRange, NvmCommand};
 pub use completion::Completion;
 pub use controller::NvmeController;

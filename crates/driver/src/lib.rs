@@ -61,9 +61,9 @@ pub use controller::{
     DEFAULT_IO_QUEUES, HOST_PAGE_SIZE,
 };
 pub use nvme_core::{
-    command, CopyLimit, Error, IoCommand, IoFailure, IoQueue, IoVec, LbaRange, Namespace,
-    NamespaceChange, NamespaceChanges, NvmCommand, NvmeController, PieceRule, Result, WriteFlags,
-    IOVEC_MAX_PIECES,
+    command, AdminCommand, AdminCommands, AdminData, AdminReply, CopyLimit, Error, IoCommand,
+    IoFailure, IoQueue, IoVec, LbaRange, Namespace, NamespaceChange, NamespaceChanges, NvmCommand,
+    NvmeController, PieceRule, Result, WriteFlags, IOVEC_MAX_PIECES,
 };
 pub use platform::CpuPlatform;
 pub use queue_pair::{

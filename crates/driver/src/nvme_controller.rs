@@ -2,7 +2,7 @@
 //! forwards to the inherent methods, no behaviour of its own. The queue pair it creates is the
 //! concrete [`QueuePair`], so generic code reaches the PCIe hot path with no indirection.
 
-use nvme_core::{AbortStats, NvmeController, QueuePairOptions, Result};
+use nvme_core::{AbortStats, AdminCommand, AdminReply, NvmeController, QueuePairOptions, Result};
 use nvme_spec::{ErrorLogEntry, IdentifyController, SmartLog};
 use nvme_vfio::DmaBuffer;
 
@@ -84,5 +84,10 @@ impl NvmeController for Controller {
     #[inline]
     fn error_log(&self, entries: usize) -> Result<Vec<ErrorLogEntry>> {
         Controller::error_log(self, entries)
+    }
+
+    #[inline]
+    fn admin(&self, command: AdminCommand) -> Result<AdminReply> {
+        Controller::admin_command(self, command)
     }
 }

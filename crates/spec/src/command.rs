@@ -177,6 +177,39 @@ pub fn get_features(fid: u8) -> SubmissionEntry {
     }
 }
 
+/// Get Features (§5.15) for feature `fid` with Select `sel` (CDW10 bits 10:8) and the
+/// feature-specific dword 11 (e.g. the Temperature Threshold's sensor and type).
+#[must_use = "a built command does nothing until it is submitted"]
+pub fn get_features_select(fid: u8, sel: crate::feature::Select, cdw11: u32) -> SubmissionEntry {
+    SubmissionEntry {
+        cdw10: u32::from(fid) | (sel as u32) << crate::feature::SELECT_SHIFT,
+        cdw11,
+        ..SubmissionEntry::new(admin::GET_FEATURES)
+    }
+}
+
+/// Get Features (§5.15.2) Select 11b: the supported capabilities of feature `fid`
+/// (completion dword 0 is a [`crate::feature::FeatureCapabilities`]).
+#[must_use = "a built command does nothing until it is submitted"]
+pub fn get_feature_capabilities(fid: u8) -> SubmissionEntry {
+    SubmissionEntry {
+        cdw10: u32::from(fid)
+            | crate::feature::SELECT_SUPPORTED_CAPABILITIES << crate::feature::SELECT_SHIFT,
+        ..SubmissionEntry::new(admin::GET_FEATURES)
+    }
+}
+
+/// Set Features (§5.27) for feature `fid` with value `cdw11`; with `save`, CDW10 bit 31 (SV)
+/// asks the controller to keep the value across resets.
+#[must_use = "a built command does nothing until it is submitted"]
+pub fn set_features_save(fid: u8, cdw11: u32, save: bool) -> SubmissionEntry {
+    let mut sqe = set_features(fid, cdw11);
+    if save {
+        sqe.cdw10 |= crate::feature::SET_FEATURES_SAVE;
+    }
+    sqe
+}
+
 /// Set Features – Number of Queues (§5.27.1.5): request `sq` submission and `cq` completion
 /// I/O queues (1-based counts, 1..=65535). The grant is in completion DW0, see
 /// [`number_of_queues_allocated`].

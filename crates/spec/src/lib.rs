@@ -31,9 +31,11 @@
 #[macro_use]
 mod le;
 
+pub mod admin_log;
 pub mod command;
 pub mod event;
 pub mod fabrics;
+pub mod feature;
 pub mod identify;
 pub mod log;
 pub mod opcode;
@@ -43,8 +45,10 @@ pub mod sgl;
 pub mod status;
 pub mod tcp;
 
+pub use admin_log::{CommandEffects, CommandsEffectsLog, FirmwareSlotLog, NsIdDescriptor};
 pub use command::Cns;
 pub use event::{AsyncEvent, AsyncEventType};
+pub use feature::{Feature, FeatureCapabilities, FeatureId, Select};
 pub use identify::{
     CopyFormats, IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs,
 };

@@ -53,7 +53,7 @@ pub use controller::{
     discover, DiscoveryEntry, TcpController, TcpOptions, DEFAULT_TCP_QUEUE_DEPTH, MAX_TRANSFER,
 };
 pub use error::TcpError;
-pub use nvme_core::{HostMemory, IoQueue};
+pub use nvme_core::{AdminCommands, HostMemory, IoQueue};
 pub use qpair::TcpQueuePair;
 pub use queue::TcpQueueStats;
 pub use trid::{is_tcp_transport_id, AddressFamily, TransportId, TridError};

@@ -2,7 +2,10 @@
 //! forwards to the inherent methods, no behaviour of its own. The queue pair it creates is the
 //! concrete [`TcpQueuePair`], so generic code runs its own code with no indirection.
 
-use nvme_core::{AbortStats, DmaBuffer, Namespace, NvmeController, QueuePairOptions, Result};
+use nvme_core::{
+    AbortStats, AdminCommand, AdminReply, DmaBuffer, Namespace, NvmeController, QueuePairOptions,
+    Result,
+};
 use nvme_spec::{ErrorLogEntry, IdentifyController, SmartLog};
 
 use crate::{TcpController, TcpQueuePair};
@@ -83,5 +86,10 @@ impl NvmeController for TcpController {
     #[inline]
     fn error_log(&self, entries: usize) -> Result<Vec<ErrorLogEntry>> {
         TcpController::error_log(self, entries)
+    }
+
+    #[inline]
+    fn admin(&self, command: AdminCommand) -> Result<AdminReply> {
+        TcpController::admin_command(self, command)
     }
 }

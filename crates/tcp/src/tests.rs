@@ -11,6 +11,7 @@ use nvme_core::{Completion, Error, QueuePairOptions, TimeoutAction, WriteFlags};
 use crate::fake::{Config, FakeTarget, Fault};
 use crate::{TcpController, TcpError, TcpOptions, TransportId};
 
+mod admin;
 mod copy;
 mod liveness;
 mod split;

@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub mod admin;
+
 /// Size of the unit in which sysfs reports block device sizes (`/sys/block/*/size`), in bytes.
 /// This is fixed by the block layer, independent of the namespace's LBA size.
 pub const SYSFS_SECTOR_BYTES: u64 = 512;

@@ -4,12 +4,17 @@
 //! with the kernel nvme driver's view of the same controller and prints one `ok` / `MISMATCH`
 //! line per comparison. Exit status: 0 when all agree, 1 on any mismatch, 2 when the comparison
 //! could not run (unreadable JSON, controller not bound to the kernel driver).
+//!
+//! `guest-check admin DIR [--sysfs /sys]` compares saved `nvme-admin -o json` output with
+//! nvme-cli's (or, with `--sysfs`, with the kernel's sysfs), see [`nvme_guest_tests::admin`].
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use nvme_guest_tests::{compare, load_report, DEFAULT_KERNEL_MAX_TRANSFER_BYTES};
+use nvme_guest_tests::{
+    admin, compare, load_report, Check, CheckError, DEFAULT_KERNEL_MAX_TRANSFER_BYTES,
+};
 
 /// Exit status when at least one comparison disagreed.
 const EXIT_MISMATCH: u8 = 1;
@@ -39,6 +44,39 @@ enum Command {
         #[arg(long, default_value_t = DEFAULT_KERNEL_MAX_TRANSFER_BYTES)]
         kernel_max_transfer: u64,
     },
+    /// Compare `nvme-admin -o json` output with nvme-cli's, both saved in DIR.
+    Admin {
+        /// Directory holding ours-*.json and kernel-*.json / kernel-feature-*.txt.
+        dir: PathBuf,
+        /// Compare with this sysfs tree instead (no nvme-cli in the guest).
+        #[arg(long)]
+        sysfs: Option<PathBuf>,
+    },
+}
+
+/// Prints one line per check and the summary; the exit status says whether all agreed.
+fn report(name: &str, result: Result<Vec<Check>, CheckError>) -> ExitCode {
+    let checks = match result {
+        Ok(checks) => checks,
+        Err(e) => {
+            eprintln!("guest-check: error: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    for check in &checks {
+        println!("{check}");
+    }
+    let bad = checks.iter().filter(|c| !c.ok).count();
+    if bad == 0 {
+        println!("guest-check {name}: all {} checks agree", checks.len());
+        ExitCode::SUCCESS
+    } else {
+        println!(
+            "guest-check {name}: {bad} of {} checks MISMATCH",
+            checks.len()
+        );
+        ExitCode::from(EXIT_MISMATCH)
+    }
 }
 
 fn main() -> ExitCode {
@@ -48,30 +86,16 @@ fn main() -> ExitCode {
             json,
             sysfs,
             kernel_max_transfer,
-        } => {
-            let result =
-                load_report(&json).and_then(|report| compare(&report, &sysfs, kernel_max_transfer));
-            let checks = match result {
-                Ok(checks) => checks,
-                Err(e) => {
-                    eprintln!("guest-check: error: {e}");
-                    return ExitCode::from(EXIT_ERROR);
-                }
-            };
-            for check in &checks {
-                println!("{check}");
-            }
-            let bad = checks.iter().filter(|c| !c.ok).count();
-            if bad == 0 {
-                println!("guest-check identify: all {} checks agree", checks.len());
-                ExitCode::SUCCESS
-            } else {
-                println!(
-                    "guest-check identify: {bad} of {} checks MISMATCH",
-                    checks.len()
-                );
-                ExitCode::from(EXIT_MISMATCH)
-            }
-        }
+        } => report(
+            "identify",
+            load_report(&json).and_then(|report| compare(&report, &sysfs, kernel_max_transfer)),
+        ),
+        Command::Admin { dir, sysfs } => report(
+            "admin",
+            match sysfs {
+                Some(sys) => admin::compare_with_sysfs(&dir, &sys),
+                None => admin::compare_with_nvme_cli(&dir),
+            },
+        ),
     }
 }

@@ -127,7 +127,8 @@ pub struct ErrorReport {
 }
 
 impl SmartReport {
-    fn new(s: &SmartLog) -> Self {
+    /// The SMART log's fields under nvme-cli's keys.
+    pub fn new(s: &SmartLog) -> Self {
         let temperature_sensors = (1..=s.temperature_sensors.len())
             .filter_map(|n| {
                 s.temperature_sensor(n)
@@ -165,7 +166,8 @@ impl SmartReport {
 }
 
 impl ErrorReport {
-    fn new(e: &ErrorLogEntry) -> Self {
+    /// The entry's fields under nvme-cli's keys.
+    pub fn new(e: &ErrorLogEntry) -> Self {
         ErrorReport {
             error_count: e.error_count,
             sqid: e.sqid,

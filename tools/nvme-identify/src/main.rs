@@ -8,9 +8,6 @@
 //! Errors go to stderr as `error: <message>` (with the chain of causes) and exit with status 1;
 //! bad input never panics.
 
-mod health;
-mod report;
-
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -18,9 +15,9 @@ use clap::Parser;
 use nvme_driver::ControllerOptions;
 use nvme_tool_support::{parse_target, AnyController, Target, TargetError};
 
-use crate::health::HealthReport;
-use crate::report::{Registers, Report};
 use nvme_driver::spec::log::NSID_BROADCAST;
+use nvme_identify::health::HealthReport;
+use nvme_identify::report::{Registers, Report};
 
 /// Print an NVMe controller's Identify data (the controller must be bound to vfio-pci).
 #[derive(Debug, Parser)]

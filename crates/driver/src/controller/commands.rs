@@ -7,7 +7,7 @@
 
 use std::sync::MutexGuard;
 
-use nvme_core::{Error, IoFailure, Result};
+use nvme_core::{AdminCommand, AdminData, AdminReply, Error, IoFailure, Result};
 use nvme_spec::command;
 use nvme_spec::command::Cns;
 use nvme_spec::identify::IDENTIFY_DATA_SIZE;
@@ -50,6 +50,41 @@ impl Controller {
         Ok(ErrorLogEntry::parse_entries(&page)
             .filter(ErrorLogEntry::is_valid)
             .collect())
+    }
+
+    /// Runs one typed admin command ([`nvme_core::NvmeController::admin`]): its data through a
+    /// fresh DMA buffer of the command's length. After a timeout or fatal status the buffer
+    /// is leaked, never freed (the controller may still reach it).
+    pub fn admin_command(&self, command: AdminCommand) -> Result<AdminReply> {
+        let len = command.data().len();
+        let buf = match command.data() {
+            AdminData::None => None,
+            AdminData::FromDevice(n) => Some(DmaBuffer::allocate(&self.inner.dma, *n)?),
+            AdminData::ToDevice(bytes) => {
+                let mut b = DmaBuffer::allocate(&self.inner.dma, bytes.len())?;
+                b[..bytes.len()].copy_from_slice(bytes);
+                Some(b)
+            }
+        };
+        match self
+            .inner
+            .admin(command.sqe(), buf.as_ref().map(|b| (b, len)))
+        {
+            Ok(cqe) => {
+                let data = match (command.data(), &buf) {
+                    (AdminData::FromDevice(n), Some(b)) => b[..*n].to_vec(),
+                    _ => Vec::new(),
+                };
+                Ok(AdminReply { dw0: cqe.dw0, data })
+            }
+            Err(e @ (Error::Timeout { .. } | Error::ControllerFatal { .. })) => {
+                if let Some(b) = buf {
+                    b.leak();
+                }
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Get Log Page `lid` for `nsid` from offset 0 into `out` (a non-empty multiple of 4

@@ -4,7 +4,8 @@
 //! descriptors), Set/Get Features, Create/Delete I/O Submission/Completion Queue, Doorbell
 //! Buffer Config, Abort (only commands deferred by the delay_execution fault), Get Log Page
 //! (Error Information: the last [`ERROR_LOG_ENTRIES`] failed commands, newest first; SMART /
-//! Health Information from the controller's counters; Firmware Slot: zeros),
+//! Health Information from the controller's counters; Firmware Slot: slot 1 active; Changed
+//! Namespace List; Commands Supported and Effects; see `features.rs`),
 //! Asynchronous Event Request (kept outstanding), Keep Alive. Anything else completes with
 //! Invalid Command Opcode.
 
@@ -12,18 +13,20 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use nvme_spec::admin_log::NsIdDescriptor;
 use nvme_spec::command::{self as cmd, Cns};
 use nvme_spec::identify::{
     fill_ascii_field, CopyFormats, IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList,
     Oacs, Oncs, IDENTIFY_DATA_SIZE, NAMESPACE_LIST_ENTRIES,
 };
 use nvme_spec::log::{ErrorLogEntry, SmartLog, ERROR_LOG_ENTRY_SIZE, SMART_LOG_SIZE};
-use nvme_spec::opcode::{admin, feature, log_page, nvm};
+use nvme_spec::opcode::{admin, log_page, nvm};
 use nvme_spec::queue::{SubmissionEntry, CQES_LOG2, CQE_SIZE, SQES_LOG2, SQE_SIZE};
 use nvme_spec::regs::{Cap, Version};
 use nvme_spec::sgl::SglSupport;
 use nvme_spec::status::{command_specific, generic, Status, StatusCodeType};
 
+use super::features::{commands_effects_page, firmware_slot_page, FeatureStore};
 use super::{CqInterrupt, Device, Outcome, ShadowBuffers};
 use crate::config::SimConfig;
 use crate::dma::GuestView;
@@ -41,6 +44,10 @@ pub(crate) const MPSMAX: u8 = 4;
 const AER_LIMIT: u32 = 4;
 /// Volatile Write Cache present (Identify VWC bit 0).
 const VWC_PRESENT: u8 = 1;
+/// Identify LPA bit 1: the Commands Supported and Effects log page is supported.
+const LPA_COMMANDS_EFFECTS: u8 = 1 << 1;
+/// IEEE OUI-like prefix of the EUI64 and NGUID the emulator reports (locally administered).
+const SIM_EUI64_PREFIX: u64 = 0x0200_0000_0000_0000;
 /// Abort completion Dword 0 bit 0: the command was not aborted (§5.1).
 const ABORT_NOT_ABORTED: u32 = 1;
 /// Abort completion Dword 0 bit 0 clear: the command was aborted.
@@ -70,8 +77,6 @@ const PHYSICALLY_CONTIGUOUS: u32 = 1 << 0;
 const INTERRUPTS_ENABLED: u32 = 1 << 1;
 /// Set Features Number of Queues: 0xFFFF requested queues is invalid (§5.27.1.5).
 const NUMBER_OF_QUEUES_INVALID: u16 = 0xffff;
-/// Number of feature identifiers (FID is 8 bits).
-const FEATURE_IDS: usize = 256;
 /// Broadcast namespace ID.
 const NSID_BROADCAST: u32 = u32::MAX;
 /// Dword size used by Get Log Page's NUMD (number of dwords, 0-based).
@@ -112,7 +117,7 @@ pub(crate) struct AdminState {
     id_ctrl: Box<[u8; IDENTIFY_DATA_SIZE]>,
     granted_sq: u16,
     granted_cq: u16,
-    features: Box<[u32; FEATURE_IDS]>,
+    pub(super) features: FeatureStore,
     pub(super) aers_outstanding: u32,
     /// Aborts executed in the current pass over the admin SQ: all of them were submitted
     /// before the pass, so outstanding together (checked against the Abort Command Limit).
@@ -143,7 +148,11 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
     } else {
         Oacs::empty()
     };
-    let mut oncs = Oncs::COMPARE | Oncs::DATASET_MANAGEMENT | Oncs::WRITE_ZEROES;
+    let mut oncs = Oncs::COMPARE
+        | Oncs::DATASET_MANAGEMENT
+        | Oncs::WRITE_ZEROES
+        | Oncs::SAVE_SELECT
+        | Oncs::TIMESTAMP;
     oncs.set(Oncs::COPY, config.copy.is_some());
     let mut id = IdentifyController {
         vid: PCI_VENDOR_ID,
@@ -171,6 +180,7 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
             0
         },
         vwc: VWC_PRESENT,
+        lpa: LPA_COMMANDS_EFFECTS,
         ..IdentifyController::default()
     };
     fill_ascii_field(&mut id.sn, &config.serial);
@@ -185,7 +195,7 @@ impl AdminState {
             id_ctrl: Box::new(identify_controller(config).to_bytes()),
             granted_sq: 0,
             granted_cq: 0,
-            features: Box::new([0; FEATURE_IDS]),
+            features: FeatureStore::new(),
             aers_outstanding: 0,
             aborts_this_pass: 0,
             aer_cids: std::collections::VecDeque::new(),
@@ -206,8 +216,7 @@ impl AdminState {
     pub(crate) fn reset(&mut self, config: &SimConfig) {
         self.granted_sq = config.io_queue_pairs;
         self.granted_cq = config.io_queue_pairs;
-        self.features.fill(0);
-        self.features[usize::from(feature::VOLATILE_WRITE_CACHE)] = u32::from(VWC_PRESENT);
+        self.features.reset();
         self.aers_outstanding = 0;
         self.aer_cids.clear();
     }
@@ -252,9 +261,29 @@ impl AdminState {
         *counter = counter.saturating_add(units);
     }
 
-    fn queues_dw0(&self) -> u32 {
+    pub(super) fn queues_dw0(&self) -> u32 {
         u32::from(self.granted_sq - 1) | u32::from(self.granted_cq - 1) << HIGH16_SHIFT
     }
+}
+
+/// The Namespace Identification Descriptors of namespace `nsid`: EUI64, NGUID and UUID made
+/// from the NSID (unique per namespace, stable across runs), and CSI 0 (NVM).
+fn namespace_ids(nsid: u32) -> [NsIdDescriptor; 4] {
+    let eui = (SIM_EUI64_PREFIX | u64::from(nsid)).to_be_bytes();
+    let mut nguid = [0u8; 16];
+    nguid[..8].copy_from_slice(&eui);
+    nguid[12..].copy_from_slice(&nsid.to_be_bytes());
+    let mut uuid = nguid;
+    // Version 4 (random) and variant 10b bits, so the UUID is well formed.
+    uuid[6] = uuid[6] & 0x0F | 0x40;
+    uuid[8] = uuid[8] & 0x3F | 0x80;
+    uuid[0] ^= 0x5A;
+    [
+        NsIdDescriptor::Eui64(eui),
+        NsIdDescriptor::Nguid(nguid),
+        NsIdDescriptor::Uuid(uuid),
+        NsIdDescriptor::Csi(0),
+    ]
 }
 
 fn command_specific_status(sc: u8) -> Status {
@@ -269,8 +298,8 @@ impl Device {
     pub(super) fn admin_command(&mut self, view: &GuestView<'_>, sqe: &SubmissionEntry) -> Outcome {
         let result = match sqe.opcode() {
             admin::IDENTIFY => self.identify(view, sqe),
-            admin::SET_FEATURES => Ok(self.set_features(sqe)),
-            admin::GET_FEATURES => Ok(self.get_features(sqe)),
+            admin::SET_FEATURES => self.set_features(view, sqe),
+            admin::GET_FEATURES => self.get_features(view, sqe),
             admin::CREATE_IO_CQ => self.create_io_cq(view, sqe),
             admin::CREATE_IO_SQ => self.create_io_sq(view, sqe),
             admin::DELETE_IO_SQ => self.delete_io_sq(view, sqe),
@@ -292,7 +321,7 @@ impl Device {
     }
 
     /// Writes `data` to the host buffer described by the command's PRPs.
-    fn write_to_host(
+    pub(super) fn write_to_host(
         &self,
         view: &GuestView<'_>,
         sqe: &SubmissionEntry,
@@ -374,8 +403,8 @@ impl Device {
             if self.shared.disks.get(sqe.nsid).is_none() {
                 return Err(fail(generic_status(generic::INVALID_NAMESPACE_OR_FORMAT)));
             }
-            // No identifiers beyond the NSID: an empty descriptor list.
-            [0; IDENTIFY_DATA_SIZE]
+            // An EUI64, NGUID and UUID derived from the NSID, and the NVM command set.
+            NsIdDescriptor::encode_list(&namespace_ids(sqe.nsid))
         } else {
             log::debug!("sim: Identify CNS {cns:#x} not supported");
             return Err(fail(generic_status(generic::INVALID_FIELD)));
@@ -384,36 +413,19 @@ impl Device {
         Ok(Outcome::SUCCESS)
     }
 
-    fn set_features(&mut self, sqe: &SubmissionEntry) -> Outcome {
-        let fid = (sqe.cdw10 & LOW8) as u8;
-        if fid == feature::NUMBER_OF_QUEUES {
-            let asked_sq = (sqe.cdw11 & LOW16) as u16;
-            let asked_cq = (sqe.cdw11 >> HIGH16_SHIFT) as u16;
-            if asked_sq == NUMBER_OF_QUEUES_INVALID || asked_cq == NUMBER_OF_QUEUES_INVALID {
-                return Outcome::status(generic_status(generic::INVALID_FIELD));
-            }
-            let limit = self.shared.config.io_queue_pairs;
-            self.admin.granted_sq = (asked_sq + 1).min(limit);
-            self.admin.granted_cq = (asked_cq + 1).min(limit);
-            return Outcome::Complete {
-                status: Status::SUCCESS,
-                dw0: self.admin.queues_dw0(),
-            };
+    /// Set Features Number of Queues (§5.27.1.5): grants up to the configured pairs.
+    pub(super) fn set_number_of_queues(&mut self, sqe: &SubmissionEntry) -> Outcome {
+        let asked_sq = (sqe.cdw11 & LOW16) as u16;
+        let asked_cq = (sqe.cdw11 >> HIGH16_SHIFT) as u16;
+        if asked_sq == NUMBER_OF_QUEUES_INVALID || asked_cq == NUMBER_OF_QUEUES_INVALID {
+            return Outcome::status(generic_status(generic::INVALID_FIELD));
         }
-        self.admin.features[usize::from(fid)] = sqe.cdw11;
-        Outcome::SUCCESS
-    }
-
-    fn get_features(&self, sqe: &SubmissionEntry) -> Outcome {
-        let fid = (sqe.cdw10 & LOW8) as u8;
-        let dw0 = if fid == feature::NUMBER_OF_QUEUES {
-            self.admin.queues_dw0()
-        } else {
-            self.admin.features[usize::from(fid)]
-        };
+        let limit = self.shared.config.io_queue_pairs;
+        self.admin.granted_sq = (asked_sq + 1).min(limit);
+        self.admin.granted_cq = (asked_cq + 1).min(limit);
         Outcome::Complete {
             status: Status::SUCCESS,
-            dw0,
+            dw0: self.admin.queues_dw0(),
         }
     }
 
@@ -645,7 +657,11 @@ impl Device {
                 }
                 self.smart_log_page().to_vec()
             }
-            log_page::FIRMWARE_SLOT => Vec::new(),
+            log_page::FIRMWARE_SLOT => firmware_slot_page(&self.shared.config.firmware),
+            log_page::COMMANDS_SUPPORTED_AND_EFFECTS => commands_effects_page(
+                self.shared.config.shadow_doorbells,
+                self.shared.config.copy.is_some(),
+            ),
             log_page::CHANGED_NAMESPACE_LIST => {
                 // Up to 1024 IDs; more changes than that read as one entry FFFFFFFFh.
                 let mut changed = self.shared.disks.take_changed();

@@ -16,7 +16,8 @@
 //! CSTS: enable, reset, shutdown), `doorbells.rs` (MMIO and shadow doorbells, EventIdx),
 //! `queues.rs` (queue creation, CQ heads, SQ fetch), `completions.rs` (posting, faults on
 //! completions, interrupts), `deferred.rs` (commands deferred by a fault), `admin.rs` (admin
-//! commands), `io.rs` (NVM I/O commands).
+//! commands), `features.rs` (Get/Set Features, management log pages), `io.rs` (NVM I/O
+//! commands).
 
 mod admin;
 pub(crate) use admin::capabilities;
@@ -26,6 +27,7 @@ mod completions;
 mod copy;
 mod deferred;
 mod doorbells;
+mod features;
 mod io;
 mod queues;
 

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use nvme_core::{DmaBuffer, DmaMapper, Error, Result};
+use nvme_core::{AdminCommand, AdminData, AdminReply, DmaBuffer, DmaMapper, Error, Result};
 use nvme_spec::command::{self, Cns};
 use nvme_spec::fabrics;
 use nvme_spec::identify::IDENTIFY_DATA_SIZE;
@@ -151,6 +151,28 @@ impl Admin {
 }
 
 impl TcpController {
+    /// Runs one typed admin command ([`nvme_core::NvmeController::admin`]) on the admin
+    /// queue: its data in or after the command capsule, as the transport moves any data.
+    pub fn admin_command(&self, command: AdminCommand) -> Result<AdminReply> {
+        let len = command.data().len();
+        let (buf, to_device) = match command.data() {
+            AdminData::None => (None, false),
+            AdminData::FromDevice(n) => (Some(DmaBuffer::allocate(&self.inner.mapper, *n)?), false),
+            AdminData::ToDevice(bytes) => {
+                let mut b = DmaBuffer::allocate(&self.inner.mapper, bytes.len())?;
+                b[..bytes.len()].copy_from_slice(bytes);
+                (Some(b), true)
+            }
+        };
+        let mut admin = self.inner.admin.lock().unwrap_or_else(|p| p.into_inner());
+        let (dw0, _, buf) = admin.execute(command.sqe(), buf, len, to_device)?;
+        let data = match (command.data(), buf) {
+            (AdminData::FromDevice(n), Some(b)) => b[..*n].to_vec(),
+            _ => Vec::new(),
+        };
+        Ok(AdminReply { dw0, data })
+    }
+
     /// Reads the SMART / Health Information log page (Log Identifier 02h, NVMe Base 2.0
     /// §5.16.1.3) by Get Log Page on the admin queue. `nsid` is
     /// [`NSID_BROADCAST`] (or 0) for the whole controller; a namespace

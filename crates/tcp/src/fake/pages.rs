@@ -49,8 +49,10 @@ impl Conn<'_> {
             }
             2 => {
                 let mut list = NamespaceList::default();
-                for (i, &(nsid, ..)) in cfg.namespaces.iter().enumerate() {
-                    list.ids[i] = nsid;
+                // The active NSIDs above the command's NSID (§5.17.2.2).
+                let above = cfg.namespaces.iter().filter(|n| n.0 > sqe.nsid);
+                for (slot, &(nsid, ..)) in list.ids.iter_mut().zip(above) {
+                    *slot = nsid;
                 }
                 Some(list.to_bytes())
             }

@@ -1,0 +1,258 @@
+//! Typed admin commands for management: [`AdminCommand`] (a submission entry whose data
+//! transfer is known from how it was built), the one primitive a transport implements
+//! ([`crate::NvmeController::admin`]), and what every controller then provides over it
+//! ([`AdminCommands`]): Get/Set Features for the standard features (NVMe Base §5.15, §5.27),
+//! Identify Namespace, the Active Namespace ID list (CNS 02h) and Namespace Identification
+//! Descriptors (CNS 03h, §5.17.2), and the Firmware Slot (03h), Changed Namespace List (04h)
+//! and Commands Supported and Effects (05h) log pages (§5.16.1).
+//!
+//! INVARIANT: an [`AdminCommand`] is built only here, from a typed command whose transfer is
+//! at most its [`AdminData`] length in the direction given, so executing one is safe; raw
+//! passthrough stays the transports' `unsafe fn`.
+
+use nvme_spec::admin_log::{CommandsEffectsLog, FirmwareSlotLog, NsIdDescriptor};
+use nvme_spec::command::{self, Cns};
+use nvme_spec::feature::{Feature, FeatureCapabilities, FeatureId, Select};
+use nvme_spec::identify::{IdentifyNamespace, NamespaceList, IDENTIFY_DATA_SIZE};
+use nvme_spec::log::NSID_BROADCAST;
+use nvme_spec::opcode::log_page;
+use nvme_spec::SubmissionEntry;
+
+use crate::controller::NvmeController;
+use crate::error::{Error, Result};
+
+/// The data of an [`AdminCommand`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdminData {
+    /// No data.
+    None,
+    /// The controller writes up to this many bytes to the host.
+    FromDevice(usize),
+    /// The controller reads these bytes from the host.
+    ToDevice(Vec<u8>),
+}
+
+impl AdminData {
+    /// Bytes of the data buffer (0 for none).
+    pub fn len(&self) -> usize {
+        match self {
+            AdminData::None => 0,
+            AdminData::FromDevice(n) => *n,
+            AdminData::ToDevice(d) => d.len(),
+        }
+    }
+
+    /// Whether there is no data.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A typed admin command: a submission entry and its data, built by the constructors below.
+#[derive(Clone, Debug)]
+pub struct AdminCommand {
+    sqe: SubmissionEntry,
+    data: AdminData,
+}
+
+/// The completion of an [`AdminCommand`]: dword 0 and the data the controller returned
+/// ([`AdminData::FromDevice`] length; empty otherwise).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdminReply {
+    /// Completion dword 0 (command specific).
+    pub dw0: u32,
+    /// Data from the device.
+    pub data: Vec<u8>,
+}
+
+impl AdminCommand {
+    /// The submission entry (command id and data pointer left to the transport).
+    pub fn sqe(&self) -> SubmissionEntry {
+        self.sqe
+    }
+
+    /// The data the command moves.
+    pub fn data(&self) -> &AdminData {
+        &self.data
+    }
+
+    /// Identify `cns` for `nsid` (§5.17): 4096 bytes from the device.
+    pub fn identify(cns: Cns, nsid: u32) -> Self {
+        AdminCommand {
+            sqe: command::identify(cns, nsid),
+            data: AdminData::FromDevice(IDENTIFY_DATA_SIZE),
+        }
+    }
+
+    /// Get Log Page `lid` for `nsid` (§5.16), `bytes` long (a non-zero multiple of 4).
+    pub fn get_log_page(lid: u8, nsid: u32, bytes: usize) -> Result<Self> {
+        let len = u32::try_from(bytes)
+            .ok()
+            .filter(|&b| b != 0 && b % 4 == 0)
+            .ok_or_else(|| {
+                Error::InvalidRequest(format!(
+                    "log page length {bytes} is not a non-zero multiple of 4 bytes"
+                ))
+            })?;
+        Ok(AdminCommand {
+            sqe: command::get_log_page(lid, nsid, len),
+            data: AdminData::FromDevice(bytes),
+        })
+    }
+
+    /// Get Features `id` with Select `sel` (§5.15); `cdw11` is the feature-specific selector
+    /// (the Temperature Threshold's sensor and type; 0 otherwise).
+    pub fn get_features(id: FeatureId, sel: Select, cdw11: u32) -> Self {
+        AdminCommand {
+            sqe: command::get_features_select(id.fid(), sel, cdw11),
+            data: from_device(id.data_len()),
+        }
+    }
+
+    /// Get Features `id` with Select 11b: its supported capabilities (§5.15.2).
+    pub fn get_feature_capabilities(id: FeatureId) -> Self {
+        AdminCommand {
+            sqe: command::get_feature_capabilities(id.fid()),
+            data: AdminData::None,
+        }
+    }
+
+    /// Set Features to `value` (§5.27), saved across resets with `save`.
+    pub fn set_features(value: &Feature, save: bool) -> Self {
+        AdminCommand {
+            sqe: command::set_features_save(value.id().fid(), value.dword(), save),
+            data: value
+                .data()
+                .map_or(AdminData::None, |d| AdminData::ToDevice(d.to_vec())),
+        }
+    }
+}
+
+fn from_device(len: usize) -> AdminData {
+    if len == 0 {
+        AdminData::None
+    } else {
+        AdminData::FromDevice(len)
+    }
+}
+
+fn identify_bytes(reply: &AdminReply) -> Result<[u8; IDENTIFY_DATA_SIZE]> {
+    reply
+        .data
+        .get(..IDENTIFY_DATA_SIZE)
+        .and_then(|d| d.try_into().ok())
+        .ok_or_else(|| Error::InvalidRequest("short Identify data".to_owned()))
+}
+
+/// The management commands every [`NvmeController`] offers, written once over
+/// [`NvmeController::admin`] (a blanket implementation: `use nvme_core::AdminCommands;`).
+pub trait AdminCommands: NvmeController {
+    /// Get Features (§5.15): the value of feature `id` selected by `sel`.
+    fn get_feature(&self, id: FeatureId, sel: Select) -> Result<Feature> {
+        let reply = self.admin(AdminCommand::get_features(id, sel, 0))?;
+        Ok(Feature::decode(id, reply.dw0, &reply.data))
+    }
+
+    /// Get Features with Select 11b (§5.15.2): whether feature `id` is saveable, namespace
+    /// specific and changeable.
+    fn feature_capabilities(&self, id: FeatureId) -> Result<FeatureCapabilities> {
+        let reply = self.admin(AdminCommand::get_feature_capabilities(id))?;
+        Ok(FeatureCapabilities::from_bits_retain(reply.dw0))
+    }
+
+    /// Set Features (§5.27) to `value`, saved across resets with `save` (a feature that is
+    /// not saveable is refused by the controller: Feature Identifier Not Saveable). Returns
+    /// completion dword 0 (Number of Queues: the queues allocated).
+    fn set_feature(&self, value: Feature, save: bool) -> Result<u32> {
+        Ok(self.admin(AdminCommand::set_features(&value, save))?.dw0)
+    }
+
+    /// Identify Namespace (NVM CS §4.1.5.1) for `nsid`, whether or not the driver can use it.
+    fn identify_namespace(&self, nsid: u32) -> Result<IdentifyNamespace> {
+        let reply = self.admin(AdminCommand::identify(Cns::Namespace, nsid))?;
+        Ok(IdentifyNamespace::from_bytes(&identify_bytes(&reply)?))
+    }
+
+    /// Active Namespace ID list (CNS 02h, §5.17.2.2): up to 1024 active NSIDs above `after`.
+    fn active_namespace_ids(&self, after: u32) -> Result<Vec<u32>> {
+        let reply = self.admin(AdminCommand::identify(Cns::ActiveNamespaceList, after))?;
+        let list = NamespaceList::from_bytes(&identify_bytes(&reply)?);
+        Ok(list.active().collect())
+    }
+
+    /// Namespace Identification Descriptor list (CNS 03h, §5.17.2.3) of `nsid`.
+    fn namespace_descriptors(&self, nsid: u32) -> Result<Vec<NsIdDescriptor>> {
+        let reply = self.admin(AdminCommand::identify(Cns::NamespaceIdDescriptors, nsid))?;
+        Ok(NsIdDescriptor::parse_list(&identify_bytes(&reply)?))
+    }
+
+    /// Firmware Slot Information log page (03h, §5.16.1.4).
+    fn firmware_slot_log(&self) -> Result<FirmwareSlotLog> {
+        let page = self.log_page(log_page::FIRMWARE_SLOT, FirmwareSlotLog::SIZE)?;
+        Ok(FirmwareSlotLog::from_bytes(
+            page.as_slice().try_into().expect("the page's size"),
+        ))
+    }
+
+    /// Changed Namespace List log page (04h, §5.16.1.5): the namespaces changed since it was
+    /// last read (reading clears it); `[0xFFFF_FFFF]` when more than 1024 changed.
+    fn changed_namespace_log(&self) -> Result<Vec<u32>> {
+        let page = self.log_page(log_page::CHANGED_NAMESPACE_LIST, NamespaceList::SIZE)?;
+        let list = NamespaceList::from_bytes(page.as_slice().try_into().expect("the page's size"));
+        Ok(list.active().collect())
+    }
+
+    /// Commands Supported and Effects log page (05h, §5.16.1.6).
+    fn commands_effects_log(&self) -> Result<CommandsEffectsLog> {
+        let page = self.log_page(
+            log_page::COMMANDS_SUPPORTED_AND_EFFECTS,
+            CommandsEffectsLog::SIZE,
+        )?;
+        Ok(CommandsEffectsLog::from_bytes(
+            page.as_slice().try_into().expect("the page's size"),
+        ))
+    }
+
+    /// Log page `lid` (controller-wide), `bytes` long, as read from offset 0.
+    fn log_page(&self, lid: u8, bytes: usize) -> Result<Vec<u8>> {
+        let mut data = self
+            .admin(AdminCommand::get_log_page(lid, NSID_BROADCAST, bytes)?)?
+            .data;
+        data.resize(bytes, 0);
+        Ok(data)
+    }
+}
+
+impl<C: NvmeController + ?Sized> AdminCommands for C {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvme_spec::opcode::{admin, feature};
+
+    #[test]
+    fn built_commands_carry_their_transfer() {
+        let g = AdminCommand::get_features(FeatureId::Timestamp, Select::Saved, 0);
+        assert_eq!(g.sqe().opcode(), admin::GET_FEATURES);
+        assert_eq!(g.sqe().cdw10, u32::from(feature::TIMESTAMP) | 0b010 << 8);
+        assert_eq!(g.data(), &AdminData::FromDevice(8));
+        let g = AdminCommand::get_features(FeatureId::VolatileWriteCache, Select::Current, 0);
+        assert!(g.data().is_empty());
+        let c = AdminCommand::get_feature_capabilities(FeatureId::Arbitration);
+        assert_eq!(c.sqe().cdw10, 0x301);
+        let s = AdminCommand::set_features(&Feature::VolatileWriteCache(true), true);
+        assert_eq!((s.sqe().cdw10, s.sqe().cdw11), (1 << 31 | 0x06, 1));
+        assert!(s.data().is_empty());
+        let t = AdminCommand::set_features(
+            &Feature::from_raw(FeatureId::Timestamp, 1000).unwrap(),
+            false,
+        );
+        assert_eq!(t.data().len(), 8);
+        assert!(matches!(t.data(), AdminData::ToDevice(_)));
+        assert!(AdminCommand::get_log_page(log_page::FIRMWARE_SLOT, 0, 6).is_err());
+        assert!(AdminCommand::get_log_page(log_page::FIRMWARE_SLOT, 0, 0).is_err());
+        let l = AdminCommand::identify(Cns::NamespaceIdDescriptors, 3);
+        assert_eq!((l.sqe().nsid, l.sqe().cdw10), (3, 3));
+        assert_eq!(l.data().len(), IDENTIFY_DATA_SIZE);
+    }
+}

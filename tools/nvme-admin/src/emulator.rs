@@ -1,0 +1,46 @@
+//! DEVICE `sim`: the in-process emulated controller (`nvme-sim`), present only in builds with
+//! the `emulator` feature (this crate's tests enable it through its self dev-dependency). A
+//! plain build refuses `sim` with [`AdminError::NoEmulator`].
+
+use nvme_driver::Controller;
+
+use crate::AdminError;
+
+/// Starts the emulator, opens our PCIe controller on it and runs `f`.
+#[cfg(feature = "emulator")]
+pub fn run(
+    f: impl FnOnce(&Controller) -> Result<String, AdminError>,
+) -> Result<String, AdminError> {
+    use nvme_driver::{ControllerOptions, Transport};
+    use nvme_sim::{SimConfig, SimController, SimNamespace};
+
+    /// Namespace 2 of `sim`: 16 MiB of 4 KiB blocks (namespace 1 is the default 512-byte one).
+    const NS2_BLOCK: u32 = 4096;
+    const NS2_BLOCKS: u64 = (16 << 20) / NS2_BLOCK as u64;
+
+    let sim = SimController::start(SimConfig {
+        namespaces: vec![
+            SimNamespace::default(),
+            SimNamespace {
+                nsid: 2,
+                block_size: NS2_BLOCK,
+                blocks: NS2_BLOCKS,
+                ..SimNamespace::default()
+            },
+        ],
+        ..SimConfig::default()
+    });
+    let ctrl = Controller::new(
+        Transport::new(sim.mmio(), sim.dma(), "sim"),
+        ControllerOptions::default(),
+    )?;
+    f(&ctrl)
+}
+
+/// Without the emulator: `sim` is refused.
+#[cfg(not(feature = "emulator"))]
+pub fn run(
+    _f: impl FnOnce(&Controller) -> Result<String, AdminError>,
+) -> Result<String, AdminError> {
+    Err(AdminError::NoEmulator)
+}

@@ -1,0 +1,264 @@
+//! `nvme-admin SUBCOMMAND DEVICE [options]`: nvme-cli's management subcommands through our
+//! driver. DEVICE is a PCI address or transport id (vfio-pci), an NVMe/TCP transport id, or
+//! `sim` (the in-process emulator, in builds with the `emulator` feature).
+//!
+//! Subcommands (nvme-cli's names and options): `list`, `id-ctrl`, `id-ns -n NSID`,
+//! `list-ns [-n NSID]`, `ns-descs -n NSID`, `smart-log [-n NSID]`, `error-log [-e N]`,
+//! `fw-log`, `effects-log`, `get-feature -f FID [-s SEL] [-c CDW11]`,
+//! `set-feature -f FID -v VALUE [-s]`. `-o json` prints nvme-cli 2.x's JSON keys, the default
+//! (`-o normal`) a `key : value` list of the same fields.
+//!
+//! Errors go to stderr as `error: <message>` and exit with status 1: a feature nvme-admin
+//! does not type, a value that does not fit it, or a status from the controller (named).
+
+mod emulator;
+mod output;
+
+use std::io::Write;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use nvme_driver::spec::feature::{Feature, FeatureId, Select};
+use nvme_driver::spec::log::NSID_BROADCAST;
+use nvme_driver::{AdminCommands, ControllerOptions, NvmeController};
+use nvme_tool_support::{parse_target, AnyController, Target, TargetError};
+
+/// Error Information entries nvme-cli's error-log reads by default.
+const DEFAULT_ERROR_LOG_ENTRIES: usize = 64;
+
+/// nvme-cli's management commands on a controller driven by this driver.
+#[derive(Debug, Parser)]
+#[command(name = "nvme-admin", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// `-o normal|json`, as nvme-cli.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// `key : value` lines.
+    Normal,
+    /// nvme-cli's JSON.
+    Json,
+}
+
+#[derive(Debug, Args)]
+struct Device {
+    /// PCI address, transport id (PCIe or NVMe/TCP, quoted or not), or `sim`.
+    #[arg(required = true, num_args = 1..)]
+    device: Vec<String>,
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long = "output-format",
+        value_enum,
+        default_value = "normal"
+    )]
+    output: Format,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The namespaces of the controller, one line each.
+    List(Device),
+    /// Identify Controller.
+    IdCtrl(Device),
+    /// Identify Namespace.
+    IdNs {
+        #[command(flatten)]
+        dev: Device,
+        /// Namespace ID.
+        #[arg(short = 'n', long = "namespace-id", default_value_t = 1)]
+        nsid: u32,
+    },
+    /// Active Namespace ID list (NSIDs above -n).
+    ListNs {
+        #[command(flatten)]
+        dev: Device,
+        /// List the active NSIDs greater than this one.
+        #[arg(short = 'n', long = "namespace-id", default_value_t = 0)]
+        nsid: u32,
+    },
+    /// Namespace Identification Descriptors.
+    NsDescs {
+        #[command(flatten)]
+        dev: Device,
+        /// Namespace ID.
+        #[arg(short = 'n', long = "namespace-id", default_value_t = 1)]
+        nsid: u32,
+    },
+    /// SMART / Health Information log.
+    SmartLog {
+        #[command(flatten)]
+        dev: Device,
+        /// Namespace ID (default: the whole controller).
+        #[arg(short = 'n', long = "namespace-id", default_value_t = NSID_BROADCAST)]
+        nsid: u32,
+    },
+    /// Error Information log.
+    ErrorLog {
+        #[command(flatten)]
+        dev: Device,
+        /// Entries to read (at most what the controller keeps).
+        #[arg(short = 'e', long = "log-entries", default_value_t = DEFAULT_ERROR_LOG_ENTRIES)]
+        entries: usize,
+    },
+    /// Firmware Slot Information log.
+    FwLog(Device),
+    /// Commands Supported and Effects log.
+    EffectsLog(Device),
+    /// Get Features.
+    GetFeature {
+        #[command(flatten)]
+        dev: Device,
+        /// Feature identifier (decimal or 0x hex).
+        #[arg(short = 'f', long = "feature-id", value_parser = parse_u8)]
+        fid: u8,
+        /// Select: 0 current, 1 default, 2 saved, 3 supported capabilities.
+        #[arg(short = 's', long = "sel", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
+        sel: u8,
+    },
+    /// Set Features.
+    SetFeature {
+        #[command(flatten)]
+        dev: Device,
+        /// Feature identifier (decimal or 0x hex).
+        #[arg(short = 'f', long = "feature-id", value_parser = parse_u8)]
+        fid: u8,
+        /// The value (dword 11; the Timestamp: milliseconds), decimal or 0x hex.
+        #[arg(short = 'v', long = "value", value_parser = parse_u64)]
+        value: u64,
+        /// Keep the value across resets (Save).
+        #[arg(short = 's', long = "save")]
+        save: bool,
+    },
+}
+
+impl Command {
+    fn device(&self) -> &Device {
+        match self {
+            Command::List(d) | Command::IdCtrl(d) | Command::FwLog(d) | Command::EffectsLog(d) => d,
+            Command::IdNs { dev, .. }
+            | Command::ListNs { dev, .. }
+            | Command::NsDescs { dev, .. }
+            | Command::SmartLog { dev, .. }
+            | Command::ErrorLog { dev, .. }
+            | Command::GetFeature { dev, .. }
+            | Command::SetFeature { dev, .. } => dev,
+        }
+    }
+}
+
+fn parse_number(s: &str) -> Result<u64, String> {
+    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    parsed.map_err(|e| format!("`{s}` is not a number: {e}"))
+}
+
+fn parse_u8(s: &str) -> Result<u8, String> {
+    let v = parse_number(s)?;
+    u8::try_from(v).map_err(|_| format!("{v} does not fit in 8 bits"))
+}
+
+fn parse_u64(s: &str) -> Result<u64, String> {
+    parse_number(s)
+}
+
+/// Why `nvme-admin` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error(transparent)]
+    Device(#[from] TargetError),
+    #[error(transparent)]
+    Driver(#[from] nvme_driver::Error),
+    #[error(
+        "feature {fid:#04x} is not one nvme-admin types (supported: {})",
+        supported_features()
+    )]
+    UnknownFeature { fid: u8 },
+    #[error("value {value:#x} does not fit feature {fid:#04x} ({name})")]
+    BadValue {
+        fid: u8,
+        name: &'static str,
+        value: u64,
+    },
+    #[error("DEVICE `sim` needs a build with the `emulator` feature")]
+    #[cfg_attr(feature = "emulator", allow(dead_code))]
+    NoEmulator,
+    #[error("cannot encode JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("cannot write to standard output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+fn supported_features() -> String {
+    FeatureId::ALL
+        .iter()
+        .map(|f| format!("{:#04x} {}", f.fid(), f.name()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn feature_id(fid: u8) -> Result<FeatureId, AdminError> {
+    FeatureId::from_fid(fid).ok_or(AdminError::UnknownFeature { fid })
+}
+
+/// Runs `command` on any controller and returns what to print.
+fn execute<C: NvmeController>(ctrl: &C, command: &Command) -> Result<String, AdminError> {
+    let fmt = command.device().output;
+    let value = match command {
+        Command::List(_) => output::list(ctrl),
+        Command::IdCtrl(_) => output::id_ctrl(ctrl.identify()),
+        Command::IdNs { nsid, .. } => output::id_ns(&ctrl.identify_namespace(*nsid)?),
+        Command::ListNs { nsid, .. } => output::list_ns(&ctrl.active_namespace_ids(*nsid)?),
+        Command::NsDescs { nsid, .. } => output::ns_descs(&ctrl.namespace_descriptors(*nsid)?),
+        Command::SmartLog { nsid, .. } => output::smart_log(&ctrl.smart_log(*nsid)?),
+        Command::ErrorLog { entries, .. } => output::error_log(&ctrl.error_log(*entries)?),
+        Command::FwLog(_) => output::fw_log(ctrl.name(), &ctrl.firmware_slot_log()?),
+        Command::EffectsLog(_) => output::effects_log(&ctrl.commands_effects_log()?),
+        Command::GetFeature { fid, sel, .. } => {
+            let id = feature_id(*fid)?;
+            match *sel {
+                0 => output::feature(&ctrl.get_feature(id, Select::Current)?, Select::Current),
+                1 => output::feature(&ctrl.get_feature(id, Select::Default)?, Select::Default),
+                2 => output::feature(&ctrl.get_feature(id, Select::Saved)?, Select::Saved),
+                _ => output::feature_capabilities(id, ctrl.feature_capabilities(id)?),
+            }
+        }
+        Command::SetFeature {
+            fid, value, save, ..
+        } => {
+            let id = feature_id(*fid)?;
+            let feature = Feature::from_raw(id, *value).ok_or(AdminError::BadValue {
+                fid: *fid,
+                name: id.name(),
+                value: *value,
+            })?;
+            let dw0 = ctrl.set_feature(feature, *save)?;
+            output::set_feature(&feature, *save, dw0)
+        }
+    };
+    Ok(match fmt {
+        Format::Json => serde_json::to_string_pretty(&value)? + "\n",
+        Format::Normal => output::to_text(&value),
+    })
+}
+
+/// Runs the parsed command line: opens DEVICE, runs the subcommand, prints its output.
+pub fn run(cli: &Cli) -> Result<(), AdminError> {
+    let dev = cli.command.device();
+    let target = parse_target(&dev.device.join(" "))?;
+    let text = match target {
+        Target::Emulator => emulator::run(|ctrl| execute(ctrl, &cli.command))?,
+        target => match AnyController::open(&target, ControllerOptions::default())? {
+            AnyController::Pcie(c) => execute(&c, &cli.command)?,
+            AnyController::Tcp(c) => execute(&c, &cli.command)?,
+        },
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}

@@ -1,0 +1,223 @@
+//! `nvme-admin` end to end on the emulator (DEVICE `sim`): every subcommand's JSON keys and
+//! values (nvme-cli's keys), the text form, and bad input refused with a message and exit
+//! status 1 (unknown feature, a value that does not fit, a status from the controller, a
+//! bad option).
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nvme-admin"))
+        .args(args)
+        .output()
+        .expect("nvme-admin runs")
+}
+
+/// Runs `args` with `-o json`, expects success and returns the parsed output.
+fn json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    let out = run(&all);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON output")
+}
+
+/// Runs `args`, expects exit status 1 and returns stderr.
+fn fails(args: &[&str]) -> String {
+    let out = run(args);
+    assert_eq!(out.status.code(), Some(1), "{args:?} should fail");
+    assert!(out.stdout.is_empty(), "nothing on stdout when failing");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn list_and_identify() {
+    let v = json(&["list", "sim"]);
+    let devices = v["Devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2);
+    assert_eq!(devices[0]["NameSpace"], 1);
+    assert_eq!(devices[0]["SectorSize"], 512);
+    assert_eq!(devices[0]["MaximumLBA"], 32768);
+    assert_eq!(devices[0]["PhysicalSize"], 16 << 20);
+    assert_eq!(devices[1]["SectorSize"], 4096);
+    assert_eq!(devices[1]["SerialNumber"], "SIM0001");
+
+    let c = json(&["id-ctrl", "sim"]);
+    assert_eq!(c["vid"], 0x1b36);
+    assert_eq!(c["sn"], "SIM0001");
+    assert_eq!(c["mn"], "nvme-sim emulated controller");
+    assert_eq!(c["fr"], "1.0");
+    assert_eq!(c["nn"], 2);
+    assert_eq!(c["elpe"], 15);
+    assert_eq!(c["lpa"], 2, "Commands Supported and Effects log offered");
+    // ONCS: Compare, DSM, Write Zeroes, Save/Select, Timestamp, Copy.
+    assert_eq!(c["oncs"], 0x1 | 0x4 | 0x8 | 0x10 | 0x40 | 0x100);
+    assert_eq!(c["sqes"], 0x66);
+    assert_eq!(c["cqes"], 0x44);
+
+    let n = json(&["id-ns", "sim", "-n", "2"]);
+    assert_eq!(n["nsze"], 4096);
+    assert_eq!(n["ncap"], 4096);
+    assert_eq!(n["flbas"], 0);
+    assert_eq!(n["nlbaf"], 0);
+    assert_eq!(n["lbafs"][0]["ds"], 12);
+    assert_eq!(n["lbafs"][0]["ms"], 0);
+    assert_eq!(n["eui64"], "0000000000000000");
+}
+
+#[test]
+fn namespace_lists_and_descriptors() {
+    let v = json(&["list-ns", "sim"]);
+    assert_eq!(
+        v["nsid_list"],
+        serde_json::json!([{"nsid": 1}, {"nsid": 2}])
+    );
+    let v = json(&["list-ns", "sim", "-n", "1"]);
+    assert_eq!(v["nsid_list"], serde_json::json!([{"nsid": 2}]));
+
+    let v = json(&["ns-descs", "sim", "-n", "2"]);
+    let d = v["ns-descs"].as_array().unwrap();
+    assert_eq!(d.len(), 4);
+    assert_eq!(d[0]["type"], "eui64");
+    assert_eq!(d[0]["nidt"], 1);
+    assert_eq!(d[0]["nidl"], 8);
+    assert_eq!(d[0]["loc"], 0);
+    assert_eq!(d[0]["eui64"], "0200000000000002");
+    assert_eq!(d[1]["type"], "nguid");
+    assert_eq!(d[1]["loc"], 12);
+    assert_eq!(d[1]["nguid"].as_str().unwrap().len(), 32);
+    assert_eq!(d[2]["type"], "uuid");
+    assert_eq!(d[2]["uuid"].as_str().unwrap().len(), 36);
+    assert_eq!(d[3]["type"], "csi");
+    assert_eq!(d[3]["csi"], "0");
+}
+
+#[test]
+fn log_pages() {
+    let s = json(&["smart-log", "sim"]);
+    assert_eq!(s["temperature"], 300);
+    assert_eq!(s["avail_spare"], 100);
+    assert_eq!(s["spare_thresh"], 10);
+    assert_eq!(s["power_cycles"], 1);
+    assert_eq!(s["critical_warning"], 0);
+    assert_eq!(s["num_err_log_entries"], 0);
+
+    let e = json(&["error-log", "sim", "-e", "4"]);
+    assert_eq!(e["errors"], serde_json::json!([]));
+
+    let f = json(&["fw-log", "sim"]);
+    let slots = &f["sim"];
+    assert_eq!(slots["Active Firmware Slot (afi)"], 1);
+    let rev = slots["Firmware Rev Slot 1"].as_str().unwrap();
+    assert!(rev.ends_with(" (1.0.....)"), "{rev}");
+    // The slot's 8 bytes "1.0     " as a little-endian u64, as nvme-cli prints them.
+    assert!(rev.starts_with(&u64::from_le_bytes(*b"1.0     ").to_string()));
+    assert!(slots.get("Firmware Rev Slot 2").is_none());
+
+    let x = json(&["effects-log", "sim"]);
+    let page = &x[0];
+    assert_eq!(page["command_set_identifier"], 0);
+    assert_eq!(page["admin_cmd_set"]["ACS_6 (Identify)"], 1);
+    assert_eq!(page["admin_cmd_set"]["ACS_10 (Get Features)"], 1);
+    assert!(page["admin_cmd_set"].get("ACS_128 (Format NVM)").is_none());
+    assert_eq!(page["io_cmd_set"]["IOCS_1 (Write)"], 3, "CSUPP | LBCC");
+    assert_eq!(page["io_cmd_set"]["IOCS_2 (Read)"], 1);
+}
+
+#[test]
+fn get_feature_every_select() {
+    let v = json(&["get-feature", "sim", "-f", "6"]);
+    assert_eq!(v["feature: 0x06"]["name"], "Volatile Write Cache");
+    assert_eq!(v["feature: 0x06"]["Current"], "0x00000001");
+    assert_eq!(
+        v["Feature: 0x06"]["Volatile Write Cache Enable (WCE)"],
+        "Enabled"
+    );
+    let v = json(&["get-feature", "sim", "-f", "0x01", "-s", "1"]);
+    assert_eq!(v["feature: 0x01"]["Default"], "0x00000007");
+    assert_eq!(v["Feature: 0x01"]["Arbitration Burst (AB)"], "No limit");
+    let v = json(&["get-feature", "sim", "-f", "4", "-s", "2"]);
+    assert_eq!(v["feature: 0x04"]["Saved"], "0x00000157");
+    assert_eq!(v["Feature: 0x04"]["TMPTH kelvin"], "343 K");
+    let v = json(&["get-feature", "sim", "-f", "7", "-s", "3"]);
+    assert_eq!(
+        v["Feature: 0x07: select"],
+        serde_json::json!(["changeable"])
+    );
+    let v = json(&["get-feature", "sim", "-f", "6", "-s", "3"]);
+    assert_eq!(
+        v["Feature: 0x06: select"],
+        serde_json::json!(["saveable", "changeable"])
+    );
+    // Number of Queues: what bring-up was granted (the emulator's default 4 pairs, 0's based).
+    let v = json(&["get-feature", "sim", "-f", "7"]);
+    let q = &v["Feature: 0x07"];
+    assert_eq!(
+        q["Number of IO Submission Queues Allocated (NSQA)"],
+        q["Number of IO Completion Queues Allocated (NCQA)"]
+    );
+    let v = json(&["get-feature", "sim", "-f", "0xe"]);
+    assert_eq!(
+        v["Feature: 0x0e"]["Timestamp Origin"], 0,
+        "not set by a host"
+    );
+}
+
+#[test]
+fn set_feature_reports_what_it_set() {
+    let v = json(&["set-feature", "sim", "-f", "8", "-v", "0x0a05", "-s"]);
+    assert_eq!(v["set-feature"], "0x08");
+    assert_eq!(v["name"], "Interrupt Coalescing");
+    assert_eq!(v["value"], "0xa05");
+    assert_eq!(v["save"], 1);
+    let v = json(&["set-feature", "sim", "-f", "0xe", "-v", "1700000000000"]);
+    assert_eq!(v["name"], "Timestamp");
+}
+
+#[test]
+fn text_output_is_key_value_lines() {
+    let out = run(&["get-feature", "sim", "-f", "6"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("Volatile Write Cache Enable (WCE) : Enabled"),
+        "{text}"
+    );
+    assert!(text.contains("Current : 0x00000001"), "{text}");
+    let out = run(&["id-ctrl", "sim"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text
+        .lines()
+        .any(|l| l.starts_with("sn ") && l.ends_with(": SIM0001")));
+}
+
+#[test]
+fn bad_input_is_refused_with_a_message() {
+    let e = fails(&["get-feature", "sim", "-f", "3"]);
+    assert!(
+        e.contains("feature 0x03 is not one nvme-admin types"),
+        "{e}"
+    );
+    assert!(e.contains("0x06 Volatile Write Cache"), "{e}");
+    let e = fails(&["set-feature", "sim", "-f", "0x80", "-v", "1"]);
+    assert!(e.contains("feature 0x80"), "{e}");
+    let e = fails(&["set-feature", "sim", "-f", "6", "-v", "0x100000000"]);
+    assert!(e.contains("does not fit feature 0x06"), "{e}");
+    // Not saveable: the controller's status, named.
+    let e = fails(&["set-feature", "sim", "-f", "0xe", "-v", "5", "-s"]);
+    assert!(e.contains("Feature Identifier Not Saveable"), "{e}");
+    let e = fails(&["id-ns", "sim", "-n", "9"]);
+    assert!(e.contains("Invalid Namespace or Format"), "{e}");
+    let e = fails(&["ns-descs", "sim", "-n", "9"]);
+    assert!(e.contains("Invalid Namespace or Format"), "{e}");
+    fails(&["get-feature", "sim", "-f", "6", "-s", "4"]);
+    fails(&["get-feature", "sim", "-f", "0x1ff"]);
+    fails(&["get-feature", "sim"]);
+    fails(&["id-ctrl", "not-a-device"]);
+    fails(&["id-ctrl", "sim", "-o", "yaml"]);
+}
