@@ -149,6 +149,41 @@ pub unsafe extern "C" fn nvme_ctrlr_open(
     })
 }
 
+/// `nvme_device_kind`: a PCI function (a PCI address or `trtype:PCIe` transport id).
+pub const NVME_DEVICE_PCIE: c_int = 1;
+/// `nvme_device_kind`: an NVMe/TCP subsystem (`trtype:TCP` transport id).
+pub const NVME_DEVICE_TCP: c_int = 2;
+/// `nvme_device_kind`: `sim`, the in-process emulator (`nvme_ctrlr_open_emulated`).
+pub const NVME_DEVICE_EMULATOR: c_int = 3;
+
+/// Parses the device string `device` as `nvme_ctrlr_open` does (the tools' one parser),
+/// opening nothing: returns `NVME_DEVICE_PCIE`, `NVME_DEVICE_TCP` or `NVME_DEVICE_EMULATOR`,
+/// or `NVME_ERR_INVALID_ARGUMENT` with the parser's message (`nvme_last_error_message`) for a
+/// string that names no controller. For front ends that take device strings from their users
+/// (fio's filename) and must pick the open function, or refuse a bad name early.
+///
+/// # Safety
+/// `device` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_device_kind(device: *const c_char) -> c_int {
+    guard("nvme_device_kind", || {
+        check_null!("nvme_device_kind", device);
+        // SAFETY: `device` is non-null and NUL-terminated (caller contract).
+        let Ok(device) = unsafe { CStr::from_ptr(device) }.to_str() else {
+            return fail(
+                NVME_ERR_INVALID_ARGUMENT,
+                "nvme_device_kind: device is not valid UTF-8",
+            );
+        };
+        match parse_target(device) {
+            Ok(Target::Pcie(_)) => NVME_DEVICE_PCIE,
+            Ok(Target::Tcp(_)) => NVME_DEVICE_TCP,
+            Ok(Target::Emulator) => NVME_DEVICE_EMULATOR,
+            Err(e) => fail(NVME_ERR_INVALID_ARGUMENT, format!("`{device}`: {e}")),
+        }
+    })
+}
+
 /// The message for `nvme_ctrlr_open("sim")`: the C API opens the emulator by function, never
 /// by device string.
 const EMULATOR_BY_NAME: &str =
