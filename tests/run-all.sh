@@ -36,6 +36,11 @@ step "examples" sh -c 'cargo run -q -p nvme-driver --example hello -- sim &&
     cargo run -q -p nvme-driver --example app_memory -- sim &&
     cargo run -q -p nvme-poll --example tokio_local -- sim 8 200'
 
+# The distribution's fio with our ioengine (tools/fio-engine) against the in-process emulator:
+# write then read back with verify=md5/crc32c over two namespaces, trim, and the refusals
+# (bad filename, no device, offset past the end, thread=0) (seconds).
+step "fio engine" tests/fio-engine.sh
+
 # The NVMe/TCP receive path fuzzed for 30 s (libFuzzer where cargo-fuzz and nightly exist, else a
 # release proptest run of the structured property): no panic, one completion per request, bounded
 # buffers, every buffer back (docs/nvme-tcp.md, "A hostile target").

@@ -12,8 +12,8 @@
 #    is committed).
 # 2. The C API's static library (crates/capi), with the in-process emulator when --emulator
 #    is given (tests: the filename `sim`); a plain build opens only real controllers.
-# 3. cc -shared: target/fio-engine/nvme-fio.so (the Rust library linked in, its symbols
-#    hidden; only fio's engine entry points are exported).
+# 3. cc -shared: target/fio-engine/nvme-fio.so (nvme-fio-emulator.so with --emulator), the
+#    Rust library linked in with its symbols hidden: only fio's engine entry point is exported.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=$ROOT/target/fio-engine
@@ -76,6 +76,8 @@ LIB=$ROOT/target/$PROFILE/libnvme_userspace.a
     -D_GNU_SOURCE -D_LARGEFILE_SOURCE -D_FILE_OFFSET_BITS=64 \
     -include "$SRC/config-host.h" -I "$SRC" -I "$ROOT/crates/capi/include" \
     "$ROOT/tools/fio-engine/nvme_fio.c" "$LIB" -lpthread -ldl -lm \
-    -Wl,--exclude-libs,ALL -o "$OUT/nvme-fio.so.tmp"
-mv "$OUT/nvme-fio.so.tmp" "$OUT/nvme-fio.so"
-echo "build.sh: $OUT/nvme-fio.so (fio $FIO_VERSION$([ "$EMULATOR" = 1 ] && echo ', with the emulator'))"
+    -Wl,--exclude-libs,ALL -o "$OUT/$$.so.tmp"
+NAME=nvme-fio.so
+[ "$EMULATOR" = 1 ] && NAME=nvme-fio-emulator.so
+mv "$OUT/$$.so.tmp" "$OUT/$NAME"
+echo "build.sh: $OUT/$NAME (fio $FIO_VERSION$([ "$EMULATOR" = 1 ] && echo ', with the emulator'))"

@@ -143,6 +143,9 @@ static struct ctrl_entry *ctrl_get_locked(struct thread_data *td, const char *de
         char what[DEVICE_STRING_MAX + 32];
         snprintf(what, sizeof(what), "opening `%s`", device);
         report(td, rc == NVME_ERR_NO_DEVICE ? ENODEV : EINVAL, what, rc);
+        if (kind == NVME_DEVICE_EMULATOR && rc == NVME_ERR_UNSUPPORTED)
+            log_err("%s: `sim` needs the engine built with tools/fio-engine/build.sh "
+                    "--emulator (nvme-fio-emulator.so)\n", ENGINE);
         free(e);
         return NULL;
     }
@@ -414,7 +417,14 @@ static int nvme_fio_init(struct thread_data *td) {
         return 1;
     }
     for (i = 0; i < job->nr_ctrls; i++) {
-        int rc = nvme_qpair_create(job->ctrls[i]->ctrlr, ring, o->timeout_ms, &job->qps[i]);
+        struct nvme_ctrlr_info info;
+        unsigned entries = ring;
+        int rc = nvme_ctrlr_get_info(job->ctrls[i]->ctrlr, &info);
+
+        /* A deeper iodepth than the ring holds waits for free slots (FIO_Q_BUSY). */
+        if (rc == NVME_OK && !o->ring && entries > info.max_queue_entries)
+            entries = info.max_queue_entries;
+        rc = nvme_qpair_create(job->ctrls[i]->ctrlr, entries, o->timeout_ms, &job->qps[i]);
         if (rc != NVME_OK) {
             report(td, rc == NVME_ERR_NO_QUEUES ? EBUSY : EINVAL, "creating a queue pair", rc);
             return 1;

@@ -94,7 +94,7 @@ pub unsafe extern "C" fn nvme_qpair_poll(qpair: *mut nvme_qpair, max_completions
 }
 
 /// Holds the submissions made on the queue pair from now on: they are queued but the device
-/// is not told (PCIe: no Submission Queue Tail Doorbell write, NVMe Base 2.0 §3.1.2.1; TCP:
+/// is not told (PCIe: no Submission Queue Tail Doorbell write, NVMe Base 2.0 §3.1.4.20; TCP:
 /// no send) until `nvme_qpair_release_submissions`, which publishes them all at once with one
 /// doorbell write. For batching, e.g. fio's `iodepth_batch_submit`. Completions of earlier
 /// requests are still reaped by `nvme_qpair_poll`, and callbacks' submissions stay held too.
