@@ -296,8 +296,10 @@ static int job_files(struct thread_data *td, struct nvme_fio_job *job) {
         struct nvme_ns_info ns;
         int kind, rc;
 
+        uint32_t nsid;
+
         if (FILE_ENG_DATA(f)) continue;
-        if (parse_filename(f->file_name, dev, sizeof(dev), &(uint32_t){0}) != 0) {
+        if (parse_filename(f->file_name, dev, sizeof(dev), &nsid) != 0) {
             log_err("%s: filename `%s` is too long or has a bad ns=\n", ENGINE, f->file_name);
             td_verror(td, EINVAL, "filename");
             return 1;
@@ -307,7 +309,7 @@ static int job_files(struct thread_data *td, struct nvme_fio_job *job) {
             td_verror(td, ENOMEM, "file data");
             return 1;
         }
-        parse_filename(f->file_name, dev, sizeof(dev), &ff->nsid);
+        ff->nsid = nsid;
         kind = nvme_device_kind(dev);
         if (kind < 0) {
             log_err("%s: filename `%s` names no controller: %s\n"
