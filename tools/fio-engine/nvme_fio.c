@@ -3,7 +3,7 @@
  * by an unpatched fio with `ioengine=external:/path/to/nvme-fio.so` (or `--ioengine=PATH`).
  * Built against the headers of the installed fio version by tools/fio-engine/build.sh.
  *
- * FILENAMES name a namespace in the tools' device syntax (the C API's nvme_device_kind and
+ * FILENAMES name a namespace in the tools' device syntax (the C API's nvme_device_parse and
  * nvme_ctrlr_open parse it: one parser), plus `ns=N` (default: the first usable namespace).
  * fio splits filename= on ':', so the engine accepts the SPDK-style spelling where '='
  * stands for ':' between a key and its value and '.' for ':' inside a PCI address:
@@ -291,7 +291,7 @@ static int job_files(struct thread_data *td, struct nvme_fio_job *job) {
         return 1;
     }
     for_each_file(td, f, i) {
-        char dev[DEVICE_STRING_MAX];
+        char dev[DEVICE_STRING_MAX], canonical[DEVICE_STRING_MAX];
         struct nvme_fio_file *ff;
         struct nvme_ns_info ns;
         int kind, rc;
@@ -310,7 +310,8 @@ static int job_files(struct thread_data *td, struct nvme_fio_job *job) {
             return 1;
         }
         ff->nsid = nsid;
-        kind = nvme_device_kind(dev);
+        /* The canonical form, so that every name of one controller finds the same entry. */
+        kind = nvme_device_parse(dev, canonical, sizeof(canonical));
         if (kind < 0) {
             log_err("%s: filename `%s` names no controller: %s\n"
                     "%s: expected e.g. `trtype=PCIe traddr=0000.01.00.0 ns=1`, `0000.01.00.0`, "
@@ -322,7 +323,7 @@ static int job_files(struct thread_data *td, struct nvme_fio_job *job) {
             return 1;
         }
         pthread_mutex_lock(&registry_lock);
-        ff->ctrl = ctrl_get_locked(td, dev, kind);
+        ff->ctrl = ctrl_get_locked(td, canonical, kind);
         pthread_mutex_unlock(&registry_lock);
         if (!ff->ctrl) {
             free(ff);

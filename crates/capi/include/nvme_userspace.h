@@ -40,13 +40,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// `nvme_device_kind`: a PCI function (a PCI address or `trtype:PCIe` transport id).
+// `nvme_device_parse`: a PCI function (a PCI address or `trtype:PCIe` transport id).
 #define NVME_DEVICE_PCIE 1
 
-// `nvme_device_kind`: an NVMe/TCP subsystem (`trtype:TCP` transport id).
+// `nvme_device_parse`: an NVMe/TCP subsystem (`trtype:TCP` transport id).
 #define NVME_DEVICE_TCP 2
 
-// `nvme_device_kind`: `sim`, the in-process emulator (`nvme_ctrlr_open_emulated`).
+// `nvme_device_parse`: `sim`, the in-process emulator (`nvme_ctrlr_open_emulated`).
 #define NVME_DEVICE_EMULATOR 3
 
 // Write flag: Force Unit Access (the data is on non-volatile media when the write completes).
@@ -254,14 +254,21 @@ const char *nvme_last_error_message(void);
 int nvme_ctrlr_open(const char *device, struct nvme_ctrlr **out);
 
 // Parses the device string `device` as `nvme_ctrlr_open` does (the tools' one parser),
-// opening nothing: returns `NVME_DEVICE_PCIE`, `NVME_DEVICE_TCP` or `NVME_DEVICE_EMULATOR`,
-// or `NVME_ERR_INVALID_ARGUMENT` with the parser's message (`nvme_last_error_message`) for a
-// string that names no controller. For front ends that take device strings from their users
-// (fio's filename) and must pick the open function, or refuse a bad name early.
+// opening nothing, and writes its canonical form (NUL-terminated) to
+// `canonical[0..capacity]`: the full PCI address (`0000:01:00.0` for `01:00.0` and for
+// `trtype:PCIe traddr:0000:01:00.0`), the transport id in a fixed order, or `sim`; two
+// strings name the same controller exactly when their canonical forms are equal. Returns
+// `NVME_DEVICE_PCIE`, `NVME_DEVICE_TCP` or `NVME_DEVICE_EMULATOR`, or
+// `NVME_ERR_INVALID_ARGUMENT` with the parser's message (`nvme_last_error_message`) for a
+// string that names no controller or a `capacity` too small (`canonical` may be NULL when
+// `capacity` is 0: then only the kind is returned). For front ends that take device strings
+// from their users (fio's filename) and must pick the open function, share one controller
+// between several names of it, or refuse a bad name early.
 //
 // # Safety
-// `device` is NULL or a NUL-terminated string.
-int nvme_device_kind(const char *device);
+// `device` is NULL or a NUL-terminated string; `canonical` is NULL or valid for `capacity`
+// writes.
+int nvme_device_parse(const char *device, char *canonical, size_t capacity);
 
 // FOR TESTS AND EXAMPLES: starts an in-process *emulated* NVMe controller (no device, no
 // VFIO; data lives in memory and is lost on close) and opens it like `nvme_ctrlr_open`.

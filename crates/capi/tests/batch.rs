@@ -1,7 +1,7 @@
 //! The C API's batching and buffer-carving calls against the emulated controller, and the
 //! device-string check: `nvme_qpair_hold_submissions` / `nvme_qpair_release_submissions`
 //! (nothing reaches the device before the release), `nvme_buf_split` (pieces of one
-//! allocation are independent buffers whose data lands where it should), `nvme_device_kind`.
+//! allocation are independent buffers whose data lands where it should), `nvme_device_parse`.
 
 use std::cell::Cell;
 use std::ffi::{c_void, CStr, CString};
@@ -195,21 +195,36 @@ fn split_pieces_are_independent_buffers_of_one_allocation() {
 }
 
 #[test]
-fn device_kind_uses_the_tools_parser() {
-    let kind = |s: &str| {
+fn device_parse_uses_the_tools_parser_and_gives_the_canonical_form() {
+    let parse = |s: &str| {
         let c = CString::new(s).unwrap();
-        // SAFETY: a NUL-terminated string.
-        unsafe { nvme_device_kind(c.as_ptr()) }
+        let mut out = [0 as std::ffi::c_char; 256];
+        // SAFETY: a NUL-terminated string; `out` is valid for its length.
+        let kind = unsafe { nvme_device_parse(c.as_ptr(), out.as_mut_ptr(), out.len()) };
+        // SAFETY: NUL-terminated by the call (or still all zeroes).
+        let text = unsafe { CStr::from_ptr(out.as_ptr()) }.to_string_lossy().into_owned();
+        (kind, text)
     };
-    assert_eq!(kind("0000:01:00.0"), NVME_DEVICE_PCIE);
-    assert_eq!(kind("trtype:PCIe traddr:0000:01:00.0"), NVME_DEVICE_PCIE);
-    assert_eq!(
-        kind("trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.x"),
-        NVME_DEVICE_TCP
-    );
-    assert_eq!(kind("sim"), NVME_DEVICE_EMULATOR);
-    assert_eq!(kind("nvme0n1"), NVME_ERR_INVALID_ARGUMENT);
+    // Three names of one PCI function, one canonical form.
+    for s in ["0000:01:00.0", "01:00.0", "trtype:PCIe traddr:0000:01:00.0"] {
+        assert_eq!(parse(s), (NVME_DEVICE_PCIE, "0000:01:00.0".to_string()), "{s}");
+    }
+    let (kind, text) = parse("trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.x");
+    assert_eq!(kind, NVME_DEVICE_TCP);
+    assert!(text.contains("traddr:127.0.0.1") && text.contains("subnqn:nqn.x"), "{text}");
+    assert_eq!(parse(" SIM "), (NVME_DEVICE_EMULATOR, "sim".to_string()));
+    assert_eq!(parse("nvme0n1").0, NVME_ERR_INVALID_ARGUMENT);
     assert!(last_error().contains("`nvme0n1`"), "{}", last_error());
-    // SAFETY: NULL is allowed and refused.
-    assert_eq!(unsafe { nvme_device_kind(ptr::null()) }, NVME_ERR_NULL_POINTER);
+    let dev = CString::new("0000:01:00.0").unwrap();
+    let mut small = [0 as std::ffi::c_char; 4];
+    // SAFETY: valid string; `small` valid for 4 writes; NULL with capacity 0 is allowed.
+    unsafe {
+        assert_eq!(nvme_device_parse(dev.as_ptr(), ptr::null_mut(), 0), NVME_DEVICE_PCIE);
+        assert_eq!(
+            nvme_device_parse(dev.as_ptr(), small.as_mut_ptr(), small.len()),
+            NVME_ERR_INVALID_ARGUMENT
+        );
+        assert!(last_error().contains("needs 13 bytes"), "{}", last_error());
+        assert_eq!(nvme_device_parse(ptr::null(), ptr::null_mut(), 0), NVME_ERR_NULL_POINTER);
+    }
 }
