@@ -78,12 +78,13 @@ step "qemu guest (media errors)" tests/qemu/run.sh --no-build \
 # emulated NVMe controller is not used; a boot of its own keeps the target's configfs state and the
 # kernel host's nvme devices away from the other cases).
 step "qemu guest (NVMe/TCP)" tests/qemu/run.sh --no-build nvmf-tcp.sh
-# Its own boot: the distribution's fio (with its shared libraries) and our fio engine, built
-# for a real machine (no emulator), on the QEMU controller: write/read verify over two
-# namespaces, data read back through nvme-dd, the refusals (tests/qemu/cases/fio.sh).
+# Two boots of their own: the distribution's fio (with its shared libraries) and our fio
+# engine, built for a real machine (no emulator), on the QEMU controller (fio.sh: write/read
+# verify over two namespaces, data read back through nvme-dd, the refusals), then over NVMe/TCP
+# against the kernel's nvmet-tcp target (fio-tcp.sh, kept apart like nvmf-tcp.sh).
 step "qemu guest (fio)" sh -c 'tools/fio-engine/build.sh --release &&
-    GUEST_EXTRA_BINS="fio=$(command -v fio) nvme-fio.so=$PWD/target/fio-engine/nvme-fio.so" \
-    tests/qemu/run.sh --no-build fio.sh'
+    export GUEST_EXTRA_BINS="fio=$(command -v fio) nvme-fio.so=$PWD/target/fio-engine/nvme-fio.so" &&
+    tests/qemu/run.sh --no-build fio.sh && tests/qemu/run.sh --no-build fio-tcp.sh'
 # The core cases on every other controller layout of tests/qemu/layouts (many namespaces with
 # gaps in their ids, MDTS 1 and 0, one queue pair, 4 KiB-only namespaces, two controllers), one
 # boot each.
