@@ -79,12 +79,14 @@ step "qemu guest (media errors)" tests/qemu/run.sh --no-build \
 # kernel host's nvme devices away from the other cases).
 step "qemu guest (NVMe/TCP)" tests/qemu/run.sh --no-build nvmf-tcp.sh
 # Two boots of their own: the distribution's fio (with its shared libraries) and our fio
-# engine, built for a real machine (no emulator), on the QEMU controller (fio.sh: write/read
-# verify over two namespaces, data read back through nvme-dd, the refusals), then over NVMe/TCP
+# engine, built for a real machine (no emulator), on the QEMU controllers of layout two-ctrl
+# (fio.sh: write/read verify over two namespaces, data read back through nvme-dd, the refusals,
+# one job over both controllers), then over NVMe/TCP
 # against the kernel's nvmet-tcp target (fio-tcp.sh, kept apart like nvmf-tcp.sh).
 step "qemu guest (fio)" sh -c 'tools/fio-engine/build.sh --release &&
     export GUEST_EXTRA_BINS="fio=$(command -v fio) nvme-fio.so=$PWD/target/fio-engine/nvme-fio.so" &&
-    tests/qemu/run.sh --no-build fio.sh && tests/qemu/run.sh --no-build fio-tcp.sh'
+    tests/qemu/run.sh --no-build --layout two-ctrl fio.sh &&
+    tests/qemu/run.sh --no-build fio-tcp.sh'
 # The core cases on every other controller layout of tests/qemu/layouts (many namespaces with
 # gaps in their ids, MDTS 1 and 0, one queue pair, 4 KiB-only namespaces, two controllers), one
 # boot each.

@@ -6,7 +6,9 @@
 # 2. data written through fio reads back through nvme-dd: fio writes a 4-byte pattern over
 #    1 MiB of namespace 1 at 2 MiB, nvme-dd reads it, cmp with the expected bytes;
 # 3. the refusals on the real device path: a bad filename and an offset past the end exit
-#    non-zero with the engine's message.
+#    non-zero with the engine's message;
+# 4. with a second controller (layout two-ctrl): one job over namespaces of both, write and
+#    read with verify.
 # fio and the engine come in through GUEST_EXTRA_BINS (tests/run-all.sh:
 # GUEST_EXTRA_BINS="fio=/usr/bin/fio nvme-fio.so=target/fio-engine/nvme-fio.so").
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
@@ -95,4 +97,18 @@ grep -q "names no controller" /tmp/bad.out || { cat /tmp/bad.out; fail "no clear
 fio --name=past --thread=1 --ioengine=external:"$ENGINE" --filename="$DEV ns=1" --rw=write \
     --bs=4k --offset=64M --size=1M >/tmp/past.out 2>&1 && fail "fio accepted an offset past the end"
 grep -q "is outside" /tmp/past.out || { cat /tmp/past.out; fail "no clear error for an offset past the end"; }
+if [ -n "${NVME2_BDF:-}" ]; then
+    # Layout two-ctrl: one job over namespaces of both controllers (one DMA context, one queue
+    # pair on each), write with verify, then a read job with verify.
+    echo "== one job over two controllers ($NVME_BDF, $NVME2_BDF)"
+    PCI_ALLOWED="$NVME_BDF $NVME2_BDF" HUGEMEM=$CASE_HUGEMEM hugepage-setup.sh config
+    FILES="$DEV ns=2:$(echo "$NVME2_BDF" | tr ':' '.') ns=1"
+    for rw in randwrite randread; do
+        rc=0
+        fio --name="two-$rw" --thread=1 --ioengine=external:"$ENGINE" --filename="$FILES" \
+            --rw=$rw --bs=4k --iodepth=16 --size=16M --verify=crc32c >/tmp/two.out 2>&1 || rc=$?
+        grep -E "groupid|issued rwts|nvme-userspace" /tmp/two.out || true
+        [ $rc -eq 0 ] || { cat /tmp/two.out; fail "fio $rw over two controllers exited $rc"; }
+    done
+fi
 echo "ok: fio with the engine in the guest"
