@@ -36,6 +36,11 @@ step "examples" sh -c 'cargo run -q -p nvme-driver --example hello -- sim &&
     cargo run -q -p nvme-driver --example app_memory -- sim &&
     cargo run -q -p nvme-poll --example tokio_local -- sim 8 200'
 
+# The distribution's fio with our ioengine (tools/fio-engine) against the in-process emulator:
+# write then read back with verify=md5/crc32c over two namespaces, trim, and the refusals
+# (bad filename, no device, offset past the end, thread=0) (seconds).
+step "fio engine" tests/fio-engine.sh
+
 # The NVMe/TCP receive path fuzzed for 30 s (libFuzzer where cargo-fuzz and nightly exist, else a
 # release proptest run of the structured property): no panic, one completion per request, bounded
 # buffers, every buffer back (docs/nvme-tcp.md, "A hostile target").
@@ -73,6 +78,15 @@ step "qemu guest (media errors)" tests/qemu/run.sh --no-build \
 # emulated NVMe controller is not used; a boot of its own keeps the target's configfs state and the
 # kernel host's nvme devices away from the other cases).
 step "qemu guest (NVMe/TCP)" tests/qemu/run.sh --no-build nvmf-tcp.sh
+# Two boots of their own: the distribution's fio (with its shared libraries) and our fio
+# engine, built for a real machine (no emulator), on the QEMU controllers of layout two-ctrl
+# (fio.sh: write/read verify over two namespaces, data read back through nvme-dd, the refusals,
+# one job over both controllers), then over NVMe/TCP
+# against the kernel's nvmet-tcp target (fio-tcp.sh, kept apart like nvmf-tcp.sh).
+step "qemu guest (fio)" sh -c 'tools/fio-engine/build.sh --release &&
+    export GUEST_EXTRA_BINS="fio=$(command -v fio) nvme-fio.so=$PWD/target/fio-engine/nvme-fio.so" &&
+    tests/qemu/run.sh --no-build --layout two-ctrl fio.sh &&
+    tests/qemu/run.sh --no-build fio-tcp.sh'
 # The core cases on every other controller layout of tests/qemu/layouts (many namespaces with
 # gaps in their ids, MDTS 1 and 0, one queue pair, 4 KiB-only namespaces, two controllers), one
 # boot each.

@@ -40,6 +40,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// `nvme_device_parse`: a PCI function (a PCI address or `trtype:PCIe` transport id).
+#define NVME_DEVICE_PCIE 1
+
+// `nvme_device_parse`: an NVMe/TCP subsystem (`trtype:TCP` transport id).
+#define NVME_DEVICE_TCP 2
+
+// `nvme_device_parse`: `sim`, the in-process emulator (`nvme_ctrlr_open_emulated`).
+#define NVME_DEVICE_EMULATOR 3
+
 // Write flag: Force Unit Access (the data is on non-volatile media when the write completes).
 #define NVME_IO_FUA 1
 
@@ -244,6 +253,23 @@ const char *nvme_last_error_message(void);
 // `device` is NULL or a NUL-terminated string; `out` is NULL or valid for a write.
 int nvme_ctrlr_open(const char *device, struct nvme_ctrlr **out);
 
+// Parses the device string `device` as `nvme_ctrlr_open` does (the tools' one parser),
+// opening nothing, and writes its canonical form (NUL-terminated) to
+// `canonical[0..capacity]`: the full PCI address (`0000:01:00.0` for `01:00.0` and for
+// `trtype:PCIe traddr:0000:01:00.0`), the transport id in a fixed order, or `sim`; two
+// strings name the same controller exactly when their canonical forms are equal. Returns
+// `NVME_DEVICE_PCIE`, `NVME_DEVICE_TCP` or `NVME_DEVICE_EMULATOR`, or
+// `NVME_ERR_INVALID_ARGUMENT` with the parser's message (`nvme_last_error_message`) for a
+// string that names no controller or a `capacity` too small (`canonical` may be NULL when
+// `capacity` is 0: then only the kind is returned). For front ends that take device strings
+// from their users (fio's filename) and must pick the open function, share one controller
+// between several names of it, or refuse a bad name early.
+//
+// # Safety
+// `device` is NULL or a NUL-terminated string; `canonical` is NULL or valid for `capacity`
+// writes.
+int nvme_device_parse(const char *device, char *canonical, size_t capacity);
+
 // FOR TESTS AND EXAMPLES: starts an in-process *emulated* NVMe controller (no device, no
 // VFIO; data lives in memory and is lost on close) and opens it like `nvme_ctrlr_open`.
 // It has namespace 1 (16 MiB of 512-byte blocks) and namespace 2 (16 MiB of 4096-byte
@@ -306,6 +332,19 @@ int nvme_buf_alloc(const struct nvme_ctrlr *ctrlr, size_t len, struct nvme_buf *
 // # Safety
 // `buf` is NULL or a live handle from `nvme_buf_alloc`; after `NVME_OK` it must not be used.
 int nvme_buf_free(struct nvme_buf *buf);
+
+// Splits the idle buffer `buf` at byte `at` (0 < `at` < its length): `buf` keeps its first
+// `at` bytes and `*tail` gets a new handle for the rest. The pieces are independent buffers
+// of the same controller or context, each submitted and freed on its own (the memory goes
+// when the last piece is freed), so one allocation (one mapping, one IOMMU entry) can be
+// carved into one buffer per request, e.g. an fio job's `iodepth` buffers. A piece that does
+// not start on a dword boundary is refused at submission on PCIe (PRP data pointers are
+// dword-aligned, NVMe Base 2.0 §4.1.1).
+//
+// # Safety
+// `buf` is NULL or a live buffer handle used only by the calling thread; `tail` is NULL or
+// valid for a write.
+int nvme_buf_split(struct nvme_buf *buf, size_t at, struct nvme_buf **tail);
 
 // Address of the buffer's first byte (NULL when `buf` is NULL). The address does not change
 // during the buffer's life. Do not touch the bytes while the buffer is in flight.
@@ -473,6 +512,24 @@ int nvme_qpair_submit_copy(struct nvme_qpair *qpair,
 // `qpair` is NULL or a live handle used only by the calling thread; the buffers of its
 // outstanding requests are live handles.
 int nvme_qpair_poll(struct nvme_qpair *qpair, uint32_t max_completions);
+
+// Holds the submissions made on the queue pair from now on: they are queued but the device
+// is not told (PCIe: no Submission Queue Tail Doorbell write, NVMe Base 2.0 §3.1.4.20; TCP:
+// no send) until `nvme_qpair_release_submissions`, which publishes them all at once with one
+// doorbell write. For batching, e.g. fio's `iodepth_batch_submit`. Completions of earlier
+// requests are still reaped by `nvme_qpair_poll`, and callbacks' submissions stay held too.
+// Holding a held pair does nothing; `nvme_qpair_destroy` releases held submissions first.
+//
+// # Safety
+// `qpair` is NULL or a live handle used only by the calling thread.
+int nvme_qpair_hold_submissions(struct nvme_qpair *qpair);
+
+// Publishes the submissions held since `nvme_qpair_hold_submissions` (one doorbell write on
+// PCIe) and ends the hold. Releasing a pair that is not held does nothing.
+//
+// # Safety
+// `qpair` is NULL or a live handle used only by the calling thread.
+int nvme_qpair_release_submissions(struct nvme_qpair *qpair);
 
 // Requests submitted on the queue pair whose callbacks have not run yet (0 for NULL).
 //

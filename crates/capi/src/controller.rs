@@ -149,6 +149,80 @@ pub unsafe extern "C" fn nvme_ctrlr_open(
     })
 }
 
+/// `nvme_device_parse`: a PCI function (a PCI address or `trtype:PCIe` transport id).
+pub const NVME_DEVICE_PCIE: c_int = 1;
+/// `nvme_device_parse`: an NVMe/TCP subsystem (`trtype:TCP` transport id).
+pub const NVME_DEVICE_TCP: c_int = 2;
+/// `nvme_device_parse`: `sim`, the in-process emulator (`nvme_ctrlr_open_emulated`).
+pub const NVME_DEVICE_EMULATOR: c_int = 3;
+
+/// Parses the device string `device` as `nvme_ctrlr_open` does (the tools' one parser),
+/// opening nothing, and writes its canonical form (NUL-terminated) to
+/// `canonical[0..capacity]`: the full PCI address (`0000:01:00.0` for `01:00.0` and for
+/// `trtype:PCIe traddr:0000:01:00.0`), the transport id in a fixed order, or `sim`; two
+/// strings name the same controller exactly when their canonical forms are equal. Returns
+/// `NVME_DEVICE_PCIE`, `NVME_DEVICE_TCP` or `NVME_DEVICE_EMULATOR`, or
+/// `NVME_ERR_INVALID_ARGUMENT` with the parser's message (`nvme_last_error_message`) for a
+/// string that names no controller or a `capacity` too small (`canonical` may be NULL when
+/// `capacity` is 0: then only the kind is returned). For front ends that take device strings
+/// from their users (fio's filename) and must pick the open function, share one controller
+/// between several names of it, or refuse a bad name early.
+///
+/// # Safety
+/// `device` is NULL or a NUL-terminated string; `canonical` is NULL or valid for `capacity`
+/// writes.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_device_parse(
+    device: *const c_char,
+    canonical: *mut c_char,
+    capacity: usize,
+) -> c_int {
+    guard("nvme_device_parse", || {
+        check_null!("nvme_device_parse", device);
+        // SAFETY: `device` is non-null and NUL-terminated (caller contract).
+        let Ok(device) = unsafe { CStr::from_ptr(device) }.to_str() else {
+            return fail(
+                NVME_ERR_INVALID_ARGUMENT,
+                "nvme_device_parse: device is not valid UTF-8",
+            );
+        };
+        let target = match parse_target(device) {
+            Ok(t) => t,
+            Err(e) => return fail(NVME_ERR_INVALID_ARGUMENT, format!("`{device}`: {e}")),
+        };
+        if capacity > 0 {
+            if canonical.is_null() {
+                return fail(
+                    NVME_ERR_NULL_POINTER,
+                    "nvme_device_parse: canonical is NULL but capacity is not 0",
+                );
+            }
+            let text = target.to_string();
+            if text.len() >= capacity {
+                return fail(
+                    NVME_ERR_INVALID_ARGUMENT,
+                    format!(
+                        "nvme_device_parse: the canonical form `{text}` needs {} bytes, \
+                         capacity is {capacity}",
+                        text.len() + 1
+                    ),
+                );
+            }
+            // SAFETY: `canonical` is valid for `capacity` > `text.len()` writes (caller
+            // contract and the check above).
+            unsafe {
+                std::ptr::copy_nonoverlapping(text.as_ptr(), canonical.cast::<u8>(), text.len());
+                *canonical.add(text.len()) = 0;
+            }
+        }
+        match target {
+            Target::Pcie(_) => NVME_DEVICE_PCIE,
+            Target::Tcp(_) => NVME_DEVICE_TCP,
+            Target::Emulator => NVME_DEVICE_EMULATOR,
+        }
+    })
+}
+
 /// The message for `nvme_ctrlr_open("sim")`: the C API opens the emulator by function, never
 /// by device string.
 const EMULATOR_BY_NAME: &str =

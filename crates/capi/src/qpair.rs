@@ -115,6 +115,9 @@ pub struct nvme_qpair {
     pub(crate) ranges: Vec<(u64, u32)>,
     /// Inside `nvme_qpair_poll` (callbacks may submit, but not poll or destroy).
     pub(crate) polling: bool,
+    /// Between `nvme_qpair_hold_submissions` and `nvme_qpair_release_submissions`: the
+    /// doorbell (PCIe) or send (TCP) of submissions waits for the release.
+    pub(crate) held: bool,
     pub(crate) shared: Arc<CtrlShared>,
 }
 
@@ -157,6 +160,7 @@ pub unsafe extern "C" fn nvme_qpair_create(
                     pending: VecDeque::with_capacity(slots),
                     ranges: Vec::new(),
                     polling: false,
+                    held: false,
                     shared: Arc::clone(shared),
                 });
                 // SAFETY: `out` is non-null and valid for a write (caller contract).
@@ -197,6 +201,11 @@ pub unsafe extern "C" fn nvme_qpair_destroy(qpair: *mut nvme_qpair) -> c_int {
         }
         // SAFETY: `qpair` came from Box::into_raw and is released once (caller contract).
         let mut handle = unsafe { Box::from_raw(qpair) };
+        if handle.held {
+            // Held submissions reach the device first, so that the drain can complete them.
+            handle.qp.release_submissions();
+            handle.held = false;
+        }
         let left = handle.drain();
         if left > 0 {
             log::info!(
