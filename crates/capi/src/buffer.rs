@@ -106,8 +106,7 @@ pub unsafe extern "C" fn nvme_buf_split(
         check_null!("nvme_buf_split", buf, tail);
         // SAFETY: `buf` is a live handle used by this thread only (caller contract).
         let handle = unsafe { &mut *buf };
-        let BufState::Idle(whole) = std::mem::replace(&mut handle.state, BufState::InFlight)
-        else {
+        let BufState::Idle(whole) = std::mem::replace(&mut handle.state, BufState::InFlight) else {
             return fail(
                 NVME_ERR_BUFFER_IN_FLIGHT,
                 "nvme_buf_split: the buffer is in flight: wait for its request's callback",
@@ -130,7 +129,10 @@ pub unsafe extern "C" fn nvme_buf_split(
             }
             Err(whole) => {
                 handle.state = BufState::Idle(whole);
-                fail(NVME_ERR_INVALID_ARGUMENT, "nvme_buf_split: split point out of range")
+                fail(
+                    NVME_ERR_INVALID_ARGUMENT,
+                    "nvme_buf_split: split point out of range",
+                )
             }
         }
     })

@@ -28,7 +28,10 @@ fn open() -> Env {
     assert_eq!(unsafe { nvme_ctrlr_open_emulated(&mut ctrlr) }, NVME_OK);
     let mut qp = ptr::null_mut();
     // SAFETY: `ctrlr` is open; `qp` is a valid out pointer.
-    assert_eq!(unsafe { nvme_qpair_create(ctrlr, 16, 5000, &mut qp) }, NVME_OK);
+    assert_eq!(
+        unsafe { nvme_qpair_create(ctrlr, 16, 5000, &mut qp) },
+        NVME_OK
+    );
     Env { ctrlr, qp }
 }
 
@@ -83,18 +86,28 @@ fn held_submissions_reach_the_device_only_when_released() {
     let env = open();
     let mut buf = ptr::null_mut();
     // SAFETY: open controller, valid out pointer.
-    assert_eq!(unsafe { nvme_buf_alloc(env.ctrlr, PAGE, &mut buf) }, NVME_OK);
+    assert_eq!(
+        unsafe { nvme_buf_alloc(env.ctrlr, PAGE, &mut buf) },
+        NVME_OK
+    );
     let seen = Seen::default();
     // SAFETY: live handles of this thread; `seen` outlives the requests.
     unsafe {
         assert_eq!(nvme_qpair_hold_submissions(env.qp), NVME_OK);
-        assert_eq!(nvme_qpair_hold_submissions(env.qp), NVME_OK, "holding twice is harmless");
+        assert_eq!(
+            nvme_qpair_hold_submissions(env.qp),
+            NVME_OK,
+            "holding twice is harmless"
+        );
         assert_eq!(
             nvme_qpair_submit_write(env.qp, 1, 0, 8, buf, 0, Some(record), arg(&seen)),
             NVME_OK
         );
         for _ in 0..3 {
-            assert_eq!(nvme_qpair_submit_flush(env.qp, 1, Some(record), arg(&seen)), NVME_OK);
+            assert_eq!(
+                nvme_qpair_submit_flush(env.qp, 1, Some(record), arg(&seen)),
+                NVME_OK
+            );
         }
         // The device was not told: nothing completes however long we poll.
         for _ in 0..50 {
@@ -104,13 +117,20 @@ fn held_submissions_reach_the_device_only_when_released() {
         assert_eq!(seen.calls.get(), 0);
         assert_eq!(nvme_qpair_outstanding(env.qp), 4);
         assert_eq!(nvme_qpair_release_submissions(env.qp), NVME_OK);
-        assert_eq!(nvme_qpair_release_submissions(env.qp), NVME_OK, "releasing twice too");
+        assert_eq!(
+            nvme_qpair_release_submissions(env.qp),
+            NVME_OK,
+            "releasing twice too"
+        );
     }
     poll_until(env.qp, &seen, 4);
     // Not held any more: a submission completes without a release.
     // SAFETY: as above.
     unsafe {
-        assert_eq!(nvme_qpair_submit_flush(env.qp, 1, Some(record), arg(&seen)), NVME_OK);
+        assert_eq!(
+            nvme_qpair_submit_flush(env.qp, 1, Some(record), arg(&seen)),
+            NVME_OK
+        );
     }
     poll_until(env.qp, &seen, 5);
     // SAFETY: idle buffer handle, freed once.
@@ -124,12 +144,19 @@ fn destroy_releases_held_submissions_first() {
     // SAFETY: live handles of this thread.
     unsafe {
         assert_eq!(nvme_qpair_hold_submissions(env.qp), NVME_OK);
-        assert_eq!(nvme_qpair_submit_flush(env.qp, 1, Some(record), arg(&seen)), NVME_OK);
+        assert_eq!(
+            nvme_qpair_submit_flush(env.qp, 1, Some(record), arg(&seen)),
+            NVME_OK
+        );
     }
     // Env's drop destroys the pair: it must drain the held flush, not wait for it in vain.
     let t0 = std::time::Instant::now();
     drop(env);
-    assert!(t0.elapsed() < Duration::from_millis(900), "{:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        t0.elapsed()
+    );
 }
 
 #[test]
@@ -137,16 +164,29 @@ fn split_pieces_are_independent_buffers_of_one_allocation() {
     let env = open();
     let mut first = ptr::null_mut();
     // SAFETY: open controller, valid out pointer.
-    assert_eq!(unsafe { nvme_buf_alloc(env.ctrlr, 3 * PAGE, &mut first) }, NVME_OK);
+    assert_eq!(
+        unsafe { nvme_buf_alloc(env.ctrlr, 3 * PAGE, &mut first) },
+        NVME_OK
+    );
     let mut second = ptr::null_mut();
     let mut third = ptr::null_mut();
     // SAFETY: live idle handles of this thread, valid out pointers.
     unsafe {
         let base = nvme_buf_ptr(first).cast::<u8>();
-        assert_eq!(nvme_buf_split(first, 0, &mut second), NVME_ERR_INVALID_ARGUMENT);
+        assert_eq!(
+            nvme_buf_split(first, 0, &mut second),
+            NVME_ERR_INVALID_ARGUMENT
+        );
         assert!(last_error().contains("not inside"), "{}", last_error());
-        assert_eq!(nvme_buf_split(first, 3 * PAGE, &mut second), NVME_ERR_INVALID_ARGUMENT);
-        assert_eq!(nvme_buf_len(first), 3 * PAGE, "a refused split changes nothing");
+        assert_eq!(
+            nvme_buf_split(first, 3 * PAGE, &mut second),
+            NVME_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            nvme_buf_len(first),
+            3 * PAGE,
+            "a refused split changes nothing"
+        );
         assert_eq!(nvme_buf_split(first, PAGE, &mut second), NVME_OK);
         // A piece that is not page-aligned (fio's io_u buffers of 512-byte blocks).
         assert_eq!(nvme_buf_split(second, BLOCK, &mut third), NVME_OK);
@@ -157,7 +197,11 @@ fn split_pieces_are_independent_buffers_of_one_allocation() {
         assert_eq!(nvme_buf_ptr(third).cast::<u8>(), base.add(PAGE + BLOCK));
 
         // Each piece written to its own LBA with its own pattern, in flight together.
-        let pieces = [(first, PAGE, 0u64, 0xa1u8), (second, BLOCK, 64, 0xb2), (third, PAGE, 128, 0xc3)];
+        let pieces = [
+            (first, PAGE, 0u64, 0xa1u8),
+            (second, BLOCK, 64, 0xb2),
+            (third, PAGE, 128, 0xc3),
+        ];
         let seen = Seen::default();
         for &(buf, len, lba, byte) in &pieces {
             ptr::write_bytes(nvme_buf_ptr(buf).cast::<u8>(), byte, len);
@@ -169,13 +213,20 @@ fn split_pieces_are_independent_buffers_of_one_allocation() {
         }
         // A piece in flight cannot be split.
         let mut spare = ptr::null_mut();
-        assert_eq!(nvme_buf_split(third, BLOCK, &mut spare), NVME_ERR_BUFFER_IN_FLIGHT);
+        assert_eq!(
+            nvme_buf_split(third, BLOCK, &mut spare),
+            NVME_ERR_BUFFER_IN_FLIGHT
+        );
         poll_until(env.qp, &seen, 3);
         for &(buf, len, _, _) in &pieces {
             ptr::write_bytes(nvme_buf_ptr(buf).cast::<u8>(), 0, len);
         }
         // Read back crosswise (second's LBA into third, ...): the data follows the LBA.
-        let reads = [(third, 0u64, PAGE, 0xa1u8), (first, 64, BLOCK, 0xb2), (second, 128, BLOCK, 0xc3)];
+        let reads = [
+            (third, 0u64, PAGE, 0xa1u8),
+            (first, 64, BLOCK, 0xb2),
+            (second, 128, BLOCK, 0xc3),
+        ];
         for &(buf, lba, len, _) in &reads {
             let blocks = (len / BLOCK) as u32;
             assert_eq!(
@@ -186,7 +237,11 @@ fn split_pieces_are_independent_buffers_of_one_allocation() {
         poll_until(env.qp, &seen, 6);
         for &(buf, _, len, byte) in &reads {
             let data = std::slice::from_raw_parts(nvme_buf_ptr(buf).cast::<u8>(), len);
-            assert!(data.iter().all(|&b| b == byte), "piece read back {:#x}", data[0]);
+            assert!(
+                data.iter().all(|&b| b == byte),
+                "piece read back {:#x}",
+                data[0]
+            );
         }
         for buf in [first, second, third] {
             assert_eq!(nvme_buf_free(buf), NVME_OK);
@@ -202,16 +257,25 @@ fn device_parse_uses_the_tools_parser_and_gives_the_canonical_form() {
         // SAFETY: a NUL-terminated string; `out` is valid for its length.
         let kind = unsafe { nvme_device_parse(c.as_ptr(), out.as_mut_ptr(), out.len()) };
         // SAFETY: NUL-terminated by the call (or still all zeroes).
-        let text = unsafe { CStr::from_ptr(out.as_ptr()) }.to_string_lossy().into_owned();
+        let text = unsafe { CStr::from_ptr(out.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
         (kind, text)
     };
     // Three names of one PCI function, one canonical form.
     for s in ["0000:01:00.0", "01:00.0", "trtype:PCIe traddr:0000:01:00.0"] {
-        assert_eq!(parse(s), (NVME_DEVICE_PCIE, "0000:01:00.0".to_string()), "{s}");
+        assert_eq!(
+            parse(s),
+            (NVME_DEVICE_PCIE, "0000:01:00.0".to_string()),
+            "{s}"
+        );
     }
     let (kind, text) = parse("trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.x");
     assert_eq!(kind, NVME_DEVICE_TCP);
-    assert!(text.contains("traddr:127.0.0.1") && text.contains("subnqn:nqn.x"), "{text}");
+    assert!(
+        text.contains("traddr:127.0.0.1") && text.contains("subnqn:nqn.x"),
+        "{text}"
+    );
     assert_eq!(parse(" SIM "), (NVME_DEVICE_EMULATOR, "sim".to_string()));
     assert_eq!(parse("nvme0n1").0, NVME_ERR_INVALID_ARGUMENT);
     assert!(last_error().contains("`nvme0n1`"), "{}", last_error());
@@ -219,12 +283,18 @@ fn device_parse_uses_the_tools_parser_and_gives_the_canonical_form() {
     let mut small = [0 as std::ffi::c_char; 4];
     // SAFETY: valid string; `small` valid for 4 writes; NULL with capacity 0 is allowed.
     unsafe {
-        assert_eq!(nvme_device_parse(dev.as_ptr(), ptr::null_mut(), 0), NVME_DEVICE_PCIE);
+        assert_eq!(
+            nvme_device_parse(dev.as_ptr(), ptr::null_mut(), 0),
+            NVME_DEVICE_PCIE
+        );
         assert_eq!(
             nvme_device_parse(dev.as_ptr(), small.as_mut_ptr(), small.len()),
             NVME_ERR_INVALID_ARGUMENT
         );
         assert!(last_error().contains("needs 13 bytes"), "{}", last_error());
-        assert_eq!(nvme_device_parse(ptr::null(), ptr::null_mut(), 0), NVME_ERR_NULL_POINTER);
+        assert_eq!(
+            nvme_device_parse(ptr::null(), ptr::null_mut(), 0),
+            NVME_ERR_NULL_POINTER
+        );
     }
 }

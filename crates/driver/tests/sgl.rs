@@ -7,6 +7,7 @@ use nvme_driver::IoQueue;
 use nvme_driver::WriteFlags;
 use std::time::Duration;
 
+use common::pattern;
 use nvme_driver::spec::status::media;
 use nvme_driver::spec::StatusCodeType;
 use nvme_driver::{Controller, ControllerOptions, QueuePair, QueuePairOptions};
@@ -33,18 +34,6 @@ fn qp(ctrl: &Controller) -> QueuePair {
         ..Default::default()
     })
     .expect("queue pair")
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Writes `len` bytes at `lba` through a buffer starting `offset` bytes into its first page,

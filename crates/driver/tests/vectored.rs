@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use common::pattern;
 use nvme_driver::command::{Compare, Read, Write};
 use nvme_driver::spec::status::media;
 use nvme_driver::{
@@ -34,18 +35,6 @@ fn qp(ctrl: &Controller) -> QueuePair {
         ..QueuePairOptions::default()
     })
     .expect("queue pair")
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// A vector of the given pieces, each filled with the next bytes of `data`.

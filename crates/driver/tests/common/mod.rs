@@ -29,3 +29,18 @@ pub fn open_on(
     let ctrl = Controller::new(transport, options).expect("bring-up");
     (sim, ctrl)
 }
+
+/// `len` bytes of a seeded xorshift sequence: distinct data per seed, so a read-back check
+/// catches blocks from the wrong request.
+#[allow(dead_code)] // not every test binary uses it
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
