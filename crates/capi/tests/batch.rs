@@ -27,8 +27,8 @@ fn open() -> Env {
     // SAFETY: `ctrlr` is a valid out pointer.
     assert_eq!(unsafe { nvme_ctrlr_open_emulated(&mut ctrlr) }, NVME_OK);
     let mut qp = ptr::null_mut();
-    // SAFETY: `ctrlr` is open; `qp` is a valid out pointer.
     assert_eq!(
+        // SAFETY: `ctrlr` is open; `qp` is a valid out pointer.
         unsafe { nvme_qpair_create(ctrlr, 16, 5000, &mut qp) },
         NVME_OK
     );
@@ -85,8 +85,8 @@ const PAGE: usize = 4096;
 fn held_submissions_reach_the_device_only_when_released() {
     let env = open();
     let mut buf = ptr::null_mut();
-    // SAFETY: open controller, valid out pointer.
     assert_eq!(
+        // SAFETY: open controller, valid out pointer.
         unsafe { nvme_buf_alloc(env.ctrlr, PAGE, &mut buf) },
         NVME_OK
     );
@@ -163,8 +163,8 @@ fn destroy_releases_held_submissions_first() {
 fn split_pieces_are_independent_buffers_of_one_allocation() {
     let env = open();
     let mut first = ptr::null_mut();
-    // SAFETY: open controller, valid out pointer.
     assert_eq!(
+        // SAFETY: open controller, valid out pointer.
         unsafe { nvme_buf_alloc(env.ctrlr, 3 * PAGE, &mut first) },
         NVME_OK
     );
