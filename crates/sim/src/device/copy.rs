@@ -19,7 +19,6 @@ use super::io::{block_range, metadata_range, status};
 use super::Device;
 use crate::dma::GuestView;
 use crate::prp::Fail;
-use crate::sgl::walk_data_pointer;
 
 /// Bytes of one source range entry (format 0h).
 const RANGE_BYTES: usize = CopySourceRange::SIZE;
@@ -54,14 +53,7 @@ impl Device {
         }
         let mut list = [0u8; LIST_MAX];
         let list = &mut list[..count * RANGE_BYTES];
-        walk_data_pointer(
-            view,
-            sqe,
-            self.shared.config.sgl,
-            list.len(),
-            self.page_size,
-            |iova, n, off| view.read(iova, &mut list[off..off + n]).map_err(Fail::from),
-        )?;
+        self.read_command_data(view, sqe, list)?;
         let ranges = list.chunks_exact(RANGE_BYTES).map(|raw| {
             let raw: &[u8; RANGE_BYTES] = raw.try_into().expect("chunks_exact yields entries");
             CopySourceRange::from_bytes(raw)

@@ -236,6 +236,24 @@ impl Device {
         Ok(())
     }
 
+    /// Reads `buf.len()` bytes of a command's host-to-controller data (a range list: Dataset
+    /// Management, Copy) through its PRPs or SGL into `buf`.
+    pub(super) fn read_command_data(
+        &self,
+        view: &GuestView<'_>,
+        sqe: &SubmissionEntry,
+        buf: &mut [u8],
+    ) -> Result<(), Fail> {
+        walk_data_pointer(
+            view,
+            sqe,
+            self.shared.config.sgl,
+            buf.len(),
+            self.page_size,
+            |iova, n, off| view.read(iova, &mut buf[off..off + n]).map_err(Fail::from),
+        )
+    }
+
     /// Dataset Management: with the Deallocate attribute, the ranges read back as zeros
     /// (Identify Namespace DLFEAT says so); other attributes are hints and are ignored.
     fn dataset_management(&self, view: &GuestView<'_>, sqe: &SubmissionEntry) -> Result<(), Fail> {
@@ -243,14 +261,7 @@ impl Device {
         let count = dsm_ranges(sqe) as usize;
         let mut list = [0u8; DSM_LIST_MAX];
         let list = &mut list[..count * DSM_RANGE_SIZE];
-        walk_data_pointer(
-            view,
-            sqe,
-            self.shared.config.sgl,
-            list.len(),
-            self.page_size,
-            |iova, n, off| view.read(iova, &mut list[off..off + n]).map_err(Fail::from),
-        )?;
+        self.read_command_data(view, sqe, list)?;
         if !dsm_deallocate(sqe) {
             return Ok(());
         }
