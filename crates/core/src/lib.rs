@@ -19,8 +19,9 @@
 //! - Shared request layer: [`split`] cuts a request larger than one command into pieces and
 //!   collects their completions into one (the NVMe/TCP pair's MDTS splitting).
 //! - Buffers for CPU-copy transports: [`HostMemory`], an identity "mapper" of process memory
-//!   whose addresses no device ever sees. Its one `unsafe impl DmaMapper` is the only unsafe
-//!   code of the crate.
+//!   whose addresses no device ever sees. Its one `unsafe impl DmaMapper` and the time-stamp
+//!   counter read of [`NanoClock`] (the cheap per-I/O latency clock) are the only unsafe code
+//!   of the crate.
 //!
 //! # Example
 //!
@@ -52,6 +53,7 @@ mod host_memory;
 mod io_queue;
 pub mod iovec;
 mod namespace;
+mod nano_clock;
 mod options;
 pub mod split;
 pub mod state;
@@ -67,6 +69,7 @@ pub use host_memory::HostMemory;
 pub use io_queue::IoQueue;
 pub use iovec::{IoVec, PieceRule, IOVEC_MAX_PIECES};
 pub use namespace::{Namespace, NamespaceChange, NamespaceChanges, NamespaceSet};
+pub use nano_clock::NanoClock;
 pub use options::QueuePairOptions;
 pub use timeout::{AbortStats, EpochClock, TimeoutAction, TIMEOUT_EPOCHS};
 

@@ -62,8 +62,8 @@ pub use controller::{
 };
 pub use nvme_core::{
     command, AdminCommand, AdminCommands, AdminData, AdminReply, CopyLimit, Error, IoCommand,
-    IoFailure, IoQueue, IoVec, LbaRange, Namespace, NamespaceChange, NamespaceChanges, NvmCommand,
-    NvmeController, PieceRule, Result, WriteFlags, IOVEC_MAX_PIECES,
+    IoFailure, IoQueue, IoVec, LbaRange, Namespace, NamespaceChange, NamespaceChanges, NanoClock,
+    NvmCommand, NvmeController, PieceRule, Result, WriteFlags, IOVEC_MAX_PIECES,
 };
 pub use platform::CpuPlatform;
 pub use queue_pair::{

@@ -248,7 +248,14 @@ impl SqRing {
     /// Free entries left in the ring.
     #[inline(always)]
     pub(crate) fn free_entries(&self) -> u32 {
-        (self.head + self.entries - self.tail - 1) % self.entries
+        // `head` and `tail` are both below `entries`, so one conditional subtraction does
+        // what a `%` (a division) would.
+        let free = self.head + self.entries - self.tail - 1;
+        if free >= self.entries {
+            free - self.entries
+        } else {
+            free
+        }
     }
 
     #[inline(always)]
@@ -397,6 +404,26 @@ impl CqRing {
                 .cast::<CompletionEntry>()
                 .add(self.head as usize);
             slot.cast::<u32>().add(3).read_volatile()
+        };
+        (status_dword & CQE_PHASE_BIT != 0) == self.phase
+    }
+
+    /// Whether the controller has posted the entry at the head (its phase tag is the current
+    /// one); nothing is consumed.
+    #[inline(always)]
+    pub(crate) fn ready(&self) -> bool {
+        debug_assert!(self.head < self.entries);
+        // SAFETY: `head < entries`; the region holds `entries` 16-byte CQEs. The controller may
+        // be writing this slot concurrently: one volatile load of the dword holding the tag.
+        let status_dword = unsafe {
+            self.region
+                .as_ptr()
+                .as_ptr()
+                .cast::<CompletionEntry>()
+                .add(self.head as usize)
+                .cast::<u32>()
+                .add(3)
+                .read_volatile()
         };
         (status_dword & CQE_PHASE_BIT != 0) == self.phase
     }

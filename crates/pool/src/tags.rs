@@ -339,6 +339,7 @@ impl<T> TagSet<T> {
 
     /// Reserves `n` more tags for the batch about to be submitted, all or nothing: the next `n`
     /// allocations are guaranteed to succeed. Drains the remote stack if the local one is short.
+    #[inline]
     pub fn plug(&mut self, n: u16) -> Result<(), Exhausted> {
         if self.unreserved() < n {
             self.drain_remote();
@@ -357,6 +358,7 @@ impl<T> TagSet<T> {
 
     /// Ends the plug: returns the unused reservations to the free pool and says how many there
     /// were. (The driver rings the submission doorbell once at this point.)
+    #[inline]
     pub fn unplug(&mut self) -> u16 {
         let unused = std::mem::take(&mut self.reserved);
         self.stats.unplugged += u64::from(unused);
@@ -390,6 +392,7 @@ impl<T> TagSet<T> {
     }
 
     /// Takes back every tag freed on other threads. Returns how many.
+    #[cold]
     fn drain_remote(&mut self) -> usize {
         if self.remote.is_empty() {
             return 0;
@@ -413,6 +416,7 @@ impl<T> TagSet<T> {
         taken
     }
 
+    #[inline]
     fn unreserved(&self) -> u16 {
         self.free.len() as u16 - self.reserved
     }

@@ -16,7 +16,7 @@
 //! `i` is in flight. Nothing on this path allocates once the cache is warm.
 
 use nvme_driver::IoQueue;
-use nvme_driver::WriteFlags;
+use nvme_driver::{NanoClock, WriteFlags};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -414,8 +414,8 @@ fn run_worker<C: Check>(
     let mut recovery = RecoveryStats::default();
     // Latencies are differences of u64 ns since this base: one clock read per batch, one
     // subtraction per I/O.
-    let base = Instant::now();
-    let clock = || base.elapsed().as_nanos() as u64;
+    let nano_clock = NanoClock::new();
+    let clock = || nano_clock.now_ns();
     let timed = config.latency;
 
     loop {

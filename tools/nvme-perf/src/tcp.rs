@@ -9,7 +9,7 @@
 //! (the kernel's nvmet-tcp over loopback), its threads then run at once.
 
 use nvme_driver::IoQueue;
-use std::time::Instant;
+use nvme_driver::NanoClock;
 
 use nvme_driver::{DmaBuffer, Namespace, QueuePairOptions};
 use nvme_tcp::{TcpController, TcpOptions, TcpQueuePair};
@@ -125,7 +125,9 @@ fn run_worker(
         mut gen,
     } = worker;
     let qd = buffers.len() as u32;
-    let mut submitted_at = vec![Instant::now(); buffers.len()];
+    let clock = NanoClock::new();
+    // Submission times, ns on `clock`.
+    let mut submitted_at = vec![0u64; buffers.len()];
     let mut lbas = vec![0u64; buffers.len()];
     let mut free: Vec<u32> = (0..qd).rev().collect();
     let mut tally = Tally::new();
@@ -141,7 +143,7 @@ fn run_worker(
         }
         let want = pacer.allowance((qd - in_flight).min(config.submit_batch), &tally);
         if want > 0 {
-            let now = Instant::now();
+            let now = clock.now_ns();
             let _ = qp.plug(want as u16);
             let mut queued = 0u64;
             for _ in 0..want {
@@ -189,9 +191,9 @@ fn run_worker(
         let mut now = None;
         let reaped = qp.poll(|c| {
             let i = c.user_data as usize;
-            let t = *now.get_or_insert_with(Instant::now);
+            let t = *now.get_or_insert_with(|| clock.now_ns());
             match c.result {
-                Ok(_) if timed => tally.complete(submitted_at[i], t),
+                Ok(_) if timed => tally.complete_ns(t.saturating_sub(submitted_at[i])),
                 Ok(_) => tally.complete_untimed(),
                 Err(e) => {
                     tally.reaped += 1;

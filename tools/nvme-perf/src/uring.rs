@@ -12,6 +12,7 @@
 //! every SQE in flight, drops the ring, and only then frees the buffers (or leaks them, when
 //! the wait fails): no exit path, error or not, can free memory the kernel may still write.
 
+use nvme_driver::NanoClock;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
@@ -20,7 +21,6 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 use std::ptr::NonNull;
-use std::time::Instant;
 
 use io_uring::{opcode, types, IoUring};
 
@@ -319,6 +319,7 @@ fn run_worker<C: Check>(
         iopoll: config.iopoll,
         timed: config.latency,
     };
+    let clock = NanoClock::new();
     let mut slots = Slots::new(qd);
     let mut tally = Tally::new();
     let mut totals = LiveSample::default();
@@ -332,7 +333,7 @@ fn run_worker<C: Check>(
         }
         let want = pacer.allowance((qd - in_flight).min(config.submit_batch), &tally);
         if want > 0 {
-            let now = Instant::now();
+            let now = clock.now_ns();
             let mut queued = 0;
             {
                 let mut sq = io.ring.submission();
@@ -376,7 +377,7 @@ fn run_worker<C: Check>(
             totals.submitted += u64::from(queued);
             totals.submit_calls += 1;
         }
-        let mut reaped = reap(&mut io.ring, reap_max, |user_data, res, now| {
+        let mut reaped = reap(&mut io.ring, &clock, reap_max, |user_data, res, now| {
             if let Some(ok) = slots.complete(&mut tally, user_data, res, now, expect) {
                 let i = user_data as usize;
                 // SAFETY: this CQE completed the only I/O on buffer `i` (module INVARIANT).
@@ -390,7 +391,7 @@ fn run_worker<C: Check>(
                 io.ring
                     .submit_and_wait(1)
                     .map_err(uring_error("wait for completions", ""))?;
-                reaped = reap(&mut io.ring, reap_max, |user_data, res, now| {
+                reaped = reap(&mut io.ring, &clock, reap_max, |user_data, res, now| {
                     if let Some(ok) = slots.complete(&mut tally, user_data, res, now, expect) {
                         let i = user_data as usize;
                         // SAFETY: this CQE completed the only I/O on buffer `i`.
@@ -486,25 +487,30 @@ fn final_pass(
             .submit_and_wait(1)
             .map_err(uring_error("wait for the verify read-back", ""))?;
         let buffers = &io.buffers;
-        let reaped = reap(&mut io.ring, usize::MAX, |user_data, res, _| {
-            let i = user_data as usize;
-            if i >= lbas.len() {
-                tally.fail(|| format!("completion with unknown user data {user_data}"));
-                return;
-            }
-            let ok = res == len as i32;
-            if !ok {
-                tally.fail(|| {
-                    format!(
-                        "verify: read back: {}",
-                        describe_failure(res, len, false, lbas[i], false)
-                    )
-                });
-            }
-            // SAFETY: this CQE completed the only read into buffer `i`.
-            v.completed(i as u32, ok, Some(unsafe { buffers.slice(i) }));
-            free.push(i as u32);
-        });
+        let reaped = reap(
+            &mut io.ring,
+            &NanoClock::from_instant(),
+            usize::MAX,
+            |user_data, res, _| {
+                let i = user_data as usize;
+                if i >= lbas.len() {
+                    tally.fail(|| format!("completion with unknown user data {user_data}"));
+                    return;
+                }
+                let ok = res == len as i32;
+                if !ok {
+                    tally.fail(|| {
+                        format!(
+                            "verify: read back: {}",
+                            describe_failure(res, len, false, lbas[i], false)
+                        )
+                    });
+                }
+                // SAFETY: this CQE completed the only read into buffer `i`.
+                v.completed(i as u32, ok, Some(unsafe { buffers.slice(i) }));
+                free.push(i as u32);
+            },
+        );
         io.in_flight = io.in_flight.saturating_sub(reaped);
         if tally.errors > 0 {
             // Stop submitting; drain what is in flight.
@@ -526,7 +532,8 @@ struct Expect {
 
 /// Per-I/O state of one ring, indexed by buffer index (the SQE's user data).
 struct Slots {
-    submitted_at: Vec<Instant>,
+    /// Submission times, ns on the worker's [`NanoClock`].
+    submitted_at: Vec<u64>,
     lbas: Vec<u64>,
     writes: Vec<bool>,
     /// Indices with no I/O in flight.
@@ -535,9 +542,8 @@ struct Slots {
 
 impl Slots {
     fn new(qd: u32) -> Self {
-        let now = Instant::now();
         Self {
-            submitted_at: vec![now; qd as usize],
+            submitted_at: vec![0; qd as usize],
             lbas: vec![0; qd as usize],
             writes: vec![false; qd as usize],
             free: (0..qd).rev().collect(),
@@ -552,7 +558,7 @@ impl Slots {
         tally: &mut Tally,
         user_data: u64,
         res: i32,
-        now: Instant,
+        now: u64,
         expect: Expect,
     ) -> Option<bool> {
         let Expect { len, iopoll, timed } = expect;
@@ -564,7 +570,7 @@ impl Slots {
         if res == len as i32 && !timed {
             tally.complete_untimed();
         } else if res == len as i32 {
-            tally.complete(self.submitted_at[i], now);
+            tally.complete_ns(now.saturating_sub(self.submitted_at[i]));
         } else {
             tally.reaped += 1;
             tally.fail(|| describe_failure(res, len, self.writes[i], self.lbas[i], iopoll));
@@ -576,13 +582,18 @@ impl Slots {
 
 /// Consumes up to `max` CQEs, calling `f(user_data, result)` for each; returns how many.
 #[inline(always)]
-fn reap(ring: &mut IoUring, max: usize, mut f: impl FnMut(u64, i32, Instant)) -> u32 {
+fn reap(
+    ring: &mut IoUring,
+    clock: &NanoClock,
+    max: usize,
+    mut f: impl FnMut(u64, i32, u64),
+) -> u32 {
     let cq = ring.completion();
     if cq.is_empty() {
         return 0;
     }
     // One clock read per pass, as the spdk-like engine does per poll call.
-    let now = Instant::now();
+    let now = clock.now_ns();
     let mut n = 0;
     for cqe in cq.take(max) {
         f(cqe.user_data(), cqe.result(), now);

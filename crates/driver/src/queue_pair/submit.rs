@@ -29,6 +29,7 @@ pub const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
 impl QueuePair {
     /// Starts a batch of `n` requests: reserves `n` slots at once (all or nothing), and defers
     /// the tail doorbell to [`QueuePair::unplug`].
+    #[inline]
     pub fn plug(&mut self, n: u16) -> Result<()> {
         if n as u32 > self.sq.free_entries() {
             return Err(Error::QueueFull {
@@ -45,6 +46,7 @@ impl QueuePair {
     }
 
     /// Ends a batch: returns unused reservations and rings the doorbell once.
+    #[inline]
     pub fn unplug(&mut self) {
         self.tags.unplug();
         self.plugged = false;

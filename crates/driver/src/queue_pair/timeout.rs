@@ -28,16 +28,16 @@ pub(super) const POLLS_PER_CLOCK_CHECK: u64 = 4096;
 const EXPIRE_BATCH: usize = 64;
 
 impl QueuePair {
-    /// [`QueuePair::check_clock`], returning how many requests it finished (timed out, or
-    /// failed with the controller) so that `poll`'s count includes them.
+    /// [`QueuePair::check_clock`] for `poll`: the requests it finishes (timed out, or failed
+    /// with the controller) are appended to `deferred`, for `poll` to deliver and count.
     #[cold]
-    pub(super) fn check_clock_counted<F: FnMut(Completion)>(&mut self, f: &mut F) -> usize {
-        let mut finished = 0;
-        self.check_clock(&mut |c| {
-            finished += 1;
-            f(c)
-        });
-        finished
+    pub(super) fn check_clock_deferred(&mut self) {
+        // `deferred` keeps its capacity (one entry per slot) through the swap, so these
+        // pushes never allocate.
+        let mut spill = std::mem::take(&mut self.deferred);
+        self.check_clock(&mut |c| spill.push_back(c));
+        spill.append(&mut self.deferred);
+        self.deferred = spill;
     }
 
     /// Reports the request of a command that will not complete in time with `error`, at
