@@ -424,9 +424,24 @@ pub struct Pacer<'a> {
     control: &'a Control,
     live: &'a Live,
     phase: Phase,
+    /// `phase` as the control's atomic holds it: one load and compare per round.
+    raw_phase: u8,
+    /// Submissions allowed in this phase, as a bound on `Tally::submitted`: `u64::MAX` while
+    /// warming up (or measuring without `--ios`), the `--ios` budget while measuring, 0 once
+    /// stopping. `allowance` and `finished` are one comparison each with it.
+    submit_cap: u64,
     measure_start: Instant,
     cpu_start: Duration,
     ios_limit: Option<u64>,
+}
+
+/// [`Pacer::submit_cap`] of a phase.
+fn submit_cap(phase: Phase, ios_limit: Option<u64>) -> u64 {
+    match (phase, ios_limit) {
+        (Phase::Stop, _) => 0,
+        (Phase::Measure, Some(limit)) => limit,
+        _ => u64::MAX,
+    }
 }
 
 /// What changed since the last round.
@@ -446,6 +461,8 @@ impl<'a> Pacer<'a> {
             control,
             live,
             phase,
+            raw_phase: phase as u8,
+            submit_cap: submit_cap(phase, ios_limit),
             measure_start: Instant::now(),
             cpu_start: thread_cpu_time(),
             ios_limit,
@@ -463,17 +480,19 @@ impl<'a> Pacer<'a> {
         if tally.errors > 0 {
             self.control.advance(Phase::Stop);
         }
-        let now = self.control.phase();
-        if now == self.phase {
+        if self.control.phase.load(Ordering::Relaxed) == self.raw_phase {
             return Step::Same;
         }
-        self.transition(now, tally)
+        self.transition(tally)
     }
 
     #[cold]
-    fn transition(&mut self, now: Phase, tally: &mut Tally) -> Step {
+    fn transition(&mut self, tally: &mut Tally) -> Step {
+        let now = self.control.phase();
         let was = self.phase;
         self.phase = now;
+        self.raw_phase = now as u8;
+        self.submit_cap = submit_cap(now, self.ios_limit);
         // Warmup straight to Stop (a failure) keeps what was recorded, errors included.
         if was == Phase::Warmup && now == Phase::Measure {
             tally.reset();
@@ -488,13 +507,11 @@ impl<'a> Pacer<'a> {
     /// `--ios` budget of the measured phase is used up.
     #[inline(always)]
     pub fn allowance(&self, want: u32, tally: &Tally) -> u32 {
-        match (self.phase, self.ios_limit) {
-            (Phase::Stop, _) => 0,
-            (Phase::Measure, Some(limit)) => {
-                let left = limit.saturating_sub(tally.submitted);
-                want.min(u32::try_from(left).unwrap_or(u32::MAX))
-            }
-            _ => want,
+        let left = self.submit_cap.saturating_sub(tally.submitted);
+        if left >= u64::from(want) {
+            want
+        } else {
+            left as u32
         }
     }
 
@@ -502,14 +519,7 @@ impl<'a> Pacer<'a> {
     /// flight.
     #[inline(always)]
     pub fn finished(&self, in_flight: u32, tally: &Tally) -> bool {
-        if in_flight > 0 {
-            return false;
-        }
-        match (self.phase, self.ios_limit) {
-            (Phase::Stop, _) => true,
-            (Phase::Measure, Some(limit)) => tally.submitted >= limit,
-            _ => false,
-        }
+        in_flight == 0 && tally.submitted >= self.submit_cap
     }
 
     /// Publishes the running totals for the progress line.

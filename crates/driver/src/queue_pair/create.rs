@@ -138,7 +138,6 @@ impl QueuePair {
             max_transfer: ctrl.max_transfer,
             max_completions: options.max_completions_per_poll.clamp(1, slots as usize),
             plugged: false,
-            defer_cq_head: false,
             clock: EpochClock::new(timeout),
             stats: QueuePairStats::default(),
             deferred: VecDeque::with_capacity(slots as usize),

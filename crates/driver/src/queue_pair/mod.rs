@@ -154,9 +154,6 @@ pub struct QueuePair {
     max_transfer: usize,
     max_completions: usize,
     plugged: bool,
-    /// Set during [`QueuePair::poll_deferred`]: reaping leaves the CQ head doorbell to the
-    /// next [`QueuePair::ring`] (or poll).
-    defer_cq_head: bool,
     /// Stamps commands and ages them (the shared clock of `nvme_core`).
     clock: EpochClock,
     stats: QueuePairStats,

@@ -29,7 +29,7 @@ impl QueuePair {
     pub fn poll<F: FnMut(Completion)>(&mut self, f: F) -> usize {
         // A head an earlier `poll_deferred` left unwritten is written now.
         self.publish_cq_head();
-        self.poll_inner(f)
+        self.poll_inner::<false, F>(f)
     }
 
     /// As [`QueuePair::poll`], but the CQ head doorbell is not written here: the next
@@ -41,10 +41,7 @@ impl QueuePair {
     /// doorbell, which writes the head first.
     #[inline]
     pub fn poll_deferred<F: FnMut(Completion)>(&mut self, f: F) -> usize {
-        self.defer_cq_head = true;
-        let done = self.poll_inner(f);
-        self.defer_cq_head = false;
-        done
+        self.poll_inner::<true, F>(f)
     }
 
     /// Writes the CQ head doorbell if the head moved since the last write.
@@ -57,7 +54,7 @@ impl QueuePair {
     }
 
     #[inline(always)]
-    fn poll_inner<F: FnMut(Completion)>(&mut self, mut f: F) -> usize {
+    fn poll_inner<const DEFER_CQ_HEAD: bool, F: FnMut(Completion)>(&mut self, mut f: F) -> usize {
         self.stats.polls += 1;
         if self.ctrl.state() != self.ctrl_state {
             self.poll_state_changed();
@@ -67,7 +64,7 @@ impl QueuePair {
             f(c);
             done += 1;
         }
-        let reaped = self.reap(&mut f);
+        let reaped = self.reap::<DEFER_CQ_HEAD, F>(&mut f);
         done += reaped;
         if reaped > 0 && !self.queued.is_empty() {
             self.drain_queued();
@@ -96,8 +93,13 @@ impl QueuePair {
         done
     }
 
+    /// With `DEFER_CQ_HEAD`, the CQ head doorbell is left to the next ring or poll
+    /// ([`QueuePair::poll_deferred`]).
     #[inline(always)]
-    pub(super) fn reap<F: FnMut(Completion)>(&mut self, f: &mut F) -> usize {
+    pub(super) fn reap<const DEFER_CQ_HEAD: bool, F: FnMut(Completion)>(
+        &mut self,
+        f: &mut F,
+    ) -> usize {
         // An empty queue (most polls of a QD1 loop) leaves before anything else: the loop's
         // setup below (what the compiler hoists out of it for an inlined callback) is not paid
         // by a poll that finds nothing.
@@ -171,7 +173,7 @@ impl QueuePair {
         }
         if consumed > 0 {
             self.stats.completions_reaped += consumed as u64;
-            if !self.defer_cq_head {
+            if !DEFER_CQ_HEAD {
                 self.publish_cq_head();
             }
         }

@@ -33,7 +33,7 @@ impl QueuePair {
                 }
             }
             let mut sink = |c: Completion| deferred.push_back(c);
-            let n = self.reap(&mut sink);
+            let n = self.reap::<false, _>(&mut sink);
             if n == 0 {
                 self.stats.idle_polls += 1;
                 if self.stats.idle_polls % IDLE_POLLS_PER_CLOCK_CHECK == 0 {
