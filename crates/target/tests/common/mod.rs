@@ -21,10 +21,12 @@ pub const HOSTNQN: &str = "nqn.2026-01.io.example:host-allowed";
 pub const NS1_BLOCKS: u64 = 2048;
 pub const NS2_BLOCKS: u64 = 8192;
 
+/// Fields drop in order: the target (its threads and queue pairs), the driver's controller
+/// (a normal shutdown), then the emulator.
 pub struct Rig {
-    pub sim: SimController,
-    pub backend: Arc<AnyController>,
     pub target: Target<AnyController>,
+    pub backend: Arc<AnyController>,
+    pub sim: SimController,
 }
 
 pub fn sim_config() -> SimConfig {
@@ -79,9 +81,9 @@ pub fn start(allowed: Option<Vec<String>>, tune: impl FnOnce(&mut TargetConfig))
     )
     .expect("target starts");
     Rig {
-        sim,
-        backend,
         target,
+        backend,
+        sim,
     }
 }
 
