@@ -132,7 +132,7 @@ pub(crate) fn identify_namespace<B>(
     let Some(ns) = sub.namespace(nsid) else {
         return Ok([0; IDENTIFY_DATA_SIZE]);
     };
-    let mut id = ns.identify().clone();
+    let mut id = *ns.identify();
     id.nmic = 0;
     id.anagrpid = 0;
     id.nguid = nguid(sub, nsid);

@@ -52,18 +52,15 @@ impl Registry {
         for _ in 0..MAX_CNTLID {
             t.next = if t.next >= MAX_CNTLID { 1 } else { t.next + 1 };
             let id = t.next;
-            if !t.assocs.contains_key(&id) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = t.assocs.entry(id) {
                 let alive = Arc::new(AtomicBool::new(true));
-                t.assocs.insert(
-                    id,
-                    Assoc {
-                        subsys,
-                        hostnqn,
-                        alive: alive.clone(),
-                        io_queues: 0,
-                        connected: Vec::new(),
-                    },
-                );
+                slot.insert(Assoc {
+                    subsys,
+                    hostnqn,
+                    alive: alive.clone(),
+                    io_queues: 0,
+                    connected: Vec::new(),
+                });
                 return Some((id, alive));
             }
         }

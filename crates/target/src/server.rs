@@ -39,7 +39,7 @@ pub(crate) struct Subsystem<B> {
 impl<B> Subsystem<B> {
     /// Whether host `hostnqn` may connect (NVMe Base 2.0 §6.3: Connect Invalid Host).
     pub fn allows(&self, hostnqn: &[u8; NQN_FIELD_SIZE]) -> bool {
-        self.allowed.as_ref().is_none_or(|l| l.contains(hostnqn))
+        self.allowed.as_ref().map_or(true, |l| l.contains(hostnqn))
     }
 
     /// The namespace the subsystem calls `nsid`.

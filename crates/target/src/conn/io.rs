@@ -86,7 +86,7 @@ impl<B: Backend> Conn<B> {
         let sqe = &s.sqe;
         let range = || {
             let (lba, blocks) = (command::slba(sqe), command::nlb(sqe));
-            if lba.checked_add(u64::from(blocks)).is_none_or(|end| end > ns.blocks()) {
+            if lba.checked_add(u64::from(blocks)).map_or(true, |end| end > ns.blocks()) {
                 return Err(err(generic::LBA_OUT_OF_RANGE));
             }
             Ok((lba, blocks))
@@ -173,7 +173,7 @@ impl<B: Backend> Conn<B> {
                         break;
                     };
                     let r = DsmRange::from_bytes(&raw);
-                    if r.slba.checked_add(u64::from(r.nlb)).is_none_or(|e| e > ns.blocks()) {
+                    if r.slba.checked_add(u64::from(r.nlb)).map_or(true, |e| e > ns.blocks()) {
                         self.slots[usize::from(slot)].buf = buf;
                         return self.respond(slot, err(generic::LBA_OUT_OF_RANGE), 0, 0);
                     }
