@@ -6,67 +6,13 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
 
+use common::raw::{connect_capsule, raw};
 use common::*;
 use nvme_core::{IoQueue, QueuePairOptions, WriteFlags};
-use nvme_spec::fabrics::{self, ConnectData};
-use nvme_spec::tcp::{self, dgst, pdu_type, CommonHeader, Digests, IcReq};
+use nvme_spec::fabrics;
+use nvme_spec::tcp::{self, dgst, pdu_type, Digests};
 use proptest::prelude::*;
-
-fn icreq(digests: u8) -> Vec<u8> {
-    IcReq {
-        ch: CommonHeader {
-            pdu_type: pdu_type::IC_REQ,
-            flags: 0,
-            hlen: tcp::IC_HLEN,
-            pdo: 0,
-            plen: u32::from(tcp::IC_HLEN),
-        },
-        pfv: tcp::PFV_1_0,
-        hpda: 0,
-        dgst: digests,
-        maxr2t: 0,
-        rsvd: [0; 112],
-    }
-    .to_bytes()
-    .to_vec()
-}
-
-/// A raw connection past ICReq/ICResp.
-fn raw(rig: &Rig, digests: u8) -> TcpStream {
-    let mut s = TcpStream::connect(rig.target.local_addr()).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(&icreq(digests)).unwrap();
-    let mut resp = [0u8; 128];
-    s.read_exact(&mut resp).unwrap();
-    assert_eq!(resp[0], pdu_type::IC_RESP);
-    s
-}
-
-/// An admin Connect capsule with its data in the capsule.
-fn connect_capsule(digests: Digests) -> Vec<u8> {
-    let mut sqe = fabrics::connect(0, 32, 0, 0);
-    sqe.set_sgl(tcp::sgl::IN_CAPSULE_DATA, 0, ConnectData::SIZE as u32);
-    let data = ConnectData::new(
-        [1; 16],
-        fabrics::CNTLID_DYNAMIC,
-        fabrics::nqn_field(SUBNQN).unwrap(),
-        fabrics::nqn_field(HOSTNQN).unwrap(),
-    )
-    .to_bytes();
-    let mut header = tcp::CapsuleCmd {
-        ch: CommonHeader {
-            pdu_type: pdu_type::CAPSULE_CMD,
-            ..Default::default()
-        },
-        sqe,
-    }
-    .to_bytes();
-    let mut out = Vec::new();
-    tcp::frame_pdu(&mut out, &mut header, Some(&data), digests, 4);
-    out
-}
 
 /// Reads until the target closes; the PDU types seen.
 fn until_closed(s: &mut TcpStream) -> Vec<u8> {

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // not every test binary uses every helper
 
+pub mod raw;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
