@@ -127,7 +127,10 @@ pub(crate) fn check_subsystem<B>(s: &SubsystemConfig<B>) -> Result<(), TargetErr
     let mut seen = Vec::new();
     for ns in &s.namespaces {
         if ns.nsid == 0 || ns.nsid == u32::MAX || seen.contains(&ns.nsid) {
-            return bad(format!("subsystem {}: namespace id {} twice or invalid", s.nqn, ns.nsid));
+            return bad(format!(
+                "subsystem {}: namespace id {} twice or invalid",
+                s.nqn, ns.nsid
+            ));
         }
         seen.push(ns.nsid);
     }

@@ -148,7 +148,9 @@ pub(crate) fn namespace_descriptors<B>(
     if sub.namespace(nsid).is_none() {
         return Err(err(generic::INVALID_NAMESPACE_OR_FORMAT));
     }
-    Ok(NsIdDescriptor::encode_list(&[NsIdDescriptor::Nguid(nguid(sub, nsid))]))
+    Ok(NsIdDescriptor::encode_list(&[NsIdDescriptor::Nguid(
+        nguid(sub, nsid),
+    )]))
 }
 
 /// The Error Information log (one entry, unused: no error is logged by the target).
@@ -176,7 +178,11 @@ pub(crate) fn discovery_log<B: Backend>(
     local: Option<SocketAddr>,
 ) -> Vec<u8> {
     let addr = local.unwrap_or(shared.local);
-    let family = if addr.is_ipv4() { adrfam::IPV4 } else { adrfam::IPV6 };
+    let family = if addr.is_ipv4() {
+        adrfam::IPV4
+    } else {
+        adrfam::IPV6
+    };
     let entries: Vec<DiscoveryLogEntry> = shared
         .subsystems
         .iter()

@@ -47,7 +47,11 @@ impl Registry {
     }
 
     /// A new association; its controller id, or `None` when every id is taken.
-    pub fn create(&self, subsys: Option<usize>, hostnqn: [u8; NQN_FIELD_SIZE]) -> Option<(u16, Arc<AtomicBool>)> {
+    pub fn create(
+        &self,
+        subsys: Option<usize>,
+        hostnqn: [u8; NQN_FIELD_SIZE],
+    ) -> Option<(u16, Arc<AtomicBool>)> {
         let mut t = self.table();
         for _ in 0..MAX_CNTLID {
             t.next = if t.next >= MAX_CNTLID { 1 } else { t.next + 1 };

@@ -121,7 +121,12 @@ fn resolve<B: Backend>(
         namespaces.push((e.nsid, ns));
     }
     namespaces.sort_by_key(|(id, _)| *id);
-    let max_io = pow2_pages(config.max_io_bytes.min(s.backend.max_transfer_bytes()).max(PAGE));
+    let max_io = pow2_pages(
+        config
+            .max_io_bytes
+            .min(s.backend.max_transfer_bytes())
+            .max(PAGE),
+    );
     let nqn_field = fabrics::nqn_field(&s.nqn).expect("checked");
     let allowed = s.allowed_hosts.as_ref().map(|l| {
         l.iter()
@@ -158,10 +163,12 @@ impl<B: Backend> Target<B> {
             addr: config.listen,
             source,
         })?;
-        let local = listener.local_addr().map_err(|source| TargetError::Listen {
-            addr: config.listen,
-            source,
-        })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| TargetError::Listen {
+                addr: config.listen,
+                source,
+            })?;
         listener
             .set_nonblocking(true)
             .map_err(|source| TargetError::Listen {

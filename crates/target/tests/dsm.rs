@@ -18,15 +18,28 @@ fn deallocate_ranges_through_the_target() {
     let rig = start(None, |_| {});
     // Admin queue: Connect, Number of Queues.
     let mut admin = raw(&rig, 0);
-    admin.write_all(&capsule(fabrics::connect(0, 32, 0, 0), 1, Some(&connect_data(fabrics::CNTLID_DYNAMIC)))).unwrap();
+    admin
+        .write_all(&capsule(
+            fabrics::connect(0, 32, 0, 0),
+            1,
+            Some(&connect_data(fabrics::CNTLID_DYNAMIC)),
+        ))
+        .unwrap();
     let r = response(&mut admin);
     assert!(r.cqe.status().is_success());
     let cntlid = fabrics::connect_cntlid(r.cqe.dw0);
-    admin.write_all(&capsule(command::set_number_of_queues(1, 1), 2, None)).unwrap();
+    admin
+        .write_all(&capsule(command::set_number_of_queues(1, 1), 2, None))
+        .unwrap();
     assert!(response(&mut admin).cqe.status().is_success());
     // I/O queue 1.
     let mut io = raw(&rig, 0);
-    io.write_all(&capsule(fabrics::connect(1, 32, 0, 0), 1, Some(&connect_data(cntlid)))).unwrap();
+    io.write_all(&capsule(
+        fabrics::connect(1, 32, 0, 0),
+        1,
+        Some(&connect_data(cntlid)),
+    ))
+    .unwrap();
     assert!(response(&mut io).cqe.status().is_success());
 
     let bs = 4096u64;
@@ -44,7 +57,10 @@ fn deallocate_ranges_through_the_target() {
     for i in 0..64 {
         let zero = (8..12).contains(&i) || (20..22).contains(&i);
         if zero {
-            assert!(disk[blk(i)].iter().all(|&b| b == 0), "block {i} not deallocated");
+            assert!(
+                disk[blk(i)].iter().all(|&b| b == 0),
+                "block {i} not deallocated"
+            );
         } else {
             assert!(disk[blk(i)] == want[blk(i)], "block {i} changed");
         }
@@ -52,7 +68,12 @@ fn deallocate_ranges_through_the_target() {
 
     // A range past the end of the namespace.
     let bad = DsmRange::new(NS1_BLOCKS - 1, 2).to_bytes();
-    io.write_all(&capsule(command::dataset_management(1, 1, true), 8, Some(&bad))).unwrap();
+    io.write_all(&capsule(
+        command::dataset_management(1, 1, true),
+        8,
+        Some(&bad),
+    ))
+    .unwrap();
     let r = response(&mut io);
     assert_eq!(r.cqe.status().sc(), generic::LBA_OUT_OF_RANGE);
 }

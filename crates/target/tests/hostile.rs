@@ -50,7 +50,9 @@ fn a_malformed_pdu_ends_that_connection_only() {
     let rig = start(None, |_| {});
     let healthy = rig.connect(options()).unwrap();
     let ns = healthy.namespace(1).unwrap();
-    let mut qp = healthy.create_queue_pair(QueuePairOptions::default()).unwrap();
+    let mut qp = healthy
+        .create_queue_pair(QueuePairOptions::default())
+        .unwrap();
     let data = pattern(4096, 11);
     let mut buf = healthy.alloc_buffer(4096).unwrap();
     buf[..4096].copy_from_slice(&data);
@@ -60,12 +62,18 @@ fn a_malformed_pdu_ends_that_connection_only() {
     // An unknown PDU type.
     bad.write_all(&[0x7E, 0, 8, 0, 8, 0, 0, 0]).unwrap();
     let seen = until_closed(&mut bad);
-    assert_eq!(seen, vec![pdu_type::C2H_TERM_REQ], "a termination request, then EOF");
+    assert_eq!(
+        seen,
+        vec![pdu_type::C2H_TERM_REQ],
+        "a termination request, then EOF"
+    );
     assert_eq!(rig.target.stats().protocol_errors, 1);
 
     let mut buf = buf;
     buf.fill(0);
-    let buf = qp.read(&ns, 9, 1, buf).expect("the other host's queue still works");
+    let buf = qp
+        .read(&ns, 9, 1, buf)
+        .expect("the other host's queue still works");
     assert!(buf[..4096] == data[..]);
 }
 
@@ -96,7 +104,10 @@ fn a_bad_data_digest_ends_that_connection_only() {
     pdu[last] ^= 0x80;
     bad.write_all(&pdu).unwrap();
     let seen = until_closed(&mut bad);
-    assert!(!seen.contains(&pdu_type::CAPSULE_RESP), "not connected: {seen:?}");
+    assert!(
+        !seen.contains(&pdu_type::CAPSULE_RESP),
+        "not connected: {seen:?}"
+    );
     healthy_io(&rig, 5, 13);
 }
 

@@ -21,12 +21,17 @@ fn round_trip(rig: &Rig, options: TcpOptions, nsid: u32, lba: u64, blocks: u32, 
     let data = pattern(bytes, seed);
     let mut buf = c.alloc_buffer(bytes).unwrap();
     buf[..bytes].copy_from_slice(&data);
-    let mut buf = qp.write(&ns, lba, blocks, buf, WriteFlags::NONE).expect("write");
+    let mut buf = qp
+        .write(&ns, lba, blocks, buf, WriteFlags::NONE)
+        .expect("write");
     buf.fill(0);
     let buf = qp.read(&ns, lba, blocks, buf).expect("read");
     assert!(buf[..bytes] == data[..], "read back differs");
     let offset = lba * u64::from(ns.block_size());
-    assert!(rig.sim.read_disk(nsid, offset, bytes) == data, "medium differs");
+    assert!(
+        rig.sim.read_disk(nsid, offset, bytes) == data,
+        "medium differs"
+    );
 }
 
 #[test]
@@ -40,8 +45,14 @@ fn connect_and_identify() {
     assert_ne!(id.maxcmd, 0);
     let nss = c.namespaces();
     assert_eq!(nss.len(), 2);
-    assert_eq!((nss[0].nsid(), nss[0].block_size(), nss[0].blocks()), (1, 4096, NS1_BLOCKS));
-    assert_eq!((nss[1].nsid(), nss[1].block_size(), nss[1].blocks()), (2, 512, NS2_BLOCKS));
+    assert_eq!(
+        (nss[0].nsid(), nss[0].block_size(), nss[0].blocks()),
+        (1, 4096, NS1_BLOCKS)
+    );
+    assert_eq!(
+        (nss[1].nsid(), nss[1].block_size(), nss[1].blocks()),
+        (2, 512, NS2_BLOCKS)
+    );
     assert_eq!(c.io_queue_pairs(), 2);
     // MDTS matches the target's limit (128 KiB by default).
     assert_eq!(c.max_transfer_bytes(), 128 << 10);
@@ -99,7 +110,11 @@ fn flush_and_write_zeroes() {
     assert!(buf[..2 * 4096] == data[..2 * 4096]);
     assert!(buf[2 * 4096..4 * 4096].iter().all(|&b| b == 0));
     assert!(buf[4 * 4096..8 * 4096] == data[4 * 4096..]);
-    assert!(rig.sim.read_disk(1, 42 * 4096, 2 * 4096).iter().all(|&b| b == 0));
+    assert!(rig
+        .sim
+        .read_disk(1, 42 * 4096, 2 * 4096)
+        .iter()
+        .all(|&b| b == 0));
 }
 
 #[test]
@@ -110,7 +125,8 @@ fn out_of_range_is_lba_out_of_range() {
     let mut qp = c.create_queue_pair(QueuePairOptions::default()).unwrap();
     // The initiator checks ranges itself; Write Zeroes of the last block plus one is refused
     // before it is sent, so check the last block works.
-    qp.write_zeroes(&ns, NS1_BLOCKS - 1, 1, false).expect("last block");
+    qp.write_zeroes(&ns, NS1_BLOCKS - 1, 1, false)
+        .expect("last block");
     assert!(qp.write_zeroes(&ns, NS1_BLOCKS, 1, false).is_err());
 }
 
@@ -120,7 +136,10 @@ fn many_commands_in_flight_on_two_queues() {
     let c = rig.connect(options()).unwrap();
     let ns = c.namespace(2).unwrap();
     let mut qps: Vec<_> = (0..2)
-        .map(|_| c.create_queue_pair(QueuePairOptions::default().depth(64)).unwrap())
+        .map(|_| {
+            c.create_queue_pair(QueuePairOptions::default().depth(64))
+                .unwrap()
+        })
         .collect();
     let per = 48u64;
     for (q, qp) in qps.iter_mut().enumerate() {
@@ -128,7 +147,8 @@ fn many_commands_in_flight_on_two_queues() {
             let lba = (q as u64 * per + i) * 8;
             let mut buf = c.alloc_buffer(4096).unwrap();
             buf[..4096].copy_from_slice(&pattern(4096, lba));
-            qp.submit_write(&ns, lba, 8, buf, WriteFlags::NONE, lba).unwrap();
+            qp.submit_write(&ns, lba, 8, buf, WriteFlags::NONE, lba)
+                .unwrap();
         }
     }
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -196,7 +216,9 @@ fn discovery_lists_the_subsystem_for_allowed_hosts() {
         hostnqn: Some("nqn.2026-01.io.example:someone-else".into()),
         ..options()
     };
-    assert!(nvme_tcp::discover(&trid, other).expect("discovery").is_empty());
+    assert!(nvme_tcp::discover(&trid, other)
+        .expect("discovery")
+        .is_empty());
 }
 
 #[test]
@@ -214,5 +236,8 @@ fn keep_alive_expiry_ends_the_association() {
     std::thread::sleep(Duration::from_millis(2000));
     assert_eq!(rig.target.stats().kato_expiries, 1);
     assert_eq!(rig.target.stats().associations, 0);
-    assert!(qp.write_zeroes(&ns, 0, 1, false).is_err(), "the association is gone");
+    assert!(
+        qp.write_zeroes(&ns, 0, 1, false).is_err(),
+        "the association is gone"
+    );
 }

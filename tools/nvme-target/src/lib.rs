@@ -19,7 +19,9 @@ use std::time::Duration;
 use clap::Parser;
 use nvme_driver::ControllerOptions;
 use nvme_target::{ExportedNamespace, SubsystemConfig, Target, TargetConfig, TargetError};
-use nvme_tool_support::{parse_target, AnyController, Target as Device, TargetError as DeviceError};
+use nvme_tool_support::{
+    parse_target, AnyController, Target as Device, TargetError as DeviceError,
+};
 
 /// How often the main thread looks for a stop signal.
 const SIGNAL_POLL: Duration = Duration::from_millis(100);
@@ -27,7 +29,11 @@ const SIGNAL_POLL: Duration = Duration::from_millis(100);
 const DEFAULT_SERIAL: &str = "NVMETGT0001";
 
 #[derive(Parser, Debug)]
-#[command(name = "nvme-target", version, about = "Serve namespaces of a local NVMe controller over NVMe/TCP")]
+#[command(
+    name = "nvme-target",
+    version,
+    about = "Serve namespaces of a local NVMe controller over NVMe/TCP"
+)]
 pub struct Cli {
     /// The controller: PCI address (0000:00:04.0), PCIe transport id, or `sim` (emulator builds).
     device: String,

@@ -32,7 +32,10 @@ fn serves_sim_and_stops_on_sigterm() {
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
-    assert!(line.contains("serving nqn.2026-01.io.example:tool (2 namespace(s)"), "{line}");
+    assert!(
+        line.contains("serving nqn.2026-01.io.example:tool (2 namespace(s)"),
+        "{line}"
+    );
 
     let trid = TransportId::parse(&format!(
         "trtype:TCP traddr:127.0.0.1 trsvcid:{port} subnqn:nqn.2026-01.io.example:tool hostnqn:nqn.2026-01.io.example:h1"

@@ -126,10 +126,12 @@ impl<B: Backend> Conn<B> {
             (Some(sub), c) if c == Cns::ActiveNamespaceList as u32 => {
                 Some(pages::active_namespaces(sub, sqe.nsid))
             }
-            (Some(sub), c) if c == Cns::Namespace as u32 => match pages::identify_namespace(sub, sqe.nsid) {
-                Ok(p) => Some(p),
-                Err(st) => return self.respond(slot, st, 0, 0),
-            },
+            (Some(sub), c) if c == Cns::Namespace as u32 => {
+                match pages::identify_namespace(sub, sqe.nsid) {
+                    Ok(p) => Some(p),
+                    Err(st) => return self.respond(slot, st, 0, 0),
+                }
+            }
             (Some(sub), c) if c == Cns::NamespaceIdDescriptors as u32 => {
                 match pages::namespace_descriptors(sub, sqe.nsid) {
                     Ok(p) => Some(p),
@@ -153,7 +155,11 @@ impl<B: Backend> Conn<B> {
             (None, fabrics::DISCOVERY_LOG_LID) => {
                 // The host NQN of this association filters the entries.
                 let host = shared.registry.host(self.admin_mut().cntlid);
-                Some(pages::discovery_log(&shared, host.as_ref(), self.stream.local_addr().ok()))
+                Some(pages::discovery_log(
+                    &shared,
+                    host.as_ref(),
+                    self.stream.local_addr().ok(),
+                ))
             }
             (Some(_), log_page::ERROR_INFORMATION) => Some(pages::error_log()),
             (Some(sub), log_page::SMART_HEALTH) => Some(pages::smart_log(sub)),

@@ -44,7 +44,13 @@ impl<B: Backend> Conn<B> {
             return self.close_after_send(format!("ICReq PFV {} HPDA {}", req.pfv, req.hpda));
         }
         let dg = req.dgst & (dgst::HEADER | dgst::DATA);
-        let maxh2cdata = self.s.subsystems.iter().map(|s| s.max_io).min().unwrap_or(super::ADMIN_IN_CAPSULE);
+        let maxh2cdata = self
+            .s
+            .subsystems
+            .iter()
+            .map(|s| s.max_io)
+            .min()
+            .unwrap_or(super::ADMIN_IN_CAPSULE);
         let resp = IcResp {
             ch: CommonHeader {
                 pdu_type: pdu_type::IC_RESP,
@@ -104,17 +110,30 @@ impl<B: Backend> Conn<B> {
             .and_then(|b| b.get(..ConnectData::SIZE))
             .and_then(|b| b.try_into().ok());
         let Some(data) = data else {
-            return self.refuse_connect(slot, fabrics::status::CONNECT_INVALID_PARAMETERS, 0, "Connect without its 1024-byte data".into());
+            return self.refuse_connect(
+                slot,
+                fabrics::status::CONNECT_INVALID_PARAMETERS,
+                0,
+                "Connect without its 1024-byte data".into(),
+            );
         };
         if sqe.cdw10 as u16 != fabrics::CONNECT_RECFMT {
-            return self.refuse_connect(slot, fabrics::status::INCOMPATIBLE_FORMAT, 0, "Connect record format".into());
+            return self.refuse_connect(
+                slot,
+                fabrics::status::INCOMPATIBLE_FORMAT,
+                0,
+                "Connect record format".into(),
+            );
         }
         let cd = ConnectData::from_bytes(&data);
         let qid = fabrics::connect_qid(&sqe);
         let entries = fabrics::connect_entries(&sqe);
         let discovery = fabrics::nqn_field(fabrics::DISCOVERY_NQN).expect("fits") == cd.subnqn;
         let shared = self.s.clone();
-        let subsys = shared.subsystems.iter().position(|s| s.nqn_field == cd.subnqn);
+        let subsys = shared
+            .subsystems
+            .iter()
+            .position(|s| s.nqn_field == cd.subnqn);
         let host = fabrics::field_text(&cd.hostnqn);
         if !discovery && subsys.is_none() {
             return self.refuse_connect(
@@ -154,7 +173,12 @@ impl<B: Backend> Conn<B> {
                 );
             }
             let Some((cntlid, _alive)) = shared.registry.create(subsys, cd.hostnqn) else {
-                return self.refuse_connect(slot, fabrics::status::CONTROLLER_BUSY, 0, "no controller id left".into());
+                return self.refuse_connect(
+                    slot,
+                    fabrics::status::CONTROLLER_BUSY,
+                    0,
+                    "no controller id left".into(),
+                );
             };
             let kato_ms = fabrics::connect_kato_ms(&sqe);
             self.role = Role::Admin(AdminState::new(cntlid, subsys, kato_ms, Instant::now()));
@@ -169,7 +193,12 @@ impl<B: Backend> Conn<B> {
             return self.respond(slot, Status::SUCCESS, u32::from(cntlid), 0);
         }
         let Some(i) = subsys else {
-            return self.refuse_connect(slot, fabrics::status::CONNECT_INVALID_PARAMETERS, u32::from(fabrics::CONNECT_QID_OFFSET), "I/O queue on the discovery subsystem".into());
+            return self.refuse_connect(
+                slot,
+                fabrics::status::CONNECT_INVALID_PARAMETERS,
+                u32::from(fabrics::CONNECT_QID_OFFSET),
+                "I/O queue on the discovery subsystem".into(),
+            );
         };
         let alive = match shared.registry.join(cd.cntlid, i, &cd.hostnqn, qid) {
             Ok(a) => a,
@@ -232,9 +261,7 @@ impl<B: Backend> Conn<B> {
             regs::VS => u64::from(VERSION.0),
             regs::CC => u64::from(a.cc.0),
             regs::CSTS => u64::from(csts_of(a.cc, a.shst).0),
-            _ => {
-                return self.respond(slot, err(generic::INVALID_FIELD), 0, 0)
-            }
+            _ => return self.respond(slot, err(generic::INVALID_FIELD), 0, 0),
         };
         self.respond(slot, Status::SUCCESS, v as u32, (v >> 32) as u32);
     }

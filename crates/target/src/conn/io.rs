@@ -39,7 +39,13 @@ pub(crate) struct IoState<B: Backend> {
 }
 
 impl<B: Backend> IoState<B> {
-    pub fn new(cntlid: u16, subsys: usize, alive: Arc<AtomicBool>, queue: B::Queue, entries: usize) -> Self {
+    pub fn new(
+        cntlid: u16,
+        subsys: usize,
+        alive: Arc<AtomicBool>,
+        queue: B::Queue,
+        entries: usize,
+    ) -> Self {
         Self {
             cntlid,
             subsys,
@@ -62,11 +68,24 @@ impl<B: Backend> IoState<B> {
 
 /// What a checked I/O command is.
 enum Op {
-    Read { lba: u64, blocks: u32 },
-    Write { lba: u64, blocks: u32, fua: bool },
+    Read {
+        lba: u64,
+        blocks: u32,
+    },
+    Write {
+        lba: u64,
+        blocks: u32,
+        fua: bool,
+    },
     Flush,
-    WriteZeroes { lba: u64, blocks: u32, deallocate: bool },
-    Deallocate { ranges: usize },
+    WriteZeroes {
+        lba: u64,
+        blocks: u32,
+        deallocate: bool,
+    },
+    Deallocate {
+        ranges: usize,
+    },
     /// Done without the backend (a Dataset Management without the deallocate attribute).
     Nothing,
 }
@@ -86,7 +105,10 @@ impl<B: Backend> Conn<B> {
         let sqe = &s.sqe;
         let range = || {
             let (lba, blocks) = (command::slba(sqe), command::nlb(sqe));
-            if lba.checked_add(u64::from(blocks)).map_or(true, |end| end > ns.blocks()) {
+            if lba
+                .checked_add(u64::from(blocks))
+                .map_or(true, |end| end > ns.blocks())
+            {
                 return Err(err(generic::LBA_OUT_OF_RANGE));
             }
             Ok((lba, blocks))
@@ -173,7 +195,10 @@ impl<B: Backend> Conn<B> {
                         break;
                     };
                     let r = DsmRange::from_bytes(&raw);
-                    if r.slba.checked_add(u64::from(r.nlb)).map_or(true, |e| e > ns.blocks()) {
+                    if r.slba
+                        .checked_add(u64::from(r.nlb))
+                        .map_or(true, |e| e > ns.blocks())
+                    {
                         self.slots[usize::from(slot)].buf = buf;
                         return self.respond(slot, err(generic::LBA_OUT_OF_RANGE), 0, 0);
                     }
@@ -193,17 +218,30 @@ impl<B: Backend> Conn<B> {
         let r: Result<(), IoFailure> = match op {
             Op::Read { lba, blocks, .. } => io.queue.submit(ns, Read::new(lba, blocks), buf, user),
             Op::Write { lba, blocks, fua } => {
-                let flags = if fua { WriteFlags::FUA } else { WriteFlags::NONE };
-                io.queue.submit(ns, Write::new(lba, blocks).flags(flags), buf, user)
+                let flags = if fua {
+                    WriteFlags::FUA
+                } else {
+                    WriteFlags::NONE
+                };
+                io.queue
+                    .submit(ns, Write::new(lba, blocks).flags(flags), buf, user)
             }
-            Op::Flush => io.queue.submit(ns, Flush, None, user).map_err(|f| keep(f, buf)),
+            Op::Flush => io
+                .queue
+                .submit(ns, Flush, None, user)
+                .map_err(|f| keep(f, buf)),
             Op::WriteZeroes {
                 lba,
                 blocks,
                 deallocate,
             } => io
                 .queue
-                .submit(ns, WriteZeroes::new(lba, blocks).with_deallocate(deallocate), None, user)
+                .submit(
+                    ns,
+                    WriteZeroes::new(lba, blocks).with_deallocate(deallocate),
+                    None,
+                    user,
+                )
                 .map_err(|f| keep(f, buf)),
             Op::Deallocate { .. } => {
                 // The range list stays in the slot's buffer until the response is sent.
@@ -234,7 +272,8 @@ impl<B: Backend> Conn<B> {
             return false;
         };
         let mut done = std::mem::take(&mut io.done);
-        io.queue.poll(|c| done.push((c.user_data as u16, c.result, c.buffer)));
+        io.queue
+            .poll(|c| done.push((c.user_data as u16, c.result, c.buffer)));
         let progress = !done.is_empty();
         for (slot, result, buf) in done.drain(..) {
             self.complete(slot, result, buf);
@@ -246,7 +285,9 @@ impl<B: Backend> Conn<B> {
         let n = io.waiting.len();
         for _ in 0..n {
             let Role::Io(io) = &mut self.role else { break };
-            let Some(slot) = io.waiting.pop_front() else { break };
+            let Some(slot) = io.waiting.pop_front() else {
+                break;
+            };
             self.io_submit(slot);
         }
         progress

@@ -135,7 +135,10 @@ impl<B: Backend> Conn<B> {
             .peer_addr()
             .map_or_else(|_| "?".into(), |a| a.to_string());
         let mut c = Self {
-            rx: Rx::new(tcp::pda_align(CPDA), (ADMIN_IN_CAPSULE + PDU_OVERHEAD) as u32),
+            rx: Rx::new(
+                tcp::pda_align(CPDA),
+                (ADMIN_IN_CAPSULE + PDU_OVERHEAD) as u32,
+            ),
             tx: Tx::default(),
             slots: Vec::new(),
             free: Vec::new(),
@@ -201,7 +204,11 @@ impl<B: Backend> Conn<B> {
             return;
         }
         self.closed = true;
-        log::info!("nvme-target: {} (queue {}): closing: {why}", self.peer, self.qid);
+        log::info!(
+            "nvme-target: {} (queue {}): closing: {why}",
+            self.peer,
+            self.qid
+        );
         let _ = self.stream.shutdown(Shutdown::Both);
         match &mut self.role {
             Role::Admin(a) => self.s.registry.end(a.cntlid),
@@ -273,7 +280,10 @@ impl<B: Backend> Conn<B> {
         match &self.role {
             Role::Admin(a) if a.expired(now) => {
                 self.s.stats.kato_expiries.fetch_add(1, Ordering::Relaxed);
-                let why = format!("Keep Alive timer expired ({:?})", a.kato.unwrap_or_default());
+                let why = format!(
+                    "Keep Alive timer expired ({:?})",
+                    a.kato.unwrap_or_default()
+                );
                 log::warn!("nvme-target: {}: {why}", self.peer);
                 self.close_after_send(why);
             }
@@ -340,7 +350,9 @@ impl<B: Backend> Conn<B> {
         match ch.pdu_type {
             pdu_type::CAPSULE_CMD => self.capsule(data_len),
             pdu_type::H2C_DATA => self.h2c_data(ch, data_len),
-            pdu_type::H2C_TERM_REQ => self.close_after_send("the host terminated the connection".into()),
+            pdu_type::H2C_TERM_REQ => {
+                self.close_after_send("the host terminated the connection".into())
+            }
             t => self.fatal(
                 tcp::fes::INVALID_HEADER_FIELD,
                 format!("unexpected {} PDU", pdu_type::name(t)),
@@ -373,6 +385,13 @@ impl<B: Backend> Conn<B> {
             s.state = SlotState::Capsule;
         }
         if id != tcp::sgl::IN_CAPSULE_DATA && id != tcp::sgl::TRANSPORT_DATA {
+            if data_len > 0 {
+                // Its data would have no destination.
+                return self.fatal(
+                    tcp::fes::INVALID_HEADER_FIELD,
+                    format!("SGL identifier {id:#04x} with in-capsule data"),
+                );
+            }
             return self.respond(slot, err(generic::SGL_DESCRIPTOR_TYPE_INVALID), 0, 0);
         }
         let in_capsule_max = if self.qid == 0 {
@@ -384,7 +403,9 @@ impl<B: Backend> Conn<B> {
             if id != tcp::sgl::IN_CAPSULE_DATA || data_len != len || len > in_capsule_max {
                 return self.fatal(
                     tcp::fes::DATA_LIMIT_EXCEEDED,
-                    format!("in-capsule data of {data_len} bytes (SGL {len}, at most {in_capsule_max})"),
+                    format!(
+                        "in-capsule data of {data_len} bytes (SGL {len}, at most {in_capsule_max})"
+                    ),
                 );
             }
             if !self.give_buffer(slot) {
@@ -399,7 +420,10 @@ impl<B: Backend> Conn<B> {
             return;
         }
         if id == tcp::sgl::IN_CAPSULE_DATA && len > 0 {
-            return self.fatal(tcp::fes::INVALID_HEADER_FIELD, "in-capsule SGL without data".into());
+            return self.fatal(
+                tcp::fes::INVALID_HEADER_FIELD,
+                "in-capsule SGL without data".into(),
+            );
         }
         // Host-to-controller data comes by R2T (opcode bit 0: data to the controller, NVMe
         // Base 2.0 §3.3.3.1; the Fabrics opcode 7Fh has it set, Connect carries data).
@@ -446,7 +470,8 @@ impl<B: Backend> Conn<B> {
             rsvd: 0,
         };
         let mut h = r2t.to_bytes();
-        self.tx.push_pdu(&mut h, None, self.rx.digests, self.c2h_align);
+        self.tx
+            .push_pdu(&mut h, None, self.rx.digests, self.c2h_align);
     }
 
     /// An H2CData header: checked against its R2T (NVMe/TCP §3.6.2.8), data into the slot.
@@ -465,13 +490,19 @@ impl<B: Backend> Conn<B> {
         if !ok {
             return self.fatal(
                 tcp::fes::DATA_OUT_OF_RANGE,
-                format!("H2CData cccid {:#x} ttag {} offset {} length {data_len} matches no R2T", h.cccid, h.ttag, h.datao),
+                format!(
+                    "H2CData cccid {:#x} ttag {} offset {} length {data_len} matches no R2T",
+                    h.cccid, h.ttag, h.datao
+                ),
             );
         }
         if data_len > self.maxh2cdata {
             return self.fatal(
                 tcp::fes::DATA_LIMIT_EXCEEDED,
-                format!("H2CData of {data_len} bytes, MAXH2CDATA {}", self.maxh2cdata),
+                format!(
+                    "H2CData of {data_len} bytes, MAXH2CDATA {}",
+                    self.maxh2cdata
+                ),
             );
         }
         self.pending = Pending::H2C {
@@ -491,7 +522,10 @@ impl<B: Backend> Conn<B> {
         s.got += len;
         let complete = s.got == s.len;
         if complete != last {
-            return self.fatal(tcp::fes::PDU_SEQUENCE_ERROR, "LAST_PDU does not end the R2T's data".into());
+            return self.fatal(
+                tcp::fes::PDU_SEQUENCE_ERROR,
+                "LAST_PDU does not end the R2T's data".into(),
+            );
         }
         if complete {
             self.execute(slot);
@@ -506,9 +540,7 @@ impl<B: Backend> Conn<B> {
             return self.fabrics(slot);
         }
         match self.role {
-            Role::Unbound => {
-                self.respond(slot, err(generic::COMMAND_SEQUENCE_ERROR), 0, 0)
-            }
+            Role::Unbound => self.respond(slot, err(generic::COMMAND_SEQUENCE_ERROR), 0, 0),
             Role::Admin(_) => self.admin(slot),
             Role::Io(_) => self.io_submit(slot),
         }
@@ -531,12 +563,23 @@ impl<B: Backend> Conn<B> {
             ..Default::default()
         };
         let mut h = CapsuleResp { ch, cqe }.to_bytes();
-        self.tx.push_pdu(&mut h, None, self.rx.digests, self.c2h_align);
+        self.tx
+            .push_pdu(&mut h, None, self.rx.digests, self.c2h_align);
     }
 
     /// The C2HData header of `len` bytes for `slot` (LAST_PDU, and SUCCESS when `success`).
-    fn c2h_header(&self, slot: u16, len: usize, success: bool) -> (PduFrame, [u8; tcp::C2HData::SIZE]) {
-        let frame = PduFrame::new(usize::from(tcp::SHORT_HLEN), Some(len), self.rx.digests, self.c2h_align);
+    fn c2h_header(
+        &self,
+        slot: u16,
+        len: usize,
+        success: bool,
+    ) -> (PduFrame, [u8; tcp::C2HData::SIZE]) {
+        let frame = PduFrame::new(
+            usize::from(tcp::SHORT_HLEN),
+            Some(len),
+            self.rx.digests,
+            self.c2h_align,
+        );
         let f = flags::LAST_PDU | if success { flags::SUCCESS } else { 0 };
         let h = tcp::C2HData {
             ch: frame.header(pdu_type::C2H_DATA, f),
@@ -555,7 +598,8 @@ impl<B: Backend> Conn<B> {
         let len = data.len().min(self.slots[usize::from(slot)].len);
         if len > 0 {
             let (_, mut h) = self.c2h_header(slot, len, false);
-            self.tx.push_pdu(&mut h, Some(&data[..len]), self.rx.digests, self.c2h_align);
+            self.tx
+                .push_pdu(&mut h, Some(&data[..len]), self.rx.digests, self.c2h_align);
         }
         self.respond(slot, Status::SUCCESS, 0, 0);
     }
@@ -565,7 +609,11 @@ impl<B: Backend> Conn<B> {
     fn respond_slot_data(&mut self, slot: u16, len: usize) {
         let shortcut = self.sqfc_disabled;
         let (frame, h) = self.c2h_header(slot, len, shortcut);
-        let Some(data) = self.slots[usize::from(slot)].buf.as_ref().map(|b| &b[..len]) else {
+        let Some(data) = self.slots[usize::from(slot)]
+            .buf
+            .as_ref()
+            .map(|b| &b[..len])
+        else {
             return self.respond(slot, retry(generic::INTERNAL_ERROR), 0, 0);
         };
         self.tx.push_slot_pdu(&frame, &h, slot, 0, data);

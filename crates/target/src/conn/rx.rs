@@ -257,8 +257,12 @@ impl Rx {
                         return Err(RxError::NoBuffer);
                     };
                     while self.dgot < d.len {
-                        self.dgot +=
-                            Self::take(&self.staging, &mut self.start, self.end, &mut buf[self.dgot..]);
+                        self.dgot += Self::take(
+                            &self.staging,
+                            &mut self.start,
+                            self.end,
+                            &mut buf[self.dgot..],
+                        );
                         if self.dgot == d.len {
                             break;
                         }
