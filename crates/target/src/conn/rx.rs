@@ -328,3 +328,148 @@ fn read_some<S: Read>(s: &mut S, buf: &mut [u8]) -> Result<usize, RxError> {
         };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{ErrorKind, Read};
+    use std::sync::Arc;
+
+    use nvme_core::{DmaBuffer, DmaMapper, HostMemory};
+    use nvme_spec::tcp::{self, pdu_type, CommonHeader, Digests};
+    use nvme_spec::SubmissionEntry;
+
+    use super::super::Slot;
+    use super::{DataDst, Event, Rx, RxError};
+
+    /// A socket that hands out `step` bytes per read, with a WouldBlock between reads.
+    struct Trickle {
+        data: Vec<u8>,
+        at: usize,
+        step: usize,
+        block: bool,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.block = !self.block;
+            if self.block {
+                return Err(ErrorKind::WouldBlock.into());
+            }
+            if self.at == self.data.len() {
+                return Ok(0);
+            }
+            let n = self.step.min(buf.len()).min(self.data.len() - self.at);
+            buf[..n].copy_from_slice(&self.data[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    fn capsule(len: usize, digests: Digests) -> (Vec<u8>, Vec<u8>) {
+        let data: Vec<u8> = (0..len).map(|i| (i * 13 + 1) as u8).collect();
+        let mut sqe = SubmissionEntry::new(nvme_spec::opcode::nvm::WRITE);
+        sqe.set_sgl(tcp::sgl::IN_CAPSULE_DATA, 0, len as u32);
+        let mut h = tcp::CapsuleCmd {
+            ch: CommonHeader {
+                pdu_type: pdu_type::CAPSULE_CMD,
+                ..Default::default()
+            },
+            sqe,
+        }
+        .to_bytes();
+        let mut out = Vec::new();
+        tcp::frame_pdu(&mut out, &mut h, Some(&data), digests, 4);
+        (out, data)
+    }
+
+    fn slots(len: usize) -> Vec<Slot> {
+        let mapper: Arc<dyn DmaMapper> = Arc::new(HostMemory::new());
+        let mut s = Slot::free();
+        s.buf = Some(DmaBuffer::allocate(&mapper, len).unwrap());
+        vec![s]
+    }
+
+    /// Runs the receive side over `stream` until it has a header, gives the data slot 0,
+    /// and runs it until the data is in; the PDUs seen.
+    fn receive_all(
+        rx: &mut Rx,
+        stream: &mut Trickle,
+        slots: &mut [Slot],
+    ) -> Result<usize, RxError> {
+        let mut pdus = 0;
+        for _ in 0..1_000_000 {
+            match rx.pump(stream, slots) {
+                Ok(Some(Event::Header { data_len, .. })) if data_len > 0 => {
+                    rx.expect_data(DataDst {
+                        slot: 0,
+                        offset: 0,
+                        len: data_len,
+                    })
+                }
+                Ok(Some(_)) => pdus += 1,
+                Ok(None) => {}
+                Err(RxError::Closed) => return Ok(pdus),
+                Err(e) => return Err(e),
+            }
+        }
+        panic!("no end");
+    }
+
+    #[test]
+    fn pdus_arrive_whole_whatever_the_read_sizes() {
+        for digests in [
+            Digests::default(),
+            Digests {
+                header: true,
+                data: true,
+            },
+        ] {
+            for step in [1, 3, 7, 100, 5000] {
+                let (mut bytes, data) = capsule(6000, digests);
+                let (second, _) = capsule(6000, digests);
+                bytes.extend_from_slice(&second);
+                let mut rx = Rx::new(4, 1 << 20);
+                rx.next_header();
+                rx.digests = digests;
+                let mut slots = slots(6000);
+                let mut s = Trickle {
+                    data: bytes,
+                    at: 0,
+                    step,
+                    block: false,
+                };
+                assert_eq!(
+                    receive_all(&mut rx, &mut s, &mut slots).unwrap(),
+                    2,
+                    "step {step}"
+                );
+                assert!(slots[0].buf.as_ref().unwrap()[..6000] == data[..]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_flipped_data_digest_is_an_error() {
+        let digests = Digests {
+            header: true,
+            data: true,
+        };
+        let (mut bytes, _) = capsule(100, digests);
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        let mut rx = Rx::new(4, 1 << 20);
+        rx.next_header();
+        rx.digests = digests;
+        let mut slots = slots(100);
+        let mut s = Trickle {
+            data: bytes,
+            at: 0,
+            step: 9,
+            block: false,
+        };
+        assert!(matches!(
+            receive_all(&mut rx, &mut s, &mut slots),
+            Err(RxError::Pdu(tcp::PduError::Digest { kind: "data", .. }))
+        ));
+    }
+}
