@@ -80,9 +80,8 @@ cat /tmp/sums | sed 's/^/    /'
 umount /mnt/t
 
 if command -v fio >/dev/null; then
-    echo "== fio over the kernel host, verify=crc32c (a region past nothing: the whole device is rewritten after)"
-    # Write with verify on a fresh ext4-free area: the file system is checked below, so fio
-    # runs on a file in it instead of the raw device.
+    echo "== fio over the kernel host, verify=crc32c (8 MiB file on the ext4, 4 KiB random writes, O_DIRECT)"
+    # On a file of the file system (checked below), not the raw device.
     mount -t ext4 "$DEV" /mnt/t
     timeout 240 fio --name=verify --filename=/mnt/t/fio.dat --size=8M --bs=4k --rw=randwrite \
         --ioengine=psync --direct=1 --verify=crc32c --do_verify=1 --iodepth=1 >/tmp/fio.out 2>&1 ||
