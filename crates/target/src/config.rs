@@ -54,6 +54,9 @@ pub struct TargetConfig {
     pub in_capsule_bytes: usize,
     /// Sleep of a poll group after a pass with nothing to do (after spinning a little).
     pub idle_sleep: Duration,
+    /// A connection that has not completed ICReq and Connect this long after it was accepted
+    /// is closed (a host that holds a socket without using it).
+    pub connect_timeout: Duration,
 }
 
 /// Defaults of [`TargetConfig`] other than the address.
@@ -70,6 +73,8 @@ pub(crate) mod defaults {
     pub const IN_CAPSULE_BYTES: usize = 8 << 10;
     /// Idle sleep.
     pub const IDLE_SLEEP_US: u64 = 200;
+    /// Time to Connect after accept.
+    pub const CONNECT_TIMEOUT_S: u64 = 10;
 }
 
 impl TargetConfig {
@@ -83,6 +88,7 @@ impl TargetConfig {
             max_io_bytes: defaults::MAX_IO_BYTES,
             in_capsule_bytes: defaults::IN_CAPSULE_BYTES,
             idle_sleep: Duration::from_micros(defaults::IDLE_SLEEP_US),
+            connect_timeout: Duration::from_secs(defaults::CONNECT_TIMEOUT_S),
         }
     }
 

@@ -124,6 +124,35 @@ fn a_well_formed_raw_connect_is_answered() {
     assert_ne!(fabrics::connect_cntlid(r.cqe.dw0), 0);
 }
 
+#[test]
+fn a_connection_that_never_connects_is_closed() {
+    let rig = start(None, |c| {
+        c.connect_timeout = std::time::Duration::from_millis(300)
+    });
+    // After ICReq, nothing.
+    let mut idle = raw(&rig, 0);
+    let t0 = std::time::Instant::now();
+    let seen = until_closed(&mut idle);
+    assert!(seen.is_empty(), "{seen:?}");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(4),
+        "closed after {:?}",
+        t0.elapsed()
+    );
+    // Not even ICReq.
+    let mut silent = std::net::TcpStream::connect(rig.target.local_addr()).unwrap();
+    silent
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut b = Vec::new();
+    assert_eq!(
+        silent.read_to_end(&mut b).unwrap(),
+        0,
+        "closed without a byte"
+    );
+    healthy_io(&rig, 7, 15);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48),

@@ -127,6 +127,8 @@ pub(crate) struct Conn<B: Backend> {
     /// Set when the connection is to end once its queued bytes are sent.
     closing: Option<String>,
     closed: bool,
+    /// When the connection was accepted (the Connect deadline counts from it).
+    accepted: Instant,
 }
 
 impl<B: Backend> Conn<B> {
@@ -157,6 +159,7 @@ impl<B: Backend> Conn<B> {
             role: Role::Unbound,
             closing: None,
             closed: false,
+            accepted: Instant::now(),
             s,
             stream,
             peer,
@@ -289,6 +292,13 @@ impl<B: Backend> Conn<B> {
             }
             Role::Io(io) if !io.alive.load(Ordering::Acquire) => {
                 self.close_after_send("its association ended".into());
+            }
+            Role::Unbound if now.duration_since(self.accepted) > self.s.config.connect_timeout => {
+                self.s.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                self.close_after_send(format!(
+                    "no Connect within {:?} of accepting the connection",
+                    self.s.config.connect_timeout
+                ));
             }
             _ => {}
         }
