@@ -66,6 +66,41 @@ fn deallocate_ranges_through_the_target() {
         }
     }
 
+    // A Get Log Page asking for 16 GiB on the admin queue: answered within the host's
+    // buffer, and the target is still there.
+    let mut glp =
+        command::get_log_page(nvme_spec::opcode::log_page::SMART_HEALTH, 0xFFFF_FFFF, 512);
+    glp.cdw10 |= 0xFFFF << 16;
+    glp.cdw11 = 0xFFFF;
+    glp.set_cid(3);
+    glp.set_sgl(nvme_spec::tcp::sgl::TRANSPORT_DATA, 0, 512);
+    let mut header = nvme_spec::tcp::CapsuleCmd {
+        ch: nvme_spec::tcp::CommonHeader {
+            pdu_type: nvme_spec::tcp::pdu_type::CAPSULE_CMD,
+            ..Default::default()
+        },
+        sqe: glp,
+    }
+    .to_bytes();
+    let mut pdu = Vec::new();
+    nvme_spec::tcp::frame_pdu(
+        &mut pdu,
+        &mut header,
+        None,
+        nvme_spec::tcp::Digests::default(),
+        4,
+    );
+    admin.write_all(&pdu).unwrap();
+    let mut c2h = [0u8; 24 + 512];
+    std::io::Read::read_exact(&mut admin, &mut c2h).unwrap();
+    assert_eq!(c2h[0], nvme_spec::tcp::pdu_type::C2H_DATA);
+    assert_eq!(
+        u32::from_le_bytes(c2h[16..20].try_into().unwrap()),
+        512,
+        "DATAL"
+    );
+    assert!(response(&mut admin).cqe.status().is_success());
+
     // A range past the end of the namespace.
     let bad = DsmRange::new(NS1_BLOCKS - 1, 2).to_bytes();
     io.write_all(&capsule(

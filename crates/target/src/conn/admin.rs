@@ -25,6 +25,8 @@ const NQ_RESERVED: u32 = 0xFFFF;
 const HALF: u32 = 0xFFFF;
 /// Identify CNS field (CDW10 bits 7:0).
 const CNS_MASK: u32 = 0xFF;
+/// Largest log page data the target returns for one command.
+const MAX_LOG_BYTES: usize = 1 << 20;
 /// Features' FID field (CDW10 bits 7:0).
 const FID_MASK: u32 = 0xFF;
 
@@ -173,7 +175,10 @@ impl<B: Backend> Conn<B> {
             );
             return self.respond(slot, st, 0, 0);
         };
-        let want = command::log_page_bytes(&sqe);
+        // What the host asked for, within its buffer and a bound (NUMD can ask for 16 GiB).
+        let want = command::log_page_bytes(&sqe)
+            .min(self.slots[usize::from(slot)].len)
+            .min(MAX_LOG_BYTES);
         let offset = usize::try_from(command::log_page_offset(&sqe)).unwrap_or(usize::MAX);
         if offset > page.len() {
             return self.respond(slot, err(generic::INVALID_FIELD), 0, 0);
