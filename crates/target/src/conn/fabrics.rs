@@ -255,7 +255,9 @@ impl<B: Backend> Conn<B> {
     fn property_get(&mut self, slot: u16) {
         let sqe = self.slots[usize::from(slot)].sqe;
         let cap = self.cap();
-        let Some(a) = self.admin_state() else { return };
+        let Some(a) = self.admin_state() else {
+            return self.respond(slot, err(generic::COMMAND_SEQUENCE_ERROR), 0, 0);
+        };
         let v: u64 = match fabrics::property_offset(&sqe) as usize {
             regs::CAP => cap.0,
             regs::VS => u64::from(VERSION.0),
@@ -273,7 +275,9 @@ impl<B: Backend> Conn<B> {
         if fabrics::property_offset(&sqe) as usize != regs::CC {
             return self.respond(slot, err(generic::INVALID_FIELD), 0, 0);
         }
-        let Some(a) = self.admin_state() else { return };
+        let Some(a) = self.admin_state() else {
+            return self.respond(slot, err(generic::COMMAND_SEQUENCE_ERROR), 0, 0);
+        };
         let new = Cc(sqe.cdw12);
         if !new.en() {
             a.shst = ShutdownStatus::Normal;
