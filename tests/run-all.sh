@@ -85,11 +85,12 @@ step "qemu guest (NVMe/TCP)" tests/qemu/run.sh --no-build nvmf-tcp.sh
 # engine, built for a real machine (no emulator), on the QEMU controllers of layout two-ctrl
 # (fio.sh: write/read verify over two namespaces, data read back through nvme-dd, the refusals,
 # one job over both controllers), then over NVMe/TCP
-# against the kernel's nvmet-tcp target (fio-tcp.sh, kept apart like nvmf-tcp.sh).
+# against the kernel's nvmet-tcp target (fio-tcp.sh, kept apart like nvmf-tcp.sh), and our own
+# NVMe/TCP target serving the QEMU controller to the kernel's host (target-tcp.sh: ext4, fio verify).
 step "qemu guest (fio)" sh -c 'tools/fio-engine/build.sh --release &&
     export GUEST_EXTRA_BINS="fio=$(command -v fio) nvme-fio.so=$PWD/target/fio-engine/nvme-fio.so" &&
     tests/qemu/run.sh --no-build --layout two-ctrl fio.sh &&
-    tests/qemu/run.sh --no-build fio-tcp.sh'
+    tests/qemu/run.sh --no-build fio-tcp.sh target-tcp.sh'
 # The core cases on every other controller layout of tests/qemu/layouts (many namespaces with
 # gaps in their ids, MDTS 1 and 0, one queue pair, 4 KiB-only namespaces, two controllers), one
 # boot each.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the NVMe/TCP receive path (docs/nvme-tcp.md, "A hostile target").
+# Fuzzes the NVMe/TCP receive paths: the initiator's (docs/nvme-tcp.md, "A hostile target")
+# and the target's (docs/target.md, "Security rules").
 #
 #   tests/tcp-fuzz.sh [SECONDS]    default 30; keep it under ~60 in tests/run-all.sh
 #
@@ -12,6 +13,7 @@
 # or printed by proptest).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
 SECS=${1:-30}
 
 cargo test -q -p nvme-tcp --lib tests_fuzz
@@ -27,3 +29,8 @@ else
     PROPTEST_CASES=$((SECS * 20000)) cargo test -q --release -p nvme-tcp --lib \
         tests_fuzz::receive_path_survives_structured_pdu_streams
 fi
+
+# The target's receive path (crates/target): random streams after ICReq (and after a valid
+# Connect) against a live target on the emulator; every case must leave the target serving.
+cd "$ROOT"
+PROPTEST_CASES=$((SECS * 10)) cargo test -q --release -p nvme-target --test hostile

@@ -279,6 +279,22 @@ pub fn get_log_page(lid: u8, nsid: u32, bytes: u32) -> SubmissionEntry {
     }
 }
 
+/// Log Identifier of a Get Log Page SQE (CDW10 bits 7:0).
+pub fn log_page_lid(sqe: &SubmissionEntry) -> u8 {
+    sqe.cdw10 as u8
+}
+
+/// Bytes a Get Log Page SQE asks for (NUMDU:NUMDL, 0's based dwords; §5.16, Figure 197).
+pub fn log_page_bytes(sqe: &SubmissionEntry) -> usize {
+    let numd = (sqe.cdw10 >> NUMDL_SHIFT) | (sqe.cdw11 & 0xFFFF) << 16;
+    (numd as usize + 1) * DWORD as usize
+}
+
+/// Byte offset into the log page of a Get Log Page SQE (LPOU:LPOL, CDW13:CDW12).
+pub fn log_page_offset(sqe: &SubmissionEntry) -> u64 {
+    u64::from(sqe.cdw12) | u64::from(sqe.cdw13) << 32
+}
+
 // ---------------------------------------------------------------------------------------------
 // NVM I/O commands
 // ---------------------------------------------------------------------------------------------
@@ -481,6 +497,16 @@ pub fn copy_control(sqe: &SubmissionEntry) -> CopyControl {
 mod tests {
     use super::*;
     use crate::opcode::log_page;
+
+    #[test]
+    fn log_page_fields_read_back() {
+        let mut sqe = get_log_page(0x70, 0, 4 * 0x1_0001);
+        sqe.cdw12 = 4096;
+        assert_eq!(log_page_lid(&sqe), 0x70);
+        assert_eq!(log_page_bytes(&sqe), 4 * 0x1_0001);
+        assert_eq!(log_page_offset(&sqe), 4096);
+        assert_eq!(log_page_bytes(&get_log_page(2, 0, 512)), 512);
+    }
 
     #[test]
     fn identify_dwords() {

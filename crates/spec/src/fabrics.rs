@@ -311,6 +311,86 @@ wire_struct! {
     size 1024;
 }
 
+impl DiscoveryLogEntry {
+    /// An entry for an NVMe/TCP port (§5.16.1.23, Figure 262): `subnqn` reached at
+    /// `traddr`:`trsvcid` (ASCII, NUL padded) through port `portid`, with a dynamic
+    /// controller id. `None` when a text does not fit its field.
+    pub fn tcp(
+        subtype: u8,
+        portid: u16,
+        adrfam: u8,
+        traddr: &str,
+        trsvcid: &str,
+        subnqn: &str,
+    ) -> Option<Self> {
+        let mut e = DiscoveryLogEntry::from_bytes(&[0; DISCOVERY_RECORD_SIZE]);
+        e.trtype = trtype::TCP;
+        e.adrfam = adrfam;
+        e.subtype = subtype;
+        e.portid = portid;
+        e.cntlid = CNTLID_DYNAMIC;
+        e.subnqn = nqn_field(subnqn)?;
+        copy_text(&mut e.traddr, traddr)?;
+        copy_text(&mut e.trsvcid, trsvcid)?;
+        Some(e)
+    }
+}
+
+/// Copies `text` into a NUL-padded field, `None` if it does not fit.
+fn copy_text(field: &mut [u8], text: &str) -> Option<()> {
+    let b = text.as_bytes();
+    field.get_mut(..b.len())?.copy_from_slice(b);
+    Some(())
+}
+
+/// The Discovery log page (§5.16.1.23): the header (generation `genctr`, NUMREC, record
+/// format 0) and the entries, one 1024-byte record each. The one builder of the page, for
+/// the NVMe/TCP target and the initiator's test target.
+pub fn discovery_log_page(genctr: u64, entries: &[DiscoveryLogEntry]) -> Vec<u8> {
+    let mut page = vec![0u8; DISCOVERY_RECORD_SIZE * (entries.len() + 1)];
+    let mut header = DiscoveryLogHeader::from_bytes(&[0; DISCOVERY_RECORD_SIZE]);
+    header.genctr = genctr;
+    header.numrec = entries.len() as u64;
+    header.recfmt = 0;
+    page[..DISCOVERY_RECORD_SIZE].copy_from_slice(&header.to_bytes());
+    for (i, e) in entries.iter().enumerate() {
+        let at = DISCOVERY_RECORD_SIZE * (i + 1);
+        page[at..at + DISCOVERY_RECORD_SIZE].copy_from_slice(&e.to_bytes());
+    }
+    page
+}
+
+/// Controller Type in Identify Controller CNTRLTYPE (NVMe Base 2.0 §5.17.2.1, Figure 275).
+pub mod cntrltype {
+    /// I/O controller.
+    pub const IO: u8 = 1;
+    /// Discovery controller.
+    pub const DISCOVERY: u8 = 2;
+}
+
+/// SGL Support bits of Identify Controller SGLS (NVMe Base 2.0 §5.17.2.1, Figure 275) that
+/// an NVMe/TCP controller reports (NVMe/TCP §3.3.4: transport data blocks, in-capsule data
+/// addressed by offset).
+pub mod sgls {
+    /// Bits 1:0 = 01b: SGLs supported, no alignment requirement.
+    pub const SUPPORTED: u32 = 1;
+    /// Bit 20: the Address field of an SGL Data Block descriptor may be an offset
+    /// (in-capsule data).
+    pub const OFFSET: u32 = 1 << 20;
+    /// Bit 21: Transport SGL Data Block descriptors supported.
+    pub const TRANSPORT_DATA_BLOCK: u32 = 1 << 21;
+}
+
+/// Byte offset of the QID field in a Connect command (§6.3, Figure 546: CDW10 bits 31:16),
+/// named by Connect Invalid Parameters (IATTR 0).
+pub const CONNECT_QID_OFFSET: u16 = 42;
+/// Byte offset of CNTLID in the Connect data (§6.3, Figure 547).
+pub const CONNECT_DATA_CNTLID_OFFSET: u16 = 16;
+/// Connect Invalid Parameters dword 0 naming a field of the Connect data (IATTR bit 16 set).
+pub const fn connect_invalid_data_field(offset: u16) -> u32 {
+    1 << 16 | offset as u32
+}
+
 /// The text of a NUL- or space-padded ASCII field.
 pub fn field_text(field: &[u8]) -> String {
     let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
@@ -366,6 +446,21 @@ mod tests {
         assert!(nqn_field(&"x".repeat(NQN_MAX_LEN + 1)).is_none());
         assert!(nqn_field("a\0b").is_none());
         assert_eq!(connect_invalid_parameter(0x0001_0100), (1, 256));
+    }
+
+    #[test]
+    fn discovery_page_builder() {
+        let e = DiscoveryLogEntry::tcp(subtype::NVM, 1, adrfam::IPV4, "10.0.0.1", "4420", "nqn.y")
+            .unwrap();
+        let page = discovery_log_page(3, &[e.clone(), e]);
+        assert_eq!(page.len(), 3 * DISCOVERY_RECORD_SIZE);
+        let h = DiscoveryLogHeader::from_bytes(&page[..1024].try_into().unwrap());
+        assert_eq!((h.genctr, h.numrec), (3, 2));
+        let e = DiscoveryLogEntry::from_bytes(&page[2048..].try_into().unwrap());
+        assert_eq!(field_text(&e.traddr), "10.0.0.1");
+        assert_eq!(field_text(&e.subnqn), "nqn.y");
+        assert_eq!(e.cntlid, CNTLID_DYNAMIC);
+        assert!(DiscoveryLogEntry::tcp(0, 0, 0, &"x".repeat(300), "1", "n").is_none());
     }
 
     #[test]

@@ -34,8 +34,6 @@ pub use hostile::{Hostile, R2T_FLOOD};
 /// Transfer tag of the fake's R2Ts for a command's data.
 const PULL_TTAG: u16 = 0x55;
 
-/// Byte offset of CNTLID in the Connect data (NVMe Base 2.0 Figure 548).
-const CONNECT_DATA_CNTLID_OFFSET: u32 = 16;
 
 mod liveness;
 pub use liveness::Unresponsive;
@@ -489,7 +487,7 @@ impl Conn<'_> {
                                         fabrics::status::CONNECT_INVALID_PARAMETERS,
                                         true,
                                     ),
-                                    1 << 16 | CONNECT_DATA_CNTLID_OFFSET,
+                                    fabrics::connect_invalid_data_field(fabrics::CONNECT_DATA_CNTLID_OFFSET),
                                     0,
                                 )
                                 .map(|_| true);

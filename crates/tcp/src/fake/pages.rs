@@ -77,18 +77,17 @@ impl Conn<'_> {
 
 /// The Discovery log page (one entry: this port and subsystem), at least `len` bytes.
 pub(super) fn discovery_log(port: u16, subnqn: &str, len: usize) -> Vec<u8> {
-    let mut page = vec![0u8; len.max(2048)];
-    page[8] = 1; // NUMREC
-    let e = &mut page[1024..2048];
-    e[0] = fabrics::trtype::TCP;
-    e[1] = fabrics::adrfam::IPV4;
-    e[2] = fabrics::subtype::NVM;
-    e[4] = 1; // PORTID
-    let port = port.to_string();
-    e[32..32 + port.len()].copy_from_slice(port.as_bytes());
-    let nqn = subnqn.as_bytes();
-    e[256..256 + nqn.len()].copy_from_slice(nqn);
-    e[512..521].copy_from_slice(b"127.0.0.1");
+    let entry = fabrics::DiscoveryLogEntry::tcp(
+        fabrics::subtype::NVM,
+        1,
+        fabrics::adrfam::IPV4,
+        "127.0.0.1",
+        &port.to_string(),
+        subnqn,
+    )
+    .expect("the fake's names fit");
+    let mut page = fabrics::discovery_log_page(0, &[entry]);
+    page.resize(page.len().max(len), 0);
     page
 }
 
