@@ -211,6 +211,28 @@ impl Controller {
         self.inner.is_removed()
     }
 
+    /// Checks, off the I/O path, whether the device went away: the kernel asked for it back
+    /// (VFIO device request: unbind, hot-unplug) or CSTS reads all ones (surprise removal).
+    /// Either marks the controller removed (and failed, its DMA stopped where it can be), as
+    /// a queue pair's health check does. Returns [`Controller::is_removed`]. For a probe /
+    /// attach registry that polls its controllers; one register read.
+    pub fn check_removal(&self) -> bool {
+        if self.inner.is_removed() {
+            return true;
+        }
+        if self.inner.release_requested() {
+            log::error!(
+                "{}: the kernel asks for the device back (unbind or hot-unplug)",
+                self.inner.name
+            );
+            self.inner.mark_removed();
+        } else if self.inner.mmio.read32(regs::CSTS) == ALL_ONES {
+            log::error!("{}: registers read all ones: the device is gone", self.inner.name);
+            self.inner.mark_removed();
+        }
+        self.inner.is_removed()
+    }
+
     /// Whether the controller failed (admin timeout, fatal status, a queue it would not
     /// delete) and was stopped: it must be reset or re-opened.
     pub fn is_failed(&self) -> bool {
