@@ -5,6 +5,11 @@
 //! An NVMe/TCP transport id without `subnqn` (the discovery subsystem) lists the subsystems the
 //! target's discovery controller reports, one transport id each.
 //!
+//! Without DEVICE it lists every NVMe function of the machine, like `nvme list`: address,
+//! driver binding, vendor:device, and for each function on vfio-pci that it can open, model,
+//! serial, firmware and namespaces (`--sysfs ROOT` reads another sysfs tree, `--allow BDF`
+//! marks functions bindable).
+//!
 //! Errors go to stderr as `error: <message>` (with the chain of causes) and exit with status 1;
 //! bad input never panics.
 
@@ -16,7 +21,10 @@ use nvme_driver::ControllerOptions;
 use nvme_tool_support::{parse_target, AnyController, Target, TargetError};
 
 use nvme_driver::spec::log::NSID_BROADCAST;
+use nvme_device::Probe;
 use nvme_identify::health::HealthReport;
+use nvme_identify::list::{ListEntry, ListReport};
+use nvme_vfio::FunctionFilter;
 use nvme_identify::report::{Registers, Report};
 
 /// Print an NVMe controller's Identify data (the controller must be bound to vfio-pci).
@@ -30,9 +38,16 @@ struct Cli {
     /// nvme-cli's smart-log and error-log) instead of the Identify data.
     #[arg(long)]
     health: bool,
+    /// The sysfs root the list reads (without DEVICE).
+    #[arg(long, default_value = "/sys")]
+    sysfs: std::path::PathBuf,
+    /// A function not on vfio-pci that may be bound to it (listed as `bindable`); repeatable.
+    #[arg(long = "allow", value_name = "BDF")]
+    allow: Vec<nvme_driver::PciAddress>,
     /// PCI address (0000:00:04.0) or transport id (trtype:PCIe traddr:0000:00:04.0, or
     /// trtype:TCP traddr:127.0.0.1 trsvcid:4420 subnqn:NQN for NVMe/TCP; quoted or not).
-    #[arg(required = true, num_args = 1..)]
+    /// Without it: list the NVMe functions of the machine.
+    #[arg(num_args = 0..)]
     device: Vec<String>,
 }
 
@@ -50,6 +65,9 @@ enum IdentifyError {
 }
 
 fn run(cli: &Cli) -> Result<(), IdentifyError> {
+    if cli.device.is_empty() {
+        return list(cli);
+    }
     let target = parse_target(&cli.device.join(" "))?;
     if let Target::Tcp(trid) = &target {
         if trid.is_discovery() {
@@ -123,6 +141,33 @@ fn discovery(cli: &Cli, trid: &nvme_tcp::TransportId) -> Result<(), IdentifyErro
         };
         text.push_str(&format!("  {kind:<9} {}\n", e.transport_id()));
     }
+    print(&text)
+}
+
+/// Lists the NVMe functions of the machine (`nvme list`).
+fn list(cli: &Cli) -> Result<(), IdentifyError> {
+    let probe = Probe::new()
+        .sysfs(nvme_vfio::Sysfs::new(&cli.sysfs))
+        .filter(FunctionFilter::all().allow(cli.allow.iter().copied()));
+    let mut report = ListReport::default();
+    for function in probe.enumerate()? {
+        let mut entry = ListEntry::from_function(&function);
+        if function.binding.is_vfio() {
+            match AnyController::open(
+                &Target::Pcie(function.address),
+                ControllerOptions::default(),
+            ) {
+                Ok(ctrl) => entry = entry.with_controller(ctrl.identify(), &ctrl.namespaces()),
+                Err(e) => entry.error = Some(e.to_string()),
+            }
+        }
+        report.devices.push(entry);
+    }
+    let text = if cli.json {
+        report.to_json()? + "\n"
+    } else {
+        report.to_text()
+    };
     print(&text)
 }
 
