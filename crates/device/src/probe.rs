@@ -153,6 +153,12 @@ impl Attached {
         Some(attachment)
     }
 
+    /// Takes `address` out of the registry without the remove callback: its controller
+    /// changes hands (the C API hands each to its caller). `None` when not attached.
+    pub fn take(&mut self, address: &PciAddress) -> Option<Attachment> {
+        self.controllers.remove(address)
+    }
+
     /// Detaches every controller, in address order.
     pub fn detach_all(&mut self) {
         let addresses: Vec<PciAddress> = self.controllers.keys().copied().collect();
