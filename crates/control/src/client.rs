@@ -6,7 +6,11 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use nvme_driver::spec::regs::{Cap, Version};
+use nvme_driver::spec::{ErrorLogEntry, IdentifyController, IdentifyNamespace, SmartLog};
 use serde_json::{json, Value};
+
+use crate::protocol::from_hex_array;
 
 /// Default time to wait for an answer (a reset or a slow log page takes a while).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -91,5 +95,139 @@ impl ControlClient {
         v.get("result")
             .cloned()
             .ok_or_else(|| ControlError::Malformed(format!("no result in {v}")))
+    }
+}
+
+/// The answer of `identify`, decoded.
+#[derive(Clone, Debug)]
+pub struct RemoteIdentify {
+    /// The controller's name at the server.
+    pub name: String,
+    /// Identify Controller data.
+    pub identify: Box<IdentifyController>,
+    /// CAP.
+    pub cap: Cap,
+    /// VS.
+    pub version: Version,
+    /// I/O queue pairs granted.
+    pub io_queue_pairs: u16,
+    /// Identify Namespace data of the usable active namespaces.
+    pub namespaces: Vec<(u32, IdentifyNamespace)>,
+    /// Active namespaces the driver cannot use, and why.
+    pub unsupported: Vec<(u32, String)>,
+}
+
+fn malformed(what: &str, v: &Value) -> ControlError {
+    ControlError::Malformed(format!("{what} in {v}"))
+}
+
+fn hex_field<const N: usize>(v: &Value, key: &str) -> Result<[u8; N], ControlError> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .and_then(from_hex_array::<N>)
+        .ok_or_else(|| malformed(&format!("no {N}-byte `{key}`"), v))
+}
+
+fn params(controller: Option<&str>, mut rest: Value) -> Value {
+    if let (Some(c), Some(obj)) = (controller, rest.as_object_mut()) {
+        obj.insert("controller".into(), json!(c));
+    }
+    rest
+}
+
+impl ControlClient {
+    /// `identify`, decoded (`controller`: `None` when the server serves one).
+    pub fn identify(&mut self, controller: Option<&str>) -> Result<RemoteIdentify, ControlError> {
+        let v = self.call("identify", params(controller, json!({})))?;
+        let id = IdentifyController::from_bytes(&hex_field(&v, "identify")?);
+        let mut namespaces = Vec::new();
+        for ns in v["namespaces"].as_array().into_iter().flatten() {
+            let nsid = ns["nsid"].as_u64().ok_or_else(|| malformed("no nsid", ns))? as u32;
+            namespaces.push((nsid, IdentifyNamespace::from_bytes(&hex_field(ns, "identify")?)));
+        }
+        let unsupported = v["unsupported"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|u| {
+                (
+                    u["nsid"].as_u64().unwrap_or(0) as u32,
+                    u["reason"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect();
+        Ok(RemoteIdentify {
+            name: v["name"].as_str().unwrap_or("").to_owned(),
+            identify: Box::new(id),
+            cap: Cap(v["cap"].as_u64().ok_or_else(|| malformed("no cap", &v))?),
+            version: Version(v["version"].as_u64().unwrap_or(0) as u32),
+            io_queue_pairs: v["io_queue_pairs"].as_u64().unwrap_or(0) as u16,
+            namespaces,
+            unsupported,
+        })
+    }
+
+    /// Identify Namespace `nsid`, decoded.
+    pub fn identify_namespace(
+        &mut self,
+        controller: Option<&str>,
+        nsid: u32,
+    ) -> Result<IdentifyNamespace, ControlError> {
+        let v = self.call("identify_namespace", params(controller, json!({"nsid": nsid})))?;
+        Ok(IdentifyNamespace::from_bytes(&hex_field(&v, "identify")?))
+    }
+
+    /// The SMART / Health Information log for `nsid`, decoded.
+    pub fn smart_log(&mut self, controller: Option<&str>, nsid: u32) -> Result<SmartLog, ControlError> {
+        let v = self.call("smart_log", params(controller, json!({"nsid": nsid})))?;
+        Ok(SmartLog::from_bytes(&hex_field(&v, "log")?))
+    }
+
+    /// The newest `entries` Error Information entries, decoded.
+    pub fn error_log(
+        &mut self,
+        controller: Option<&str>,
+        entries: usize,
+    ) -> Result<Vec<ErrorLogEntry>, ControlError> {
+        let v = self.call("error_log", params(controller, json!({"entries": entries})))?;
+        let mut out = Vec::new();
+        for e in v["entries"].as_array().into_iter().flatten() {
+            let bytes = e
+                .as_str()
+                .and_then(from_hex_array::<{ ErrorLogEntry::SIZE }>)
+                .ok_or_else(|| malformed("a bad entry", &v))?;
+            out.push(ErrorLogEntry::from_bytes(&bytes));
+        }
+        Ok(out)
+    }
+
+    /// Log page `lid` (a read-only one), `bytes` long.
+    pub fn log_page(
+        &mut self,
+        controller: Option<&str>,
+        lid: u8,
+        bytes: usize,
+    ) -> Result<Vec<u8>, ControlError> {
+        let v = self.call("log_page", params(controller, json!({"lid": lid, "bytes": bytes})))?;
+        v["data"]
+            .as_str()
+            .and_then(crate::protocol::from_hex)
+            .ok_or_else(|| malformed("no data", &v))
+    }
+
+    /// Get Features `fid` with Select `sel` (0..=2): the raw value (dword 0, or the
+    /// Timestamp's milliseconds).
+    pub fn get_feature(&mut self, controller: Option<&str>, fid: u8, sel: u8) -> Result<u64, ControlError> {
+        let v = self.call("get_feature", params(controller, json!({"fid": fid, "sel": sel})))?;
+        v["value"].as_u64().ok_or_else(|| malformed("no value", &v))
+    }
+
+    /// Get Features `fid` with Select 11b: the capability bits.
+    pub fn feature_capabilities(&mut self, controller: Option<&str>, fid: u8) -> Result<u32, ControlError> {
+        let v = self.call("get_feature", params(controller, json!({"fid": fid, "sel": 3})))?;
+        v["capabilities"]
+            .as_u64()
+            .map(|c| c as u32)
+            .ok_or_else(|| malformed("no capabilities", &v))
     }
 }

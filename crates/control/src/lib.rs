@@ -35,6 +35,6 @@ pub mod protocol;
 pub mod registry;
 pub mod server;
 
-pub use client::{ControlClient, ControlError};
+pub use client::{ControlClient, ControlError, RemoteIdentify};
 pub use registry::{ControlRegistry, QueueCounters, QueueStatsCell};
 pub use server::{ControlConfig, ControlServer, ServerError};

@@ -216,6 +216,7 @@ fn list_controllers(registry: &ControlRegistry) -> Value {
                 let id = c.identify();
                 json!({
                     "name": s.name,
+                    "vid": id.vid,
                     "transport": if c.as_pcie().is_some() { "pcie" } else { "tcp" },
                     "model": id.model(),
                     "serial": id.serial(),

@@ -29,7 +29,7 @@ pub struct ListEntry {
     /// Bound driver (`vfio-pci`, `nvme`, `-` for none).
     pub driver: String,
     /// `attachable` (on vfio-pci), `bindable` (allow-listed), `other` (another driver's),
-    /// `owned` (attached by the program serving a control socket).
+    /// `owned` (attached by the program serving a control socket), `removed`.
     pub state: &'static str,
     /// PCI Vendor ID, 4 hex digits.
     pub vendor_id: String,
@@ -67,6 +67,34 @@ impl ListEntry {
             serial: None,
             firmware: None,
             namespaces: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// The entry of a controller a control socket serves (`list_controllers`): owned by the
+    /// program behind the socket.
+    pub fn from_served(c: &serde_json::Value) -> Self {
+        let text = |k: &str| c[k].as_str().map(str::to_owned);
+        Self {
+            address: text("name").unwrap_or_default(),
+            driver: if c["transport"] == "tcp" { "nvme-tcp" } else { "vfio-pci" }.to_owned(),
+            state: if c["removed"] == true { "removed" } else { "owned" },
+            vendor_id: c["vid"].as_u64().map_or("-".into(), |v| format!("{v:04x}")),
+            device_id: "-".to_owned(),
+            iommu_group: None,
+            model: text("model"),
+            serial: text("serial"),
+            firmware: text("firmware"),
+            namespaces: c["namespaces"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|n| ListNamespace {
+                    nsid: n["nsid"].as_u64().unwrap_or(0) as u32,
+                    block_size: n["block_size"].as_u64().unwrap_or(0) as u32,
+                    blocks: n["blocks"].as_u64().unwrap_or(0),
+                })
+                .collect(),
             error: None,
         }
     }

@@ -21,6 +21,9 @@ use nvme_driver::ControllerOptions;
 use nvme_tool_support::{parse_target, AnyController, Target, TargetError};
 
 use nvme_driver::spec::log::NSID_BROADCAST;
+
+/// Error Information entries read through a control socket with `--health`.
+const DEFAULT_ERROR_ENTRIES: usize = 64;
 use nvme_device::Probe;
 use nvme_identify::health::HealthReport;
 use nvme_identify::list::{ListEntry, ListReport};
@@ -38,6 +41,11 @@ struct Cli {
     /// nvme-cli's smart-log and error-log) instead of the Identify data.
     #[arg(long)]
     health: bool,
+    /// Ask the program serving the control socket at PATH (nvme-control) instead of opening
+    /// the controller: DEVICE is then the controller's name there (may be left out when it
+    /// serves one); without DEVICE, list the controllers it serves.
+    #[arg(long, value_name = "PATH")]
+    socket: Option<std::path::PathBuf>,
     /// The sysfs root the list reads (without DEVICE).
     #[arg(long, default_value = "/sys")]
     sysfs: std::path::PathBuf,
@@ -62,9 +70,14 @@ enum IdentifyError {
     Json(#[from] serde_json::Error),
     #[error("cannot write to standard output: {0}")]
     Output(#[from] std::io::Error),
+    #[error(transparent)]
+    Control(#[from] nvme_control::ControlError),
 }
 
 fn run(cli: &Cli) -> Result<(), IdentifyError> {
+    if let Some(path) = &cli.socket {
+        return remote(cli, path);
+    }
     if cli.device.is_empty() {
         return list(cli);
     }
@@ -141,6 +154,54 @@ fn discovery(cli: &Cli, trid: &nvme_tcp::TransportId) -> Result<(), IdentifyErro
         };
         text.push_str(&format!("  {kind:<9} {}\n", e.transport_id()));
     }
+    print(&text)
+}
+
+/// The same reports through a control socket.
+fn remote(cli: &Cli, path: &std::path::Path) -> Result<(), IdentifyError> {
+    let mut client = nvme_control::ControlClient::connect(path)?;
+    let name = (!cli.device.is_empty()).then(|| cli.device.join(" "));
+    let name = name.as_deref();
+    let text = if cli.health {
+        let smart = client.smart_log(name, NSID_BROADCAST)?;
+        let errors = client.error_log(name, DEFAULT_ERROR_ENTRIES)?;
+        let report = HealthReport::new(name.unwrap_or("controller"), &smart, &errors);
+        if cli.json {
+            report.to_json()? + "\n"
+        } else {
+            report.to_text()
+        }
+    } else if name.is_none() {
+        let list = client.call("list_controllers", serde_json::json!({}))?;
+        let mut report = ListReport::default();
+        for c in list.as_array().into_iter().flatten() {
+            report.devices.push(ListEntry::from_served(c));
+        }
+        if cli.json {
+            report.to_json()? + "\n"
+        } else {
+            report.to_text()
+        }
+    } else {
+        let id = client.identify(name)?;
+        let regs = Registers {
+            cap: id.cap,
+            version: id.version,
+            io_queue_pairs: id.io_queue_pairs,
+        };
+        let report = Report::new(
+            &id.name,
+            &id.identify,
+            regs,
+            id.namespaces.iter().map(|(nsid, ns)| (*nsid, ns)),
+        )
+        .with_unsupported(&id.unsupported);
+        if cli.json {
+            report.to_json()? + "\n"
+        } else {
+            report.to_text()
+        }
+    };
     print(&text)
 }
 
