@@ -46,6 +46,10 @@ struct Cli {
     /// serves one); without DEVICE, list the controllers it serves.
     #[arg(long, value_name = "PATH")]
     socket: Option<std::path::PathBuf>,
+    /// With --socket: print the queue statistics the program publishes (one line per queue,
+    /// or JSON with --json).
+    #[arg(long, requires = "socket")]
+    stats: bool,
     /// The sysfs root the list reads (without DEVICE).
     #[arg(long, default_value = "/sys")]
     sysfs: std::path::PathBuf,
@@ -162,7 +166,18 @@ fn remote(cli: &Cli, path: &std::path::Path) -> Result<(), IdentifyError> {
     let mut client = nvme_control::ControlClient::connect(path)?;
     let name = (!cli.device.is_empty()).then(|| cli.device.join(" "));
     let name = name.as_deref();
-    let text = if cli.health {
+    let text = if cli.stats {
+        let params = match name {
+            Some(n) => serde_json::json!({"controller": n}),
+            None => serde_json::json!({}),
+        };
+        let stats = client.call("queue_stats", params)?;
+        if cli.json {
+            serde_json::to_string_pretty(&stats)? + "\n"
+        } else {
+            stats_text(&stats)
+        }
+    } else if cli.health {
         let smart = client.smart_log(name, NSID_BROADCAST)?;
         let errors = client.error_log(name, DEFAULT_ERROR_ENTRIES)?;
         let report = HealthReport::new(name.unwrap_or("controller"), &smart, &errors);
@@ -203,6 +218,28 @@ fn remote(cli: &Cli, path: &std::path::Path) -> Result<(), IdentifyError> {
         }
     };
     print(&text)
+}
+
+/// `queue_stats` as text: `CONTROLLER QUEUE key=value ...` per queue.
+fn stats_text(stats: &serde_json::Value) -> String {
+    let mut out = String::new();
+    for q in stats.as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{} {}",
+            q["controller"].as_str().unwrap_or("?"),
+            q["queue"].as_str().unwrap_or("?")
+        ));
+        if let Some(c) = q["counters"].as_object() {
+            for (k, v) in c {
+                out.push_str(&format!(" {k}={v}"));
+            }
+        }
+        out.push('\n');
+    }
+    if out.is_empty() {
+        out.push_str("no queue statistics published\n");
+    }
+    out
 }
 
 /// Lists the NVMe functions of the machine (`nvme list`).

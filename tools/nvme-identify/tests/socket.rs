@@ -32,6 +32,7 @@ fn reports_through_the_control_socket() {
     ));
     let registry = ControlRegistry::new();
     registry.add("0000:00:04.0", ctrl.clone());
+    let cell = registry.queue_stats("0000:00:04.0", "worker-0").unwrap();
     let path = std::env::temp_dir().join(format!("nvme-identify-sock-{}.sock", std::process::id()));
     let server = ControlServer::start(ControlConfig::new(&path), registry).unwrap();
     let sock = path.to_str().unwrap();
@@ -51,6 +52,15 @@ fn reports_through_the_control_socket() {
     let (rc, out, err) = identify(&["--socket", sock, "--health"]);
     assert_eq!(rc, 0, "{out}{err}");
     assert!(out.contains("SMART / Health Information"), "{out}");
+
+    cell.publish(&nvme_control::QueueCounters {
+        requests_completed: 42,
+        ..Default::default()
+    });
+    let (rc, out, err) = identify(&["--socket", sock, "--stats"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(out.contains("0000:00:04.0 worker-0 "), "{out}");
+    assert!(out.contains("requests_completed=42"), "{out}");
 
     let (rc, _, err) = identify(&["--socket", sock, "0000:00:09.0"]);
     assert_eq!(rc, 1);
