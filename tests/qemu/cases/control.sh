@@ -1,0 +1,88 @@
+# The control socket (nvme-control) while nvme-perf owns the controller: another process lists
+# the controller, reads its Identify data, SMART / Health log and the workers' queue statistics
+# through `nvme-perf --control-socket`, and nvme-perf's IOPS with the socket (and a reader
+# polling it) stays within noise of a run without it. Prints both rates and their ratio.
+# shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
+. /tests/lib.sh
+
+SOCK=/tmp/nvme-control.sock
+SECS=${CONTROL_SECS:-3}
+RUNS=${CONTROL_RUNS:-2}
+# TCG guests are noisy (a 2-vCPU guest shares its host with other work): accept 20 %.
+MIN_RATIO=${CONTROL_MIN_RATIO:-0.80}
+
+perf() {
+    nvme-perf "$NVME_BDF" -n 1 -w randread -b 4096 -q 32 -t "$SECS" --quiet --json "$@"
+}
+
+iops_of() {
+    grep -q '"errors": *0' "$1" || { cat "$1"; fail "nvme-perf reported errors"; }
+    r=$(sed -n 's/.*"iops": *\([0-9][0-9]*\).*/\1/p' "$1" | head -n1)
+    [ -n "$r" ] || { cat "$1"; fail "no iops in nvme-perf's JSON"; }
+    echo "$r"
+}
+
+wait_socket() {
+    i=0
+    until [ -S "$SOCK" ]; do
+        i=$((i + 1))
+        [ "$i" -lt 200 ] || fail "no control socket at $SOCK after 20 s"
+        sleep 0.1
+    done
+}
+
+bind_vfio
+
+echo "== inspect a running nvme-perf through its control socket"
+perf -t 8 --control-socket "$SOCK" >/tmp/perf-long.json 2>/tmp/perf-long.err &
+pid=$!
+wait_socket
+mode=$(stat -c %a "$SOCK")
+[ "$mode" = 600 ] || fail "socket mode is $mode, expected 600"
+nvme-identify --socket "$SOCK" | tee /tmp/ctl-list.txt
+grep -q "^$NVME_BDF  vfio-pci  owned " /tmp/ctl-list.txt || fail "the socket does not list $NVME_BDF as owned"
+nvme-identify --socket "$SOCK" --json "$NVME_BDF" >/tmp/ctl-id.json
+grep -q '"mn": "QEMU NVMe Ctrl"' /tmp/ctl-id.json || fail "identify through the socket lacks the model"
+nvme-admin --socket "$SOCK" smart-log "$NVME_BDF" -o json | tee /tmp/ctl-smart.json
+grep -q '"critical_warning"' /tmp/ctl-smart.json || fail "smart-log through the socket"
+nvme-admin --socket "$SOCK" get-feature "$NVME_BDF" -f 7 -o json | tee /tmp/ctl-feat.json
+grep -q 'Feature: 0x07' /tmp/ctl-feat.json || fail "get-feature through the socket"
+# Statistics are published once a second.
+sleep 1.5
+nvme-identify --socket "$SOCK" --stats | tee /tmp/ctl-stats.txt
+grep -q "^$NVME_BDF worker-0 .*requests_completed=[1-9]" /tmp/ctl-stats.txt ||
+    fail "no completed requests in the published statistics"
+wait "$pid" || { cat /tmp/perf-long.err; fail "nvme-perf with --control-socket failed"; }
+iops_of /tmp/perf-long.json >/dev/null
+[ ! -e "$SOCK" ] || fail "nvme-perf left its socket file behind"
+
+echo "== IOPS with and without the socket (a reader polling SMART and statistics), $RUNS x ${SECS}s"
+with="" without=""
+i=0
+while [ "$i" -lt "$RUNS" ]; do
+    i=$((i + 1))
+    perf >/tmp/perf-plain.json 2>/tmp/perf.err || { cat /tmp/perf.err; fail "nvme-perf failed"; }
+    a=$(iops_of /tmp/perf-plain.json)
+    perf --control-socket "$SOCK" >/tmp/perf-ctl.json 2>/tmp/perf.err &
+    pid=$!
+    wait_socket
+    reads=0
+    while kill -0 "$pid" 2>/dev/null; do
+        nvme-admin --socket "$SOCK" smart-log "$NVME_BDF" -o json >/dev/null 2>&1 && reads=$((reads + 1))
+        nvme-identify --socket "$SOCK" --stats >/dev/null 2>&1 || true
+        sleep 0.2
+    done
+    wait "$pid" || { cat /tmp/perf.err; fail "nvme-perf with --control-socket failed"; }
+    b=$(iops_of /tmp/perf-ctl.json)
+    [ "$reads" -gt 0 ] || fail "the reader got no SMART log during the run"
+    echo "   round $i: without socket $a IOPS, with socket $b IOPS ($reads SMART reads during the run)"
+    without="$without $a" with="$with $b"
+done
+median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# shellcheck disable=SC2086 # word lists
+wm=$(median $with) om=$(median $without)
+ratio=$(awk -v w="$wm" -v o="$om" 'BEGIN { printf "%.3f", w / o }')
+echo "control rate: without socket median $om IOPS, with socket and reader median $wm IOPS, ratio $ratio"
+awk -v x="$ratio" -v m="$MIN_RATIO" 'BEGIN { exit !(x >= m) }' ||
+    fail "with the control socket nvme-perf reached $ratio of its rate without (below $MIN_RATIO)"
+bind_kernel
