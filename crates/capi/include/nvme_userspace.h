@@ -705,6 +705,17 @@ int nvme_probe_emulated(const struct nvme_probe_opts *opts,
 // `ctrlr` is NULL or an open controller handle.
 int nvme_ctrlr_check_removal(struct nvme_ctrlr *ctrlr);
 
+// Opt-in protection against SIGBUS after a surprise removal: installs the process-wide
+// SIGBUS handler (chaining to any previous one) and registers the controller's register
+// window with it, so that an access to a BAR that vfio-pci revoked reads all ones instead of
+// killing the process (the controller is then reported removed). `NVME_ERR_UNSUPPORTED` for
+// a controller without a BAR mapping (NVMe/TCP, the emulator). A removal the library is told
+// about (the kernel's device request) revokes the window without the handler.
+//
+// # Safety
+// `ctrlr` is NULL or an open controller handle.
+int nvme_ctrlr_guard_register_faults(struct nvme_ctrlr *ctrlr);
+
 // Detaches a controller from `nvme_probe`: runs its remove callback (with the handle, still
 // usable), then closes it as `nvme_ctrlr_close` does. On a handle from `nvme_ctrlr_open*`
 // (no remove callback) it only closes. NULL does nothing.

@@ -332,6 +332,34 @@ pub unsafe extern "C" fn nvme_ctrlr_check_removal(ctrlr: *mut nvme_ctrlr) -> c_i
     })
 }
 
+/// Opt-in protection against SIGBUS after a surprise removal: installs the process-wide
+/// SIGBUS handler (chaining to any previous one) and registers the controller's register
+/// window with it, so that an access to a BAR that vfio-pci revoked reads all ones instead of
+/// killing the process (the controller is then reported removed). `NVME_ERR_UNSUPPORTED` for
+/// a controller without a BAR mapping (NVMe/TCP, the emulator). A removal the library is told
+/// about (the kernel's device request) revokes the window without the handler.
+///
+/// # Safety
+/// `ctrlr` is NULL or an open controller handle.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_ctrlr_guard_register_faults(ctrlr: *mut nvme_ctrlr) -> c_int {
+    guard("nvme_ctrlr_guard_register_faults", || {
+        check_null!("nvme_ctrlr_guard_register_faults", ctrlr);
+        // SAFETY: non-null and live (caller contract).
+        let handle = unsafe { &*ctrlr };
+        match &handle.shared.ctrl {
+            AnyController::Pcie(c) => match c.guard_register_faults() {
+                Ok(()) => NVME_OK,
+                Err(e) => crate::boundary::fail_with(&e),
+            },
+            AnyController::Tcp(_) => fail(
+                NVME_ERR_UNSUPPORTED,
+                "nvme_ctrlr_guard_register_faults: an NVMe/TCP controller has no registers",
+            ),
+        }
+    })
+}
+
 /// Detaches a controller from `nvme_probe`: runs its remove callback (with the handle, still
 /// usable), then closes it as `nvme_ctrlr_close` does. On a handle from `nvme_ctrlr_open*`
 /// (no remove callback) it only closes. NULL does nothing.

@@ -269,6 +269,13 @@ fn a_removed_device_is_detached_by_poll_removals_also_during_a_reset() {
         assert!(matches!(e, Error::Removed { .. }), "{e:?}");
     }
     assert!(matches!(ctrl_a.reset(), Err(Error::Removed { .. })));
+    // The emulator's register page is no BAR mapping: nothing to revoke or guard.
+    let pcie = ctrl_a.as_pcie().unwrap();
+    assert!(!pcie.registers_revoked());
+    assert!(matches!(
+        pcie.guard_register_faults(),
+        Err(Error::Unsupported { .. })
+    ));
     let b = registry.get(&addr("0000:00:05.0")).unwrap();
     assert!(b.reset().is_ok());
     assert_eq!(registry.len(), 1);

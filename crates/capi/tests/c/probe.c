@@ -58,6 +58,9 @@ int main(int argc, char **argv) {
     printf("attached %d probed %d failed %zu\n", n, s.probed, failed);
     for (int i = 0; i < s.attached; i++) {
         printf("check_removal %d\n", nvme_ctrlr_check_removal(s.ctrlrs[i]));
+        printf("guard_register_faults %s\n",
+               nvme_ctrlr_guard_register_faults(s.ctrlrs[i]) == NVME_ERR_UNSUPPORTED ? "unsupported"
+                                                                                 : "?");
         if (nvme_detach(s.ctrlrs[i]) != NVME_OK)
             return 1;
     }
