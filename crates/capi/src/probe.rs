@@ -54,7 +54,8 @@ pub struct nvme_probe_opts {
 
 /// Probe callback: return true to attach the function `info` describes. `info` is valid
 /// during the call only.
-pub type nvme_probe_cb = Option<unsafe extern "C" fn(ctx: *mut c_void, info: *const nvme_probe_info) -> bool>;
+pub type nvme_probe_cb =
+    Option<unsafe extern "C" fn(ctx: *mut c_void, info: *const nvme_probe_info) -> bool>;
 
 /// Attach callback: `ctrlr` is a new controller handle the caller owns (release it with
 /// `nvme_detach`, which calls the remove callback, or `nvme_ctrlr_close`, which does not).
@@ -72,7 +73,10 @@ fn info_of(f: &PciFunction) -> nvme_probe_info {
         vendor_id: f.vendor,
         device_id: f.device,
         class_code: f.class,
-        iommu_group: f.iommu_group.and_then(|g| i32::try_from(g).ok()).unwrap_or(-1),
+        iommu_group: f
+            .iommu_group
+            .and_then(|g| i32::try_from(g).ok())
+            .unwrap_or(-1),
         vfio: f.binding == Binding::Vfio,
     };
     copy_c_string(&mut info.address, &f.address.to_string());
@@ -99,7 +103,10 @@ unsafe fn probe_from(opts: *const nvme_probe_opts) -> Result<Probe, c_int> {
         // SAFETY: NUL-terminated (caller contract).
         let root = unsafe { CStr::from_ptr(opts.sysfs_root) };
         let root = root.to_str().map_err(|_| {
-            fail(NVME_ERR_INVALID_ARGUMENT, "nvme_probe: sysfs_root is not UTF-8")
+            fail(
+                NVME_ERR_INVALID_ARGUMENT,
+                "nvme_probe: sysfs_root is not UTF-8",
+            )
         })?;
         probe = probe.sysfs(Sysfs::new(PathBuf::from(root)));
     }
@@ -109,7 +116,10 @@ unsafe fn probe_from(opts: *const nvme_probe_opts) -> Result<Probe, c_int> {
         let mut targets = Vec::with_capacity(list.len());
         for &p in list {
             if p.is_null() {
-                return Err(fail(NVME_ERR_NULL_POINTER, "nvme_probe: an address is NULL"));
+                return Err(fail(
+                    NVME_ERR_NULL_POINTER,
+                    "nvme_probe: an address is NULL",
+                ));
             }
             // SAFETY: NUL-terminated (caller contract).
             let s = unsafe { CStr::from_ptr(p) }.to_string_lossy();
@@ -141,7 +151,9 @@ unsafe fn run_probe(
 ) -> c_int {
     // Emulated controllers are kept with their handle: each opener call starts one.
     #[cfg(feature = "emulator")]
-    let sims = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(PciAddress, SimController)>::new()));
+    let sims = std::sync::Arc::new(std::sync::Mutex::new(
+        Vec::<(PciAddress, SimController)>::new(),
+    ));
     #[cfg(feature = "emulator")]
     let probe = if keep_sim {
         let sims = sims.clone();
@@ -152,7 +164,9 @@ unsafe fn run_probe(
                 Transport::new(sim.mmio(), sim.dma(), f.address.to_string()),
                 options,
             )?;
-            sims.lock().unwrap_or_else(|p| p.into_inner()).push((f.address, sim));
+            sims.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((f.address, sim));
             Ok(AnyController::Pcie(ctrl))
         })
     } else {
@@ -221,7 +235,10 @@ unsafe fn run_probe(
         unsafe { *failed = outcome.failed.len() };
     }
     if let Some((address, e)) = outcome.failed.last() {
-        fail(error_code(e), format!("{what}: {address} not attached: {e}"));
+        fail(
+            error_code(e),
+            format!("{what}: {address} not attached: {e}"),
+        );
     }
     attached as c_int
 }
@@ -259,7 +276,14 @@ pub unsafe extern "C" fn nvme_probe(
         // SAFETY: caller contract on the callbacks and `failed`.
         unsafe {
             run_probe(
-                "nvme_probe", probe, ctx, probe_cb, attach_cb, remove_cb, failed, false,
+                "nvme_probe",
+                probe,
+                ctx,
+                probe_cb,
+                attach_cb,
+                remove_cb,
+                failed,
+                false,
             )
         }
     })

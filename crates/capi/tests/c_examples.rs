@@ -205,7 +205,11 @@ fn probe_attach_detach_from_c_on_a_fake_sysfs_tree() {
         std::fs::write(dir.join("class"), format!("{class}\n")).unwrap();
         std::fs::write(dir.join("vendor"), "0x1b36\n").unwrap();
         std::fs::write(dir.join("device"), "0x0010\n").unwrap();
-        symlink(format!("../../../bus/pci/drivers/{driver}"), dir.join("driver")).unwrap();
+        symlink(
+            format!("../../../bus/pci/drivers/{driver}"),
+            dir.join("driver"),
+        )
+        .unwrap();
     }
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/probe.c");
     let exe = build_c("probe", &source);

@@ -79,7 +79,9 @@ impl ControlClient {
         self.writer.write_all(&line)?;
         let mut answer = String::new();
         if self.reader.read_line(&mut answer)? == 0 {
-            return Err(ControlError::Malformed("the server closed the connection".into()));
+            return Err(ControlError::Malformed(
+                "the server closed the connection".into(),
+            ));
         }
         let v: Value =
             serde_json::from_str(&answer).map_err(|e| ControlError::Malformed(e.to_string()))?;
@@ -90,7 +92,9 @@ impl ControlClient {
             });
         }
         if v.get("id") != Some(&json!(id)) {
-            return Err(ControlError::Malformed(format!("answer to another request: {v}")));
+            return Err(ControlError::Malformed(format!(
+                "answer to another request: {v}"
+            )));
         }
         v.get("result")
             .cloned()
@@ -142,8 +146,13 @@ impl ControlClient {
         let id = IdentifyController::from_bytes(&hex_field(&v, "identify")?);
         let mut namespaces = Vec::new();
         for ns in v["namespaces"].as_array().into_iter().flatten() {
-            let nsid = ns["nsid"].as_u64().ok_or_else(|| malformed("no nsid", ns))? as u32;
-            namespaces.push((nsid, IdentifyNamespace::from_bytes(&hex_field(ns, "identify")?)));
+            let nsid = ns["nsid"]
+                .as_u64()
+                .ok_or_else(|| malformed("no nsid", ns))? as u32;
+            namespaces.push((
+                nsid,
+                IdentifyNamespace::from_bytes(&hex_field(ns, "identify")?),
+            ));
         }
         let unsupported = v["unsupported"]
             .as_array()
@@ -173,12 +182,19 @@ impl ControlClient {
         controller: Option<&str>,
         nsid: u32,
     ) -> Result<IdentifyNamespace, ControlError> {
-        let v = self.call("identify_namespace", params(controller, json!({"nsid": nsid})))?;
+        let v = self.call(
+            "identify_namespace",
+            params(controller, json!({"nsid": nsid})),
+        )?;
         Ok(IdentifyNamespace::from_bytes(&hex_field(&v, "identify")?))
     }
 
     /// The SMART / Health Information log for `nsid`, decoded.
-    pub fn smart_log(&mut self, controller: Option<&str>, nsid: u32) -> Result<SmartLog, ControlError> {
+    pub fn smart_log(
+        &mut self,
+        controller: Option<&str>,
+        nsid: u32,
+    ) -> Result<SmartLog, ControlError> {
         let v = self.call("smart_log", params(controller, json!({"nsid": nsid})))?;
         Ok(SmartLog::from_bytes(&hex_field(&v, "log")?))
     }
@@ -208,7 +224,10 @@ impl ControlClient {
         lid: u8,
         bytes: usize,
     ) -> Result<Vec<u8>, ControlError> {
-        let v = self.call("log_page", params(controller, json!({"lid": lid, "bytes": bytes})))?;
+        let v = self.call(
+            "log_page",
+            params(controller, json!({"lid": lid, "bytes": bytes})),
+        )?;
         v["data"]
             .as_str()
             .and_then(crate::protocol::from_hex)
@@ -217,14 +236,29 @@ impl ControlClient {
 
     /// Get Features `fid` with Select `sel` (0..=2): the raw value (dword 0, or the
     /// Timestamp's milliseconds).
-    pub fn get_feature(&mut self, controller: Option<&str>, fid: u8, sel: u8) -> Result<u64, ControlError> {
-        let v = self.call("get_feature", params(controller, json!({"fid": fid, "sel": sel})))?;
+    pub fn get_feature(
+        &mut self,
+        controller: Option<&str>,
+        fid: u8,
+        sel: u8,
+    ) -> Result<u64, ControlError> {
+        let v = self.call(
+            "get_feature",
+            params(controller, json!({"fid": fid, "sel": sel})),
+        )?;
         v["value"].as_u64().ok_or_else(|| malformed("no value", &v))
     }
 
     /// Get Features `fid` with Select 11b: the capability bits.
-    pub fn feature_capabilities(&mut self, controller: Option<&str>, fid: u8) -> Result<u32, ControlError> {
-        let v = self.call("get_feature", params(controller, json!({"fid": fid, "sel": 3})))?;
+    pub fn feature_capabilities(
+        &mut self,
+        controller: Option<&str>,
+        fid: u8,
+    ) -> Result<u32, ControlError> {
+        let v = self.call(
+            "get_feature",
+            params(controller, json!({"fid": fid, "sel": 3})),
+        )?;
         v["capabilities"]
             .as_u64()
             .map(|c| c as u32)

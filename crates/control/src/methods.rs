@@ -127,9 +127,12 @@ pub fn call(registry: &ControlRegistry, method: &str, params: &Value) -> Result<
             Ok(json!({"log": to_hex(&ctrl.smart_log(nsid)?.to_bytes())}))
         }
         "error_log" => {
-            let entries = param_u64(params, "entries")?.map_or(DEFAULT_ERROR_ENTRIES, |e| e as usize);
+            let entries =
+                param_u64(params, "entries")?.map_or(DEFAULT_ERROR_ENTRIES, |e| e as usize);
             let entries = ctrl.error_log(entries)?;
-            Ok(json!({"entries": entries.iter().map(|e| to_hex(&e.to_bytes())).collect::<Vec<_>>()}))
+            Ok(
+                json!({"entries": entries.iter().map(|e| to_hex(&e.to_bytes())).collect::<Vec<_>>()}),
+            )
         }
         "reset" => {
             ctrl.reset()?;
@@ -195,14 +198,19 @@ fn admin_method<C: NvmeController>(
                 2 => Select::Saved,
                 3 => {
                     let caps = c.feature_capabilities(id)?;
-                    return Ok(json!({"fid": fid, "name": id.name(), "sel": 3, "capabilities": caps.bits()}));
+                    return Ok(
+                        json!({"fid": fid, "name": id.name(), "sel": 3, "capabilities": caps.bits()}),
+                    );
                 }
                 _ => return Err(RpcError::params("`sel` is 0, 1, 2 or 3")),
             };
             let f = c.get_feature(id, select)?;
             Ok(json!({"fid": fid, "name": id.name(), "sel": sel, "value": f.raw()}))
         }
-        other => Err(RpcError::new(METHOD_NOT_FOUND, format!("no method `{other}`"))),
+        other => Err(RpcError::new(
+            METHOD_NOT_FOUND,
+            format!("no method `{other}`"),
+        )),
     }
 }
 

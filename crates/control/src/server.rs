@@ -359,7 +359,8 @@ fn client_loop(shared: &Shared, stream: &mut UnixStream) -> End {
             return End::Closed;
         }
         // Never read past the limit (plus one byte to see that it is exceeded).
-        let room = (cfg.max_request_bytes + 1 - buf.len().min(cfg.max_request_bytes)).min(chunk.len());
+        let room =
+            (cfg.max_request_bytes + 1 - buf.len().min(cfg.max_request_bytes)).min(chunk.len());
         match stream.read(&mut chunk[..room]) {
             Ok(0) => return End::Closed,
             Ok(n) => {
@@ -368,7 +369,11 @@ fn client_loop(shared: &Shared, stream: &mut UnixStream) -> End {
                 }
                 buf.extend_from_slice(&chunk[..n]);
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
             Err(_) => return End::Dropped,
         }
     }
@@ -397,8 +402,7 @@ fn answer(shared: &Shared, line: &[u8]) -> Option<Value> {
     };
     let id = obj.get("id").cloned();
     let method = obj.get("method").and_then(Value::as_str);
-    let (Some(method), Some(VERSION)) = (method, obj.get("jsonrpc").and_then(Value::as_str))
-    else {
+    let (Some(method), Some(VERSION)) = (method, obj.get("jsonrpc").and_then(Value::as_str)) else {
         return Some(error_response(
             &id.unwrap_or(Value::Null),
             &RpcError::new(

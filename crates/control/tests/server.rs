@@ -43,7 +43,10 @@ fn server(tag: &str, config: impl FnOnce(&mut ControlConfig)) -> (ControlServer,
     let registry = ControlRegistry::new();
     let mut cfg = ControlConfig::new(socket_path(tag));
     config(&mut cfg);
-    (ControlServer::start(cfg, registry.clone()).unwrap(), registry)
+    (
+        ControlServer::start(cfg, registry.clone()).unwrap(),
+        registry,
+    )
 }
 
 fn rpc_code(e: ControlError) -> i64 {
@@ -66,11 +69,15 @@ fn every_method_answers_what_the_controller_reports() {
     assert_eq!(list[0]["name"], "sim0");
     assert_eq!(list[0]["transport"], "pcie");
     assert_eq!(list[0]["model"], ctrl.identify().model());
-    assert_eq!(list[0]["namespaces"].as_array().unwrap().len(), ctrl.namespaces().len());
+    assert_eq!(
+        list[0]["namespaces"].as_array().unwrap().len(),
+        ctrl.namespaces().len()
+    );
 
     // The only controller may be left unnamed.
     let id = c.call("identify", json!({})).unwrap();
-    let bytes: [u8; IdentifyController::SIZE] = from_hex_array(id["identify"].as_str().unwrap()).unwrap();
+    let bytes: [u8; IdentifyController::SIZE] =
+        from_hex_array(id["identify"].as_str().unwrap()).unwrap();
     let decoded = IdentifyController::from_bytes(&bytes);
     assert_eq!(decoded.to_bytes(), ctrl.identify().to_bytes());
     assert_eq!(id["cap"], ctrl.cap().0);
@@ -104,7 +111,9 @@ fn every_method_answers_what_the_controller_reports() {
     let fw = c.call("log_page", json!({"lid": 3, "bytes": 512})).unwrap();
     assert_eq!(fw["data"].as_str().unwrap().len(), 1024);
     // The Changed Namespace List is cleared by reading: refused.
-    let e = c.call("log_page", json!({"lid": 4, "bytes": 4096})).unwrap_err();
+    let e = c
+        .call("log_page", json!({"lid": 4, "bytes": 4096}))
+        .unwrap_err();
     assert_eq!(rpc_code(e), protocol::INVALID_PARAMS);
 
     let ns = c.call("identify_namespace", json!({"nsid": 1})).unwrap();
@@ -112,11 +121,20 @@ fn every_method_answers_what_the_controller_reports() {
     let rescan = c.call("rescan", json!({})).unwrap();
     assert_eq!(rescan["added"], json!([]));
     assert_eq!(c.call("reset", json!({})).unwrap(), json!({}));
-    assert_eq!(c.call("list_namespaces", json!({})).unwrap().as_array().unwrap().len(), 2);
+    assert_eq!(
+        c.call("list_namespaces", json!({}))
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
 
     let e = c.call("format_nvm", json!({})).unwrap_err();
     assert_eq!(rpc_code(e), protocol::METHOD_NOT_FOUND);
-    let e = c.call("identify", json!({"controller": "nope"})).unwrap_err();
+    let e = c
+        .call("identify", json!({"controller": "nope"}))
+        .unwrap_err();
     assert_eq!(rpc_code(e), protocol::UNKNOWN_CONTROLLER);
     let e = c.call("get_feature", json!({"fid": "seven"})).unwrap_err();
     assert_eq!(rpc_code(e), protocol::INVALID_PARAMS);
@@ -149,8 +167,12 @@ fn a_client_reads_smart_and_statistics_while_io_runs() {
                 let lba = (done % 64) * u64::from(blocks);
                 let mut w = ctrl.alloc_buffer(4096).unwrap();
                 w.fill((done % 251) as u8);
-                let w = qp.write(&ns, lba, blocks, w, WriteFlags::default()).unwrap();
-                let r = qp.read(&ns, lba, blocks, ctrl.alloc_buffer(4096).unwrap()).unwrap();
+                let w = qp
+                    .write(&ns, lba, blocks, w, WriteFlags::default())
+                    .unwrap();
+                let r = qp
+                    .read(&ns, lba, blocks, ctrl.alloc_buffer(4096).unwrap())
+                    .unwrap();
                 assert_eq!(&r[..], &w[..], "I/O {done} read back what it wrote");
                 done += 1;
                 if done % 16 == 0 {
@@ -178,7 +200,9 @@ fn a_client_reads_smart_and_statistics_while_io_runs() {
     }
     stop.store(true, Ordering::Relaxed);
     let done = io.join().unwrap();
-    let stats = c.call("queue_stats", json!({"controller": "sim0"})).unwrap();
+    let stats = c
+        .call("queue_stats", json!({"controller": "sim0"}))
+        .unwrap();
     assert_eq!(
         stats[0]["counters"]["requests_completed"].as_u64().unwrap(),
         2 * done
@@ -222,18 +246,27 @@ fn malicious_clients_are_answered_or_cut_off_and_others_still_served() {
 
     // Malformed: a parse error, the connection stays usable; a batch and a bad request too.
     let mut m = raw(&path);
-    m.write_all(b"{not json\n[1,2]\n{\"id\":1,\"method\":7}\n").unwrap();
+    m.write_all(b"{not json\n[1,2]\n{\"id\":1,\"method\":7}\n")
+        .unwrap();
     let mut r = BufReader::new(m.try_clone().unwrap());
-    for code in [protocol::PARSE_ERROR, protocol::INVALID_REQUEST, protocol::INVALID_REQUEST] {
+    for code in [
+        protocol::PARSE_ERROR,
+        protocol::INVALID_REQUEST,
+        protocol::INVALID_REQUEST,
+    ] {
         let mut line = String::new();
         r.read_line(&mut line).unwrap();
         let v: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["error"]["code"], code, "{line}");
     }
-    m.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"list_controllers\"}\n").unwrap();
+    m.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"list_controllers\"}\n")
+        .unwrap();
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
-    assert_eq!(serde_json::from_str::<Value>(&line).unwrap()["result"][0]["name"], "sim0");
+    assert_eq!(
+        serde_json::from_str::<Value>(&line).unwrap()["result"][0]["name"],
+        "sim0"
+    );
     // A notification (no id) gets no answer: the next answer is for id 3.
     m.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"list_controllers\"}\n{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"reset\"}\n").unwrap();
     let mut line = String::new();
@@ -247,7 +280,10 @@ fn malicious_clients_are_answered_or_cut_off_and_others_still_served() {
     let t = Instant::now();
     let mut good = ControlClient::connect(&path).unwrap();
     good.call("smart_log", json!({})).unwrap();
-    assert!(t.elapsed() < Duration::from_millis(300), "served while the slow one waits");
+    assert!(
+        t.elapsed() < Duration::from_millis(300),
+        "served while the slow one waits"
+    );
     let v = read_answer(&slow);
     assert_eq!(v["error"]["code"], protocol::INVALID_REQUEST, "{v}");
     assert!(closed(&mut slow));
@@ -263,7 +299,8 @@ fn malicious_clients_are_answered_or_cut_off_and_others_still_served() {
     // Half-open: many requests, never reading the answers. The server's writes time out and
     // it closes the connection; the good client is not held up meanwhile.
     let mut deaf = UnixStream::connect(&path).unwrap();
-    deaf.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
+    deaf.set_write_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
     let request = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"identify\"}\n";
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(3) {
@@ -285,7 +322,9 @@ fn malicious_clients_are_answered_or_cut_off_and_others_still_served() {
         assert!(srv.clients() <= n, "{} clients", srv.clients());
     };
     wait_for(1);
-    let held: Vec<ControlClient> = (0..3).map(|_| ControlClient::connect(&path).unwrap()).collect();
+    let held: Vec<ControlClient> = (0..3)
+        .map(|_| ControlClient::connect(&path).unwrap())
+        .collect();
     let extra = raw(&path);
     let v = read_answer(&extra);
     assert_eq!(v["error"]["code"], protocol::TOO_MANY_CLIENTS, "{v}");
@@ -305,7 +344,8 @@ fn a_uid_not_allowed_is_refused_and_socket_files_are_handled() {
     assert_eq!(srv.stats().refused.load(Ordering::Relaxed), 1);
 
     // A live server's path is refused; a regular file is never replaced.
-    let e = ControlServer::start(ControlConfig::new(srv.path()), ControlRegistry::new()).unwrap_err();
+    let e =
+        ControlServer::start(ControlConfig::new(srv.path()), ControlRegistry::new()).unwrap_err();
     assert!(e.to_string().contains("another server"), "{e}");
     let file = socket_path("file");
     std::fs::write(&file, b"keep me").unwrap();
@@ -318,9 +358,15 @@ fn a_uid_not_allowed_is_refused_and_socket_files_are_handled() {
     // away when the server stops.
     let path = srv.path().to_owned();
     let stale = std::os::unix::net::UnixListener::bind(socket_path("stale")).unwrap();
-    let stale_path = stale.local_addr().unwrap().as_pathname().unwrap().to_owned();
+    let stale_path = stale
+        .local_addr()
+        .unwrap()
+        .as_pathname()
+        .unwrap()
+        .to_owned();
     drop(stale);
-    let again = ControlServer::start(ControlConfig::new(&stale_path), ControlRegistry::new()).unwrap();
+    let again =
+        ControlServer::start(ControlConfig::new(&stale_path), ControlRegistry::new()).unwrap();
     drop(again);
     assert!(!stale_path.exists());
     drop(srv);

@@ -31,8 +31,8 @@ mod queue_pair;
 mod target;
 
 pub use controller::AnyController;
-pub use probe::{Attached, Attachment, Probe, ProbeDecision, ProbeOutcome};
 /// The queue-pair trait [`AnyQueuePair`] implements (in scope for its methods).
 pub use nvme_driver::IoQueue;
+pub use probe::{Attached, Attachment, Probe, ProbeDecision, ProbeOutcome};
 pub use queue_pair::{AnyQueuePair, AnyQueueStats};
 pub use target::{parse_target, Target, TargetError, EMULATOR_DEVICE};

@@ -269,7 +269,10 @@ impl Probe {
     /// Opens functions with `opener` instead of vfio-pci.
     pub fn with_opener(
         mut self,
-        opener: impl Fn(&PciFunction, ControllerOptions) -> Result<AnyController> + Send + Sync + 'static,
+        opener: impl Fn(&PciFunction, ControllerOptions) -> Result<AnyController>
+            + Send
+            + Sync
+            + 'static,
     ) -> Self {
         self.opener = Box::new(opener);
         self

@@ -39,7 +39,11 @@ impl FakeTree {
         std::fs::write(dir.join("class"), format!("{class:#08x}\n")).unwrap();
         std::fs::write(dir.join("vendor"), "0x1b36\n").unwrap();
         std::fs::write(dir.join("device"), "0x0010\n").unwrap();
-        symlink(format!("../../../bus/pci/drivers/{driver}"), dir.join("driver")).unwrap();
+        symlink(
+            format!("../../../bus/pci/drivers/{driver}"),
+            dir.join("driver"),
+        )
+        .unwrap();
     }
 
     fn dir(&self, addr: &str) -> PathBuf {
@@ -240,7 +244,8 @@ fn a_removed_device_is_detached_by_poll_removals_also_during_a_reset() {
     let probe = emulated_probe(&tree, &sims);
     let removed = Arc::new(Mutex::new(Vec::new()));
     let r = removed.clone();
-    let mut registry = Attached::with_remove_callback(move |f, _| r.lock().unwrap().push(f.address));
+    let mut registry =
+        Attached::with_remove_callback(move |f, _| r.lock().unwrap().push(f.address));
     probe
         .run(
             &mut registry,

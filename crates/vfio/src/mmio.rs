@@ -247,7 +247,10 @@ impl Mmio {
         let start = self.ptr.as_ptr() as usize;
         if replace_with_ones(start, self.len) {
             revoked.store(true, Ordering::Release);
-            log::warn!("register window at {start:#x} ({:#x} bytes) revoked", self.len);
+            log::warn!(
+                "register window at {start:#x} ({:#x} bytes) revoked",
+                self.len
+            );
             Ok(true)
         } else {
             Err(std::io::Error::last_os_error())
@@ -315,7 +318,9 @@ pub struct FaultGuard {
 
 impl fmt::Debug for FaultGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FaultGuard").field("slot", &self.slot).finish()
+        f.debug_struct("FaultGuard")
+            .field("slot", &self.slot)
+            .finish()
     }
 }
 
@@ -380,7 +385,10 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // SAFETY: the kernel passes a valid siginfo for a SA_SIGINFO handler.
     let addr = unsafe { (*info).si_addr() } as usize;
     for w in &WINDOWS {
-        let (start, len) = (w.start.load(Ordering::Acquire), w.len.load(Ordering::Acquire));
+        let (start, len) = (
+            w.start.load(Ordering::Acquire),
+            w.len.load(Ordering::Acquire),
+        );
         if len != 0 && addr >= start && addr - start < len {
             if replace_with_ones(start, len) {
                 let flag = w.flag.load(Ordering::Acquire);
@@ -564,7 +572,11 @@ mod tests {
         assert_eq!(mmio.read64(0), u64::MAX);
         mmio.write32(8, 0);
         bell.ring(7);
-        assert_eq!(mmio.clone().read32(0x1000 - 4), 7, "the doorbell wrote the replacement");
+        assert_eq!(
+            mmio.clone().read32(0x1000 - 4),
+            7,
+            "the doorbell wrote the replacement"
+        );
     }
 
     #[test]

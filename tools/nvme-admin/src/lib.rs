@@ -268,7 +268,11 @@ fn execute_remote(path: &std::path::Path, command: &Command) -> Result<String, A
     let value = match command {
         Command::List(_) => {
             let id = c.identify(name)?;
-            output::list_of(&id.name, &id.identify, id.namespaces.iter().map(|(n, ns)| (*n, ns)))
+            output::list_of(
+                &id.name,
+                &id.identify,
+                id.namespaces.iter().map(|(n, ns)| (*n, ns)),
+            )
         }
         Command::IdCtrl(_) => output::id_ctrl(&c.identify(name)?.identify),
         Command::IdNs { nsid, .. } => output::id_ns(&c.identify_namespace(name, *nsid)?),
@@ -296,15 +300,16 @@ fn execute_remote(path: &std::path::Path, command: &Command) -> Result<String, A
                 log_page::COMMANDS_SUPPORTED_AND_EFFECTS,
                 CommandsEffectsLog::SIZE,
             )?;
-            let page = page.try_into().map_err(|_| {
-                nvme_control::ControlError::Malformed("short effects log".into())
-            })?;
+            let page = page
+                .try_into()
+                .map_err(|_| nvme_control::ControlError::Malformed("short effects log".into()))?;
             output::effects_log(&CommandsEffectsLog::from_bytes(&page))
         }
         Command::GetFeature { fid, sel, .. } => {
             let id = feature_id(*fid)?;
             if *sel == 3 {
-                let caps = FeatureCapabilities::from_bits_truncate(c.feature_capabilities(name, *fid)?);
+                let caps =
+                    FeatureCapabilities::from_bits_truncate(c.feature_capabilities(name, *fid)?);
                 output::feature_capabilities(id, caps)
             } else {
                 let raw = c.get_feature(name, *fid, *sel)?;

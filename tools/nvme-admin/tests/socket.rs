@@ -74,9 +74,21 @@ fn read_only_subcommands_through_the_socket_match_a_direct_open() {
     assert!(v.get("critical_warning").is_some(), "{out}");
     let (rc, _, err) = admin(&["--socket", sock, "error-log", "sim", "-e", "4"]);
     assert_eq!(rc, 0, "{err}");
-    let (rc, _, err) = admin(&["--socket", sock, "set-feature", "sim", "-f", "4", "-v", "300"]);
+    let (rc, _, err) = admin(&[
+        "--socket",
+        sock,
+        "set-feature",
+        "sim",
+        "-f",
+        "4",
+        "-v",
+        "300",
+    ]);
     assert_eq!(rc, 1);
-    assert!(err.contains("not available through a control socket"), "{err}");
+    assert!(
+        err.contains("not available through a control socket"),
+        "{err}"
+    );
     let (rc, _, err) = admin(&["--socket", sock, "id-ctrl", "nope"]);
     assert_eq!(rc, 1);
     assert!(err.contains("no controller `nope`"), "{err}");

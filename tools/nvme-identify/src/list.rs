@@ -77,8 +77,17 @@ impl ListEntry {
         let text = |k: &str| c[k].as_str().map(str::to_owned);
         Self {
             address: text("name").unwrap_or_default(),
-            driver: if c["transport"] == "tcp" { "nvme-tcp" } else { "vfio-pci" }.to_owned(),
-            state: if c["removed"] == true { "removed" } else { "owned" },
+            driver: if c["transport"] == "tcp" {
+                "nvme-tcp"
+            } else {
+                "vfio-pci"
+            }
+            .to_owned(),
+            state: if c["removed"] == true {
+                "removed"
+            } else {
+                "owned"
+            },
             vendor_id: c["vid"].as_u64().map_or("-".into(), |v| format!("{v:04x}")),
             device_id: "-".to_owned(),
             iommu_group: None,
@@ -194,9 +203,7 @@ mod tests {
             driver: Some("nvme".into()),
         }));
         assert_eq!((e.driver.as_str(), e.state), ("nvme", "other"));
-        let mut report = ListReport {
-            devices: vec![e],
-        };
+        let mut report = ListReport { devices: vec![e] };
         report.devices[0].error = Some("busy".into());
         let text = report.to_text();
         assert!(text.contains("0000:00:04.0  nvme"), "{text}");
@@ -204,6 +211,8 @@ mod tests {
         assert!(text.contains("not opened: busy"), "{text}");
         let json: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
         assert_eq!(json["devices"][0]["state"], "other");
-        assert!(ListReport::default().to_text().contains("No NVMe functions"));
+        assert!(ListReport::default()
+            .to_text()
+            .contains("No NVMe functions"));
     }
 }

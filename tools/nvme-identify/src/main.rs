@@ -27,8 +27,8 @@ const DEFAULT_ERROR_ENTRIES: usize = 64;
 use nvme_device::Probe;
 use nvme_identify::health::HealthReport;
 use nvme_identify::list::{ListEntry, ListReport};
-use nvme_vfio::FunctionFilter;
 use nvme_identify::report::{Registers, Report};
+use nvme_vfio::FunctionFilter;
 
 /// Print an NVMe controller's Identify data (the controller must be bound to vfio-pci).
 #[derive(Debug, Parser)]

@@ -32,18 +32,31 @@ fn lists_the_functions_of_a_fake_tree() {
         std::fs::write(dir.join("class"), format!("{class}\n")).unwrap();
         std::fs::write(dir.join("vendor"), "0x1b36\n").unwrap();
         std::fs::write(dir.join("device"), "0x0010\n").unwrap();
-        symlink(format!("../../../bus/pci/drivers/{driver}"), dir.join("driver")).unwrap();
+        symlink(
+            format!("../../../bus/pci/drivers/{driver}"),
+            dir.join("driver"),
+        )
+        .unwrap();
     }
     let sysfs = root.to_str().unwrap();
     let (rc, out, err) = identify(&["--sysfs", sysfs, "--allow", "0000:00:06.0"]);
     assert_eq!(rc, 0, "{out}{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].starts_with("Address"), "{out}");
-    assert!(lines[1].starts_with("0000:00:04.0  vfio-pci  attachable 1b36:0010"), "{out}");
+    assert!(
+        lines[1].starts_with("0000:00:04.0  vfio-pci  attachable 1b36:0010"),
+        "{out}"
+    );
     // No VFIO here: the function on vfio-pci is listed with why it was not opened.
     assert!(lines[2].starts_with("  not opened: "), "{out}");
-    assert!(lines[3].starts_with("0000:00:05.0  nvme      other      1b36:0010"), "{out}");
-    assert!(lines[4].starts_with("0000:00:06.0  nvme      bindable"), "{out}");
+    assert!(
+        lines[3].starts_with("0000:00:05.0  nvme      other      1b36:0010"),
+        "{out}"
+    );
+    assert!(
+        lines[4].starts_with("0000:00:06.0  nvme      bindable"),
+        "{out}"
+    );
     assert_eq!(lines.len(), 5, "{out}");
 
     let (rc, out, err) = identify(&["--json", "--sysfs", sysfs]);

@@ -556,7 +556,11 @@ impl Args {
             ));
         }
         if self.control_socket.is_some() && matches!(target, Target::Tcp(_)) {
-            return Err(invalid("--control-socket", "set", "it serves PCIe or `sim` runs"));
+            return Err(invalid(
+                "--control-socket",
+                "set",
+                "it serves PCIe or `sim` runs",
+            ));
         }
         if self.inline_device && (target != Target::Sim || self.threads != 1) {
             return Err(invalid(

@@ -13,7 +13,17 @@ fn a_run_is_inspected_through_its_control_socket() {
     let path = std::env::temp_dir().join(format!("nvme-perf-ctl-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let child = Command::new(env!("CARGO_BIN_EXE_nvme-perf"))
-        .args(["sim", "-q", "8", "-t", "3", "-j", "2", "--json", "--control-socket"])
+        .args([
+            "sim",
+            "-q",
+            "8",
+            "-t",
+            "3",
+            "-j",
+            "2",
+            "--json",
+            "--control-socket",
+        ])
         .arg(&path)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -24,7 +34,11 @@ fn a_run_is_inspected_through_its_control_socket() {
         if let Ok(c) = ControlClient::connect(&path) {
             break c;
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "no socket at {}", path.display());
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no socket at {}",
+            path.display()
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     let list = client.call("list_controllers", json!({})).unwrap();
@@ -42,16 +56,29 @@ fn a_run_is_inspected_through_its_control_socket() {
     assert!(completed > 0, "no I/O published");
     drop(client);
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(report.is_object(), "{report}");
-    assert!(!path.exists(), "the socket file is removed at the end of the run");
+    assert!(
+        !path.exists(),
+        "the socket file is removed at the end of the run"
+    );
 }
 
 #[test]
 fn the_control_socket_is_refused_for_io_uring() {
     let out = Command::new(env!("CARGO_BIN_EXE_nvme-perf"))
-        .args(["/dev/null", "--engine", "io_uring", "--control-socket", "/tmp/x.sock"])
+        .args([
+            "/dev/null",
+            "--engine",
+            "io_uring",
+            "--control-socket",
+            "/tmp/x.sock",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -230,7 +230,10 @@ impl Controller {
             );
             self.inner.mark_removed();
         } else if self.inner.mmio.read32(regs::CSTS) == ALL_ONES {
-            log::error!("{}: registers read all ones: the device is gone", self.inner.name);
+            log::error!(
+                "{}: registers read all ones: the device is gone",
+                self.inner.name
+            );
             self.inner.mark_removed();
         }
         self.inner.is_removed()
