@@ -11,8 +11,11 @@ RUNS=${CONTROL_RUNS:-2}
 # TCG guests are noisy (a 2-vCPU guest shares its host with other work): accept 20 %.
 MIN_RATIO=${CONTROL_MIN_RATIO:-0.80}
 
+# perf SECONDS [OPTION...]
 perf() {
-    nvme-perf "$NVME_BDF" -n 1 -w randread -b 4096 -q 32 -t "$SECS" --quiet --json "$@"
+    t=$1
+    shift
+    nvme-perf "$NVME_BDF" -n 1 -w randread -b 4096 -q 32 -t "$t" --quiet --json "$@"
 }
 
 iops_of() {
@@ -22,9 +25,11 @@ iops_of() {
     echo "$r"
 }
 
+# wait_socket PID ERRFILE: until the socket exists (nvme-perf PID still running).
 wait_socket() {
     i=0
     until [ -S "$SOCK" ]; do
+        kill -0 "$1" 2>/dev/null || { cat "$2"; fail "nvme-perf ended before its control socket appeared"; }
         i=$((i + 1))
         [ "$i" -lt 200 ] || fail "no control socket at $SOCK after 20 s"
         sleep 0.1
@@ -34,9 +39,9 @@ wait_socket() {
 bind_vfio
 
 echo "== inspect a running nvme-perf through its control socket"
-perf -t 8 --control-socket "$SOCK" >/tmp/perf-long.json 2>/tmp/perf-long.err &
+perf 8 --control-socket "$SOCK" >/tmp/perf-long.json 2>/tmp/perf-long.err &
 pid=$!
-wait_socket
+wait_socket "$pid" /tmp/perf-long.err
 mode=$(stat -c %a "$SOCK")
 [ "$mode" = 600 ] || fail "socket mode is $mode, expected 600"
 nvme-identify --socket "$SOCK" | tee /tmp/ctl-list.txt
@@ -61,11 +66,11 @@ with="" without=""
 i=0
 while [ "$i" -lt "$RUNS" ]; do
     i=$((i + 1))
-    perf >/tmp/perf-plain.json 2>/tmp/perf.err || { cat /tmp/perf.err; fail "nvme-perf failed"; }
+    perf "$SECS" >/tmp/perf-plain.json 2>/tmp/perf.err || { cat /tmp/perf.err; fail "nvme-perf failed"; }
     a=$(iops_of /tmp/perf-plain.json)
-    perf --control-socket "$SOCK" >/tmp/perf-ctl.json 2>/tmp/perf.err &
+    perf "$SECS" --control-socket "$SOCK" >/tmp/perf-ctl.json 2>/tmp/perf.err &
     pid=$!
-    wait_socket
+    wait_socket "$pid" /tmp/perf.err
     reads=0
     while kill -0 "$pid" 2>/dev/null; do
         nvme-admin --socket "$SOCK" smart-log "$NVME_BDF" -o json >/dev/null 2>&1 && reads=$((reads + 1))
