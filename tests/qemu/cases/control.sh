@@ -7,7 +7,7 @@
 
 SOCK=/tmp/nvme-control.sock
 SECS=${CONTROL_SECS:-3}
-RUNS=${CONTROL_RUNS:-2}
+RUNS=${CONTROL_RUNS:-3}
 # TCG guests are noisy (a 2-vCPU guest shares its host with other work): accept 20 %.
 MIN_RATIO=${CONTROL_MIN_RATIO:-0.80}
 
@@ -26,12 +26,13 @@ iops_of() {
 }
 
 # wait_socket PID ERRFILE: until the socket exists (nvme-perf PID still running).
+# (its own counter: the callers' loop counter is a global too)
 wait_socket() {
-    i=0
+    tries=0
     until [ -S "$SOCK" ]; do
         kill -0 "$1" 2>/dev/null || { cat "$2"; fail "nvme-perf ended before its control socket appeared"; }
-        i=$((i + 1))
-        [ "$i" -lt 200 ] || fail "no control socket at $SOCK after 20 s"
+        tries=$((tries + 1))
+        [ "$tries" -lt 200 ] || fail "no control socket at $SOCK after 20 s"
         sleep 0.1
     done
 }
