@@ -40,7 +40,7 @@ wait_socket() {
 bind_vfio
 
 echo "== inspect a running nvme-perf through its control socket"
-perf 8 --control-socket "$SOCK" >/tmp/perf-long.json 2>/tmp/perf-long.err &
+perf 20 --control-socket "$SOCK" >/tmp/perf-long.json 2>/tmp/perf-long.err &
 pid=$!
 wait_socket "$pid" /tmp/perf-long.err
 mode=$(stat -c %a "$SOCK")
