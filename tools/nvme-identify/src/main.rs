@@ -22,6 +22,8 @@ use nvme_tool_support::{parse_target, AnyController, Target, TargetError};
 
 use nvme_driver::spec::log::NSID_BROADCAST;
 
+/// Time between two reports with `--repeat`.
+const REPEAT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// Error Information entries read through a control socket with `--health`.
 const DEFAULT_ERROR_ENTRIES: usize = 64;
 use nvme_device::Probe;
@@ -50,6 +52,10 @@ struct Cli {
     /// or JSON with --json).
     #[arg(long, requires = "socket")]
     stats: bool,
+    /// With --socket: print the report N times, one second apart, over one connection (an
+    /// operator watching a running program; SMART with --health, statistics with --stats).
+    #[arg(long, value_name = "N", requires = "socket", default_value_t = 1)]
+    repeat: u32,
     /// The sysfs root the list reads (without DEVICE).
     #[arg(long, default_value = "/sys")]
     sysfs: std::path::PathBuf,
@@ -164,6 +170,17 @@ fn discovery(cli: &Cli, trid: &nvme_tcp::TransportId) -> Result<(), IdentifyErro
 /// The same reports through a control socket.
 fn remote(cli: &Cli, path: &std::path::Path) -> Result<(), IdentifyError> {
     let mut client = nvme_control::ControlClient::connect(path)?;
+    for round in 0..cli.repeat.max(1) {
+        if round > 0 {
+            std::thread::sleep(REPEAT_INTERVAL);
+        }
+        remote_once(cli, &mut client)?;
+    }
+    Ok(())
+}
+
+/// One report through the control socket.
+fn remote_once(cli: &Cli, client: &mut nvme_control::ControlClient) -> Result<(), IdentifyError> {
     let name = (!cli.device.is_empty()).then(|| cli.device.join(" "));
     let name = name.as_deref();
     let text = if cli.stats {

@@ -62,6 +62,10 @@ fn reports_through_the_control_socket() {
     assert!(out.contains("0000:00:04.0 worker-0 "), "{out}");
     assert!(out.contains("requests_completed=42"), "{out}");
 
+    let (rc, out, err) = identify(&["--socket", sock, "--stats", "--repeat", "2"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert_eq!(out.matches("requests_completed=42").count(), 2, "{out}");
+
     let (rc, _, err) = identify(&["--socket", sock, "0000:00:09.0"]);
     assert_eq!(rc, 1);
     assert!(err.contains("no controller `0000:00:09.0`"), "{err}");
