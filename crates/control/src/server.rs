@@ -30,7 +30,7 @@ use crate::protocol::{
 use crate::registry::ControlRegistry;
 
 /// How often a client thread wakes from a read to check for shutdown and deadlines.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// Default socket file mode: owner read/write only.
 pub const DEFAULT_MODE: u32 = 0o600;
 /// Default largest request line.
