@@ -219,6 +219,49 @@ typedef struct nvme_lba_range {
   uint32_t blocks;
 } nvme_lba_range;
 
+// Where and what `nvme_probe` looks for. A zeroed struct means: every NVMe function of
+// `/sys`.
+typedef struct nvme_probe_opts {
+  // sysfs root (NULL: `/sys`), e.g. a fake tree in tests.
+  const char *sysfs_root;
+  // Only these functions: `num_addresses` PCI addresses or `trtype:PCIe` transport ids
+  // (NULL or 0: every NVMe function).
+  const char *const *addresses;
+  // Entries of `addresses`.
+  size_t num_addresses;
+} nvme_probe_opts;
+
+// A function found by `nvme_probe`, as the probe and attach callbacks see it.
+typedef struct nvme_probe_info {
+  // PCI address (`0000:01:00.0`), NUL-terminated.
+  char address[16];
+  // Bound driver (`vfio-pci`, `nvme`, or empty for none), NUL-terminated.
+  char driver[32];
+  // PCI Vendor ID.
+  uint16_t vendor_id;
+  // PCI Device ID.
+  uint16_t device_id;
+  // 24-bit PCI class code (0x010802 for an NVMe I/O controller).
+  uint32_t class_code;
+  // IOMMU group, or -1 for none.
+  int32_t iommu_group;
+  // Whether the function is bound to vfio-pci (only those are offered for attach).
+  bool vfio;
+} nvme_probe_info;
+
+// Probe callback: return true to attach the function `info` describes. `info` is valid
+// during the call only.
+typedef bool (*nvme_probe_cb)(void *ctx, const struct nvme_probe_info *info);
+
+// Attach callback: `ctrlr` is a new controller handle the caller owns (release it with
+// `nvme_detach`, which calls the remove callback, or `nvme_ctrlr_close`, which does not).
+typedef void (*nvme_attach_cb)(void *ctx,
+                               const struct nvme_probe_info *info,
+                               struct nvme_ctrlr *ctrlr);
+
+// Remove callback, run by `nvme_detach` just before it closes `ctrlr` (still usable inside).
+typedef void (*nvme_remove_cb)(void *ctx, struct nvme_ctrlr *ctrlr);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -616,6 +659,71 @@ int nvme_buf_alloc_in(const struct nvme_dma_context *ctx, size_t len, struct nvm
 // callback of this queue pair or while one runs: the poll it ends must really be abandoned
 // (recovering a poll that is still running its callbacks lets them destroy the pair under it).
 int nvme_qpair_recover(struct nvme_qpair *qpair);
+
+// Enumerates the NVMe functions (sysfs, class 0108xxh) that `opts` selects (NULL: all of
+// `/sys`), calls `probe_cb` for each one bound to vfio-pci (NULL: attach all), opens each it
+// accepts and passes the new handle to `attach_cb` (NULL: the handle is closed again). A
+// function not on vfio-pci is never offered. A chosen function that fails to come up (gone
+// since, in use, no IOMMU group) gets no attach callback; the others go on; their count is
+// stored in `*failed` (NULL: not stored) and the last one's message is
+// `nvme_last_error_message`. Every handle remembers `remove_cb` and `ctx` for
+// `nvme_detach`. Returns how many controllers were attached, or a negative `NVME_ERR_*`
+// when the enumeration itself failed. The callbacks run on the calling thread, inside this
+// call.
+//
+// # Safety
+// `opts` is NULL or valid (its strings NUL-terminated, `addresses` with `num_addresses`
+// entries); `failed` is NULL or valid for a write; the callbacks are NULL or valid functions
+// that accept `ctx`.
+int nvme_probe(const struct nvme_probe_opts *opts,
+               void *ctx,
+               nvme_probe_cb probe_cb,
+               nvme_attach_cb attach_cb,
+               nvme_remove_cb remove_cb,
+               size_t *failed);
+
+// FOR TESTS: `nvme_probe` whose attach opens an in-process *emulated* controller (as
+// `nvme_ctrlr_open_emulated`) for each function the probe callback accepts, instead of the
+// function through VFIO: probe and attach logic against a fake sysfs tree (`sysfs_root`).
+// Fails with `NVME_ERR_UNSUPPORTED` in a build without the emulator.
+//
+// # Safety
+// As `nvme_probe`.
+int nvme_probe_emulated(const struct nvme_probe_opts *opts,
+                        void *ctx,
+                        nvme_probe_cb probe_cb,
+                        nvme_attach_cb attach_cb,
+                        nvme_remove_cb remove_cb,
+                        size_t *failed);
+
+// Whether the device behind `ctrlr` went away (the kernel asked for it back, or its
+// registers read all ones): 1 removed (every I/O fails; call `nvme_detach`), 0 present, or
+// a negative `NVME_ERR_*`. One register read; call it from a management thread, not per I/O.
+// NVMe/TCP controllers report 0 (a lost connection is reported by their queue pairs).
+//
+// # Safety
+// `ctrlr` is NULL or an open controller handle.
+int nvme_ctrlr_check_removal(struct nvme_ctrlr *ctrlr);
+
+// Opt-in protection against SIGBUS after a surprise removal: installs the process-wide
+// SIGBUS handler (chaining to any previous one) and registers the controller's register
+// window with it, so that an access to a BAR that vfio-pci revoked reads all ones instead of
+// killing the process (the controller is then reported removed). `NVME_ERR_UNSUPPORTED` for
+// a controller without a BAR mapping (NVMe/TCP, the emulator). A removal the library is told
+// about (the kernel's device request) revokes the window without the handler.
+//
+// # Safety
+// `ctrlr` is NULL or an open controller handle.
+int nvme_ctrlr_guard_register_faults(struct nvme_ctrlr *ctrlr);
+
+// Detaches a controller from `nvme_probe`: runs its remove callback (with the handle, still
+// usable), then closes it as `nvme_ctrlr_close` does. On a handle from `nvme_ctrlr_open*`
+// (no remove callback) it only closes. NULL does nothing.
+//
+// # Safety
+// `ctrlr` is NULL or an open controller handle that no other thread uses during or after
+// this call.
+int nvme_detach(struct nvme_ctrlr *ctrlr);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -33,7 +33,23 @@ pub(crate) struct CtrlShared {
 /// `nvme_ctrlr_close`, which must be the last call on the handle.
 pub struct nvme_ctrlr {
     pub(crate) shared: Arc<CtrlShared>,
+    /// The remove callback of a handle from `nvme_probe` (run by `nvme_detach`).
+    pub(crate) remove: Option<RemoveHook>,
 }
+
+/// A C remove callback and its context (`nvme_probe`, `nvme_detach`).
+pub(crate) struct RemoveHook {
+    pub(crate) cb: crate::probe::nvme_remove_cb,
+    pub(crate) ctx: *mut std::ffi::c_void,
+}
+
+// SAFETY: the context pointer is never dereferenced by the library: it is only passed back to
+// the caller's own callback, on whichever thread calls `nvme_detach`, which the C API's
+// contract (the header's THREADING section) leaves to the caller, as for the queue-pair
+// callbacks' `cb_arg`.
+unsafe impl Send for RemoveHook {}
+// SAFETY: as for Send: shared references never touch the pointer's target.
+unsafe impl Sync for RemoveHook {}
 
 // The controller handle is shared between threads by C callers: it must be Send + Sync.
 const _: () = {
@@ -71,7 +87,7 @@ pub struct nvme_ns_info {
     pub blocks: u64,
 }
 
-fn copy_c_string(dst: &mut [c_char], src: &str) {
+pub(crate) fn copy_c_string(dst: &mut [c_char], src: &str) {
     let n = src.len().min(dst.len() - 1);
     for (d, s) in dst.iter_mut().zip(src.bytes().take(n)) {
         *d = s as c_char;
@@ -90,6 +106,7 @@ pub(crate) unsafe fn publish_ctrlr(
 ) {
     let handle = Box::new(nvme_ctrlr {
         shared: Arc::new(CtrlShared { ctrl, _sim: sim }),
+        remove: None,
     });
     // SAFETY: the caller checked `out` is non-null and valid for a write.
     unsafe { *out = Box::into_raw(handle) };

@@ -87,6 +87,9 @@ mod context;
 // Queue pair drain and recovery.
 mod lifecycle;
 
+// Probe / attach / detach (`nvme_probe`).
+mod probe;
+
 pub use boundary::*;
 pub use buffer::*;
 pub use context::*;
@@ -95,5 +98,6 @@ pub use errors::*;
 pub use lifecycle::nvme_qpair_recover;
 pub use namespaces::*;
 pub use poll::*;
+pub use probe::*;
 pub use qpair::*;
 pub use submit::*;

@@ -187,3 +187,54 @@ fn a_callback_left_by_longjmp_leaves_the_pair_busy_until_recovered() {
         assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
     }
 }
+
+#[test]
+fn probe_attach_detach_from_c_on_a_fake_sysfs_tree() {
+    use std::os::unix::fs::symlink;
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi-probe-sysfs");
+    let _ = std::fs::remove_dir_all(&root);
+    for (addr, class, driver) in [
+        ("0000:00:04.0", "0x010802", "vfio-pci"),
+        ("0000:00:05.0", "0x010802", "vfio-pci"),
+        ("0000:00:06.0", "0x010802", "vfio-pci"),
+        ("0000:00:07.0", "0x010802", "nvme"),
+        ("0000:00:03.0", "0x020000", "vfio-pci"),
+    ] {
+        let dir = root.join("bus/pci/devices").join(addr);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("class"), format!("{class}\n")).unwrap();
+        std::fs::write(dir.join("vendor"), "0x1b36\n").unwrap();
+        std::fs::write(dir.join("device"), "0x0010\n").unwrap();
+        symlink(
+            format!("../../../bus/pci/drivers/{driver}"),
+            dir.join("driver"),
+        )
+        .unwrap();
+    }
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/probe.c");
+    let exe = build_c("probe", &source);
+    let out = run(&exe, &[root.to_str().unwrap()]);
+    for expected in [
+        "probe 0000:00:04.0 driver vfio-pci 1b36:0010 class 010802 vfio 1",
+        "attach 0000:00:04.0: 2 namespaces",
+        "probe 0000:00:05.0",
+        "attach 0000:00:06.0: 2 namespaces",
+        // Three on vfio-pci probed (the NIC and the kernel-bound one are not offered), one
+        // declined.
+        "attached 2 probed 3 failed 0",
+        "check_removal 0",
+        // The emulator has no BAR mapping to guard.
+        "guard_register_faults unsupported",
+        "remove: get_info ok",
+        "removed 2",
+        "filtered: attached 1",
+        "vfio: attached 0 failed 2 message names it",
+        "bad address: invalid argument",
+        "probe: done",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    assert!(!out.contains("attach 0000:00:05.0"), "{out}");
+    assert!(!out.contains("0000:00:07.0"), "{out}");
+    std::fs::remove_dir_all(&root).unwrap();
+}

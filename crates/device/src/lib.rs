@@ -18,14 +18,21 @@
 //! emulator ([`Target::Emulator`]; the tools that offer it open it themselves, with their
 //! own emulator settings, when built with their `emulator` feature).
 
+//!
+//! [`probe`]: enumerate the NVMe functions of the machine (sysfs), attach the ones a probe
+//! callback chooses, and detach them with a remove callback ([`probe::Probe`],
+//! [`probe::Attached`]).
+
 #![deny(missing_docs)]
 
 mod controller;
+pub mod probe;
 mod queue_pair;
 mod target;
 
 pub use controller::AnyController;
 /// The queue-pair trait [`AnyQueuePair`] implements (in scope for its methods).
 pub use nvme_driver::IoQueue;
+pub use probe::{Attached, Attachment, Probe, ProbeDecision, ProbeOutcome};
 pub use queue_pair::{AnyQueuePair, AnyQueueStats};
 pub use target::{parse_target, Target, TargetError, EMULATOR_DEVICE};

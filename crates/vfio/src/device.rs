@@ -355,9 +355,10 @@ impl VfioPci {
             _device: Arc::clone(self),
         });
         // SAFETY: `ptr` is a fresh shared mapping of `len` bytes of the BAR, page-aligned (so
-        // 4-byte aligned); `BarMapping` unmaps it only when dropped, i.e. after the last clone
-        // of `owner` is gone.
-        Ok(unsafe { Mmio::new(ptr, len, owner) })
+        // 4-byte aligned), used only through this window; `BarMapping` unmaps exactly that
+        // range (a replacement made by `Mmio::revoke` too) only when dropped, i.e. after the
+        // last clone of `owner` is gone.
+        Ok(unsafe { Mmio::new_mapping(ptr, len, owner) })
     }
 
     /// The container's DMA mapper, for allocating DMA memory this device (and every other

@@ -11,6 +11,8 @@
 //!   dereferenced).
 //! - [`dma`]: DMA memory ([`dma::DmaRegion`] shared with the device, [`dma::DmaBuffer`] owned by
 //!   the CPU) and the [`dma::DmaMapper`] seam that VFIO and the in-process emulator implement.
+//! - [`enumerate`]: the NVMe functions of the machine from sysfs (class 0108xxh, driver
+//!   binding, allow list), for probe/attach.
 //! - [`barrier`]: CPU/device memory barriers for every supported architecture.
 //! - [`function`]: [`FunctionControl`], stopping a function's DMA at teardown.
 //! - `ioctl` (private): every VFIO system call of the crate, in one small audited module.
@@ -50,6 +52,7 @@ pub mod container;
 pub mod context;
 pub mod device;
 pub mod dma;
+pub mod enumerate;
 pub mod error;
 pub mod function;
 mod ioctl;
@@ -66,6 +69,7 @@ pub use container::VfioContainer;
 pub use context::DmaContext;
 pub use device::VfioPci;
 pub use dma::{DmaBuffer, DmaDomain, DmaError, DmaMapper, DmaRegion, Iova};
+pub use enumerate::{Binding, FunctionFilter, PciFunction};
 pub use error::VfioError;
 pub use function::FunctionControl;
 pub use iova::IovaAllocator;

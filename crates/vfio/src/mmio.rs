@@ -8,6 +8,18 @@
 //! INVARIANT (`Mmio`): `ptr` is valid for volatile reads and writes of `len` bytes for as long
 //! as `owner` is alive; `owner` keeps the mapping (mmap of a BAR, or emulator memory) alive.
 //!
+//! Removal without SIGBUS: once the device is gone, vfio-pci may revoke the BAR mapping, and
+//! the next register access or doorbell write would raise SIGBUS. A window made over a whole
+//! BAR mapping ([`Mmio::new_mapping`]) can be *revoked* ([`Mmio::revoke`]): private anonymous
+//! memory filled with all ones replaces the mapping in place (`mmap(MAP_FIXED)`), so every
+//! later read returns `0xFFFF_FFFF` (what a removed PCIe device answers) and writes land in
+//! that memory, never faulting. The driver revokes on a removal notice, before anything else
+//! touches the registers. For a revocation nobody announced, a program may install a SIGBUS
+//! handler ([`install_sigbus_handler`], opt-in, process-wide) and register its windows
+//! ([`Mmio::guard_faults`]): a fault inside a registered window revokes that window from the
+//! handler and the access is retried against the replacement; any other SIGBUS goes to the
+//! previous handler (or kills the process as before).
+//!
 //! Atomic windows (the in-process emulator's register page, [`Mmio::new_atomic`]) exist only
 //! with the `emulator` feature, which `nvme-sim` turns on. Without it (a build for real
 //! hardware: no emulator in the dependency graph) the access mode is a one-variant, zero-sized
@@ -18,7 +30,8 @@ use std::any::Any;
 use std::fmt;
 use std::ptr::NonNull;
 #[cfg(feature = "emulator")]
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Anything that keeps a register window mapped (a VFIO device with its BAR mmap, an emulator).
@@ -47,6 +60,9 @@ pub struct Mmio {
     ptr: NonNull<u8>,
     len: usize,
     access: Access,
+    /// For a window over one whole mapping ([`Mmio::new_mapping`]): set once the mapping was
+    /// replaced ([`Mmio::revoke`] or the SIGBUS handler). `None`: not revocable.
+    revoked: Option<Arc<AtomicBool>>,
     owner: MappingOwner,
 }
 
@@ -78,6 +94,23 @@ impl Mmio {
             ptr,
             len,
             access: Access::Volatile,
+            revoked: None,
+            owner,
+        }
+    }
+
+    /// Wraps a whole memory mapping (a BAR's mmap) that [`Mmio::revoke`] may replace.
+    ///
+    /// # Safety
+    /// As [`Mmio::new`]; in addition `ptr` is page-aligned and `ptr..ptr + len` is exactly one
+    /// mapping of this process that only this window (and its clones and doorbells) uses, and
+    /// `owner` releases it with `munmap` of that range (which also releases a replacement).
+    pub unsafe fn new_mapping(ptr: NonNull<u8>, len: usize, owner: MappingOwner) -> Self {
+        Self {
+            ptr,
+            len,
+            access: Access::Volatile,
+            revoked: Some(Arc::new(AtomicBool::new(false))),
             owner,
         }
     }
@@ -93,6 +126,7 @@ impl Mmio {
             ptr,
             len,
             access: Access::Atomic,
+            revoked: None,
             owner,
         }
     }
@@ -196,6 +230,227 @@ impl Mmio {
     }
 }
 
+impl Mmio {
+    /// Replaces the window's mapping with private anonymous memory filled with all ones, in
+    /// place: from then on reads return `0xFFFF_FFFF` and writes are absorbed, and nothing
+    /// faults when the device's mapping has been (or is being) revoked. Every clone and
+    /// doorbell of the window sees the replacement. Returns `Ok(false)` for a window that is
+    /// not a whole mapping ([`Mmio::new`], the emulator's page): nothing is replaced. Call it
+    /// once the device is known gone, after the last access that still had to reach it.
+    pub fn revoke(&self) -> std::io::Result<bool> {
+        let Some(revoked) = &self.revoked else {
+            return Ok(false);
+        };
+        if revoked.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        let start = self.ptr.as_ptr() as usize;
+        if replace_with_ones(start, self.len) {
+            revoked.store(true, Ordering::Release);
+            log::warn!(
+                "register window at {start:#x} ({:#x} bytes) revoked",
+                self.len
+            );
+            Ok(true)
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
+    /// Whether the window was revoked ([`Mmio::revoke`], or the SIGBUS handler on a fault in
+    /// a window registered with [`Mmio::guard_faults`]).
+    pub fn is_revoked(&self) -> bool {
+        self.revoked
+            .as_ref()
+            .is_some_and(|r| r.load(Ordering::Acquire))
+    }
+
+    /// Registers the window with the SIGBUS handler ([`install_sigbus_handler`], which must be
+    /// installed for this to matter): a fault inside it revokes it instead of killing the
+    /// process. The registration lasts as long as the returned guard. Fails for a window that
+    /// cannot be revoked, or when [`MAX_GUARDED_WINDOWS`] are registered already.
+    pub fn guard_faults(&self) -> Result<FaultGuard, GuardError> {
+        let Some(revoked) = &self.revoked else {
+            return Err(GuardError::NotAMapping);
+        };
+        let start = self.ptr.as_ptr() as usize;
+        for (slot, w) in WINDOWS.iter().enumerate() {
+            if w.start
+                .compare_exchange(0, start, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                // The handler may still hold this pointer after the guard is gone (a fault
+                // being handled on another thread): the flag is never freed (one word per
+                // registration).
+                let flag = Arc::into_raw(revoked.clone()).cast_mut();
+                w.flag.store(flag, Ordering::Release);
+                w.len.store(self.len, Ordering::Release);
+                return Ok(FaultGuard {
+                    slot,
+                    _owner: self.owner.clone(),
+                });
+            }
+        }
+        Err(GuardError::Full)
+    }
+}
+
+/// Most windows registered with the SIGBUS handler at once.
+pub const MAX_GUARDED_WINDOWS: usize = 64;
+
+/// Why [`Mmio::guard_faults`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum GuardError {
+    /// The window is not a whole mapping ([`Mmio::new_mapping`]).
+    #[error("the register window is not a whole mapping that can be replaced")]
+    NotAMapping,
+    /// The table of guarded windows is full.
+    #[error("{MAX_GUARDED_WINDOWS} register windows are guarded already")]
+    Full,
+}
+
+/// A window's registration with the SIGBUS handler; unregisters on drop. Keeps the mapping
+/// alive meanwhile (the handler may replace it until then).
+pub struct FaultGuard {
+    slot: usize,
+    _owner: MappingOwner,
+}
+
+impl fmt::Debug for FaultGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FaultGuard")
+            .field("slot", &self.slot)
+            .finish()
+    }
+}
+
+impl Drop for FaultGuard {
+    fn drop(&mut self) {
+        let w = &WINDOWS[self.slot];
+        w.len.store(0, Ordering::Release);
+        w.flag.store(std::ptr::null_mut(), Ordering::Release);
+        w.start.store(0, Ordering::Release);
+    }
+}
+
+/// One registered window (all zero: free). Only atomics: the signal handler reads them.
+struct Window {
+    start: AtomicUsize,
+    len: AtomicUsize,
+    /// The window's revocation flag (never freed once stored, see `guard_faults`).
+    flag: AtomicPtr<AtomicBool>,
+}
+
+#[allow(clippy::declare_interior_mutable_const)] // the initialiser of each array element
+const FREE_WINDOW: Window = Window {
+    start: AtomicUsize::new(0),
+    len: AtomicUsize::new(0),
+    flag: AtomicPtr::new(std::ptr::null_mut()),
+};
+
+/// The windows the SIGBUS handler may revoke (and the revocation flags of every window).
+static WINDOWS: [Window; MAX_GUARDED_WINDOWS] = [FREE_WINDOW; MAX_GUARDED_WINDOWS];
+
+/// Maps private anonymous memory over `start..start + len` and fills it with all ones.
+/// Async-signal-safe (one `mmap` system call and plain stores). Returns false if `mmap` failed.
+fn replace_with_ones(start: usize, len: usize) -> bool {
+    // SAFETY: callers pass a window made by `Mmio::new_mapping`, whose contract makes
+    // `start..start + len` one page-aligned mapping of this process used only through this
+    // window: replacing it (MAP_FIXED) affects no other memory. The replacement is released
+    // by the owner's `munmap` of the same range.
+    let ptr = unsafe {
+        libc::mmap(
+            start as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return false;
+    }
+    // SAFETY: the fresh anonymous mapping above covers `start..start + len`, readable and
+    // writable.
+    unsafe { std::ptr::write_bytes(start as *mut u8, 0xff, len) };
+    true
+}
+
+/// The action SIGBUS had before [`install_sigbus_handler`] (chained to for faults outside the
+/// registered windows).
+static PREVIOUS: std::sync::OnceLock<libc::sigaction> = std::sync::OnceLock::new();
+
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for a SA_SIGINFO handler.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    for w in &WINDOWS {
+        let (start, len) = (
+            w.start.load(Ordering::Acquire),
+            w.len.load(Ordering::Acquire),
+        );
+        if len != 0 && addr >= start && addr - start < len {
+            if replace_with_ones(start, len) {
+                let flag = w.flag.load(Ordering::Acquire);
+                if !flag.is_null() {
+                    // SAFETY: a flag stored by `guard_faults`, never freed.
+                    unsafe { &*flag }.store(true, Ordering::Release);
+                }
+                // Returning retries the access, now against the replacement.
+                return;
+            }
+            break;
+        }
+    }
+    // Not ours: what SIGBUS did before.
+    match PREVIOUS.get() {
+        Some(prev) if prev.sa_flags & libc::SA_SIGINFO != 0 && prev.sa_sigaction > 1 => {
+            // SAFETY: a SA_SIGINFO handler installed before ours, called as the kernel would.
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                unsafe { std::mem::transmute(prev.sa_sigaction) };
+            f(sig, info, ctx);
+        }
+        Some(prev) if prev.sa_sigaction > 1 => {
+            // SAFETY: a plain handler installed before ours.
+            let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(prev.sa_sigaction) };
+            f(sig);
+        }
+        _ => {
+            // Default action: restore it and return; the access faults again and the process
+            // dies of SIGBUS as it would have without us.
+            // SAFETY: resetting a signal's disposition to SIG_DFL is async-signal-safe.
+            unsafe { libc::signal(libc::SIGBUS, libc::SIG_DFL) };
+        }
+    }
+}
+
+/// Installs the process-wide SIGBUS handler for windows registered with
+/// [`Mmio::guard_faults`] (opt-in: the library never installs it by itself). Idempotent. The
+/// handler takes the previous disposition's place and calls it for faults outside the
+/// registered windows.
+pub fn install_sigbus_handler() -> std::io::Result<()> {
+    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+    if *installed {
+        return Ok(());
+    }
+    // SAFETY: zeroed sigaction is a valid starting value; the mask is emptied below.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = on_sigbus as *const () as usize;
+    action.sa_flags = libc::SA_SIGINFO;
+    // SAFETY: a valid sigaction to initialise.
+    unsafe { libc::sigemptyset(&mut action.sa_mask) };
+    // SAFETY: zeroed is a valid place for the previous action.
+    let mut previous: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to a filled action and a place for the old one.
+    if unsafe { libc::sigaction(libc::SIGBUS, &action, &mut previous) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let _ = PREVIOUS.set(previous);
+    *installed = true;
+    Ok(())
+}
+
 /// One 32-bit doorbell register (SQ tail or CQ head).
 ///
 /// INVARIANT: `ptr` is a valid, aligned 32-bit register inside a window kept alive by `_owner`.
@@ -230,5 +485,125 @@ impl Doorbell {
                 unsafe { AtomicU32::from_ptr(self.ptr.as_ptr()) }.store(value, Ordering::Release)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shared mapping of a memfd of `len` bytes, as a BAR mapping: truncating the file
+    /// revokes the pages under the mapping, and the next access raises SIGBUS, as an access
+    /// to a BAR that vfio-pci revoked does.
+    struct FileMapping {
+        ptr: NonNull<u8>,
+        len: usize,
+        fd: libc::c_int,
+    }
+
+    // SAFETY: test mapping used through `Mmio` only.
+    unsafe impl Send for FileMapping {}
+    // SAFETY: as above.
+    unsafe impl Sync for FileMapping {}
+
+    impl FileMapping {
+        fn new(len: usize) -> Arc<Self> {
+            // SAFETY: a NUL-terminated name and valid flags.
+            let fd = unsafe { libc::memfd_create(c"nvme-vfio-mmio-test".as_ptr(), 0) };
+            assert!(fd >= 0);
+            // SAFETY: our fresh fd.
+            assert_eq!(unsafe { libc::ftruncate(fd, len as libc::off_t) }, 0);
+            // SAFETY: a fresh shared mapping of the whole file, no MAP_FIXED.
+            let ptr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                )
+            };
+            assert_ne!(ptr, libc::MAP_FAILED);
+            Arc::new(Self {
+                ptr: NonNull::new(ptr.cast()).unwrap(),
+                len,
+                fd,
+            })
+        }
+
+        /// Takes the pages away under the mapping (what a revoked BAR is to an access).
+        fn revoke_pages(&self) {
+            // SAFETY: our fd.
+            assert_eq!(unsafe { libc::ftruncate(self.fd, 0) }, 0);
+        }
+
+        fn window(self: &Arc<Self>) -> Mmio {
+            let owner: MappingOwner = self.clone();
+            // SAFETY: one whole page-aligned mapping used only through this window, unmapped
+            // by the owner's drop.
+            unsafe { Mmio::new_mapping(self.ptr, self.len, owner) }
+        }
+    }
+
+    impl Drop for FileMapping {
+        fn drop(&mut self) {
+            // SAFETY: our mapping (or its replacement) and our fd; nothing uses them now.
+            unsafe {
+                libc::munmap(self.ptr.as_ptr().cast(), self.len);
+                libc::close(self.fd);
+            }
+        }
+    }
+
+    #[test]
+    fn a_revoked_window_reads_all_ones_and_absorbs_writes() {
+        let map = FileMapping::new(4096);
+        let mmio = map.window();
+        let bell = mmio.doorbell(0x1000 - 4);
+        mmio.write32(8, 0x1234_5678);
+        assert_eq!(mmio.read32(8), 0x1234_5678);
+        assert!(!mmio.is_revoked());
+        assert!(mmio.revoke().unwrap());
+        // The pages go away under the old mapping: an access to it would now be SIGBUS.
+        map.revoke_pages();
+        assert!(mmio.is_revoked());
+        assert_eq!(mmio.read32(8), u32::MAX);
+        assert_eq!(mmio.read64(0), u64::MAX);
+        mmio.write32(8, 0);
+        bell.ring(7);
+        assert_eq!(
+            mmio.clone().read32(0x1000 - 4),
+            7,
+            "the doorbell wrote the replacement"
+        );
+    }
+
+    #[test]
+    fn the_sigbus_handler_revokes_a_guarded_window_on_a_fault() {
+        install_sigbus_handler().unwrap();
+        install_sigbus_handler().unwrap(); // idempotent
+        let map = FileMapping::new(8192);
+        let mmio = map.window();
+        let guard = mmio.guard_faults().unwrap();
+        mmio.write32(0, 1);
+        map.revoke_pages();
+        // Without the handler this read kills the test process with SIGBUS.
+        assert_eq!(mmio.read32(4096), u32::MAX);
+        assert!(mmio.is_revoked());
+        mmio.doorbell(0).ring(3);
+        drop(guard);
+    }
+
+    #[test]
+    fn only_whole_mappings_are_revoked_or_guarded() {
+        let mut word = Box::new([0u32; 4]);
+        let owner: MappingOwner = Arc::new(());
+        // SAFETY: the box lives until the end of the test, longer than the window.
+        let mmio = unsafe { Mmio::new(NonNull::from(&mut *word).cast(), 16, owner) };
+        assert!(!mmio.revoke().unwrap());
+        assert_eq!(mmio.guard_faults().unwrap_err(), GuardError::NotAMapping);
+        mmio.write32(0, 5);
+        assert_eq!(mmio.read32(0), 5);
     }
 }

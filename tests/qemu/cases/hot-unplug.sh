@@ -35,6 +35,11 @@ echo "nvme-perf exit status $rc at ${t_exit}s"
 [ "$rc" != 0 ] || fail "nvme-perf exited 0 although its controller was removed"
 [ "$rc" != 101 ] || fail "nvme-perf panicked"
 grep -qi "removed" /tmp/perf.err || fail "nvme-perf's error does not say the controller was removed"
+# Removal without SIGBUS: on the device request the driver replaced the BAR mapping with
+# all-ones memory before anything else touched the registers (nvme_vfio::Mmio::revoke).
+grep -q "register window at .* revoked" /tmp/perf.err ||
+    fail "nvme-perf did not revoke the register window on the removal request"
+
 
 # When vfio-pci relayed the request: the first "Relaying device request" line of the kernel log.
 t_req=$(dmesg | sed -n 's/^\[ *\([0-9.]*\)\].*Relaying device request.*/\1/p' | head -n1)

@@ -29,6 +29,11 @@ const DEFAULT_ERROR_LOG_ENTRIES: usize = 64;
 #[derive(Debug, Parser)]
 #[command(name = "nvme-admin", version, about)]
 pub struct Cli {
+    /// Ask the program serving the control socket at PATH (nvme-control) instead of opening
+    /// DEVICE: DEVICE is then the controller's name there (`nvme-identify --socket PATH`
+    /// lists them). Read-only subcommands only (no set-feature).
+    #[arg(long, global = true, value_name = "PATH")]
+    socket: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -187,6 +192,10 @@ pub enum AdminError {
     #[error("DEVICE `sim` needs a build with the `emulator` feature")]
     #[cfg_attr(feature = "emulator", allow(dead_code))]
     NoEmulator,
+    #[error(transparent)]
+    Control(#[from] nvme_control::ControlError),
+    #[error("{0} is not available through a control socket (it changes the controller)")]
+    NotRemote(&'static str),
     #[error("cannot encode JSON: {0}")]
     Json(#[from] serde_json::Error),
     #[error("cannot write to standard output: {0}")]
@@ -246,9 +255,92 @@ fn execute<C: NvmeController>(ctrl: &C, command: &Command) -> Result<String, Adm
     })
 }
 
-/// Runs the parsed command line: opens DEVICE, runs the subcommand, prints its output.
+/// Runs `command` through the control socket at `path` and returns what to print.
+fn execute_remote(path: &std::path::Path, command: &Command) -> Result<String, AdminError> {
+    use nvme_driver::spec::admin_log::{CommandsEffectsLog, FirmwareSlotLog};
+    use nvme_driver::spec::feature::FeatureCapabilities;
+    use nvme_driver::spec::opcode::log_page;
+
+    let dev = command.device();
+    let name = dev.device.join(" ");
+    let name = Some(name.as_str());
+    let mut c = nvme_control::ControlClient::connect(path)?;
+    let value = match command {
+        Command::List(_) => {
+            let id = c.identify(name)?;
+            output::list_of(
+                &id.name,
+                &id.identify,
+                id.namespaces.iter().map(|(n, ns)| (*n, ns)),
+            )
+        }
+        Command::IdCtrl(_) => output::id_ctrl(&c.identify(name)?.identify),
+        Command::IdNs { nsid, .. } => output::id_ns(&c.identify_namespace(name, *nsid)?),
+        Command::ListNs { nsid, .. } => {
+            let id = c.identify(name)?;
+            let mut ids: Vec<u32> = id.namespaces.iter().map(|(n, _)| *n).collect();
+            ids.extend(id.unsupported.iter().map(|(n, _)| *n));
+            ids.sort_unstable();
+            ids.retain(|n| n > nsid);
+            output::list_ns(&ids)
+        }
+        Command::NsDescs { .. } => return Err(AdminError::NotRemote("ns-descs")),
+        Command::SmartLog { nsid, .. } => output::smart_log(&c.smart_log(name, *nsid)?),
+        Command::ErrorLog { entries, .. } => output::error_log(&c.error_log(name, *entries)?),
+        Command::FwLog(d) => {
+            let page = c.log_page(name, log_page::FIRMWARE_SLOT, FirmwareSlotLog::SIZE)?;
+            let page = page.try_into().map_err(|_| {
+                nvme_control::ControlError::Malformed("short firmware slot log".into())
+            })?;
+            output::fw_log(&d.device.join(" "), &FirmwareSlotLog::from_bytes(&page))
+        }
+        Command::EffectsLog(_) => {
+            let page = c.log_page(
+                name,
+                log_page::COMMANDS_SUPPORTED_AND_EFFECTS,
+                CommandsEffectsLog::SIZE,
+            )?;
+            let page = page
+                .try_into()
+                .map_err(|_| nvme_control::ControlError::Malformed("short effects log".into()))?;
+            output::effects_log(&CommandsEffectsLog::from_bytes(&page))
+        }
+        Command::GetFeature { fid, sel, .. } => {
+            let id = feature_id(*fid)?;
+            if *sel == 3 {
+                let caps =
+                    FeatureCapabilities::from_bits_truncate(c.feature_capabilities(name, *fid)?);
+                output::feature_capabilities(id, caps)
+            } else {
+                let raw = c.get_feature(name, *fid, *sel)?;
+                let f = Feature::from_raw(id, raw).ok_or(AdminError::BadValue {
+                    fid: *fid,
+                    name: id.name(),
+                    value: raw,
+                })?;
+                let select = [Select::Current, Select::Default, Select::Saved][usize::from(*sel)];
+                output::feature(&f, select)
+            }
+        }
+        Command::SetFeature { .. } => return Err(AdminError::NotRemote("set-feature")),
+    };
+    Ok(match dev.output {
+        Format::Json => serde_json::to_string_pretty(&value)? + "\n",
+        Format::Normal => output::to_text(&value),
+    })
+}
+
+/// Runs the parsed command line: opens DEVICE (or asks the control socket), runs the
+/// subcommand, prints its output.
 pub fn run(cli: &Cli) -> Result<(), AdminError> {
     let dev = cli.command.device();
+    if let Some(path) = &cli.socket {
+        let text = execute_remote(path, &cli.command)?;
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())?;
+        out.flush()?;
+        return Ok(());
+    }
     let target = parse_target(&dev.device.join(" "))?;
     let text = match target {
         Target::Emulator => emulator::run(|ctrl| execute(ctrl, &cli.command))?,

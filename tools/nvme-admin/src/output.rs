@@ -63,21 +63,34 @@ fn fid_hex(fid: u8) -> String {
 
 /// `list`: nvme-cli's `Devices` array, one entry per usable namespace.
 pub fn list<C: NvmeController>(ctrl: &C) -> Value {
-    let id = ctrl.identify();
-    let devices: Vec<Value> = ctrl
-        .namespaces()
-        .iter()
-        .map(|ns| {
+    let namespaces = ctrl.namespaces();
+    list_of(
+        ctrl.name(),
+        ctrl.identify(),
+        namespaces.iter().map(|ns| (ns.nsid(), ns.identify())),
+    )
+}
+
+/// `list` of controller `name` from its Identify data and its usable namespaces' (through a
+/// control socket too).
+pub fn list_of<'a>(
+    name: &str,
+    id: &IdentifyController,
+    namespaces: impl IntoIterator<Item = (u32, &'a IdentifyNamespace)>,
+) -> Value {
+    let devices: Vec<Value> = namespaces
+        .into_iter()
+        .map(|(nsid, ns)| {
             let lba = u64::from(ns.block_size());
             json!({
-                "NameSpace": ns.nsid(),
-                "DevicePath": format!("{}/{}", ctrl.name(), ns.nsid()),
+                "NameSpace": nsid,
+                "DevicePath": format!("{name}/{nsid}"),
                 "Firmware": id.firmware(),
                 "ModelNumber": id.model(),
                 "SerialNumber": id.serial(),
-                "UsedBytes": ns.identify().nuse * lba,
-                "MaximumLBA": ns.blocks(),
-                "PhysicalSize": ns.blocks() * lba,
+                "UsedBytes": ns.nuse * lba,
+                "MaximumLBA": ns.nsze,
+                "PhysicalSize": ns.nsze * lba,
                 "SectorSize": lba,
             })
         })

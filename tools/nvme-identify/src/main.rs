@@ -5,6 +5,11 @@
 //! An NVMe/TCP transport id without `subnqn` (the discovery subsystem) lists the subsystems the
 //! target's discovery controller reports, one transport id each.
 //!
+//! Without DEVICE it lists every NVMe function of the machine, like `nvme list`: address,
+//! driver binding, vendor:device, and for each function on vfio-pci that it can open, model,
+//! serial, firmware and namespaces (`--sysfs ROOT` reads another sysfs tree, `--allow BDF`
+//! marks functions bindable).
+//!
 //! Errors go to stderr as `error: <message>` (with the chain of causes) and exit with status 1;
 //! bad input never panics.
 
@@ -16,8 +21,16 @@ use nvme_driver::ControllerOptions;
 use nvme_tool_support::{parse_target, AnyController, Target, TargetError};
 
 use nvme_driver::spec::log::NSID_BROADCAST;
+
+/// Time between two reports with `--repeat`.
+const REPEAT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Error Information entries read through a control socket with `--health`.
+const DEFAULT_ERROR_ENTRIES: usize = 64;
+use nvme_device::Probe;
 use nvme_identify::health::HealthReport;
+use nvme_identify::list::{ListEntry, ListReport};
 use nvme_identify::report::{Registers, Report};
+use nvme_vfio::FunctionFilter;
 
 /// Print an NVMe controller's Identify data (the controller must be bound to vfio-pci).
 #[derive(Debug, Parser)]
@@ -30,9 +43,29 @@ struct Cli {
     /// nvme-cli's smart-log and error-log) instead of the Identify data.
     #[arg(long)]
     health: bool,
+    /// Ask the program serving the control socket at PATH (nvme-control) instead of opening
+    /// the controller: DEVICE is then the controller's name there (may be left out when it
+    /// serves one); without DEVICE, list the controllers it serves.
+    #[arg(long, value_name = "PATH")]
+    socket: Option<std::path::PathBuf>,
+    /// With --socket: print the queue statistics the program publishes (one line per queue,
+    /// or JSON with --json).
+    #[arg(long, requires = "socket")]
+    stats: bool,
+    /// With --socket: print the report N times, one second apart, over one connection (an
+    /// operator watching a running program; SMART with --health, statistics with --stats).
+    #[arg(long, value_name = "N", requires = "socket", default_value_t = 1)]
+    repeat: u32,
+    /// The sysfs root the list reads (without DEVICE).
+    #[arg(long, default_value = "/sys")]
+    sysfs: std::path::PathBuf,
+    /// A function not on vfio-pci that may be bound to it (listed as `bindable`); repeatable.
+    #[arg(long = "allow", value_name = "BDF")]
+    allow: Vec<nvme_driver::PciAddress>,
     /// PCI address (0000:00:04.0) or transport id (trtype:PCIe traddr:0000:00:04.0, or
     /// trtype:TCP traddr:127.0.0.1 trsvcid:4420 subnqn:NQN for NVMe/TCP; quoted or not).
-    #[arg(required = true, num_args = 1..)]
+    /// Without it: list the NVMe functions of the machine.
+    #[arg(num_args = 0..)]
     device: Vec<String>,
 }
 
@@ -47,9 +80,17 @@ enum IdentifyError {
     Json(#[from] serde_json::Error),
     #[error("cannot write to standard output: {0}")]
     Output(#[from] std::io::Error),
+    #[error(transparent)]
+    Control(#[from] nvme_control::ControlError),
 }
 
 fn run(cli: &Cli) -> Result<(), IdentifyError> {
+    if let Some(path) = &cli.socket {
+        return remote(cli, path);
+    }
+    if cli.device.is_empty() {
+        return list(cli);
+    }
     let target = parse_target(&cli.device.join(" "))?;
     if let Target::Tcp(trid) = &target {
         if trid.is_discovery() {
@@ -123,6 +164,125 @@ fn discovery(cli: &Cli, trid: &nvme_tcp::TransportId) -> Result<(), IdentifyErro
         };
         text.push_str(&format!("  {kind:<9} {}\n", e.transport_id()));
     }
+    print(&text)
+}
+
+/// The same reports through a control socket.
+fn remote(cli: &Cli, path: &std::path::Path) -> Result<(), IdentifyError> {
+    let mut client = nvme_control::ControlClient::connect(path)?;
+    for round in 0..cli.repeat.max(1) {
+        if round > 0 {
+            std::thread::sleep(REPEAT_INTERVAL);
+        }
+        remote_once(cli, &mut client)?;
+    }
+    Ok(())
+}
+
+/// One report through the control socket.
+fn remote_once(cli: &Cli, client: &mut nvme_control::ControlClient) -> Result<(), IdentifyError> {
+    let name = (!cli.device.is_empty()).then(|| cli.device.join(" "));
+    let name = name.as_deref();
+    let text = if cli.stats {
+        let params = match name {
+            Some(n) => serde_json::json!({"controller": n}),
+            None => serde_json::json!({}),
+        };
+        let stats = client.call("queue_stats", params)?;
+        if cli.json {
+            serde_json::to_string_pretty(&stats)? + "\n"
+        } else {
+            stats_text(&stats)
+        }
+    } else if cli.health {
+        let smart = client.smart_log(name, NSID_BROADCAST)?;
+        let errors = client.error_log(name, DEFAULT_ERROR_ENTRIES)?;
+        let report = HealthReport::new(name.unwrap_or("controller"), &smart, &errors);
+        if cli.json {
+            report.to_json()? + "\n"
+        } else {
+            report.to_text()
+        }
+    } else if name.is_none() {
+        let list = client.call("list_controllers", serde_json::json!({}))?;
+        let mut report = ListReport::default();
+        for c in list.as_array().into_iter().flatten() {
+            report.devices.push(ListEntry::from_served(c));
+        }
+        if cli.json {
+            report.to_json()? + "\n"
+        } else {
+            report.to_text()
+        }
+    } else {
+        let id = client.identify(name)?;
+        let regs = Registers {
+            cap: id.cap,
+            version: id.version,
+            io_queue_pairs: id.io_queue_pairs,
+        };
+        let report = Report::new(
+            &id.name,
+            &id.identify,
+            regs,
+            id.namespaces.iter().map(|(nsid, ns)| (*nsid, ns)),
+        )
+        .with_unsupported(&id.unsupported);
+        if cli.json {
+            report.to_json()? + "\n"
+        } else {
+            report.to_text()
+        }
+    };
+    print(&text)
+}
+
+/// `queue_stats` as text: `CONTROLLER QUEUE key=value ...` per queue.
+fn stats_text(stats: &serde_json::Value) -> String {
+    let mut out = String::new();
+    for q in stats.as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{} {}",
+            q["controller"].as_str().unwrap_or("?"),
+            q["queue"].as_str().unwrap_or("?")
+        ));
+        if let Some(c) = q["counters"].as_object() {
+            for (k, v) in c {
+                out.push_str(&format!(" {k}={v}"));
+            }
+        }
+        out.push('\n');
+    }
+    if out.is_empty() {
+        out.push_str("no queue statistics published\n");
+    }
+    out
+}
+
+/// Lists the NVMe functions of the machine (`nvme list`).
+fn list(cli: &Cli) -> Result<(), IdentifyError> {
+    let probe = Probe::new()
+        .sysfs(nvme_vfio::Sysfs::new(&cli.sysfs))
+        .filter(FunctionFilter::all().allow(cli.allow.iter().copied()));
+    let mut report = ListReport::default();
+    for function in probe.enumerate()? {
+        let mut entry = ListEntry::from_function(&function);
+        if function.binding.is_vfio() {
+            match AnyController::open(
+                &Target::Pcie(function.address),
+                ControllerOptions::default(),
+            ) {
+                Ok(ctrl) => entry = entry.with_controller(ctrl.identify(), &ctrl.namespaces()),
+                Err(e) => entry.error = Some(e.to_string()),
+            }
+        }
+        report.devices.push(entry);
+    }
+    let text = if cli.json {
+        report.to_json()? + "\n"
+    } else {
+        report.to_text()
+    };
     print(&text)
 }
 

@@ -360,6 +360,11 @@ pub struct Args {
     /// io_uring: a kernel thread polls the submission queue (IORING_SETUP_SQPOLL).
     #[arg(long)]
     pub sqpoll: bool,
+
+    /// Serve a JSON-RPC control socket at PATH during the run (nvme-control: identify, SMART,
+    /// queue statistics, ...; `nvme-admin --socket PATH`). spdk-like engine, PCIe or `sim`.
+    #[arg(long, value_name = "PATH")]
+    pub control_socket: Option<std::path::PathBuf>,
 }
 
 /// Validated settings of one run.
@@ -435,6 +440,8 @@ pub struct Config {
     pub io_timeout: Duration,
     /// Timed-out I/Os are counted, not errors; retryable failures are resubmitted.
     pub tolerate_timeouts: bool,
+    /// Serve a control socket here during the run.
+    pub control_socket: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -505,6 +512,7 @@ impl Args {
             (self.reset_interval.is_some(), "--reset-interval"),
             (self.io_timeout.is_some(), "--io-timeout"),
             (self.tolerate_timeouts, "--tolerate-timeouts"),
+            (self.control_socket.is_some(), "--control-socket"),
         ];
         let uring_only = [(self.iopoll, "--iopoll"), (self.sqpoll, "--sqpoll")];
         if self.engine == Engine::IoUring {
@@ -545,6 +553,13 @@ impl Args {
                 "thread count (-j)",
                 self.threads,
                 format!("give 1..={MAX_THREADS}"),
+            ));
+        }
+        if self.control_socket.is_some() && matches!(target, Target::Tcp(_)) {
+            return Err(invalid(
+                "--control-socket",
+                "set",
+                "it serves PCIe or `sim` runs",
             ));
         }
         if self.inline_device && (target != Target::Sim || self.threads != 1) {
@@ -658,6 +673,7 @@ impl Args {
             reset_interval,
             io_timeout,
             tolerate_timeouts: self.tolerate_timeouts,
+            control_socket: self.control_socket.clone(),
         })
     }
 }

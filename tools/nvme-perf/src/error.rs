@@ -69,6 +69,9 @@ pub enum PerfError {
         max_entries: u64,
         max_qd: u64,
     },
+    /// The control socket could not be served (`--control-socket`).
+    #[error(transparent)]
+    ControlSocket(#[from] nvme_control::ServerError),
     /// More threads than the controller has I/O queue pairs.
     #[error(
         "{requested} threads need {requested} I/O queue pairs, but the controller granted only \

@@ -14,6 +14,7 @@
 
 pub mod args;
 pub mod control;
+pub mod control_socket;
 pub mod emulator;
 pub mod error;
 pub mod report;

@@ -133,6 +133,22 @@ where
     W: Send,
     F: Fn(W, &Control, &Live) -> Result<WorkerResult, PerfError> + Sync,
 {
+    drive_observed(config, workers, &[], work)
+}
+
+/// [`drive`], and once a second the main thread publishes each worker's progress counters
+/// into `cells[worker]` (a control socket's queue statistics; the workers' loops are
+/// unchanged: they publish to their `Live` as always).
+pub fn drive_observed<W, F>(
+    config: &Config,
+    workers: Vec<W>,
+    cells: &[std::sync::Arc<nvme_control::QueueStatsCell>],
+    work: F,
+) -> Result<Vec<WorkerResult>, PerfError>
+where
+    W: Send,
+    F: Fn(W, &Control, &Live) -> Result<WorkerResult, PerfError> + Sync,
+{
     let cpus = if config.pin {
         Some(allowed_cpus().map_err(|source| PerfError::Pin {
             thread: 0,
@@ -190,7 +206,7 @@ where
             }
         }
         if spawn_error.is_none() {
-            clock(config, &control, &lives);
+            clock(config, &control, &lives, cells);
         }
         control.advance(Phase::Stop);
         let mut results = Vec::with_capacity(handles.len());
@@ -255,7 +271,12 @@ pub fn progress_line(
 }
 
 /// The main thread's part: advances the phases on time and prints a line a second.
-fn clock(config: &Config, control: &Control, lives: &[Live]) {
+fn clock(
+    config: &Config,
+    control: &Control,
+    lives: &[Live],
+    cells: &[std::sync::Arc<nvme_control::QueueStatsCell>],
+) {
     let start = Instant::now();
     let warmup_end = start + config.warmup;
     let mut measure_end = (control.phase() == Phase::Measure).then(|| start + config.time);
@@ -280,6 +301,7 @@ fn clock(config: &Config, control: &Control, lives: &[Live]) {
             return;
         }
         if now >= last_tick + TICK {
+            crate::control_socket::publish(lives, cells);
             let sample = total(lives);
             let delta = LiveSample {
                 ios: sample.ios - last.ios,

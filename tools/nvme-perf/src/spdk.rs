@@ -216,7 +216,9 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
         sim.set_inline(true);
     }
     let first = std::sync::atomic::AtomicBool::new(true);
-    let results = runner::drive(config, workers, |mut worker, control, live| {
+    let served = crate::control_socket::start(config, &ctrl)?;
+    let cells = served.as_ref().map_or(&[][..], |s| &s.cells[..]);
+    let results = runner::drive_observed(config, workers, cells, |mut worker, control, live| {
         let cpi = commands_per_io as u16;
         // With --reset-interval the first thread to start resets the controller.
         let resetter = config
@@ -250,6 +252,7 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
         r.timeout_resets = a.resets;
     }
     drop(fault);
+    drop(served);
     drop(ctrl);
     drop(sim);
     Ok(runner::Outcome { setup, results })

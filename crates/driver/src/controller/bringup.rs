@@ -139,6 +139,7 @@ impl Controller {
             state: AtomicU64::new(0),
             reset_lock: Mutex::new(()),
             removed: AtomicBool::new(false),
+            fault_guard: Mutex::new(None),
             removal_request,
             timeout_action: options.timeout_action,
             aborts: Mutex::new(AbortStats::default()),

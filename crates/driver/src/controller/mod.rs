@@ -98,6 +98,9 @@ pub(crate) struct Inner {
     removed: AtomicBool,
     /// Signalled when the kernel asks for the device back (unbind, hot-unplug).
     removal_request: Option<Arc<InterruptEvent>>,
+    /// The register window's registration with the SIGBUS handler, when asked for
+    /// ([`Controller::guard_register_faults`]).
+    fault_guard: Mutex<Option<nvme_vfio::mmio::FaultGuard>>,
     pub(crate) timeout_action: TimeoutAction,
     aborts: Mutex<AbortStats>,
     /// Asynchronous events received and not yet taken ([`Controller::take_events`]).
@@ -209,6 +212,65 @@ impl Controller {
     /// closed.
     pub fn is_removed(&self) -> bool {
         self.inner.is_removed()
+    }
+
+    /// Checks, off the I/O path, whether the device went away: the kernel asked for it back
+    /// (VFIO device request: unbind, hot-unplug) or CSTS reads all ones (surprise removal).
+    /// Either marks the controller removed (and failed, its DMA stopped where it can be), as
+    /// a queue pair's health check does. Returns [`Controller::is_removed`]. For a probe /
+    /// attach registry that polls its controllers; one register read.
+    pub fn check_removal(&self) -> bool {
+        if self.inner.is_removed() {
+            return true;
+        }
+        if self.inner.release_requested() {
+            log::error!(
+                "{}: the kernel asks for the device back (unbind or hot-unplug)",
+                self.inner.name
+            );
+            self.inner.mark_removed();
+        } else if self.inner.mmio.read32(regs::CSTS) == ALL_ONES {
+            log::error!(
+                "{}: registers read all ones: the device is gone",
+                self.inner.name
+            );
+            self.inner.mark_removed();
+        }
+        self.inner.is_removed()
+    }
+
+    /// Opt-in protection against SIGBUS from a revoked BAR that nobody announced: installs
+    /// the process-wide SIGBUS handler (`nvme_vfio::mmio::install_sigbus_handler`, chaining to
+    /// any previous one) and registers this controller's register window with it. A fault in
+    /// the window then replaces it with all-ones memory instead of killing the process; the
+    /// next health check reads CSTS as all ones and marks the controller removed. Fails with
+    /// [`Error::Unsupported`] for a window that is not a BAR mapping (the emulator).
+    pub fn guard_register_faults(&self) -> Result<()> {
+        let unsupported = |what: String| Error::Unsupported {
+            controller: self.inner.name.clone(),
+            what,
+        };
+        nvme_vfio::mmio::install_sigbus_handler()
+            .map_err(|e| unsupported(format!("cannot install the SIGBUS handler: {e}")))?;
+        let mut guard = self
+            .inner
+            .fault_guard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            *guard = Some(
+                self.inner
+                    .mmio
+                    .guard_faults()
+                    .map_err(|e| unsupported(e.to_string()))?,
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether the register window was revoked (after a removal, or by the SIGBUS handler).
+    pub fn registers_revoked(&self) -> bool {
+        self.inner.mmio.is_revoked()
     }
 
     /// Whether the controller failed (admin timeout, fatal status, a queue it would not

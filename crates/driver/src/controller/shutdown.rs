@@ -76,10 +76,17 @@ impl Inner {
             .is_some_and(|e| e.clear().is_ok_and(|n| n > 0))
     }
 
-    /// Marks the device removed (and failed) and stops what can be stopped.
+    /// Marks the device removed (and failed), stops what can be stopped, then revokes the
+    /// register window (`Mmio::revoke`: all-ones memory replaces the BAR mapping), so that no
+    /// later register read or doorbell write can raise SIGBUS once vfio-pci revokes the BAR.
     pub(crate) fn mark_removed(&self) {
         self.removed.store(true, Ordering::Release);
         self.fail_and_stop();
+        match self.mmio.revoke() {
+            Ok(true) => log::debug!("{}: register window revoked", self.name),
+            Ok(false) => {}
+            Err(e) => log::error!("{}: revoking the register window failed: {e}", self.name),
+        }
     }
 
     fn shutdown(&self) {
