@@ -53,6 +53,7 @@ mod io_queue;
 pub mod iovec;
 mod namespace;
 mod options;
+pub mod protection;
 pub mod split;
 pub mod state;
 mod timeout;
@@ -68,6 +69,9 @@ pub use io_queue::IoQueue;
 pub use iovec::{IoVec, PieceRule, IOVEC_MAX_PIECES};
 pub use namespace::{Namespace, NamespaceChange, NamespaceChanges, NamespaceSet};
 pub use options::QueuePairOptions;
+pub use protection::{
+    LbaFormatInfo, MetadataLayout, PiCheck, PiType, Prinfo, Protected, Protection,
+};
 pub use timeout::{AbortStats, EpochClock, TimeoutAction, TIMEOUT_EPOCHS};
 
 pub use nvme_spec as spec;

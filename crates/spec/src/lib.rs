@@ -54,8 +54,8 @@ pub use identify::{
     CopyFormats, IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs,
 };
 pub use log::{CriticalWarning, ErrorLogEntry, ShortLogPage, SmartLog};
-pub use queue::{CompletionEntry, CopySourceRange, DsmRange, SubmissionEntry};
 pub use protection::{PiTuple, PiType, Prinfo};
+pub use queue::{CompletionEntry, CopySourceRange, DsmRange, SubmissionEntry};
 pub use regs::{Aqa, Cap, Cc, Cmbsz, Csts, Version};
 pub use sgl::{Psdt, SglDescriptor, SglSupport};
 pub use status::{Status, StatusCodeType};

@@ -262,7 +262,11 @@ mod tests {
         assert_eq!(crc16_t10dif(0, &[]), 0);
         let block: Vec<u8> = (0..4096u32).map(|i| (i * 7 + i / 13) as u8).collect();
         for len in [1, 2, 8, 512, 520, 4096] {
-            assert_eq!(crc16_t10dif(0, &block[..len]), crc_bitwise(&block[..len]), "{len}");
+            assert_eq!(
+                crc16_t10dif(0, &block[..len]),
+                crc_bitwise(&block[..len]),
+                "{len}"
+            );
         }
         // A zero block's CRC is zero; continuing equals one pass.
         assert_eq!(crc16_t10dif(0, &[0u8; 512]), 0);
@@ -275,7 +279,10 @@ mod tests {
         let t = PiTuple::new(0x1234, 0xABCD, 0x0102_0304);
         assert_eq!(t.to_bytes(), [0x12, 0x34, 0xAB, 0xCD, 1, 2, 3, 4]);
         assert_eq!(PiTuple::from_bytes(&t.to_bytes()), t);
-        assert_eq!((t.guard(), t.app_tag(), t.ref_tag()), (0x1234, 0xABCD, 0x0102_0304));
+        assert_eq!(
+            (t.guard(), t.app_tag(), t.ref_tag()),
+            (0x1234, 0xABCD, 0x0102_0304)
+        );
     }
 
     #[test]
