@@ -71,6 +71,9 @@ mod qpair;
 // Read, write, flush, write zeroes, deallocate.
 mod submit;
 
+// Read and write with protection information.
+mod protection;
+
 // `nvme_qpair_poll`: completions and callbacks.
 mod poll;
 
@@ -95,5 +98,6 @@ pub use errors::*;
 pub use lifecycle::nvme_qpair_recover;
 pub use namespaces::*;
 pub use poll::*;
+pub use protection::*;
 pub use qpair::*;
 pub use submit::*;
