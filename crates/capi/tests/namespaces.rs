@@ -87,7 +87,11 @@ fn a_queue_pair_follows_a_rescan_to_the_new_format() {
         assert_eq!(nvme_ctrlr_rescan_namespaces(ctrlr), NVME_OK);
         assert_eq!(read(qp, 2, 0, 1, buf), NVME_ERR_NAMESPACE);
         assert!(last_error().contains("not active"), "{}", last_error());
-        assert_eq!(nvme_ctrlr_num_namespaces(ctrlr), 1, "namespace 1, with metadata");
+        assert_eq!(
+            nvme_ctrlr_num_namespaces(ctrlr),
+            1,
+            "namespace 1, with metadata"
+        );
 
         assert_eq!(
             nvme_ctrlr_rescan_namespaces(ptr::null()),

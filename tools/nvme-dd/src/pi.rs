@@ -314,3 +314,43 @@ fn extract_data(f: &LbaFormatInfo, pract: bool, buf: &[u8], out: &mut Vec<u8>) {
         out.extend_from_slice(&block[..bs]);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_set_the_prinfo_bits() {
+        let t1 = Some(PiType::Type1);
+        assert_eq!(
+            prinfo(PiMode::Insert, t1),
+            Prinfo::PRACT.union(Prinfo::CHECK_ALL)
+        );
+        assert_eq!(prinfo(PiMode::Generate, t1), Prinfo::CHECK_ALL);
+        assert_eq!(prinfo(PiMode::Check, t1), Prinfo::CHECK_ALL);
+        assert_eq!(prinfo(PiMode::Pass, t1), Prinfo::NONE);
+        // Type 3 never asks for the reference tag check (Invalid Protection Information).
+        let t3 = prinfo(PiMode::Check, Some(PiType::Type3));
+        assert!(!t3.contains(Prinfo::CHECK_REF_TAG) && t3.contains(Prinfo::CHECK_GUARD));
+    }
+
+    #[test]
+    fn data_is_placed_in_and_taken_from_extended_blocks() {
+        let f = LbaFormatInfo::new(512, 8, true, Some(PiType::Type1), false);
+        let data: Vec<u8> = (0..1024).map(|i| (i % 251) as u8).collect();
+        let mut buf = vec![0xEE; 2 * 520];
+        place_data(&f, false, &data, &mut buf);
+        assert!(buf[..512] == data[..512] && buf[520..1032] == data[512..]);
+        assert_eq!(buf[512..520], [0xEE; 8], "metadata room untouched");
+        let mut out = Vec::new();
+        extract_data(&f, false, &buf, &mut out);
+        assert!(out == data);
+        // PRACT with metadata = PI: the buffer is plain data.
+        let mut buf = vec![0; 1024];
+        place_data(&f, true, &data, &mut buf);
+        assert!(buf == data);
+        let mut out = Vec::new();
+        extract_data(&f, true, &buf, &mut out);
+        assert!(out == data);
+    }
+}
