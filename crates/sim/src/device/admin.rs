@@ -21,6 +21,7 @@ use nvme_spec::identify::{
 };
 use nvme_spec::log::{ErrorLogEntry, SmartLog, ERROR_LOG_ENTRY_SIZE, SMART_LOG_SIZE};
 use nvme_spec::opcode::{admin, log_page, nvm};
+use nvme_spec::protection::{DPC_PI_FIRST, DPC_PI_LAST};
 use nvme_spec::queue::{SubmissionEntry, CQES_LOG2, CQE_SIZE, SQES_LOG2, SQE_SIZE};
 use nvme_spec::regs::{Cap, Version};
 use nvme_spec::sgl::SglSupport;
@@ -61,7 +62,6 @@ const FLBAS_EXTENDED: u8 = 1 << 4;
 const MC_EXTENDED: u8 = 1 << 0;
 /// Identify Namespace MC bit 1: metadata in a separate buffer supported.
 const MC_SEPARATE: u8 = 1 << 1;
-use nvme_spec::protection::{DPC_PI_FIRST, DPC_PI_LAST};
 /// Identify SQES/CQES: required and maximum entry sizes (log2) in the low and high nibbles.
 const SQES_BOTH: u8 = SQES_LOG2 << 4 | SQES_LOG2;
 const CQES_BOTH: u8 = CQES_LOG2 << 4 | CQES_LOG2;
