@@ -258,7 +258,13 @@ impl Namespace {
         }
         match lba.checked_add(blocks) {
             Some(end) if end <= self.plain_blocks => Ok(()),
-            _ => Err(self.range_error(lba, blocks)),
+            _ if self.format.has_metadata() => Err(self.plain_refused()),
+            _ => Err(Error::LbaOutOfRange {
+                nsid: self.nsid,
+                lba,
+                blocks,
+                capacity: self.blocks,
+            }),
         }
     }
 
@@ -277,22 +283,19 @@ impl Namespace {
         }
     }
 
-    /// Why [`Namespace::check_range`] failed: metadata, or the range itself.
+    /// Why [`Namespace::check_range`] fails on a namespace with metadata.
     #[cold]
-    fn range_error(&self, lba: u64, blocks: u64) -> Error {
-        if self.format.has_metadata() {
-            return self.metadata_mismatch(match self.format.layout() {
-                MetadataLayout::Extended => {
-                    "each block moves with its metadata (extended LBA): use a Protected \
-                     command, whose buffer holds blocks x (block size + metadata size)"
-                }
-                _ => {
-                    "its metadata goes to a separate buffer: use a Protected command with a \
-                     metadata buffer (or PRACT when the metadata is only the PI)"
-                }
-            });
-        }
-        self.out_of_range(lba, blocks)
+    fn plain_refused(&self) -> Error {
+        self.metadata_mismatch(match self.format.layout() {
+            MetadataLayout::Extended => {
+                "each block moves with its metadata (extended LBA): use a Protected \
+                 command, whose buffer holds blocks x (block size + metadata size)"
+            }
+            _ => {
+                "its metadata goes to a separate buffer: use a Protected command with a \
+                 metadata buffer (or PRACT when the metadata is only the PI)"
+            }
+        })
     }
 
     #[cold]
