@@ -55,6 +55,24 @@
 // Write Zeroes flag: the controller may deallocate the blocks instead of writing zeroes.
 #define NVME_IO_DEALLOCATE 2
 
+// `nvme_qpair_submit_pi` operation: Read.
+#define NVME_PI_READ 0
+
+// `nvme_qpair_submit_pi` operation: Write.
+#define NVME_PI_WRITE 1
+
+// PRINFO bit: PRACT, the controller inserts (writes) / strips (reads) the PI.
+#define NVME_PI_PRACT (1 << 3)
+
+// PRINFO bit: check the guard (CRC-16 T10-DIF).
+#define NVME_PI_CHECK_GUARD (1 << 2)
+
+// PRINFO bit: check the application tag under its mask.
+#define NVME_PI_CHECK_APP_TAG (1 << 1)
+
+// PRINFO bit: check the reference tag (types 1 and 2).
+#define NVME_PI_CHECK_REF_TAG (1 << 0)
+
 // Success.
 #define NVME_OK 0
 
@@ -134,6 +152,15 @@
 // A Copy exceeds a limit its namespace reports (source ranges above MSRC + 1, a range
 // longer than MSSRL blocks, more than MCL blocks in all): split it into several.
 #define NVME_ERR_COPY_LIMIT -24
+
+// A command completed with an end-to-end protection check error (guard, application tag or
+// reference tag; NVM CS §5.2, status SCT 2h SC 82h-84h): the last error message names which.
+#define NVME_ERR_PROTECTION -25
+
+// A request does not fit its namespace's metadata format (a plain read or write on a
+// namespace with metadata, or one whose metadata would need a separate buffer):
+// `nvme_qpair_submit_pi` for extended LBA formats and PRACT.
+#define NVME_ERR_METADATA -26
 
 // A DMA-capable I/O buffer allocated for one controller. Not thread-safe: one thread at a
 // time may use it (it may move between threads).
@@ -543,6 +570,29 @@ int nvme_qpair_submit_copy(struct nvme_qpair *qpair,
                            uint32_t flags,
                            nvme_cb_fn cb_fn,
                            void *cb_arg);
+
+// Queues a Read (`op` `NVME_PI_READ`) or Write (`NVME_PI_WRITE`) of `blocks` blocks at `lba`
+// with protection information: `prinfo` is a combination of `NVME_PI_PRACT` and the
+// `NVME_PI_CHECK_*` bits, `ref_tag` the first block's (expected) reference tag (type 1: the
+// LBA's low 32 bits), `app_tag`/`app_mask` the (expected) application tag and the bits
+// checked. `buf` holds what the format moves (see the module text); one command, never split
+// (`NVME_ERR_INVALID_ARGUMENT` above `max_transfer_bytes`). Otherwise as
+// `nvme_qpair_submit_read`.
+//
+// # Safety
+// As `nvme_qpair_submit_read`.
+int nvme_qpair_submit_pi(struct nvme_qpair *qpair,
+                         uint32_t nsid,
+                         uint32_t op,
+                         uint64_t lba,
+                         uint32_t blocks,
+                         struct nvme_buf *buf,
+                         uint32_t prinfo,
+                         uint32_t ref_tag,
+                         uint16_t app_tag,
+                         uint16_t app_mask,
+                         nvme_cb_fn cb_fn,
+                         void *cb_arg);
 
 // Reaps completions and runs their callbacks on this thread, at most `max_completions` of
 // them (0 = no limit; completions beyond the limit are kept for the next call). Returns the

@@ -63,6 +63,15 @@ pub const NVME_ERR_OUTCOME_UNKNOWN: c_int = -23;
 /// longer than MSSRL blocks, more than MCL blocks in all): split it into several.
 pub const NVME_ERR_COPY_LIMIT: c_int = -24;
 
+/// A command completed with an end-to-end protection check error (guard, application tag or
+/// reference tag; NVM CS §5.2, status SCT 2h SC 82h-84h): the last error message names which.
+pub const NVME_ERR_PROTECTION: c_int = -25;
+
+/// A request does not fit its namespace's metadata format (a plain read or write on a
+/// namespace with metadata, or one whose metadata would need a separate buffer):
+/// `nvme_qpair_submit_pi` for extended LBA formats and PRACT.
+pub const NVME_ERR_METADATA: c_int = -26;
+
 /// The code of a driver error.
 pub(crate) fn error_code(error: &Error) -> c_int {
     match error {
@@ -76,6 +85,8 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         | Error::CommandNotSupported { .. } => NVME_ERR_UNSUPPORTED,
         Error::CopyLimitExceeded { .. } => NVME_ERR_COPY_LIMIT,
         Error::Command { .. } => NVME_ERR_COMMAND,
+        Error::ProtectionCheck { .. } => NVME_ERR_PROTECTION,
+        Error::MetadataMismatch { .. } => NVME_ERR_METADATA,
         Error::Timeout { .. } => NVME_ERR_TIMEOUT,
         Error::Reset { .. } | Error::Resetting { .. } => NVME_ERR_RESET,
         Error::Removed { .. } => NVME_ERR_REMOVED,
@@ -134,9 +145,39 @@ pub(crate) fn describe(code: c_int) -> &'static CStr {
         NVME_ERR_INTERRUPT => c"interrupt setup or wait failed",
         NVME_ERR_TRANSPORT => c"the NVMe/TCP connection failed or was closed",
         NVME_ERR_COPY_LIMIT => c"the Copy exceeds a limit of its namespace (MSRC, MSSRL, MCL)",
+        NVME_ERR_PROTECTION => {
+            c"an end-to-end protection check failed (guard, application tag or reference tag)"
+        }
+        NVME_ERR_METADATA => c"the request does not fit the namespace's metadata format",
         NVME_ERR_OUTCOME_UNKNOWN => {
             c"the write may still be carried out later (association ended unconfirmed): check the data"
         }
         _ => c"unknown error code",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvme_driver::spec::Status;
+
+    #[test]
+    fn protection_errors_have_their_codes() {
+        for sc in [0x82, 0x83, 0x84] {
+            let e = Error::command("Read", Status::new(2, sc, true));
+            assert_eq!(error_code(&e), NVME_ERR_PROTECTION, "{e}");
+        }
+        assert_eq!(
+            error_code(&Error::command("Read", Status::new(2, 0x85, true))),
+            NVME_ERR_COMMAND
+        );
+        assert_ne!(
+            describe(NVME_ERR_PROTECTION).to_bytes(),
+            b"unknown error code"
+        );
+        assert_ne!(
+            describe(NVME_ERR_METADATA).to_bytes(),
+            b"unknown error code"
+        );
     }
 }

@@ -71,6 +71,9 @@ mod qpair;
 // Read, write, flush, write zeroes, deallocate.
 mod submit;
 
+// Read and write with protection information.
+mod protection;
+
 // `nvme_qpair_poll`: completions and callbacks.
 mod poll;
 
@@ -99,5 +102,6 @@ pub use lifecycle::nvme_qpair_recover;
 pub use namespaces::*;
 pub use poll::*;
 pub use probe::*;
+pub use protection::*;
 pub use qpair::*;
 pub use submit::*;

@@ -22,7 +22,7 @@ use crate::qpair::{NVME_IO_DEALLOCATE, NVME_IO_FUA};
 ///
 /// # Safety
 /// `qpair` and `buf` are NULL or live handles owned by the calling thread.
-unsafe fn submit_data<C: NvmCommand>(
+pub(crate) unsafe fn submit_data<C: NvmCommand>(
     what: &'static str,
     qpair: *mut nvme_qpair,
     nsid: u32,

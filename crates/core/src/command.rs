@@ -33,6 +33,8 @@ pub use crate::copy::{Copy, CopyLimit, CopyRanges};
 use crate::error::Result;
 use crate::flags::WriteFlags;
 use crate::namespace::Namespace;
+use crate::protection::erased;
+pub use crate::protection::{Protected, Protection};
 
 /// CDW12 bits 15:0: Number of Logical Blocks (0-based), the common NVM layout.
 const NLB_MASK: u32 = 0xFFFF;
@@ -115,6 +117,25 @@ pub trait NvmCommand: core::marker::Copy {
     #[inline(always)]
     fn splittable(&self) -> bool {
         true
+    }
+
+    /// The namespace check of the command's range before anything else: by default that the
+    /// handle is current and the range lies inside the namespace's blocks that plain
+    /// commands may address ([`Namespace::check_range`]: none on a namespace with metadata,
+    /// where only [`Protected`] commands, which say what moves, are taken).
+    #[inline(always)]
+    fn check_range(&self, ns: &Namespace) -> Result<()> {
+        match self.range() {
+            Some(r) => ns.check_range(r.lba, u64::from(r.blocks)),
+            None => ns.check_current(),
+        }
+    }
+
+    /// The command's protection fields (PRINFO, tags) when it is a [`Protected`] one; `None`
+    /// (the default) for the plain commands.
+    #[inline(always)]
+    fn protection(&self) -> Option<Protection> {
+        None
     }
 
     /// The command's own checks, after the namespace and range checks and the buffer checks
@@ -347,6 +368,9 @@ range_command! {
 pub struct IoCommand {
     sqe: SubmissionEntry,
     range: Option<LbaRange>,
+    /// The command was a [`Protected`] one: its PRINFO and tags are in the entry, and its
+    /// metadata rules apply.
+    protected: bool,
 }
 
 impl IoCommand {
@@ -356,6 +380,7 @@ impl IoCommand {
         Self {
             sqe: cmd.sqe(0),
             range: cmd.range(),
+            protected: cmd.protection().is_some(),
         }
     }
 
@@ -399,9 +424,18 @@ impl NvmCommand for IoCommand {
             sqe.cdw11 = (range.lba >> 32) as u32;
             sqe.cdw12 = (sqe.cdw12 & !NLB_MASK) | (range.blocks.wrapping_sub(1) & NLB_MASK);
         }
+        if self.protected {
+            if let Some(old) = self.range {
+                // The reference tag follows the blocks skipped (types 1 and 2).
+                sqe.cdw14 = sqe
+                    .cdw14
+                    .wrapping_add(range.lba.wrapping_sub(old.lba) as u32);
+            }
+        }
         Self {
             sqe,
             range: self.range.map(|_| range),
+            protected: self.protected,
         }
     }
     #[inline]
@@ -410,6 +444,9 @@ impl NvmCommand for IoCommand {
     }
     #[inline]
     fn data_bytes(&self, ns: &Namespace) -> usize {
+        if self.protected {
+            return erased::data_bytes(ns, self.range, &erased::protection(&self.sqe));
+        }
         match self.as_copy() {
             Some(copy) => copy.data_bytes(ns),
             None => range_bytes(self.range, ns),
@@ -417,10 +454,27 @@ impl NvmCommand for IoCommand {
     }
     #[inline]
     fn splittable(&self) -> bool {
-        self.sqe.opcode() != NvmOpcode::Copy.byte()
+        self.sqe.opcode() != NvmOpcode::Copy.byte() && !self.protected
+    }
+    #[inline]
+    fn check_range(&self, ns: &Namespace) -> Result<()> {
+        if self.protected {
+            return erased::check_range(ns, self.range);
+        }
+        match self.range {
+            Some(r) => ns.check_range(r.lba, u64::from(r.blocks)),
+            None => ns.check_current(),
+        }
+    }
+    #[inline]
+    fn protection(&self) -> Option<Protection> {
+        self.protected.then(|| erased::protection(&self.sqe))
     }
     #[inline]
     fn check(&self, ns: &Namespace, ctx: &CommandContext<'_>, data: Option<&[u8]>) -> Result<()> {
+        if self.protected {
+            return erased::check(ns, self.range, &erased::protection(&self.sqe));
+        }
         match self.as_copy() {
             Some(copy) => copy.check(ns, ctx, data),
             None => Ok(()),

@@ -159,7 +159,7 @@ impl Copy {
                     u64::from(id.mssrl),
                 ));
             }
-            ns.check_range(entry.slba, blocks)?;
+            ns.check_blocks(entry.slba, blocks)?;
             total += blocks;
         }
         if total > u64::from(id.mcl) {

@@ -78,6 +78,29 @@ pub enum Error {
         /// The NVMe status it completed with.
         status: Status,
     },
+    /// A command completed with one of the end-to-end protection check errors (NVM CS §5.2,
+    /// Media and Data Integrity Errors SCT 2h, SC 82h-84h): the Guard, Application Tag or
+    /// Reference Tag of a block did not match.
+    #[error("{command} failed the end-to-end {check} check: {status}")]
+    ProtectionCheck {
+        /// The command's name.
+        command: &'static str,
+        /// Which check failed.
+        check: crate::protection::PiCheck,
+        /// The NVMe status it completed with.
+        status: Status,
+    },
+    /// A request does not fit its namespace's metadata format (a plain command on a namespace
+    /// with metadata, a missing, superfluous or short metadata buffer): nothing was sent.
+    #[error("namespace {nsid} ({format}): {what}")]
+    MetadataMismatch {
+        /// The namespace id.
+        nsid: u32,
+        /// The namespace's format, as `512+8 extended, PI type 1`.
+        format: String,
+        /// What does not fit, and what to do instead.
+        what: &'static str,
+    },
     /// A command did not complete in time.
     #[error("{command} (command id {cid:#x}) timed out after {timeout:?}")]
     Timeout {
@@ -419,7 +442,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Reset { .. } | Error::Resetting { .. } | Error::QueueFull { .. } => true,
-            Error::Command { status, .. } => !status.dnr(),
+            Error::Command { status, .. } | Error::ProtectionCheck { status, .. } => !status.dnr(),
             _ => false,
         }
     }
@@ -427,8 +450,23 @@ impl Error {
     /// The NVMe status, if this error is a command completing with an error status.
     pub fn status(&self) -> Option<Status> {
         match self {
-            Error::Command { status, .. } => Some(*status),
+            Error::Command { status, .. } | Error::ProtectionCheck { status, .. } => Some(*status),
             _ => None,
+        }
+    }
+
+    /// The error of command `command` completing with error status `status`: typed
+    /// [`Error::ProtectionCheck`] for the three end-to-end check errors, [`Error::Command`]
+    /// otherwise. Every transport builds its command errors here.
+    #[cold]
+    pub fn command(command: &'static str, status: Status) -> Error {
+        match crate::protection::PiCheck::from_status(status) {
+            Some(check) => Error::ProtectionCheck {
+                command,
+                check,
+                status,
+            },
+            None => Error::Command { command, status },
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::error::{Error, IoFailure, Result};
 use crate::flags::WriteFlags;
 use crate::iovec::IoVec;
 use crate::namespace::Namespace;
+use crate::protection::{ProtectableCommand, Protected};
 
 /// The I/O operations of a queue pair, whatever its transport. One owner thread, as for the
 /// concrete pairs; every submitted request completes exactly once through [`IoQueue::poll`]
@@ -90,6 +91,74 @@ pub trait IoQueue {
             Error::InvalidRequest("this queue does not take vectored I/O".into()),
             pieces,
         ))
+    }
+
+    /// Queues a [`Protected`] Read, Write or Compare on a namespace whose metadata goes to a
+    /// separate buffer (NVM CS §5.2.2): `data` holds the blocks' data, `metadata` exactly one
+    /// piece, the contiguous metadata buffer (MPTR) of at least `blocks * metadata size`
+    /// bytes. Both are the request's until it completes: the data comes back in
+    /// [`Completion::buffer`], the metadata in [`Completion::pieces`] (on a refused
+    /// submission in the [`IoFailure`]). Not split: above one command's transfer it is
+    /// refused. The default refuses with [`Error::UnsupportedOption`]: a transport without
+    /// separate metadata (NVMe over Fabrics carries metadata only as extended LBAs).
+    fn submit_with_metadata<C: ProtectableCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: Protected<C>,
+        data: DmaBuffer,
+        metadata: Box<IoVec>,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        let _ = (cmd, user_data);
+        Err(IoFailure {
+            error: Error::UnsupportedOption {
+                controller: format!("of namespace {}", ns.nsid()),
+                option: "IoQueue::submit_with_metadata",
+                why: "this transport carries no separate metadata buffer (extended LBAs only)",
+            },
+            buffer: Some(data),
+            pieces: Some(metadata),
+        })
+    }
+
+    /// Runs [`IoQueue::submit_with_metadata`] to completion through [`IoQueue::poll`];
+    /// returns the data buffer and the metadata vector. Completions of other requests are
+    /// handed to `other`; the waited request is told apart by its user data,
+    /// `u64::MAX - 0x6d65_7461`, which other requests in flight must not use.
+    fn execute_with_metadata<C: ProtectableCommand, F: FnMut(Completion)>(
+        &mut self,
+        ns: &Namespace,
+        cmd: Protected<C>,
+        data: DmaBuffer,
+        metadata: Box<IoVec>,
+        mut other: F,
+    ) -> std::result::Result<(DmaBuffer, Box<IoVec>), IoFailure> {
+        const TAG: u64 = u64::MAX - 0x6d65_7461; // "meta": the waited request's user data
+        self.submit_with_metadata(ns, cmd, data, metadata, TAG)?;
+        let mut done: Option<Completion> = None;
+        while done.is_none() {
+            self.poll(|c| {
+                if done.is_none() && c.user_data == TAG {
+                    done = Some(c);
+                } else {
+                    other(c);
+                }
+            });
+        }
+        let c = done.expect("the loop ends on the waited completion");
+        match (c.result, c.buffer, c.pieces) {
+            (Ok(_), Some(data), Some(metadata)) => Ok((data, metadata)),
+            (Ok(_), buffer, pieces) => Err(IoFailure {
+                error: Error::InvalidRequest("a completed metadata request lost a buffer".into()),
+                buffer,
+                pieces,
+            }),
+            (Err(error), buffer, pieces) => Err(IoFailure {
+                error,
+                buffer,
+                pieces,
+            }),
+        }
     }
 
     /// Runs a typed NVM command to completion; returns the buffer of a data command.

@@ -55,6 +55,7 @@ pub mod iovec;
 mod namespace;
 mod nano_clock;
 mod options;
+pub mod protection;
 pub mod split;
 pub mod state;
 mod timeout;
@@ -71,6 +72,9 @@ pub use iovec::{IoVec, PieceRule, IOVEC_MAX_PIECES};
 pub use namespace::{Namespace, NamespaceChange, NamespaceChanges, NamespaceSet};
 pub use nano_clock::NanoClock;
 pub use options::QueuePairOptions;
+pub use protection::{
+    LbaFormatInfo, MetadataLayout, PiCheck, PiType, Prinfo, Protected, Protection,
+};
 pub use timeout::{AbortStats, EpochClock, TimeoutAction, TIMEOUT_EPOCHS};
 
 pub use nvme_spec as spec;

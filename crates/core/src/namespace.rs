@@ -15,6 +15,8 @@ use std::sync::Arc;
 use nvme_spec::IdentifyNamespace;
 
 use crate::error::{Error, Result};
+use crate::protection::{LbaFormatInfo, MetadataLayout};
+use nvme_spec::protection::PI_TUPLE_BYTES;
 
 /// An active namespace of a controller. Cheap to clone.
 ///
@@ -24,13 +26,23 @@ use crate::error::{Error, Result};
 /// submissions fail with [`Error::StaleNamespace`] and nothing reaches the device. A rescan
 /// that finds the namespace unchanged leaves old handles valid.
 ///
-/// INVARIANT: `block_size` is a power of two >= 512 and `block_size == 1 << block_shift`.
+/// A namespace with metadata (an LBA format with MS > 0, with or without protection
+/// information) is usable through [`Protected`](crate::Protected) commands only, which say
+/// what moves (see [`crate::protection`]); plain commands that move data are refused with
+/// [`Error::MetadataMismatch`] before anything reaches the device.
+///
+/// INVARIANT: `block_size` is a power of two >= 512 and `block_size == 1 << block_shift`;
+/// `plain_blocks` is `blocks` without metadata and 0 with metadata (the plain commands' range
+/// check is then never passed: one compare, the same as before metadata was accepted).
 #[derive(Clone, Debug)]
 pub struct Namespace {
     nsid: u32,
     block_size: u32,
     block_shift: u32,
+    /// The blocks plain commands may address (see the INVARIANT).
+    plain_blocks: u64,
     blocks: u64,
+    format: LbaFormatInfo,
     validity: Arc<Validity>,
     data: Arc<IdentifyNamespace>,
 }
@@ -42,8 +54,8 @@ pub struct Namespace {
 pub enum NamespaceChange {
     /// Same block size, different capacity (NSZE).
     Resized = 1,
-    /// A different LBA format: another block size, or one this driver cannot use (metadata,
-    /// protection information).
+    /// A different LBA format: another block size or metadata format, or one this driver
+    /// cannot use.
     Reformatted = 2,
     /// No longer active (detached or deleted).
     Detached = 3,
@@ -108,10 +120,11 @@ const MIN_BLOCK_SHIFT: u32 = 9;
 
 impl Namespace {
     /// Builds a handle from Identify Namespace data, or says why the namespace cannot be
-    /// used: zero size, a bogus LBA data size, blocks larger than the largest transfer
-    /// (`max_transfer` bytes), or a format with metadata or protection information, which this
-    /// driver does not transfer (a device would move more bytes than the data buffer holds).
-    /// Public for other transports (NVMe/TCP) that read Identify Namespace themselves.
+    /// used: zero size, a bogus LBA data size, blocks (with their interleaved metadata)
+    /// larger than the largest transfer (`max_transfer` bytes), or protection information
+    /// with less metadata than a PI tuple. Formats with metadata are accepted: plain commands
+    /// are refused on them, [`Protected`](crate::Protected) ones move the metadata. Public
+    /// for other transports (NVMe/TCP) that read Identify Namespace themselves.
     pub fn from_identify(
         nsid: u32,
         data: IdentifyNamespace,
@@ -127,43 +140,54 @@ impl Namespace {
                 "its LBA data size 2^{shift} is not a valid block size (LBADS must be 9..=31)"
             ));
         }
-        let metadata = format.metadata_size();
-        let pi_type = data.protection_type();
-        if metadata != 0 || pi_type != 0 {
-            let layout = if data.metadata_extended() {
-                "extended LBA: metadata interleaved with each block"
-            } else {
-                "metadata in a separate buffer"
-            };
-            let pi = if pi_type != 0 {
-                format!(", protection information type {pi_type}")
-            } else {
-                String::new()
-            };
+        let info = LbaFormatInfo::from_identify(&data);
+        if info.pi_type().is_some() && usize::from(info.metadata_size()) < PI_TUPLE_BYTES {
             return Err(format!(
-                "its format (LBA format {}) is {} B blocks + {metadata} B metadata ({layout}{pi}); \
-                 this driver supports only formats without metadata: reformat the namespace \
-                 with a metadata-free LBA format (e.g. `nvme format /dev/nvmeX -n {nsid} --lbaf=N`) \
-                 or use another namespace",
-                data.lba_format_index(),
-                1u64 << shift
+                "its format ({info}) has protection information but {} B of metadata, less \
+                 than the {PI_TUPLE_BYTES} B of a PI tuple",
+                info.metadata_size()
             ));
         }
-        if (1usize << shift) > max_transfer {
+        if data.protection_type() != 0 && info.pi_type().is_none() {
             return Err(format!(
-                "its {} B blocks are larger than the controller's largest transfer \
-                 ({max_transfer} B, MDTS)",
-                1u64 << shift
+                "its protection information type {} (DPS) is reserved",
+                data.protection_type()
             ));
         }
+        let stride = info.data_bytes(1, false);
+        if stride > max_transfer {
+            return Err(format!(
+                "its {stride} B blocks are larger than the controller's largest transfer \
+                 ({max_transfer} B, MDTS)"
+            ));
+        }
+        let blocks = data.nsze;
         Ok(Self {
             nsid,
             block_size: 1 << shift,
             block_shift: shift,
-            blocks: data.nsze,
+            plain_blocks: if info.has_metadata() { 0 } else { blocks },
+            blocks,
+            format: info,
             validity: Arc::default(),
             data: Arc::new(data),
         })
+    }
+
+    /// The namespace's LBA format: block size, metadata size and layout, PI type and place.
+    #[inline]
+    pub fn format(&self) -> LbaFormatInfo {
+        self.format
+    }
+
+    /// A request that does not fit the namespace's metadata format.
+    #[cold]
+    pub fn metadata_mismatch(&self, what: &'static str) -> Error {
+        Error::MetadataMismatch {
+            nsid: self.nsid,
+            format: self.format.to_string(),
+            what,
+        }
     }
 
     /// Namespace id.
@@ -223,7 +247,9 @@ impl Namespace {
     }
 
     /// Checks that the handle is current ([`Namespace::check_current`]) and that `blocks`
-    /// blocks starting at `lba` lie inside the namespace.
+    /// blocks starting at `lba` lie inside the namespace, for a plain command that moves
+    /// data: on a namespace with metadata it fails with [`Error::MetadataMismatch`] (use a
+    /// [`Protected`](crate::Protected) command).
     #[inline(always)]
     pub fn check_range(&self, lba: u64, blocks: u64) -> Result<()> {
         self.check_current()?;
@@ -231,13 +257,54 @@ impl Namespace {
             return Err(Error::ZeroLength);
         }
         match lba.checked_add(blocks) {
-            Some(end) if end <= self.blocks => Ok(()),
+            Some(end) if end <= self.plain_blocks => Ok(()),
+            _ if self.format.has_metadata() => Err(self.plain_refused()),
             _ => Err(Error::LbaOutOfRange {
                 nsid: self.nsid,
                 lba,
                 blocks,
                 capacity: self.blocks,
             }),
+        }
+    }
+
+    /// Like [`Namespace::check_range`] over every block, whatever the format: for commands
+    /// that move no block data (Write Zeroes, Verify, Dataset Management, Copy) and for
+    /// [`Protected`](crate::Protected) ones.
+    #[inline]
+    pub fn check_blocks(&self, lba: u64, blocks: u64) -> Result<()> {
+        self.check_current()?;
+        if blocks == 0 {
+            return Err(Error::ZeroLength);
+        }
+        match lba.checked_add(blocks) {
+            Some(end) if end <= self.blocks => Ok(()),
+            _ => Err(self.out_of_range(lba, blocks)),
+        }
+    }
+
+    /// Why [`Namespace::check_range`] fails on a namespace with metadata.
+    #[cold]
+    fn plain_refused(&self) -> Error {
+        self.metadata_mismatch(match self.format.layout() {
+            MetadataLayout::Extended => {
+                "each block moves with its metadata (extended LBA): use a Protected \
+                 command, whose buffer holds blocks x (block size + metadata size)"
+            }
+            _ => {
+                "its metadata goes to a separate buffer: use a Protected command with a \
+                 metadata buffer (or PRACT when the metadata is only the PI)"
+            }
+        })
+    }
+
+    #[cold]
+    fn out_of_range(&self, lba: u64, blocks: u64) -> Error {
+        Error::LbaOutOfRange {
+            nsid: self.nsid,
+            lba,
+            blocks,
+            capacity: self.blocks,
         }
     }
 
@@ -314,26 +381,43 @@ mod tests {
     }
 
     #[test]
-    fn refuses_metadata_and_protection_formats() {
-        // 512 + 8, extended LBA (FLBAS bit 4).
+    fn metadata_formats_are_accepted_for_protected_commands_only() {
+        use crate::protection::{MetadataLayout, PiType};
+        // 512 + 8, extended LBA (FLBAS bit 4), PI type 1.
         let mut d = identify(9, 8, 100);
         d.flbas = 1 << 4;
-        let why = Namespace::from_identify(3, d, 1 << 20).unwrap_err();
-        assert!(
-            why.contains("8 B metadata") && why.contains("extended"),
-            "{why}"
+        d.dps = 1;
+        let n = Namespace::from_identify(3, d, 1 << 20).unwrap();
+        let f = n.format();
+        assert_eq!((f.block_size(), f.metadata_size()), (512, 8));
+        assert_eq!(
+            (f.layout(), f.pi_type()),
+            (MetadataLayout::Extended, Some(PiType::Type1))
         );
-        // 4096 + 16, separate buffer.
-        let why = Namespace::from_identify(3, identify(12, 16, 100), 1 << 20).unwrap_err();
-        assert!(
-            why.contains("16 B metadata") && why.contains("separate"),
-            "{why}"
-        );
-        // Protection information without metadata size is still refused.
+        assert_eq!(f.to_string(), "512+8 extended, PI type 1 (last 8 bytes)");
+        // Plain data commands are refused by name, whole-namespace checks pass.
+        let e = n.check_range(0, 1).unwrap_err();
+        assert!(matches!(e, Error::MetadataMismatch { nsid: 3, .. }), "{e}");
+        assert!(e.to_string().contains("extended"), "{e}");
+        assert!(n.check_blocks(0, 100).is_ok());
+        assert!(matches!(
+            n.check_blocks(99, 2),
+            Err(Error::LbaOutOfRange { .. })
+        ));
+        // 4096 + 16, separate buffer, no PI.
+        let n = Namespace::from_identify(3, identify(12, 16, 100), 1 << 20).unwrap();
+        assert_eq!(n.format().layout(), MetadataLayout::Separate);
+        let e = n.check_range(0, 1).unwrap_err();
+        assert!(e.to_string().contains("separate"), "{e}");
+        // Protection information without a PI tuple's worth of metadata is refused.
         let mut d = identify(9, 0, 100);
         d.dps = 1;
         let why = Namespace::from_identify(3, d, 1 << 20).unwrap_err();
-        assert!(why.contains("protection information type 1"), "{why}");
+        assert!(why.contains("protection information"), "{why}");
+        // Extended blocks count their metadata against the largest transfer.
+        let mut d = identify(12, 64, 100);
+        d.flbas = 1 << 4;
+        assert!(Namespace::from_identify(3, d, 4096).is_err());
     }
 
     #[test]
@@ -422,7 +506,7 @@ impl NamespaceSet {
         for before in &old.active {
             let nsid = before.nsid;
             let change = match self.active.iter_mut().find(|n| n.nsid == nsid) {
-                Some(now) if now.block_size == before.block_size => {
+                Some(now) if now.format == before.format => {
                     if now.blocks == before.blocks {
                         // Unchanged (or already stale, which stays stale: a later change
                         // back to the old geometry builds no bridge to handles of before).
@@ -442,10 +526,10 @@ impl NamespaceSet {
     }
 
     /// Every active namespace id, usable or not, with its geometry (None when unusable).
-    fn ids(&self) -> impl Iterator<Item = (u32, Option<(u32, u64)>)> + '_ {
+    fn ids(&self) -> impl Iterator<Item = (u32, Option<(LbaFormatInfo, u64)>)> + '_ {
         self.active
             .iter()
-            .map(|n| (n.nsid, Some((n.block_size, n.blocks))))
+            .map(|n| (n.nsid, Some((n.format, n.blocks))))
             .chain(self.unsupported.iter().map(|(id, _)| (*id, None)))
     }
 }
@@ -465,8 +549,9 @@ pub struct NamespaceChanges {
 impl NamespaceChanges {
     /// What changed from the scan `old` to the scan `new`.
     pub fn between(old: &NamespaceSet, new: &NamespaceSet) -> Self {
-        let before: std::collections::BTreeMap<u32, Option<(u32, u64)>> = old.ids().collect();
-        let after: std::collections::BTreeMap<u32, Option<(u32, u64)>> = new.ids().collect();
+        type Geometry = Option<(LbaFormatInfo, u64)>;
+        let before: std::collections::BTreeMap<u32, Geometry> = old.ids().collect();
+        let after: std::collections::BTreeMap<u32, Geometry> = new.ids().collect();
         let mut changes = Self::default();
         for (id, geometry) in &after {
             match before.get(id) {

@@ -167,6 +167,18 @@ impl IoQueue for AnyQueuePair {
     }
 
     #[inline]
+    fn submit_with_metadata<C: nvme_driver::ProtectableCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: nvme_driver::Protected<C>,
+        data: DmaBuffer,
+        metadata: Box<IoVec>,
+        user_data: u64,
+    ) -> IoResult<()> {
+        qp!(self, q => IoQueue::submit_with_metadata(q, ns, cmd, data, metadata, user_data))
+    }
+
+    #[inline]
     fn execute<C: NvmCommand>(
         &mut self,
         ns: &Namespace,

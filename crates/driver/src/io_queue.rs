@@ -2,7 +2,8 @@
 //! the inherent methods, each `#[inline(always)]`, so the PCIe path through the trait is the
 //! same machine code as calling [`QueuePair`] directly.
 
-use nvme_core::{Completion, IoFailure, IoQueue, IoVec, Namespace, NvmCommand, Result};
+use nvme_core::protection::ProtectableCommand;
+use nvme_core::{Completion, IoFailure, IoQueue, IoVec, Namespace, NvmCommand, Protected, Result};
 use nvme_vfio::DmaBuffer;
 
 use crate::queue_pair::{QueuePair, QueuePairStats};
@@ -74,6 +75,18 @@ impl IoQueue for QueuePair {
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
         QueuePair::submit_vectored(self, ns, cmd, pieces, user_data)
+    }
+
+    #[inline]
+    fn submit_with_metadata<C: ProtectableCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: Protected<C>,
+        data: DmaBuffer,
+        metadata: Box<IoVec>,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        QueuePair::submit_with_metadata(self, ns, cmd, data, metadata, user_data)
     }
 
     #[inline(always)]

@@ -60,6 +60,10 @@ pub use controller::{
     AbortStats, Controller, ControllerOptions, ShadowDoorbells, TimeoutAction, Transport,
     DEFAULT_IO_QUEUES, HOST_PAGE_SIZE,
 };
+pub use nvme_core::protection::{
+    self, LbaFormatInfo, MetadataLayout, PiCheck, PiType, Prinfo, ProtectableCommand, Protected,
+    Protection,
+};
 pub use nvme_core::{
     command, AdminCommand, AdminCommands, AdminData, AdminReply, CopyLimit, Error, IoCommand,
     IoFailure, IoQueue, IoVec, LbaRange, Namespace, NamespaceChange, NamespaceChanges, NanoClock,

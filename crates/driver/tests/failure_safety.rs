@@ -426,7 +426,7 @@ fn item4_raw_command_without_buffer_gets_no_data_pointer() {
 // ----- item 5: metadata formats ------------------------------------------------------------
 
 #[test]
-fn item5_namespaces_with_metadata_or_protection_are_refused() {
+fn item5_plain_io_on_metadata_namespaces_is_refused() {
     let config = SimConfig {
         namespaces: vec![
             SimNamespace {
@@ -455,23 +455,36 @@ fn item5_namespaces_with_metadata_or_protection_are_refused() {
         ],
         ..SimConfig::default()
     };
-    let (_sim, ctrl) = start_with(config, true);
+    let (sim, ctrl) = start_with(config, true);
+    // Accepted since issue 21 (metadata and PI): plain data commands are refused by name
+    // before anything reaches the device, because the device would move more bytes than the
+    // buffer holds (or DMA metadata through a null MPTR).
     let usable: Vec<u32> = ctrl.namespaces().iter().map(|n| n.nsid()).collect();
-    assert_eq!(usable, vec![1]);
+    assert_eq!(usable, vec![1, 2, 3, 4]);
+    assert!(ctrl.unsupported_namespaces().is_empty());
+    let mut q = qp(&ctrl, 8, Duration::from_secs(5));
+    let before = sim.stats();
     for (nsid, words) in [
-        (2, &["8 B metadata", "extended"][..]),
-        (3, &["16 B metadata", "separate"][..]),
-        (4, &["protection information type 1"][..]),
+        (2, &["512+8 extended", "extended LBA"][..]),
+        (3, &["4096+16 separate", "separate buffer"][..]),
+        (4, &["512+8 separate, PI type 1"][..]),
     ] {
-        let e = ctrl.namespace(nsid).unwrap_err();
-        let msg = e.to_string();
-        assert!(matches!(e, Error::UnsupportedNamespace { .. }), "{msg}");
+        let ns = ctrl.namespace(nsid).unwrap();
+        let buf = ctrl.alloc_buffer(4096).unwrap();
+        let f = q.read(&ns, 0, 1, buf).unwrap_err();
+        let msg = f.error.to_string();
+        assert!(matches!(f.error, Error::MetadataMismatch { .. }), "{msg}");
         assert!(msg.contains(&format!("namespace {nsid}")), "{msg}");
         for w in words {
             assert!(msg.contains(w), "{msg}");
         }
+        assert!(f.buffer.is_some(), "the buffer comes back");
     }
-    assert_eq!(ctrl.unsupported_namespaces().len(), 3);
+    assert_eq!(
+        sim.stats().reads,
+        before.reads,
+        "nothing reached the device"
+    );
 }
 
 // ----- item 6: device or caller values that used to panic ----------------------------------

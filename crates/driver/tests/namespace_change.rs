@@ -207,7 +207,7 @@ fn a_detached_namespace_fails_old_handles_before_the_device() {
 }
 
 #[test]
-fn a_reformat_to_a_metadata_format_is_refused_and_old_handles_are_stale() {
+fn a_reformat_to_a_metadata_format_of_the_same_block_size_makes_old_handles_stale() {
     let (sim, ctrl) = start();
     let old1 = ctrl.namespace(1).unwrap();
     let mut q = ctrl.create_queue_pair(QueuePairOptions::default()).unwrap();
@@ -215,12 +215,17 @@ fn a_reformat_to_a_metadata_format_is_refused_and_old_handles_are_stale() {
     let changes = ctrl.rescan_namespaces().unwrap();
     assert_eq!(changes.changed, [1]);
     old_handle_reaches_nothing(&sim, &ctrl, &mut q, &old1, NamespaceChange::Reformatted);
-    match ctrl.namespace(1) {
-        Err(Error::UnsupportedNamespace { nsid: 1, reason }) => {
-            assert!(reason.contains("8 B metadata"), "{reason}")
-        }
-        other => panic!("namespace 1 with metadata: {other:?}"),
-    }
+    // The new handle knows the metadata: plain reads are refused by name.
+    let new1 = ctrl.namespace(1).unwrap();
+    assert_eq!(new1.format().to_string(), "512+8 separate");
+    let f = q
+        .read(&new1, 0, 1, ctrl.alloc_buffer(512).unwrap())
+        .unwrap_err();
+    assert!(
+        matches!(f.error, Error::MetadataMismatch { nsid: 1, .. }),
+        "{}",
+        f.error
+    );
 }
 
 #[test]

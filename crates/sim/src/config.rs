@@ -14,9 +14,11 @@
 ///   0 from a driver that ignores metadata) fails the command with Data Transfer Error. The
 ///   medium holds all data blocks first, then all metadata (`blocks * block_size` onwards).
 ///
-/// Protection information is reported only: it is neither generated nor checked (PRACT and
-/// PRCHK are ignored). Compare, Write Zeroes and Dataset Management act on data bytes (for
-/// extended namespaces, on whole extended blocks).
+/// With protection information (`protection`), Read, Write, Compare and Verify honour PRACT,
+/// PRCHK and the tags, and return the end-to-end check error statuses (see the device's `pi`
+/// module; NVM CS §5.2). Compare, Write Zeroes and Dataset Management act on data bytes (for
+/// extended namespaces, on whole extended blocks); Write Zeroes and Deallocate leave escape
+/// (all-ones, unchecked) PI, as never-written blocks have.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimNamespace {
     /// Namespace ID (1-based, unique).
@@ -30,8 +32,9 @@ pub struct SimNamespace {
     /// Metadata interleaved with data as an extended LBA (FLBAS bit 4); needs
     /// `metadata_size > 0`.
     pub extended: bool,
-    /// End-to-end protection type (DPS bits 2:0): 0 = none, 1..=3 = PI type 1..3; needs
-    /// `metadata_size >= 8`.
+    /// End-to-end protection settings as Identify Namespace DPS: bits 2:0 the PI type (0 =
+    /// none, 1..=3 = PI type 1..3; needs `metadata_size >= 8`), bit 3 the PI in the first 8
+    /// metadata bytes (else the last 8), [`PI_FIRST`].
     pub protection: u8,
 }
 
@@ -143,7 +146,9 @@ const MAX_DSTRD: u8 = 15;
 /// Highest protection information type (DPS bits 2:0).
 pub(crate) const MAX_PI_TYPE: u8 = 3;
 /// Bytes of protection information in each block's metadata.
-const PI_BYTES: u16 = 8;
+const PI_BYTES: u16 = nvme_spec::protection::PI_TUPLE_BYTES as u16;
+/// [`SimNamespace::protection`] bit 3 (DPS bit 3): the PI is the first 8 metadata bytes.
+pub const PI_FIRST: u8 = nvme_spec::protection::DPS_PI_FIRST;
 
 impl Default for SimConfig {
     fn default() -> Self {
@@ -212,8 +217,8 @@ impl SimConfig {
                 ns.nsid
             );
             assert!(
-                ns.protection <= MAX_PI_TYPE,
-                "namespace {}: protection must be 0..={MAX_PI_TYPE}, not {}",
+                ns.protection & !PI_FIRST <= MAX_PI_TYPE,
+                "namespace {}: protection must be 0..={MAX_PI_TYPE}, with PI_FIRST, not {}",
                 ns.nsid,
                 ns.protection
             );

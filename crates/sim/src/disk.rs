@@ -21,7 +21,8 @@ pub(crate) struct Disk {
     pub metadata_size: u16,
     /// Metadata interleaved after each block's data (extended LBA).
     pub extended: bool,
-    /// End-to-end protection type (DPS bits 2:0), reported only.
+    /// End-to-end protection settings as DPS: bits 2:0 the PI type (0: none), bit 3 PI in
+    /// the first metadata bytes.
     pub protection: u8,
     /// Attached to the controller: listed as active and served. A detached namespace keeps
     /// its bytes (re-attaching brings them back), as a namespace management detach would.
@@ -85,12 +86,13 @@ impl Disk {
             .expect("namespace larger than the address space");
         // `vec![0; n]` gets lazily zeroed pages from the allocator, so large namespaces cost
         // nothing until written.
-        if data.is_empty() {
+        let fresh = data.is_empty();
+        if fresh {
             data = vec![0u8; bytes];
         } else {
             data.resize(bytes, 0);
         }
-        Disk {
+        let mut disk = Disk {
             nsid: ns.nsid,
             block_size: ns.block_size,
             blocks: ns.blocks,
@@ -98,8 +100,14 @@ impl Disk {
             extended: ns.extended,
             protection: ns.protection,
             attached: AtomicBool::new(attached),
-            data: Mutex::new(data),
+            data: Mutex::new(Vec::new()),
+        };
+        if fresh {
+            // Never-written blocks carry escape PI (not checked), as QEMU's read them.
+            crate::device::pi::reset_pi(&disk, &mut data, 0, ns.blocks);
         }
+        disk.data = Mutex::new(data);
+        disk
     }
 
     /// This namespace's geometry.

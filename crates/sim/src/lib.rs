@@ -11,7 +11,7 @@
 //!
 //! Limits (by design): 4 KiB to 64 KiB memory pages, SGLs for I/O commands with Data Block,
 //! Segment and Last Segment descriptors only (no Bit Bucket, no metadata SGLs; see
-//! [`SimConfig::sgl`]), physically contiguous queues, metadata moved but protection information neither generated nor checked
+//! [`SimConfig::sgl`]), physically contiguous queues, metadata moved, protection information generated and checked (PRACT, PRCHK)
 //! (see [`SimNamespace`]), Asynchronous Event Requests never complete.
 //!
 //! Teardown hazards: [`Faults::delay_execution`] runs commands late and out of order (reading
@@ -65,7 +65,7 @@ use std::thread::JoinHandle;
 use nvme_spec::regs::{Cc, Csts, CAP, CC, CSTS, VS};
 use nvme_vfio::{DmaMapper, FunctionControl, InterruptController, InterruptEvent, Mmio, VfioError};
 
-pub use config::{SimConfig, SimCopy, SimNamespace, MAX_MSIX_VECTORS};
+pub use config::{SimConfig, SimCopy, SimNamespace, MAX_MSIX_VECTORS, PI_FIRST};
 pub use device::{ERROR_LOG_ENTRIES, SIM_TEMPERATURE_K};
 pub use dma::{SimDma, IOVA_BASE};
 pub use faults::{ExecutionDelay, Faults, CORRUPT_CID_MASK, WRONG_SQID_MASK};

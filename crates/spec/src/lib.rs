@@ -39,6 +39,7 @@ pub mod feature;
 pub mod identify;
 pub mod log;
 pub mod opcode;
+pub mod protection;
 pub mod queue;
 pub mod regs;
 pub mod sgl;
@@ -53,6 +54,7 @@ pub use identify::{
     CopyFormats, IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs,
 };
 pub use log::{CriticalWarning, ErrorLogEntry, ShortLogPage, SmartLog};
+pub use protection::{PiTuple, PiType, Prinfo};
 pub use queue::{CompletionEntry, CopySourceRange, DsmRange, SubmissionEntry};
 pub use regs::{Aqa, Cap, Cc, Cmbsz, Csts, Version};
 pub use sgl::{Psdt, SglDescriptor, SglSupport};

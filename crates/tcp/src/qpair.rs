@@ -423,10 +423,14 @@ impl TcpQueuePair {
                 return fail(e, buf);
             }
         }
+        // A command without data may address every block, whatever the metadata format; one
+        // with data checks what it moves (plain commands are refused on metadata formats).
+        let no_data = cmd.opcode().direction() == DataDirection::None;
         let checked = match cmd.range() {
-            Some(r) => ns
-                .check_range(r.lba, u64::from(r.blocks))
+            Some(r) if no_data => ns
+                .check_blocks(r.lba, u64::from(r.blocks))
                 .map(|()| r.blocks),
+            Some(r) => cmd.check_range(ns).map(|()| r.blocks),
             None => ns.check_current().map(|()| 0),
         };
         let blocks = match checked {

@@ -11,6 +11,7 @@
 
 mod copy;
 mod operands;
+mod pi;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
@@ -66,6 +67,17 @@ struct Cli {
     /// Do not print the once-a-second progress line.
     #[arg(long)]
     no_progress: bool,
+    /// Namespaces with metadata / protection information: insert (the controller adds and
+    /// strips the PI), generate / check (nvme-dd computes and checks it), pass (data and
+    /// metadata as they are). One command per record, queue depth 1.
+    #[arg(long, value_enum)]
+    pi: Option<pi::PiMode>,
+    /// With --pi: the file of the separate metadata (read for writes, written for reads).
+    #[arg(long, requires = "pi")]
+    metadata: Option<PathBuf>,
+    /// With --pi: the application tag written and expected (checked in full).
+    #[arg(long, default_value_t = 0, requires = "pi")]
+    app_tag: u16,
     /// dd operands: if=, of=, bs=, count=, skip=, seek=.
     #[arg(value_name = "OPERAND")]
     operands: Vec<String>,
@@ -90,6 +102,16 @@ enum DdError {
     SeekOnStream { seek: u64, what: String },
     #[error("cannot write the summary to standard error: {0}")]
     Summary(io::Error),
+    #[error(transparent)]
+    Pi(#[from] pi::PiError),
+    #[error(
+        "namespace {nsid} is formatted with metadata ({format}): copy it with --pi \
+         insert|generate|check|pass"
+    )]
+    MetadataFormat {
+        nsid: u32,
+        format: nvme_driver::LbaFormatInfo,
+    },
 }
 
 /// The input of a write to the namespace.
@@ -239,7 +261,22 @@ fn run(cli: &Cli) -> Result<(), DdError> {
     };
 
     let ctrl = AnyController::open(&target, ControllerOptions::default())?;
+    if let Some(mode) = cli.pi {
+        let opts = pi::PiOptions {
+            mode,
+            metadata: cli.metadata.as_ref(),
+            app_tag: cli.app_tag,
+            fua: cli.fua,
+        };
+        return Ok(pi::run(&ctrl, &transfer, &opts)?);
+    }
     let ns = ctrl.namespace(nsid)?;
+    if ns.format().has_metadata() {
+        return Err(DdError::MetadataFormat {
+            nsid,
+            format: ns.format(),
+        });
+    }
     let geo = Geometry::of(&ns);
     // The input is only read: opening it (and skipping) changes nothing on disk.
     let (mut input, plan) = match &transfer.direction {

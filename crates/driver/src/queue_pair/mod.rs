@@ -36,6 +36,7 @@ mod create;
 mod drop;
 mod health;
 mod interrupts;
+mod metadata;
 mod reap;
 mod recover;
 mod software_queue;

@@ -310,8 +310,5 @@ pub(super) fn command_name(op: u8) -> &'static str {
 
 #[cold]
 fn command_error(op: u8, status: Status) -> Error {
-    Error::Command {
-        command: command_name(op),
-        status,
-    }
+    Error::command(command_name(op), status)
 }

@@ -112,7 +112,7 @@ impl QueuePair {
             });
         }
         for &(lba, blocks) in ranges {
-            ns.check_range(lba, blocks as u64)?;
+            ns.check_blocks(lba, blocks as u64)?;
         }
         let sqe = command::dataset_management(ns.nsid(), ranges.len() as u32, true);
         let tag = self.alloc_one()?;
@@ -189,7 +189,7 @@ impl QueuePair {
     }
 
     #[inline(always)]
-    fn check_buffer(&self, buf: &DmaBuffer, needed: usize) -> Result<()> {
+    pub(super) fn check_buffer(&self, buf: &DmaBuffer, needed: usize) -> Result<()> {
         if buf.domain() != self.domain {
             return Err(self.foreign(buf));
         }
@@ -272,7 +272,8 @@ impl QueuePair {
         }
         let blocks = match cmd.range() {
             Some(r) => {
-                if let Err(e) = ns.check_range(r.lba, r.blocks as u64) {
+                // No block data moves: the whole namespace, whatever its metadata.
+                if let Err(e) = ns.check_blocks(r.lba, r.blocks as u64) {
                     return Err(IoFailure::new(e, buf));
                 }
                 r.blocks
@@ -314,11 +315,7 @@ impl QueuePair {
         buf: DmaBuffer,
         user_data: u64,
     ) -> std::result::Result<Tag, IoFailure> {
-        let checked = match cmd.range() {
-            Some(r) => ns.check_range(r.lba, r.blocks as u64),
-            None => ns.check_current(),
-        };
-        if let Err(e) = checked {
+        if let Err(e) = cmd.check_range(ns) {
             return Err(IoFailure::new(e, Some(buf)));
         }
         // The range's bytes for most commands; Copy's is its source range list.

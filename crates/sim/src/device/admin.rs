@@ -21,6 +21,7 @@ use nvme_spec::identify::{
 };
 use nvme_spec::log::{ErrorLogEntry, SmartLog, ERROR_LOG_ENTRY_SIZE, SMART_LOG_SIZE};
 use nvme_spec::opcode::{admin, log_page, nvm};
+use nvme_spec::protection::{DPC_PI_FIRST, DPC_PI_LAST};
 use nvme_spec::queue::{SubmissionEntry, CQES_LOG2, CQE_SIZE, SQES_LOG2, SQE_SIZE};
 use nvme_spec::regs::{Cap, Version};
 use nvme_spec::sgl::SglSupport;
@@ -61,8 +62,6 @@ const FLBAS_EXTENDED: u8 = 1 << 4;
 const MC_EXTENDED: u8 = 1 << 0;
 /// Identify Namespace MC bit 1: metadata in a separate buffer supported.
 const MC_SEPARATE: u8 = 1 << 1;
-/// Identify Namespace DPC bit 4: protection information in the last 8 metadata bytes.
-const DPC_PI_LAST: u8 = 1 << 4;
 /// Identify SQES/CQES: required and maximum entry sizes (log2) in the low and high nibbles.
 const SQES_BOTH: u8 = SQES_LOG2 << 4 | SQES_LOG2;
 const CQES_BOTH: u8 = CQES_LOG2 << 4 | CQES_LOG2;
@@ -371,10 +370,10 @@ impl Device {
                     MC_SEPARATE
                 };
             }
-            if disk.protection != 0 {
-                // DPC: this PI type, PI in the last 8 metadata bytes; DPS: the type enabled,
-                // bit 3 clear (last 8 bytes).
-                ns.dpc = 1 << (disk.protection - 1) | DPC_PI_LAST;
+            if let Some(pi) = super::pi::pi_type(&disk) {
+                // DPC: this PI type, PI in the first or last 8 metadata bytes; DPS: the type
+                // enabled, bit 3 where the PI is (NVM CS §4.1.5.1).
+                ns.dpc = 1 << (pi as u8 - 1) | DPC_PI_FIRST | DPC_PI_LAST;
                 ns.dps = disk.protection;
             }
             ns.to_bytes()

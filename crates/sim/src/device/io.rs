@@ -13,7 +13,7 @@ use nvme_spec::status::{generic, media, Status, StatusCodeType};
 
 use std::sync::Arc;
 
-use super::{Device, Outcome};
+use super::{pi, Device, Outcome};
 use crate::disk::Disk;
 use crate::dma::GuestView;
 use crate::prp::{generic_status, Fail};
@@ -95,7 +95,7 @@ impl Device {
                 nvm::READ | nvm::WRITE | nvm::COMPARE => self.transfer(view, sqe, opcode),
                 nvm::FLUSH => self.flush(sqe),
                 nvm::WRITE_ZEROES => self.write_zeroes(sqe),
-                nvm::VERIFY => self.verify(sqe),
+                nvm::VERIFY => self.verify(view, sqe),
                 nvm::DATASET_MANAGEMENT => self.dataset_management(view, sqe),
                 nvm::COPY if self.shared.config.copy.is_some() => self.copy(view, sqe),
                 op => {
@@ -124,7 +124,7 @@ impl Device {
     }
 
     /// Largest data transfer in bytes (MDTS in units of the minimum page size; 0 = no limit).
-    fn max_transfer(&self) -> usize {
+    pub(super) fn max_transfer(&self) -> usize {
         match self.shared.config.mdts {
             0 => usize::MAX,
             mdts => (1usize << nvme_spec::regs::PAGE_SIZE_SHIFT_BASE).saturating_mul(1 << mdts),
@@ -139,6 +139,11 @@ impl Device {
         opcode: u8,
     ) -> Result<(), Fail> {
         let disk = self.namespace(sqe.nsid)?;
+        if let Some(pi) = pi::pi_type(&disk) {
+            if !self.shared.config.null_io {
+                return self.pi_command(view, sqe, &disk, pi, opcode);
+            }
+        }
         let (first, count) = (slba(sqe), u64::from(nlb(sqe)));
         let (start, end) = block_range(&disk, first, count)?;
         let len = end - start;
@@ -199,9 +204,7 @@ impl Device {
         opcode: u8,
     ) -> Result<(), Fail> {
         let (start, end) = metadata_range(disk, slba, nlb);
-        if sqe.mptr % MPTR_ALIGN != 0 {
-            return Err(status(generic::INVALID_FIELD));
-        }
+        self.check_mptr(sqe)?;
         if self.shared.config.null_io {
             return view.probe(sqe.mptr, end - start).map_err(Fail::from);
         }
@@ -214,6 +217,14 @@ impl Device {
         }
     }
 
+    /// MPTR of a contiguous metadata buffer is dword aligned.
+    pub(super) fn check_mptr(&self, sqe: &SubmissionEntry) -> Result<(), Fail> {
+        if sqe.mptr % MPTR_ALIGN != 0 {
+            return Err(status(generic::INVALID_FIELD));
+        }
+        Ok(())
+    }
+
     fn flush(&self, sqe: &SubmissionEntry) -> Result<(), Fail> {
         // The medium is memory: nothing is volatile, so a flush only validates the NSID.
         if sqe.nsid != NSID_BROADCAST {
@@ -224,14 +235,21 @@ impl Device {
 
     fn write_zeroes(&self, sqe: &SubmissionEntry) -> Result<(), Fail> {
         let disk = self.namespace(sqe.nsid)?;
-        let (start, end) = block_range(&disk, slba(sqe), u64::from(nlb(sqe)))?;
-        disk.lock()[start..end].fill(0);
+        let (first, count) = (slba(sqe), u64::from(nlb(sqe)));
+        let (start, end) = block_range(&disk, first, count)?;
+        let mut data = disk.lock();
+        data[start..end].fill(0);
+        pi::reset_pi(&disk, &mut data, first, count);
         Ok(())
     }
 
-    /// Verify: the blocks must exist; the in-memory medium has no integrity to check.
-    fn verify(&self, sqe: &SubmissionEntry) -> Result<(), Fail> {
+    /// Verify: the blocks must exist; on a namespace with protection information their PI
+    /// is checked per PRCHK (NVM CS §3.3.5), otherwise the medium has nothing to check.
+    fn verify(&self, view: &GuestView<'_>, sqe: &SubmissionEntry) -> Result<(), Fail> {
         let disk = self.namespace(sqe.nsid)?;
+        if let Some(pi) = pi::pi_type(&disk) {
+            return self.pi_command(view, sqe, &disk, pi, nvm::VERIFY);
+        }
         block_range(&disk, slba(sqe), u64::from(nlb(sqe)))?;
         Ok(())
     }
@@ -278,6 +296,7 @@ impl Device {
         for range in ranges {
             let (start, end) = block_range(&disk, range.slba, u64::from(range.nlb))?;
             data[start..end].fill(0);
+            pi::reset_pi(&disk, &mut data, range.slba, u64::from(range.nlb));
         }
         Ok(())
     }

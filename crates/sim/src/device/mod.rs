@@ -29,6 +29,7 @@ mod deferred;
 mod doorbells;
 mod features;
 mod io;
+pub(crate) mod pi;
 mod queues;
 
 use std::collections::VecDeque;

@@ -294,10 +294,7 @@ impl Queue {
                 let result = if status.is_success() {
                     Ok(dw0)
                 } else {
-                    Err(Error::Command {
-                        command: command_name(s.opcode),
-                        status,
-                    })
+                    Err(Error::command(command_name(s.opcode), status))
                 };
                 self.finish(tag, result);
             }
