@@ -34,7 +34,6 @@ pub use hostile::{Hostile, R2T_FLOOD};
 /// Transfer tag of the fake's R2Ts for a command's data.
 const PULL_TTAG: u16 = 0x55;
 
-
 mod liveness;
 pub use liveness::Unresponsive;
 
@@ -487,7 +486,9 @@ impl Conn<'_> {
                                         fabrics::status::CONNECT_INVALID_PARAMETERS,
                                         true,
                                     ),
-                                    fabrics::connect_invalid_data_field(fabrics::CONNECT_DATA_CNTLID_OFFSET),
+                                    fabrics::connect_invalid_data_field(
+                                        fabrics::CONNECT_DATA_CNTLID_OFFSET,
+                                    ),
                                     0,
                                 )
                                 .map(|_| true);
