@@ -5,7 +5,7 @@
 //! Range) and, when it moves data, against MDTS (Invalid Field). Data moves one PRP segment at
 //! a time between guest memory and the namespace bytes, with no allocation.
 
-use nvme_spec::command::{dsm_deallocate, dsm_ranges, nlb, slba};
+use nvme_spec::command::{dsm_deallocate, dsm_ranges, fua, nlb, slba};
 use nvme_spec::opcode::nvm;
 use nvme_spec::queue::{DsmRange, SubmissionEntry};
 use nvme_spec::sgl::Psdt;
@@ -73,6 +73,9 @@ impl Device {
             | nvm::COPY => &counters.other_io,
             _ => &counters.invalid_io,
         });
+        if let Err(off) = self.power_gate() {
+            return self.outcome(Err(off));
+        }
         if let Some(injected) = self.shared.faults.take_fail_io() {
             return Outcome::status(injected);
         }
@@ -156,15 +159,19 @@ impl Device {
                 view.probe(iova, n).map_err(Fail::from)
             });
         }
+        if opcode == nvm::WRITE {
+            return self.modify(&disk, (first, count), fua(sqe), |bytes| {
+                walk_data_pointer(view, sqe, sgl, len, page, |iova, n, off| {
+                    view.read(iova, &mut bytes[off..off + n])
+                        .map_err(Fail::from)
+                })
+            });
+        }
         let mut data = disk.lock();
         let bytes = &mut data[start..end];
         match opcode {
             nvm::READ => walk_data_pointer(view, sqe, sgl, len, page, |iova, n, off| {
                 view.write(iova, &bytes[off..off + n]).map_err(Fail::from)
-            }),
-            nvm::WRITE => walk_data_pointer(view, sqe, sgl, len, page, |iova, n, off| {
-                view.read(iova, &mut bytes[off..off + n])
-                    .map_err(Fail::from)
             }),
             _ => {
                 let mut chunk = [0u8; COMPARE_CHUNK];
@@ -215,18 +222,23 @@ impl Device {
     }
 
     fn flush(&self, sqe: &SubmissionEntry) -> Result<(), Fail> {
-        // The medium is memory: nothing is volatile, so a flush only validates the NSID.
-        if sqe.nsid != NSID_BROADCAST {
+        // Without a write cache the medium is memory and nothing is volatile: a flush only
+        // validates the NSID.
+        if sqe.nsid == NSID_BROADCAST {
+            self.flush_cache(None);
+        } else {
             self.namespace(sqe.nsid)?;
+            self.flush_cache(Some(sqe.nsid));
         }
         Ok(())
     }
 
     fn write_zeroes(&self, sqe: &SubmissionEntry) -> Result<(), Fail> {
         let disk = self.namespace(sqe.nsid)?;
-        let (start, end) = block_range(&disk, slba(sqe), u64::from(nlb(sqe)))?;
-        disk.lock()[start..end].fill(0);
-        Ok(())
+        self.modify(&disk, (slba(sqe), u64::from(nlb(sqe))), fua(sqe), |bytes| {
+            bytes.fill(0);
+            Ok(())
+        })
     }
 
     /// Verify: the blocks must exist; the in-memory medium has no integrity to check.
@@ -274,10 +286,11 @@ impl Device {
         for range in ranges.clone() {
             block_range(&disk, range.slba, u64::from(range.nlb))?;
         }
-        let mut data = disk.lock();
         for range in ranges {
-            let (start, end) = block_range(&disk, range.slba, u64::from(range.nlb))?;
-            data[start..end].fill(0);
+            self.modify(&disk, (range.slba, u64::from(range.nlb)), false, |bytes| {
+                bytes.fill(0);
+                Ok(())
+            })?;
         }
         Ok(())
     }
