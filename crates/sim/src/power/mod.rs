@@ -181,6 +181,11 @@ impl PowerReplay {
         self.cache.dirty_blocks()
     }
 
+    /// The newest data (what a Read returns now, before any cut).
+    pub fn newest(&self) -> &SimMedium {
+        &self.medium
+    }
+
     /// Applies the next event of the stream.
     ///
     /// Panics if it names a namespace or blocks the medium does not have.
