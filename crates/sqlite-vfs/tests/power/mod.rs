@@ -82,7 +82,7 @@ pub fn config(bs: u32, blocks: u64, seed: u64, cut_after: Option<u64>) -> SimCon
             // of the store (directory copies, extent copies, WAL frames) tear.
             awupf: if bs == 512 { 1 } else { 0 },
             destage_per_mille: 30,
-            capacity_blocks: 1024,
+            capacity_blocks: 512,
             record: true,
             cut_after,
             ..SimWriteCache::default()
@@ -207,12 +207,10 @@ impl BlockDevice for ImageDevice {
     }
     fn read(&mut self, lba: u64, buf: &mut [u8]) -> nvme_sqlite_vfs::Result<()> {
         let bs = self.bs as usize;
-        for (i, out) in buf.chunks_mut(bs).enumerate() {
-            let b = lba + i as u64;
-            match self.overlay.get(&b) {
-                Some(data) => out.copy_from_slice(data),
-                None => out.copy_from_slice(&self.base[b as usize * bs..][..bs]),
-            }
+        let n = (buf.len() / bs) as u64;
+        buf.copy_from_slice(&self.base[lba as usize * bs..][..buf.len()]);
+        for (&b, data) in self.overlay.range(lba..lba + n) {
+            buf[(b - lba) as usize * bs..][..bs].copy_from_slice(data);
         }
         Ok(())
     }
