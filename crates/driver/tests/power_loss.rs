@@ -1,6 +1,6 @@
 //! The emulator's power-loss model through the PCIe driver: a volatile write cache (Identify
-//! VWC, Set Features Volatile Write Cache, NVMe Base 2.0 §5.27.1.4), Flush and FUA (NVM CS
-//! §3.2.4, §3.3.6), atomic write units (AWUPF, NAWUPF with NSFEAT bit 1), a power cut, and
+//! VWC, Set Features Volatile Write Cache, NVMe Base 2.0 §5.27.1.4), Flush and FUA (Base §7.1,
+//! NVM CS §3.3.6), atomic write units (AWUPF, NAWUPF with NSFEAT bit 1), a power cut, and
 //! the same medium powered on again under a new driver. Every assertion names its seed.
 
 mod common;

@@ -20,7 +20,7 @@ use crate::prp::{generic_status, Fail};
 use crate::sgl::walk_data_pointer;
 use crate::stats::bump;
 
-/// Flush to every namespace (NVM CS §3.2.4: NSID FFFFFFFFh).
+/// Flush to every namespace (Base §7.1: NSID FFFFFFFFh).
 const NSID_BROADCAST: u32 = u32::MAX;
 /// Size of one Dataset Management range descriptor.
 const DSM_RANGE_SIZE: usize = DsmRange::SIZE;

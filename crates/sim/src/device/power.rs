@@ -98,8 +98,8 @@ impl Device {
         )
     }
 
-    /// Makes the cached writes of `nsid` (`None`: every namespace) durable: Flush (NVM CS
-    /// §3.2.4), a normal shutdown, or the cache being disabled.
+    /// Makes the cached writes of `nsid` (`None`: every namespace) durable: Flush (Base
+    /// §7.1), a shutdown, or the cache being disabled.
     pub(super) fn flush_cache(&self, nsid: Option<u32>) {
         if let Some(power) = &self.shared.power {
             let mut cache = lock(power);

@@ -7,7 +7,7 @@
 //! was written in. A unit is one Write command's blocks, or, for a command longer than the
 //! atomic write unit, one piece of it cut at the unit boundaries (LBA multiples of the unit).
 //!
-//! A unit becomes durable ("destaged") on Flush (NVM CS §3.2.4: all of the namespace's units),
+//! A unit becomes durable ("destaged") on Flush (Base §7.1: all of the namespace's units),
 //! with FUA (§3.3.6: its own units before the completion), when the write cache is disabled
 //! (Set Features VWC, NVMe Base 2.0 §5.27.1.4: every write is then FUA), when the cache is over
 //! capacity (the oldest units), or when the seeded scheduler says so (random units at random
@@ -267,7 +267,11 @@ impl WriteCache {
                 continue;
             };
             if let Some(i) = block.versions.iter().position(|v| v.unit == id) {
-                let kept = block.versions.drain(..=i).next_back().expect("drained >= 1");
+                let kept = block
+                    .versions
+                    .drain(..=i)
+                    .next_back()
+                    .expect("drained >= 1");
                 block.durable = kept.data;
             }
             if block.versions.is_empty() {
