@@ -125,6 +125,10 @@ pub struct SimConfig {
     /// The Copy command and its limits; `None`: not offered (ONCS bit 8 clear, Copy completes
     /// with Invalid Command Opcode).
     pub copy: Option<SimCopy>,
+    /// A volatile write cache with power-loss behaviour (`None`: writes go straight to the
+    /// medium, as before; Identify VWC reports a cache either way). Needs namespaces without
+    /// metadata. See [`crate::SimWriteCache`].
+    pub write_cache: Option<crate::SimWriteCache>,
 }
 
 /// Default [`SimConfig::abort_limit`].
@@ -176,6 +180,7 @@ impl Default for SimConfig {
             msix_vectors: DEFAULT_MSIX_VECTORS,
             abort_limit: DEFAULT_ABORT_LIMIT,
             copy: Some(SimCopy::default()),
+            write_cache: None,
         }
     }
 }
@@ -205,6 +210,11 @@ impl SimConfig {
             );
         }
         for ns in &self.namespaces {
+            assert!(
+                self.write_cache.is_none() || ns.metadata_size == 0,
+                "namespace {}: the write cache model needs namespaces without metadata",
+                ns.nsid
+            );
             assert!(
                 ns.block_size == SMALL_BLOCK || ns.block_size == LARGE_BLOCK,
                 "namespace {}: block_size must be 512 or 4096, not {}",

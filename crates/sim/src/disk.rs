@@ -136,6 +136,19 @@ impl Disks {
         )
     }
 
+    /// Namespaces of these geometries holding `data(nsid)` (a medium after a power cycle).
+    pub fn from_medium(namespaces: &[SimNamespace], data: impl Fn(u32) -> Vec<u8>) -> Self {
+        Disks(
+            RwLock::new(
+                namespaces
+                    .iter()
+                    .map(|ns| Arc::new(Disk::new(ns, true, data(ns.nsid))))
+                    .collect(),
+            ),
+            ChangedList::default(),
+        )
+    }
+
     fn slots(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Disk>>> {
         self.0.read().unwrap_or_else(|p| p.into_inner())
     }

@@ -53,6 +53,7 @@ mod disk;
 mod dma;
 mod faults;
 mod irq;
+mod power;
 mod prp;
 mod regs;
 mod sgl;
@@ -69,6 +70,7 @@ pub use config::{SimConfig, SimCopy, SimNamespace, MAX_MSIX_VECTORS, PI_FIRST};
 pub use device::{ERROR_LOG_ENTRIES, SIM_TEMPERATURE_K};
 pub use dma::{SimDma, IOVA_BASE};
 pub use faults::{ExecutionDelay, Faults, CORRUPT_CID_MASK, WRONG_SQID_MASK};
+pub use power::{MediumEvent, PowerReplay, SimMedium, SimWriteCache};
 pub use regs::BAR_SIZE;
 pub use stats::SimStats;
 
@@ -105,6 +107,30 @@ impl SimController {
     /// address space shared with other emulated controllers (as functions whose IOMMU groups
     /// joined one VFIO container): a buffer mapped once is reachable by all of them.
     pub fn start_in(config: SimConfig, dma: Arc<SimDma>) -> SimController {
+        let disks = Disks::new(&config.namespaces);
+        Self::start_with(config, dma, disks)
+    }
+
+    /// Powers a controller on with `medium` (what [`SimController::medium`] took from a
+    /// controller after [`SimController::power_cut`]) as its namespaces' contents: the same
+    /// drive after a power cycle. The namespaces of `config` must match the medium's
+    /// geometries; the write cache starts empty.
+    ///
+    /// Panics if they do not, or as [`SimController::start`].
+    pub fn start_on(config: SimConfig, medium: &SimMedium) -> SimController {
+        for ns in &config.namespaces {
+            assert_eq!(
+                medium.namespace(ns.nsid),
+                ns,
+                "namespace {} of the config differs from the medium's",
+                ns.nsid
+            );
+        }
+        let disks = Disks::from_medium(&config.namespaces, |nsid| medium.bytes(nsid).to_vec());
+        Self::start_with(config, Arc::new(SimDma::new()), disks)
+    }
+
+    fn start_with(config: SimConfig, dma: Arc<SimDma>, disks: Disks) -> SimController {
         config.validate();
         let regs = RegisterBlock::new();
         let (cap, version) = device::capabilities(&config);
@@ -115,8 +141,12 @@ impl SimController {
             regs,
             dma,
             counters: Default::default(),
-            disks: Disks::new(&config.namespaces),
+            disks,
             msix: Arc::new(MsixTable::new(config.msix_vectors)),
+            power: config
+                .write_cache
+                .clone()
+                .map(|c| std::sync::Mutex::new(power::WriteCache::new(c))),
             config,
             stop: AtomicBool::new(false),
             bus_master: AtomicBool::new(true),
@@ -304,6 +334,74 @@ impl SimController {
             nvme_spec::event::notice::NAMESPACE_ATTRIBUTE_CHANGED,
             nvme_spec::opcode::log_page::CHANGED_NAMESPACE_LIST,
         );
+    }
+
+    /// Cuts the power now (see [`SimWriteCache`]): the write cache's unflushed blocks land on
+    /// the medium as the seeded model decides, and from now on every I/O command completes
+    /// with Commands Aborted due to Power Loss Notification and the medium stays as it is
+    /// (admin commands still run, so a driver on it tears down normally). A second call does
+    /// nothing.
+    ///
+    /// Panics if the controller has no write cache ([`SimConfig::write_cache`]).
+    pub fn power_cut(&self) {
+        let power = self.power();
+        let mut cache = device::power_lock(power);
+        device::cut_power(&self.shared, &mut cache);
+    }
+
+    /// Whether the power was cut ([`SimController::power_cut`] or
+    /// [`SimWriteCache::cut_after`]).
+    pub fn is_powered_off(&self) -> bool {
+        self.shared
+            .power
+            .as_ref()
+            .is_some_and(|p| device::power_lock(p).powered_off())
+    }
+
+    /// Medium events (writes and flushes) the write cache has seen: the position of a
+    /// [`PowerReplay`] that has applied the same commands.
+    ///
+    /// Panics if the controller has no write cache.
+    pub fn medium_events(&self) -> u64 {
+        device::power_lock(self.power()).events()
+    }
+
+    /// Takes the journal of medium events recorded so far ([`SimWriteCache::record`]).
+    ///
+    /// Panics if the controller has no write cache.
+    pub fn take_journal(&self) -> Vec<MediumEvent> {
+        device::power_lock(self.power()).take_journal()
+    }
+
+    /// Blocks in the write cache that are not durable yet.
+    ///
+    /// Panics if the controller has no write cache.
+    pub fn dirty_blocks(&self) -> usize {
+        device::power_lock(self.power()).dirty_blocks()
+    }
+
+    /// A copy of the namespaces' bytes as they are now (after a power cut: what the drive
+    /// keeps), for [`SimController::start_on`].
+    pub fn medium(&self) -> SimMedium {
+        let disks = self
+            .shared
+            .config
+            .namespaces
+            .iter()
+            .map(|ns| {
+                let disk = self.shared.disks.expect(ns.nsid);
+                let bytes = disk.lock().clone();
+                (disk.geometry(), Arc::new(bytes))
+            })
+            .collect();
+        SimMedium { disks }
+    }
+
+    fn power(&self) -> &std::sync::Mutex<power::WriteCache> {
+        self.shared
+            .power
+            .as_ref()
+            .expect("the emulated controller has no write cache (SimConfig::write_cache)")
     }
 
     /// `len` bytes of namespace `nsid` from `byte_offset`, as the medium holds them.

@@ -18,6 +18,13 @@ pub const MAX_POWER_STATES: usize = 32;
 /// Number of NSIDs in an Active Namespace ID list.
 pub const NAMESPACE_LIST_ENTRIES: usize = 1024;
 
+/// Identify Namespace NSFEAT bits (NVM CS §4.1.5.1, Figure 97).
+pub mod nsfeat {
+    /// Bit 1 (NSABP): NAWUN, NAWUPF and NACWU are defined for this namespace and override the
+    /// controller's AWUN, AWUPF and ACWU.
+    pub const ATOMIC_PARAMETERS: u8 = 1 << 1;
+}
+
 wire_struct! {
     /// Identify Controller data structure (§5.17.2.1, Figure 275).
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,8 +6,11 @@
 //! or formats anything, and refuses an identity already there; dropping the claim (with its
 //! [`crate::NvmeVfs`], after the store and its queue pair are gone) releases it.
 //!
-//! Another process on the same namespace is not detected (the VFS is single-process; see
-//! `docs/sqlite.md`).
+//! Another process never gets that far on PCIe: VFIO makes the controller's IOMMU group (or
+//! its device cdev) exclusive to one process, so its `Controller::open_pci` fails with
+//! `nvme_vfio::VfioError::InUse`, whose message says so and that a second process gets in
+//! only through the first. Over NVMe/TCP nothing stops another host or process from
+//! connecting to the same subsystem: the table here cannot see it (see `docs/sqlite.md`).
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};

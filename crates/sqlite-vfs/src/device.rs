@@ -144,11 +144,12 @@ impl NvmeDevice {
         let chunk = (MAX_CHUNK.min(qp.max_transfer_bytes()) / bs).max(1) * bs;
         // Power-fail atomic write unit: NAWUPF when the namespace defines it (NSFEAT bit 1),
         // else the controller's AWUPF; both count blocks, 0-based.
-        let units = if ns.identify().nsfeat & 0x2 != 0 {
-            ns.identify().nawupf
-        } else {
-            ctrl.identify().awupf
-        };
+        let units =
+            if ns.identify().nsfeat & nvme_driver::spec::identify::nsfeat::ATOMIC_PARAMETERS != 0 {
+                ns.identify().nawupf
+            } else {
+                ctrl.identify().awupf
+            };
         let atomic = (u64::from(units) + 1)
             .saturating_mul(u64::from(ns.block_size()))
             .min(u64::from(u32::MAX)) as u32;

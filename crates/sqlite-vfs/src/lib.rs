@@ -9,7 +9,10 @@
 //!
 //! Single process: locks are tracked in process memory only. Within the process a namespace
 //! serves one VFS at a time: registering a second on it fails with
-//! [`Error::NamespaceInUse`] until the first is dropped.
+//! [`Error::NamespaceInUse`] until the first is dropped. A second process is refused before
+//! it reaches the VFS: on PCIe, VFIO gives the controller to one process
+//! (`nvme_vfio::VfioError::InUse` from `Controller::open_pci`), and other processes reach the
+//! databases only through the one that holds it.
 //!
 //! # Example
 //!

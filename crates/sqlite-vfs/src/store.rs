@@ -393,6 +393,10 @@ impl Store {
         if self.dir_dirty {
             self.persist()
         } else if self.data_dirty {
+            if cfg!(feature = "broken-skip-flush") {
+                // Deliberately broken (test-only feature): data stays in the volatile cache.
+                return Ok(());
+            }
             self.flush()
         } else {
             Ok(())

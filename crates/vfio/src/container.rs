@@ -76,7 +76,7 @@ pub(crate) fn open_node(path: std::path::PathBuf) -> Result<OwnedFd, VfioError> 
         .write(true)
         .open(&path)
         .map(OwnedFd::from)
-        .map_err(|source| VfioError::DeviceNode { path, source })
+        .map_err(|source| crate::error::open_error(path, source))
 }
 
 pub(crate) fn ioctl_err(op: &'static str) -> impl FnOnce(std::io::Error) -> VfioError {

@@ -544,6 +544,32 @@ mod tests {
     }
 
     #[test]
+    fn a_held_group_is_in_use_and_the_message_says_only_one_process_gets_it() {
+        let busy = std::io::Error::from_raw_os_error(libc::EBUSY);
+        let err = crate::error::open_error("/dev/vfio/4".into(), busy);
+        let VfioError::InUse { path, source } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(path, std::path::Path::new("/dev/vfio/4"));
+        assert_eq!(source.raw_os_error(), Some(libc::EBUSY));
+        let msg = err.to_string();
+        for part in [
+            "/dev/vfio/4 is in use",
+            "exclusive to one process",
+            "a second process cannot open it",
+            "fuser -v /dev/vfio/4",
+            "only through the first",
+            "Controller::open_pci_in",
+        ] {
+            assert!(msg.contains(part), "missing {part:?}: {msg}");
+        }
+        // Other errors stay what they were.
+        let missing = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let err = crate::error::open_error("/dev/vfio/4".into(), missing);
+        assert!(matches!(err, VfioError::DeviceNode { .. }), "{err:?}");
+    }
+
+    #[test]
     fn group_not_viable_lists_the_other_devices() {
         let err = VfioError::GroupNotViable {
             group: 7,

@@ -108,6 +108,28 @@ pub enum VfioError {
         source: io::Error,
     },
 
+    /// The device is held by another process (or another open of this one): VFIO gives a
+    /// device to one process at a time. Produced when opening the IOMMU group node fails with
+    /// `EBUSY` (type1, no-IOMMU), or when binding the device cdev to an iommufd fails with
+    /// `EBUSY` or `EINVAL` (the cdev is already open and bound elsewhere).
+    #[error(
+        "{} is in use ({source}): VFIO makes a device's IOMMU group (or its device cdev) \
+         exclusive to one process, so while another process holds it (one of our tools, a \
+         program using the SQLite VFS, a VM) a second process cannot open it; `fuser -v {}` \
+         names the holder. A second process gets in only through the first (it owns the \
+         controller: open the other databases or queue pairs there, or have it serve them), \
+         or after the first exits. Within one process, functions of one IOMMU group go in one \
+         DMA context (`DmaContext::new`, then `Controller::open_pci_in` for each)",
+        path.display(),
+        path.display()
+    )]
+    InUse {
+        /// The node that is held: `/dev/vfio/<group>` or the device cdev.
+        path: PathBuf,
+        /// The error the kernel returned.
+        source: io::Error,
+    },
+
     /// Some device of the IOMMU group is bound to a driver that is not VFIO-friendly.
     #[error(
         "IOMMU group {group} is not viable: every device in it must be bound to vfio-pci (or \
@@ -269,11 +291,16 @@ fn node_hint(e: &io::Error) -> &'static str {
         io::ErrorKind::NotFound => {
             " (is vfio-pci loaded? `sudo modprobe vfio-pci`, then bind the device to it)"
         }
-        _ if e.raw_os_error() == Some(libc::EBUSY) => {
-            " (another process, a VM, or another DMA context of this process already has this \
-             IOMMU group open; functions of one IOMMU group must be opened in one DMA context: \
-             `DmaContext::new` then `Controller::open_pci_in` for each)"
-        }
         _ => "",
+    }
+}
+
+/// The error of opening VFIO node `path`: [`VfioError::InUse`] for `EBUSY` (the group is
+/// held by another process or another open), else [`VfioError::DeviceNode`].
+pub(crate) fn open_error(path: PathBuf, source: io::Error) -> VfioError {
+    if source.raw_os_error() == Some(libc::EBUSY) {
+        VfioError::InUse { path, source }
+    } else {
+        VfioError::DeviceNode { path, source }
     }
 }

@@ -285,10 +285,7 @@ fn open_rw(path: &Path) -> Result<OwnedFd, VfioError> {
         .write(true)
         .open(path)
         .map(OwnedFd::from)
-        .map_err(|source| VfioError::DeviceNode {
-            path: path.to_owned(),
-            source,
-        })
+        .map_err(|source| crate::error::open_error(path.to_owned(), source))
 }
 
 fn ioctl_err(op: &'static str) -> impl FnOnce(std::io::Error) -> VfioError {
@@ -324,8 +321,21 @@ impl IommufdIoas {
 pub(crate) fn open_device(cdev: &Path, iommu: &Path) -> Result<(OwnedFd, IommufdIoas), VfioError> {
     let device = open_rw(cdev)?;
     let iommufd = open_rw(iommu)?;
-    let devid =
-        bind(device.as_fd(), iommufd.as_fd()).map_err(ioctl_err("VFIO_DEVICE_BIND_IOMMUFD"))?;
+    let devid = bind(device.as_fd(), iommufd.as_fd()).map_err(|source| {
+        // The cdev opens more than once, but a device binds to one iommufd at a time: EINVAL
+        // when it is already open through its cdev, EBUSY when its group is open (type1).
+        if matches!(source.raw_os_error(), Some(libc::EBUSY | libc::EINVAL)) {
+            VfioError::InUse {
+                path: cdev.to_owned(),
+                source,
+            }
+        } else {
+            VfioError::Ioctl {
+                op: "VFIO_DEVICE_BIND_IOMMUFD",
+                source,
+            }
+        }
+    })?;
     let ioas = ioas_alloc(iommufd.as_fd()).map_err(ioctl_err("IOMMU_IOAS_ALLOC"))?;
     attach(device.as_fd(), ioas).map_err(ioctl_err("VFIO_DEVICE_ATTACH_IOMMUFD_PT"))?;
     // After the attach: the device's restrictions (reserved regions) narrow the ranges.

@@ -64,10 +64,7 @@ fn open_rw(path: &Path) -> Result<OwnedFd, VfioError> {
         .write(true)
         .open(path)
         .map(OwnedFd::from)
-        .map_err(|source| VfioError::DeviceNode {
-            path: path.to_owned(),
-            source,
-        })
+        .map_err(|source| crate::error::open_error(path.to_owned(), source))
 }
 
 fn ioctl_err(op: &'static str) -> impl FnOnce(std::io::Error) -> VfioError {

@@ -1,6 +1,7 @@
 # SQLite on a namespace through our VFS (issue 13): the workload passes integrity_check, a new
 # process with --verify-only sees the same checksum, a run killed with SIGKILL mid-transaction
-# reopens consistent, and the same workload with SQLite's default VFS on ext4 over the
+# reopens consistent, a second process on the namespace is refused with VFIO's exclusivity
+# named (issue 22 item 5), and the same workload with SQLite's default VFS on ext4 over the
 # kernel's nvme driver (same controller) gives the same checksum.
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
@@ -28,6 +29,13 @@ for mode in wal delete; do
         --journal-mode "$mode" -n 200000 -m 50 >/tmp/sqk.out 2>&1 &
     pid=$!
     sleep 3
+    if [ "$mode" = wal ]; then
+        # A second process on the namespace the first one holds: VFIO refuses it (the IOMMU
+        # group is exclusive to one process), and the error says so and how to get in.
+        expect_fail "is in use;exclusive to one process;only through the first" \
+            nvme-sqlite --device "$NVME_BDF" --nsid 1 --db "killed-$mode.db" --verify-only
+        kill -0 "$pid" 2>/dev/null || { cat /tmp/sqk.out; fail "the first process did not survive"; }
+    fi
     kill -9 "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     nvme-sqlite --device "$NVME_BDF" --nsid 1 --db "killed-$mode.db" --journal-mode "$mode" \

@@ -36,7 +36,7 @@ if [ "$want" = 1 ]; then
     nvme-perf "$NVME_BDF" -n 1 -w randread -b 4096 -t 4 --quiet >/tmp/perf.out 2>&1 &
     perf=$!
     sleep 2
-    expect_fail "IOMMU group open;one DMA context" nvme-identify "$NVME2_BDF"
+    expect_fail "is in use;exclusive to one process;one DMA context" nvme-identify "$NVME2_BDF"
     wait "$perf" || { cat /tmp/perf.out; fail "nvme-perf on $NVME_BDF failed"; }
 fi
 

@@ -16,8 +16,8 @@ use std::time::Instant;
 use nvme_spec::admin_log::NsIdDescriptor;
 use nvme_spec::command::{self as cmd, Cns};
 use nvme_spec::identify::{
-    fill_ascii_field, CopyFormats, IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList,
-    Oacs, Oncs, IDENTIFY_DATA_SIZE, NAMESPACE_LIST_ENTRIES,
+    fill_ascii_field, nsfeat, CopyFormats, IdentifyController, IdentifyNamespace, LbaFormat,
+    NamespaceList, Oacs, Oncs, IDENTIFY_DATA_SIZE, NAMESPACE_LIST_ENTRIES,
 };
 use nvme_spec::log::{ErrorLogEntry, SmartLog, ERROR_LOG_ENTRY_SIZE, SMART_LOG_SIZE};
 use nvme_spec::opcode::{admin, log_page, nvm};
@@ -179,6 +179,7 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
             0
         },
         vwc: VWC_PRESENT,
+        awupf: config.write_cache.as_ref().map_or(0, |c| c.awupf),
         lpa: LPA_COMMANDS_EFFECTS,
         ..IdentifyController::default()
     };
@@ -355,6 +356,17 @@ impl Device {
             ns.nuse = disk.blocks;
             ns.nlbaf = 0;
             ns.dlfeat = DLFEAT_READS_ZEROES_WZ_DEALLOC;
+            let nawupf = self.shared.config.write_cache.as_ref().and_then(|c| {
+                c.nawupf
+                    .iter()
+                    .find(|&&(n, _)| n == sqe.nsid)
+                    .map(|&(_, v)| v)
+            });
+            if let Some(units) = nawupf {
+                // NVM CS §4.1.5.1: NAWUPF is defined when NSFEAT bit 1 is set.
+                ns.nsfeat |= nsfeat::ATOMIC_PARAMETERS;
+                ns.nawupf = units;
+            }
             if let Some(copy) = self.shared.config.copy {
                 ns.mssrl = copy.mssrl;
                 ns.mcl = copy.mcl;

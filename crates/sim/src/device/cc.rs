@@ -47,7 +47,9 @@ impl Device {
         let shutdown_requested = !matches!(cc.shn(), ShutdownNotification::None);
         let was_requested = !matches!(old.shn(), ShutdownNotification::None);
         if shutdown_requested && !was_requested {
-            // Everything is already on the medium (no volatile state to flush): complete at once.
+            // A normal or abrupt shutdown writes the volatile write cache back (NVMe Base 2.0
+            // §3.6); without one everything is already on the medium.
+            self.flush_cache(None);
             log::debug!("sim: shutdown ({:?}) complete", cc.shn());
             self.shut_down = true;
             self.write_csts(ShutdownStatus::Complete);

@@ -76,11 +76,11 @@ impl Device {
         if self.shared.config.null_io {
             return Ok(());
         }
-        let mut data = disk.lock();
         // Sources first (the copy may overlap them), then the destination; extended blocks
         // carry their metadata, separate metadata follows its blocks.
         let mut blocks = Vec::with_capacity(dest_end - dest_start);
         let mut metadata = Vec::new();
+        let data = disk.lock();
         for range in ranges {
             let n = u64::from(range.blocks());
             let (start, end) = block_range(&disk, range.slba, n)?;
@@ -90,10 +90,14 @@ impl Device {
                 metadata.extend_from_slice(&data[start..end]);
             }
         }
-        data[dest_start..dest_end].copy_from_slice(&blocks);
+        drop(data);
+        self.modify(&disk, (destination, total), control.fua, |dest| {
+            dest.copy_from_slice(&blocks);
+            Ok(())
+        })?;
         if disk.separate_metadata() != 0 {
             let (start, end) = metadata_range(&disk, destination, total);
-            data[start..end].copy_from_slice(&metadata);
+            disk.lock()[start..end].copy_from_slice(&metadata);
         }
         Ok(())
     }

@@ -95,6 +95,11 @@ impl FeatureStore {
         self.timestamp = (0, Instant::now(), 0);
     }
 
+    /// The current value of feature `fid`.
+    pub(crate) fn current(&self, fid: u8) -> u32 {
+        self.current[usize::from(fid)]
+    }
+
     fn timestamp_now(&self) -> Timestamp {
         let (base, since, origin) = self.timestamp;
         Timestamp {
@@ -146,6 +151,9 @@ impl Device {
             let t = Timestamp::from_bytes(&data);
             self.admin.features.timestamp = (t.millis, Instant::now(), TIMESTAMP_ORIGIN_HOST);
             return Ok(Outcome::SUCCESS);
+        }
+        if fid == feature::VOLATILE_WRITE_CACHE {
+            self.set_write_cache(sqe.cdw11);
         }
         let store = &mut self.admin.features;
         store.current[usize::from(fid)] = sqe.cdw11;

@@ -5,7 +5,7 @@
 //! Range) and, when it moves data, against MDTS (Invalid Field). Data moves one PRP segment at
 //! a time between guest memory and the namespace bytes, with no allocation.
 
-use nvme_spec::command::{dsm_deallocate, dsm_ranges, nlb, slba};
+use nvme_spec::command::{dsm_deallocate, dsm_ranges, fua, nlb, slba};
 use nvme_spec::opcode::nvm;
 use nvme_spec::queue::{DsmRange, SubmissionEntry};
 use nvme_spec::sgl::Psdt;
@@ -20,7 +20,7 @@ use crate::prp::{generic_status, Fail};
 use crate::sgl::walk_data_pointer;
 use crate::stats::bump;
 
-/// Flush to every namespace (NVM CS §3.2.4: NSID FFFFFFFFh).
+/// Flush to every namespace (Base §7.1: NSID FFFFFFFFh).
 const NSID_BROADCAST: u32 = u32::MAX;
 /// Size of one Dataset Management range descriptor.
 const DSM_RANGE_SIZE: usize = DsmRange::SIZE;
@@ -73,6 +73,9 @@ impl Device {
             | nvm::COPY => &counters.other_io,
             _ => &counters.invalid_io,
         });
+        if let Err(off) = self.power_gate() {
+            return self.outcome(Err(off));
+        }
         if let Some(injected) = self.shared.faults.take_fail_io() {
             return Outcome::status(injected);
         }
@@ -161,15 +164,19 @@ impl Device {
                 view.probe(iova, n).map_err(Fail::from)
             });
         }
+        if opcode == nvm::WRITE {
+            return self.modify(&disk, (first, count), fua(sqe), |bytes| {
+                walk_data_pointer(view, sqe, sgl, len, page, |iova, n, off| {
+                    view.read(iova, &mut bytes[off..off + n])
+                        .map_err(Fail::from)
+                })
+            });
+        }
         let mut data = disk.lock();
         let bytes = &mut data[start..end];
         match opcode {
             nvm::READ => walk_data_pointer(view, sqe, sgl, len, page, |iova, n, off| {
                 view.write(iova, &bytes[off..off + n]).map_err(Fail::from)
-            }),
-            nvm::WRITE => walk_data_pointer(view, sqe, sgl, len, page, |iova, n, off| {
-                view.read(iova, &mut bytes[off..off + n])
-                    .map_err(Fail::from)
             }),
             _ => {
                 let mut chunk = [0u8; COMPARE_CHUNK];
@@ -226,20 +233,34 @@ impl Device {
     }
 
     fn flush(&self, sqe: &SubmissionEntry) -> Result<(), Fail> {
-        // The medium is memory: nothing is volatile, so a flush only validates the NSID.
-        if sqe.nsid != NSID_BROADCAST {
+        // Without a write cache the medium is memory and nothing is volatile: a flush only
+        // validates the NSID.
+        if sqe.nsid == NSID_BROADCAST {
+            self.flush_cache(None);
+        } else {
             self.namespace(sqe.nsid)?;
+            self.flush_cache(Some(sqe.nsid));
         }
         Ok(())
     }
 
     fn write_zeroes(&self, sqe: &SubmissionEntry) -> Result<(), Fail> {
         let disk = self.namespace(sqe.nsid)?;
-        let (first, count) = (slba(sqe), u64::from(nlb(sqe)));
-        let (start, end) = block_range(&disk, first, count)?;
-        let mut data = disk.lock();
-        data[start..end].fill(0);
-        pi::reset_pi(&disk, &mut data, first, count);
+        self.zero_blocks(&disk, (slba(sqe), u64::from(nlb(sqe))), fua(sqe))
+    }
+
+    /// Zeroes blocks `slba..slba + nlb` (Write Zeroes, Deallocate), through the write cache
+    /// when there is one; on a namespace with protection information (never one with a write
+    /// cache: `SimConfig` refuses metadata there) their PI is reset to the escape value, as
+    /// unwritten blocks read.
+    fn zero_blocks(&self, disk: &Disk, (slba, nlb): (u64, u64), fua: bool) -> Result<(), Fail> {
+        self.modify(disk, (slba, nlb), fua, |bytes| {
+            bytes.fill(0);
+            Ok(())
+        })?;
+        if pi::pi_type(disk).is_some() {
+            pi::reset_pi(disk, &mut disk.lock(), slba, nlb);
+        }
         Ok(())
     }
 
@@ -292,11 +313,8 @@ impl Device {
         for range in ranges.clone() {
             block_range(&disk, range.slba, u64::from(range.nlb))?;
         }
-        let mut data = disk.lock();
         for range in ranges {
-            let (start, end) = block_range(&disk, range.slba, u64::from(range.nlb))?;
-            data[start..end].fill(0);
-            pi::reset_pi(&disk, &mut data, range.slba, u64::from(range.nlb));
+            self.zero_blocks(&disk, (range.slba, u64::from(range.nlb)), false)?;
         }
         Ok(())
     }

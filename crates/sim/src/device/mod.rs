@@ -30,6 +30,8 @@ mod doorbells;
 mod features;
 mod io;
 pub(crate) mod pi;
+mod power;
+pub(crate) use power::{cut as cut_power, lock as power_lock};
 mod queues;
 
 use std::collections::VecDeque;
@@ -67,6 +69,8 @@ pub(crate) struct Shared {
     pub inline: AtomicBool,
     /// The device request notifier (VFIO's REQ interrupt, emulated).
     pub request: Arc<nvme_vfio::InterruptEvent>,
+    /// The volatile write cache and power state ([`crate::SimConfig::write_cache`]).
+    pub power: Option<std::sync::Mutex<crate::power::WriteCache>>,
 }
 
 /// Commands fetched from one submission queue per poll pass (round-robin fairness).
