@@ -56,9 +56,11 @@ pub unsafe extern "C" fn sqlite3_extension_init(
     err_msg: *mut *mut c_char,
     routines: *const c_void,
 ) -> c_int {
-    // SAFETY (inside): `routines` is the loader's table, per the contract.
-    let result = catch_unwind(|| load(unsafe { api::Api::from_routines(routines) }))
-        .unwrap_or_else(|_| Err("a panic while registering the nvme VFS".to_owned()));
+    let result = catch_unwind(|| {
+        // SAFETY: `routines` is the loader's table, per the contract.
+        load(unsafe { api::Api::from_routines(routines) })
+    })
+    .unwrap_or_else(|_| Err("a panic while registering the nvme VFS".to_owned()));
     match result {
         Ok(()) => ffi::SQLITE_OK_LOAD_PERMANENTLY,
         Err(message) => {

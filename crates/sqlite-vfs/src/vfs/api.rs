@@ -105,7 +105,7 @@ impl Api {
                 "SQLite {version} is too old: the nvme VFS needs {MIN_LOADER_VERSION} or later"
             )));
         }
-        // SAFETY (each transmute): the slot holds the function of that name, whose C
+        // SAFETY: each transmute below reads a slot that holds the function of that name, whose C
         // signature the target type spells (sqlite3ext.h).
         unsafe {
             Ok(Self {
