@@ -63,7 +63,7 @@ else
     RESULTS+=("SKIP  loom (no crates/pool/tests/loom.rs)")
 fi
 
-step "qemu guest" tests/qemu/run.sh bind.sh vfio-mode.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh perf-smoke.sh recovery.sh sqlite.sh c-api.sh admin.sh
+step "qemu guest" tests/qemu/run.sh bind.sh vfio-mode.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh perf-smoke.sh recovery.sh sqlite.sh sqlite-ext.sh c-api.sh admin.sh
 # Its own boot: namespaces with metadata formats (2: 8 bytes inline, extended LBA; 3: 16 bytes in a
 # separate buffer) next to a plain one, which carries Copy limits other than QEMU's defaults for
 # copy.sh (MSSRL 16, MCL 64, MSRC 7), and vectored.sh. The first qemu step built the guest binaries.
