@@ -66,7 +66,7 @@ fi
 # The default layout plus a 16 MiB Controller Memory Buffer (BAR 2, CAP.CMBS; the driver leaves
 # it unused, so every case must behave exactly as without it): the `cmb` layout's check, without
 # a boot of its own.
-step "qemu guest" tests/qemu/run.sh --cmb 16 bind.sh vfio-mode.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh perf-smoke.sh recovery.sh sqlite.sh c-api.sh admin.sh control.sh
+step "qemu guest" tests/qemu/run.sh --cmb 16 bind.sh vfio-mode.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh perf-smoke.sh recovery.sh sqlite.sh sqlite-ext.sh c-api.sh admin.sh control.sh
 # Its own boot: namespaces with metadata formats (2: 8 bytes inline, extended LBA; 3: 16 bytes in a
 # separate buffer; 4: protection information type 1 in 8 separate bytes) next to a plain one,
 # which carries Copy limits other than QEMU's defaults for copy.sh (MSSRL 16, MCL 64, MSRC 7),

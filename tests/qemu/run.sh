@@ -43,6 +43,12 @@ MKE2FS=/usr/sbin/mke2fs
 # Added when installed on the host (Debian's nvme-cli): nvme-cli as the guest's `nvme`, the
 # independent witness of cases/admin.sh (which falls back to sysfs without it).
 NVME_CLI=${NVME_CLI:-/usr/sbin/nvme}
+# Added for cases/sqlite-ext.sh: Debian's sqlite3 shell (installed when missing) with the SQLite
+# loadable extension (crates/sqlite-ext, target/release/libnvme_sqlite.so), and, when the host's
+# python3 has a sqlite3 module that loads extensions, that python3 with the few standard-library
+# files `python3 -S -c 'import sqlite3'` reads.
+SQLITE3_SHELL=${SQLITE3_SHELL:-/usr/bin/sqlite3}
+GUEST_PYTHON=${GUEST_PYTHON:-/usr/bin/python3}
 # QEMU's emulated NVMe controller (PCI vendor:device), how the guest finds it.
 QEMU_NVME_ID=1b36:0010
 # isa-debug-exit port: the guest writes one byte there, QEMU exits with (byte << 1) | 1.
@@ -236,6 +242,7 @@ ensure_packages() {
     command -v depmod >/dev/null || [ -x /sbin/depmod ] || missing+=(kmod)
     command -v cpio >/dev/null || missing+=(cpio)
     [ -x "$MKE2FS" ] || missing+=(e2fsprogs)
+    [ -x "$SQLITE3_SHELL" ] || missing+=(sqlite3)
     if ! busybox_is_static; then missing+=(busybox-static); fi
     if [ -z "${KERNEL:-}" ] && [ -z "$(find_kernel)" ]; then missing+=(linux-image-amd64); fi
     [ ${#missing[@]} -eq 0 ] && return 0
@@ -292,6 +299,10 @@ build_guest_bins() {
                 note "note: example $e does not build; the guest will not have it"
         done
         unset RUSTFLAGS CARGO_TARGET_DIR
+        # The SQLite extension is a shared object the guest's (dynamic) sqlite3 and python3 load:
+        # a normal release build (target/release), as tools/fio-engine/build.sh does.
+        (cd "$ROOT" && cargo build --release -p nvme-sqlite-ext) ||
+            note "note: the SQLite extension does not build; the guest will not have it"
         # The C API examples (examples/c), static, against the C library built for the guest.
         "$ROOT/tests/qemu/build-c-guest.sh" "$target_dir/c-examples" "$RUST_TARGET" ||
             note "note: the C examples do not build; the guest will not have them"
@@ -330,8 +341,29 @@ build_guest_bins() {
 # Copies GUEST_EXTRA_BINS into the guest's /usr/local/bin. A dynamically linked program brings
 # its program interpreter (at the same path) and the libraries ldd resolves on this host (into
 # /usr/local/lib, found through an ld.so.cache that ldconfig builds for the initramfs).
+# The sqlite3 shell and the extension (and python3 with its sqlite3 module) for
+# cases/sqlite-ext.sh, appended to GUEST_EXTRA_BINS; the Python files at their host paths.
+add_sqlite_programs() {
+    local ext=$ROOT/target/release/libnvme_sqlite.so f n=0
+    { [ -x "$SQLITE3_SHELL" ] && [ -f "$ext" ]; } || return 0
+    GUEST_EXTRA_BINS="$GUEST_EXTRA_BINS sqlite3=$SQLITE3_SHELL libnvme_sqlite.so=$ext"
+    "$GUEST_PYTHON" -S -c 'import sqlite3; sqlite3.connect(":memory:").enable_load_extension(True)' \
+        2>/dev/null || return 0
+    GUEST_EXTRA_BINS="$GUEST_EXTRA_BINS python3=$GUEST_PYTHON"
+    # The modules `import sqlite3` loads (its _sqlite3 extension module needs libsqlite3, which the
+    # shell brings), plus os (Python's landmark for its library directory) and the codecs.
+    for f in $("$GUEST_PYTHON" -S -c 'import sys, os, sqlite3, encodings.ascii, encodings.latin_1
+print("\n".join(m.__file__ for m in list(sys.modules.values()) if getattr(m, "__file__", None)))'); do
+        mkdir -p "$INITRD_ROOT$(dirname "$f")"
+        cp -L "$f" "$INITRD_ROOT$f"
+        n=$((n + 1))
+    done
+    note "python3 for the guest: $n standard-library files"
+}
+
 add_extra_bins() {
     local r=$INITRD_ROOT spec name src lib libs=0 copied=""
+    add_sqlite_programs
     GUEST_EXTRA_BINS="$GUEST_EXTRA_BINS mkfs.ext4=$MKE2FS"
     [ ! -x "$NVME_CLI" ] || GUEST_EXTRA_BINS="$GUEST_EXTRA_BINS nvme=$NVME_CLI"
     mkdir -p "$r/usr/local/bin" "$r/usr/local/lib"

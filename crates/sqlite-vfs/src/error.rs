@@ -101,6 +101,10 @@ pub enum Error {
         /// SQLite's result code.
         code: i32,
     },
+    /// No usable SQLite function table: none installed yet, or the one a loader passed to
+    /// an extension lacks a function or is too old (see `api`).
+    #[error("SQLite API: {0}")]
+    Loader(String),
 }
 
 impl Error {

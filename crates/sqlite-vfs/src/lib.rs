@@ -48,6 +48,9 @@ pub mod workload;
 pub use device::{BlockDevice, MemDevice, NvmeDevice};
 pub use error::{Error, Result};
 pub use store::{FileInfo, Format, Store, StoreStats};
+/// The SQLite functions the VFS calls, through one table (linked SQLite, or a loader's
+/// `sqlite3_api_routines` for a loadable extension).
+pub use vfs::api;
 
 use rusqlite::{Connection, OpenFlags};
 
@@ -69,6 +72,8 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 pub struct NvmeVfs {
     name: String,
     shared: &'static vfs::Shared,
+    /// The registered `sqlite3_vfs` (leaked: lives as long as the process), as an address.
+    raw: usize,
     /// The namespace this VFS holds; dropped (released) after [`Drop::drop`] has closed the
     /// store.
     _claim: Option<claim::Claim>,
@@ -89,15 +94,28 @@ impl NvmeVfs {
     /// ([`BlockDevice::identity`]: for an [`NvmeDevice`], the same NVM subsystem and
     /// namespace ID, whichever controller handle it came through).
     pub fn register(name: &str, device: Box<dyn BlockDevice>, format: Format) -> Result<Self> {
+        api::install_linked();
+        Self::register_through_api(name, device, format)
+    }
+
+    /// [`NvmeVfs::register`] through the SQLite table installed with [`api::install`] (a
+    /// loadable extension's loader): never calls the linked SQLite. Fails with
+    /// [`Error::Loader`] when no table is installed.
+    pub fn register_through_api(
+        name: &str,
+        device: Box<dyn BlockDevice>,
+        format: Format,
+    ) -> Result<Self> {
         let claim = device
             .identity()
             .map(|id| claim::Claim::take(id, name))
             .transpose()?;
         let store = Store::open(device, format)?;
-        let shared = vfs::register(name, store)?;
+        let (shared, raw) = vfs::register(name, store)?;
         Ok(Self {
             name: name.to_owned(),
             shared,
+            raw: raw as usize,
             _claim: claim,
         })
     }
@@ -106,6 +124,16 @@ impl NvmeVfs {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// The registered `sqlite3_vfs` (for a VFS that forwards to this one, as the loadable
+    /// extension's `nvme` VFS does). It stays allocated for the life of the process.
+    pub fn raw_vfs(&self) -> *mut rusqlite::ffi::sqlite3_vfs {
+        self.raw as *mut rusqlite::ffi::sqlite3_vfs
+    }
+
+    /// Bytes SQLite allocates per open file of an `NvmeVfs` (its `szOsFile`): a forwarding
+    /// VFS must ask for at least this many.
+    pub const OS_FILE_BYTES: usize = vfs::OS_FILE_BYTES;
 
     /// Opens (creating if needed) database `db` on this VFS.
     pub fn open(&self, db: &str) -> rusqlite::Result<Connection> {

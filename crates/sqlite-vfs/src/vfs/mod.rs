@@ -36,6 +36,8 @@ mod lock;
 mod shm;
 mod vfs_methods;
 
+pub mod api;
+
 use lock::LockState;
 use vfs_methods::{
     x_access, x_current_time, x_delete, x_full_pathname, x_get_last_error, x_open, x_randomness,
@@ -175,12 +177,17 @@ pub(crate) fn characteristics(block_size: u32) -> c_int {
     flags
 }
 
-/// Registers a VFS named `name` over `store`; returns the leaked state.
-pub(crate) fn register(name: &str, store: Store) -> Result<&'static Shared> {
+/// Bytes SQLite allocates per open file of this VFS (its `szOsFile`).
+pub(crate) const OS_FILE_BYTES: usize = std::mem::size_of::<File>();
+
+/// Registers a VFS named `name` over `store`, through the installed [`api`] table; returns
+/// the leaked state and the registered `sqlite3_vfs`.
+pub(crate) fn register(
+    name: &str,
+    store: Store,
+) -> Result<(&'static Shared, *mut ffi::sqlite3_vfs)> {
     let c_name = CString::new(name).map_err(|_| Error::BadName(name.to_owned()))?;
-    // SAFETY: sqlite3_vfs_find with NULL returns the default VFS (or NULL); it initialises
-    // SQLite if needed and has no other preconditions.
-    let default_vfs = unsafe { ffi::sqlite3_vfs_find(ptr::null()) };
+    let default_vfs = api::vfs_find(None)?;
     if default_vfs.is_null() {
         return Err(Error::Register {
             name: name.to_owned(),
@@ -205,7 +212,7 @@ pub(crate) fn register(name: &str, store: Store) -> Result<&'static Shared> {
     let c_name: &'static CStr = Box::leak(c_name.into_boxed_c_str());
     let vfs = Box::leak(Box::new(ffi::sqlite3_vfs {
         iVersion: 1,
-        szOsFile: std::mem::size_of::<File>() as c_int,
+        szOsFile: OS_FILE_BYTES as c_int,
         mxPathname: MAX_NAME as c_int,
         pNext: ptr::null_mut(),
         zName: c_name.as_ptr(),
@@ -229,14 +236,14 @@ pub(crate) fn register(name: &str, store: Store) -> Result<&'static Shared> {
     }));
     // SAFETY: `vfs` is a fully initialised sqlite3_vfs with 'static lifetime (leaked), its
     // name and app data are leaked too, so SQLite may keep the pointer forever.
-    let rc = unsafe { ffi::sqlite3_vfs_register(vfs, 0) };
+    let rc = unsafe { api::vfs_register(vfs, false)? };
     if rc != ffi::SQLITE_OK {
         return Err(Error::Register {
             name: name.to_owned(),
             code: rc,
         });
     }
-    Ok(shared)
+    Ok((shared, vfs))
 }
 
 /// Unregisters the VFS named `name` (the struct stays allocated: open files keep pointing
@@ -245,13 +252,12 @@ pub(crate) fn unregister(name: &str) {
     let Ok(c_name) = CString::new(name) else {
         return;
     };
-    // SAFETY: find takes a NUL-terminated name; unregister takes a pointer find returned
-    // (or NULL, which it ignores). The struct is leaked, so no memory is freed.
-    unsafe {
-        let vfs = ffi::sqlite3_vfs_find(c_name.as_ptr());
-        if !vfs.is_null() {
-            ffi::sqlite3_vfs_unregister(vfs);
-        }
+    let Ok(vfs) = api::vfs_find(Some(&c_name)) else {
+        return;
+    };
+    if !vfs.is_null() {
+        // SAFETY: a pointer find returned; the struct is leaked, so no memory is freed.
+        unsafe { api::vfs_unregister(vfs) };
     }
 }
 
