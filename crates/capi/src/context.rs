@@ -228,6 +228,7 @@ pub(crate) unsafe fn open_emulated_in(
         #[cfg(not(feature = "emulator"))]
         {
             // Unreachable: no emulated context exists in this build (`SimDma` has no values).
+            let _ = options;
             match **dma {}
         }
         #[cfg(feature = "emulator")]
