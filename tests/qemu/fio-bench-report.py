@@ -5,7 +5,9 @@ and `@@PEER <label> <line>` .. `@@PEER-END <label> rc=N` (t/io_uring's per-secon
 Prints IOPS medians and ranges of every program at QD1 and QD128, and the medians (ranges) of
 per-repetition ratios: the cost of going through fio on our driver (nvme-perf / fio + our
 engine) and on the kernel's (t/io_uring / fio io_uring), with the issue's rule (ours may not
-cost more than fio's io_uring engine costs over t/io_uring).
+cost more than fio's io_uring engine costs over t/io_uring), and the same costs as the time
+fio adds per I/O (a ratio grows with the speed of the program it divides; the added time does
+not).
 Usage: fio-bench-report.py LOG [--command CMD] [--host-load TEXT]... [--update DOC]"""
 import json
 import re
@@ -92,6 +94,11 @@ def ratios(runs, num, den):
     return [a / b for a, b in zip(runs.get(num, []), runs.get(den, [])) if a and b]
 
 
+def added_us(runs, base, via):
+    """Per-repetition microseconds per I/O that going through fio adds (one job, one CPU)."""
+    return [1e6 / v - 1e6 / b for b, v in zip(runs.get(base, []), runs.get(via, [])) if b and v]
+
+
 def report(runs, command, loads):
     out = []
     if command:
@@ -126,6 +133,17 @@ def report(runs, command, loads):
             rs = ratios(runs, f"{num}-qd{qd}", f"{den}-qd{qd}")
             if rs:
                 med, rng = spread(rs, 2, "x")
+                out.append(f"| {text} | {qd} | {med} | {rng} |")
+    out.append("")
+    out.append("| time fio adds per I/O, per repetition (1/IOPS through fio - 1/IOPS without) "
+               "| QD | median | range |")
+    out.append("|---|---:|---:|---|")
+    for qd in ("1", "128"):
+        for text, base, via in (("ours: fio + our engine - nvme-perf", "perf", "fio-ours"),
+                                ("kernel: fio io_uring - t/io_uring", "t-uring", "fio-uring")):
+            added = added_us(runs, f"{base}-qd{qd}", f"{via}-qd{qd}")
+            if added:
+                med, rng = spread(added, 1, " µs")
                 out.append(f"| {text} | {qd} | {med} | {rng} |")
         ours = ratios(runs, f"perf-qd{qd}", f"fio-ours-qd{qd}")
         kern = ratios(runs, f"t-uring-qd{qd}", f"fio-uring-qd{qd}")
