@@ -115,7 +115,15 @@ pub unsafe extern "C" fn nvme_ctrlr_open_in(
     out: *mut *mut nvme_ctrlr,
 ) -> c_int {
     // SAFETY: the caller's contract is that of `open_in`.
-    unsafe { open_in("nvme_ctrlr_open_in", ctx, device, ControllerOptions::default(), out) }
+    unsafe {
+        open_in(
+            "nvme_ctrlr_open_in",
+            ctx,
+            device,
+            ControllerOptions::default(),
+            out,
+        )
+    }
 }
 
 /// `nvme_ctrlr_open_in` with the controller options `options` (`nvme_ctrlr_open_in_opts`);
@@ -160,12 +168,7 @@ pub(crate) unsafe fn open_in(
                     ),
                 )
             }
-            Err(e) => {
-                return fail(
-                    NVME_ERR_INVALID_ARGUMENT,
-                    format!("{name}: {e}"),
-                )
-            }
+            Err(e) => return fail(NVME_ERR_INVALID_ARGUMENT, format!("{name}: {e}")),
         };
         // SAFETY: `ctx` is a live handle (caller contract).
         let ctx = unsafe { &(*ctx).ctx };

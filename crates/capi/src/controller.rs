@@ -566,7 +566,10 @@ pub unsafe extern "C" fn nvme_ctrlr_uses_sgl(ctrlr: *const nvme_ctrlr) -> c_int 
         // SAFETY: `ctrlr` is a live handle (caller contract).
         match pcie(unsafe { &*ctrlr }) {
             Some(c) => c_int::from(c.sgl()),
-            None => fail(NVME_ERR_UNSUPPORTED, "nvme_ctrlr_uses_sgl: not a PCIe controller"),
+            None => fail(
+                NVME_ERR_UNSUPPORTED,
+                "nvme_ctrlr_uses_sgl: not a PCIe controller",
+            ),
         }
     })
 }

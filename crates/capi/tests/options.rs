@@ -38,7 +38,10 @@ impl Drop for Ctx {
 fn context() -> Ctx {
     let mut ctx = ptr::null_mut();
     // SAFETY: `ctx` is a valid out pointer.
-    assert_eq!(unsafe { nvme_dma_context_create_emulated(&mut ctx) }, NVME_OK);
+    assert_eq!(
+        unsafe { nvme_dma_context_create_emulated(&mut ctx) },
+        NVME_OK
+    );
     Ctx(ctx)
 }
 
@@ -91,7 +94,10 @@ fn round_trip(ctx: &Ctx, ctrlr: *mut nvme_ctrlr) {
     const BLOCK: usize = 512;
     let mut qp = ptr::null_mut();
     // SAFETY: open controller, valid out pointer.
-    assert_eq!(unsafe { nvme_qpair_create(ctrlr, 8, 5000, &mut qp) }, NVME_OK);
+    assert_eq!(
+        unsafe { nvme_qpair_create(ctrlr, 8, 5000, &mut qp) },
+        NVME_OK
+    );
     let (mut wbuf, mut rbuf) = (ptr::null_mut(), ptr::null_mut());
     // SAFETY: live context, valid out pointers.
     unsafe {
@@ -119,7 +125,10 @@ fn round_trip(ctx: &Ctx, ctrlr: *mut nvme_ctrlr) {
     wait(qp, &seen);
     // SAFETY: the read completed: the buffer is idle again.
     let r = unsafe { std::slice::from_raw_parts(nvme_buf_ptr(rbuf).cast::<u8>(), LEN) };
-    assert!(r == expected.as_slice(), "the data read back differs from what was written");
+    assert!(
+        r == expected.as_slice(),
+        "the data read back differs from what was written"
+    );
     // SAFETY: idle handles, released once.
     unsafe {
         assert_eq!(nvme_qpair_destroy(qp), NVME_OK);
@@ -169,7 +178,11 @@ fn shadow_doorbells_always_and_never() {
         };
         let ctrlr = open(&ctx, Some(&opts));
         // SAFETY: an open handle.
-        assert_eq!(unsafe { nvme_ctrlr_uses_shadow_doorbells(ctrlr) }, want, "mode {mode}");
+        assert_eq!(
+            unsafe { nvme_ctrlr_uses_shadow_doorbells(ctrlr) },
+            want,
+            "mode {mode}"
+        );
         // The doorbell path in use moves real data (shadow buffers with EventIdx, or MMIO).
         round_trip(&ctx, ctrlr);
         close(ctrlr);
@@ -188,12 +201,19 @@ fn bad_values_and_null_are_refused() {
     let rc = unsafe { nvme_ctrlr_open_emulated_in_opts(ctx.0, &opts, &mut ctrlr) };
     assert_eq!(rc, NVME_ERR_INVALID_ARGUMENT);
     assert!(ctrlr.is_null());
-    assert!(last_error().contains("shadow_doorbells 7"), "{}", last_error());
+    assert!(
+        last_error().contains("shadow_doorbells 7"),
+        "{}",
+        last_error()
+    );
     // SAFETY: NULL is allowed and refused.
     unsafe {
         assert_eq!(nvme_ctrlr_opts_init(ptr::null_mut()), NVME_ERR_NULL_POINTER);
         assert_eq!(nvme_ctrlr_uses_sgl(ptr::null()), NVME_ERR_NULL_POINTER);
-        assert_eq!(nvme_ctrlr_uses_shadow_doorbells(ptr::null()), NVME_ERR_NULL_POINTER);
+        assert_eq!(
+            nvme_ctrlr_uses_shadow_doorbells(ptr::null()),
+            NVME_ERR_NULL_POINTER
+        );
         let dev = c"0000:01:00.0";
         assert_eq!(
             nvme_ctrlr_open_in_opts(ptr::null(), dev.as_ptr(), ptr::null(), &mut ctrlr),
