@@ -37,8 +37,8 @@ impl Drop for Ctx {
 
 fn context() -> Ctx {
     let mut ctx = ptr::null_mut();
-    // SAFETY: `ctx` is a valid out pointer.
     assert_eq!(
+        // SAFETY: `ctx` is a valid out pointer.
         unsafe { nvme_dma_context_create_emulated(&mut ctx) },
         NVME_OK
     );
@@ -93,8 +93,8 @@ fn round_trip(ctx: &Ctx, ctrlr: *mut nvme_ctrlr) {
     const LEN: usize = 3 * 4096;
     const BLOCK: usize = 512;
     let mut qp = ptr::null_mut();
-    // SAFETY: open controller, valid out pointer.
     assert_eq!(
+        // SAFETY: open controller, valid out pointer.
         unsafe { nvme_qpair_create(ctrlr, 8, 5000, &mut qp) },
         NVME_OK
     );
@@ -177,8 +177,8 @@ fn shadow_doorbells_always_and_never() {
             ..defaults()
         };
         let ctrlr = open(&ctx, Some(&opts));
-        // SAFETY: an open handle.
         assert_eq!(
+            // SAFETY: an open handle.
             unsafe { nvme_ctrlr_uses_shadow_doorbells(ctrlr) },
             want,
             "mode {mode}"
