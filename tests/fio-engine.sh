@@ -6,7 +6,9 @@
 # the same process, then a trim job; and the refusals: a read-verify of blocks never written
 # fails verification (verification is real), a bad filename, an absent device, a namespace
 # the controller lacks, an offset past the end, and thread=0 each exit non-zero with the
-# engine's message. `fio --enghelp=PATH` lists the engine options. Seconds.
+# engine's message. `fio --enghelp=PATH` lists the engine options. The controller options
+# (nvme_sgl, nvme_shadow_doorbells) pass verify both ways; jobs of one controller asking for
+# different ones are refused. Seconds.
 #
 #   tests/fio-engine.sh        (needs fio: apt-get install fio; builds the engine first)
 set -uo pipefail
@@ -112,6 +114,56 @@ run offset-past-end nonzero "is outside \`sim ns=1\`" --name=w --thread=1 \
 run no-thread nonzero "thread=1 is required" --name=w --ioengine=external:"$ENGINE" \
     --filename="sim ns=1" --rw=write --bs=4k --size=1M
 run enghelp 0 "nvme_batch" --enghelp="$ENGINE"
+for opt in nvme_shadow_doorbells nvme_sgl nvme_vfio_mode; do
+    grep -q "^$opt" "$WORK/enghelp.log" && pass "enghelp: $opt" || fail "enghelp: $opt not listed"
+done
+
+# Controller options: PRPs forced and MMIO doorbells only (the emulator offers SGLs and
+# shadow doorbells), then SGLs with shadow doorbells, in two processes; each writes with
+# verify and reads back with verify in a later job.
+for o in "nvme_sgl=0 nvme_shadow_doorbells=never" "nvme_sgl=1 nvme_shadow_doorbells=always"; do
+    name="options-${o// /-}"
+    name=${name//=/}
+    cat >"$WORK/$name.fio" <<JOB
+[global]
+ioengine=external:$ENGINE
+thread=1
+iodepth=8
+iodepth_batch_submit=4
+filename=sim ns=1
+size=4M
+verify=crc32c
+${o// /$'\n'}
+
+[write]
+rw=randwrite
+bssplit=4k/50:12k/50
+
+[read]
+stonewall
+rw=randread
+bs=4k
+JOB
+    run "$name" 0 "read: (groupid=1, jobs=1): err= 0" "$WORK/$name.fio"
+done
+# Jobs sharing one controller must ask for the same options (it is opened once).
+cat >"$WORK/options-conflict.fio" <<JOB
+[global]
+ioengine=external:$ENGINE
+thread=1
+filename=sim ns=1
+rw=write
+bs=4k
+size=1M
+
+[prp]
+nvme_sgl=0
+
+[sgl]
+stonewall
+nvme_sgl=1
+JOB
+run options-conflict nonzero "already open with other" "$WORK/options-conflict.fio"
 
 [ $FAILED = 0 ] && echo "fio-engine.sh: all passed" || echo "fio-engine.sh: FAILED"
 exit $FAILED

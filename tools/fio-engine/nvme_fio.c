@@ -24,6 +24,11 @@
  *
  * BATCHES: queue() holds the queue pair's submissions (nvme_qpair_hold_submissions) and
  * commit() releases them: one doorbell write per fio batch (iodepth_batch_submit).
+ *
+ * CONTROLLER OPTIONS (PCIe; fio --enghelp=PATH): nvme_shadow_doorbells, nvme_sgl
+ * (nvme_ctrlr_open_in_opts) and nvme_vfio_mode (the driver's NVME_VFIO_MODE, set before the
+ * process's first PCIe controller opens). A controller is opened once for the process, so
+ * every job naming it must ask for the same options.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -49,7 +54,14 @@ struct nvme_fio_options {
     unsigned int timeout_ms;
     unsigned int batch;
     unsigned int ring;
+    unsigned int shadow_doorbells; /* NVME_SHADOW_DOORBELLS_* */
+    unsigned int sgl;
+    unsigned int vfio_mode; /* an index into vfio_modes */
 };
+
+/* nvme_vfio_mode's values, as the driver's NVME_VFIO_MODE spells them ("auto": unset). */
+static const char *const vfio_modes[] = {"auto", "type1", "iommufd", "noiommu"};
+#define VFIO_MODE_AUTO 0
 
 static struct fio_option options[] = {
     {
@@ -85,6 +97,58 @@ static struct fio_option options[] = {
         .category = FIO_OPT_C_ENGINE,
         .group = FIO_OPT_G_INVALID,
     },
+    {
+        .name = "nvme_shadow_doorbells",
+        .lname = "Shadow doorbells",
+        .type = FIO_OPT_STR,
+        .off1 = offsetof(struct nvme_fio_options, shadow_doorbells),
+        .def = "auto",
+        .help = "Shadow doorbells (Doorbell Buffer Config) of a PCIe controller",
+        .posval =
+            {
+                {.ival = "auto",
+                 .oval = NVME_SHADOW_DOORBELLS_AUTO,
+                 .help = "The driver's rule: where offered and not under an emulating hypervisor"},
+                {.ival = "always",
+                 .oval = NVME_SHADOW_DOORBELLS_ALWAYS,
+                 .help = "Wherever the controller offers them"},
+                {.ival = "never",
+                 .oval = NVME_SHADOW_DOORBELLS_NEVER,
+                 .help = "MMIO doorbell writes only"},
+            },
+        .category = FIO_OPT_C_ENGINE,
+        .group = FIO_OPT_G_INVALID,
+    },
+    {
+        .name = "nvme_sgl",
+        .lname = "SGL data descriptors",
+        .type = FIO_OPT_BOOL,
+        .off1 = offsetof(struct nvme_fio_options, sgl),
+        .def = "1",
+        .help = "Describe read/write data with SGLs where a PCIe controller offers them; 0 "
+                "forces PRPs",
+        .category = FIO_OPT_C_ENGINE,
+        .group = FIO_OPT_G_INVALID,
+    },
+    {
+        .name = "nvme_vfio_mode",
+        .lname = "VFIO interface",
+        .type = FIO_OPT_STR,
+        .off1 = offsetof(struct nvme_fio_options, vfio_mode),
+        .def = "auto",
+        .help = "The VFIO interface PCIe controllers are opened through (the driver's "
+                "NVME_VFIO_MODE; one for the whole process)",
+        .posval =
+            {
+                {.ival = "auto", .oval = 0, .help = "iommufd where available, else type1 "
+                                                    "(or NVME_VFIO_MODE from the environment)"},
+                {.ival = "type1", .oval = 1, .help = "VFIO group + type1 IOMMU container"},
+                {.ival = "iommufd", .oval = 2, .help = "VFIO device cdev + iommufd"},
+                {.ival = "noiommu", .oval = 3, .help = "Unsafe no-IOMMU mode (no isolation)"},
+            },
+        .category = FIO_OPT_C_ENGINE,
+        .group = FIO_OPT_G_INVALID,
+    },
     {.name = NULL},
 };
 
@@ -95,6 +159,7 @@ struct ctrl_entry {
     char device[DEVICE_STRING_MAX]; /* the device string as given to the C API */
     int kind;                       /* NVME_DEVICE_* */
     struct nvme_ctrlr *ctrlr;
+    struct nvme_ctrlr_opts opts; /* what it was opened with (PCIe and emulator) */
     unsigned refs;
 };
 
@@ -102,6 +167,8 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ctrl_entry *registry;
 /* One DMA context per kind, so a job's buffers serve all its PCIe (or emulated) controllers. */
 static struct nvme_dma_context *vfio_ctx, *emulated_ctx;
+/* The nvme_vfio_mode the PCIe controllers of the process were opened with. */
+static unsigned vfio_mode_in_use = VFIO_MODE_AUTO;
 
 static void report(struct thread_data *td, int err, const char *what, int rc) {
     log_err("%s: %s: %s (%d): %s\n", ENGINE, what, nvme_strerror(rc), rc,
@@ -111,14 +178,41 @@ static void report(struct thread_data *td, int err, const char *what, int rc) {
 
 /* Opens (or finds) the controller `device` of `kind`; registry_lock held. */
 static struct ctrl_entry *ctrl_get_locked(struct thread_data *td, const char *device, int kind) {
+    struct nvme_fio_options *o = td->eo;
+    struct nvme_ctrlr_opts opts;
     struct ctrl_entry *e;
     int rc;
 
+    nvme_ctrlr_opts_init(&opts);
+    opts.shadow_doorbells = o->shadow_doorbells;
+    opts.sgl = o->sgl != 0;
     for (e = registry; e; e = e->next)
         if (strcmp(e->device, device) == 0) {
+            if (kind != NVME_DEVICE_TCP &&
+                (e->opts.shadow_doorbells != opts.shadow_doorbells || e->opts.sgl != opts.sgl)) {
+                log_err("%s: `%s` is already open with other nvme_shadow_doorbells/nvme_sgl: "
+                        "every job of one controller must ask for the same\n", ENGINE, device);
+                td_verror(td, EINVAL, "controller options");
+                return NULL;
+            }
             e->refs++;
             return e;
         }
+    if (kind == NVME_DEVICE_PCIE && o->vfio_mode != VFIO_MODE_AUTO) {
+        if (vfio_ctx && o->vfio_mode != vfio_mode_in_use) {
+            log_err("%s: nvme_vfio_mode=%s, but the process's PCIe controllers are open with "
+                    "nvme_vfio_mode=%s: one mode per process\n",
+                    ENGINE, vfio_modes[o->vfio_mode], vfio_modes[vfio_mode_in_use]);
+            td_verror(td, EINVAL, "nvme_vfio_mode");
+            return NULL;
+        }
+        /* The driver reads NVME_VFIO_MODE when it opens a device; opens are serialized by
+         * registry_lock, and this happens at setup only. */
+        if (!vfio_ctx && setenv("NVME_VFIO_MODE", vfio_modes[o->vfio_mode], 1) != 0) {
+            td_verror(td, errno, "setenv NVME_VFIO_MODE");
+            return NULL;
+        }
+    }
     e = calloc(1, sizeof(*e));
     if (!e) {
         td_verror(td, ENOMEM, "controller entry");
@@ -126,14 +220,19 @@ static struct ctrl_entry *ctrl_get_locked(struct thread_data *td, const char *de
     }
     snprintf(e->device, sizeof(e->device), "%s", device);
     e->kind = kind;
+    e->opts = opts;
     switch (kind) {
     case NVME_DEVICE_PCIE:
         rc = vfio_ctx ? NVME_OK : nvme_dma_context_create(&vfio_ctx);
-        if (rc == NVME_OK) rc = nvme_ctrlr_open_in(vfio_ctx, device, &e->ctrlr);
+        if (rc == NVME_OK) {
+            if (o->vfio_mode != VFIO_MODE_AUTO) vfio_mode_in_use = o->vfio_mode;
+            rc = nvme_ctrlr_open_in_opts(vfio_ctx, device, &opts, &e->ctrlr);
+        }
         break;
     case NVME_DEVICE_EMULATOR:
         rc = emulated_ctx ? NVME_OK : nvme_dma_context_create_emulated(&emulated_ctx);
-        if (rc == NVME_OK) rc = nvme_ctrlr_open_emulated_in(emulated_ctx, &e->ctrlr);
+        if (rc == NVME_OK)
+            rc = nvme_ctrlr_open_emulated_in_opts(emulated_ctx, &opts, &e->ctrlr);
         break;
     default:
         rc = nvme_ctrlr_open(device, &e->ctrlr);

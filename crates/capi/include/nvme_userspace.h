@@ -49,6 +49,17 @@
 // `nvme_device_parse`: `sim`, the in-process emulator (`nvme_ctrlr_open_emulated`).
 #define NVME_DEVICE_EMULATOR 3
 
+// `nvme_ctrlr_opts.shadow_doorbells`: the driver's platform rule (the default): shadow
+// doorbells where the controller offers them and they pay (not under an emulating
+// hypervisor that traps every doorbell write anyway).
+#define NVME_SHADOW_DOORBELLS_AUTO 0
+
+// `nvme_ctrlr_opts.shadow_doorbells`: wherever the controller offers Doorbell Buffer Config.
+#define NVME_SHADOW_DOORBELLS_ALWAYS 1
+
+// `nvme_ctrlr_opts.shadow_doorbells`: never; MMIO doorbell writes only.
+#define NVME_SHADOW_DOORBELLS_NEVER 2
+
 // Write flag: Force Unit Access (the data is on non-volatile media when the write completes).
 #define NVME_IO_FUA 1
 
@@ -208,6 +219,18 @@ typedef struct nvme_ns_info {
   // Capacity in logical blocks.
   uint64_t blocks;
 } nvme_ns_info;
+
+// Bring-up options of a PCIe (or emulated) controller (`nvme_ctrlr_open_in_opts`). Fill it
+// with `nvme_ctrlr_opts_init` first, then change what you need.
+typedef struct nvme_ctrlr_opts {
+  // Shadow doorbells (Doorbell Buffer Config, NVMe Base 2.0 §5.8):
+  // `NVME_SHADOW_DOORBELLS_AUTO` (default), `_ALWAYS` or `_NEVER`.
+  uint32_t shadow_doorbells;
+  // Describe the data of reads and writes with an SGL Data Block descriptor (NVMe Base 2.0
+  // §4.1.2) where the controller offers SGLs for I/O (default `true`); `false` forces
+  // PRPs (§4.1.1).
+  bool sgl;
+} nvme_ctrlr_opts;
 
 // Outcome of a request, passed to its callback.
 typedef struct nvme_cpl_status {
@@ -387,6 +410,48 @@ int nvme_ctrlr_namespace_ids(const struct nvme_ctrlr *ctrlr, uint32_t *ids, uint
 int nvme_ctrlr_get_ns_info(const struct nvme_ctrlr *ctrlr,
                            uint32_t nsid,
                            struct nvme_ns_info *info);
+
+// Fills `*opts` with the driver's defaults (what `nvme_ctrlr_open_in` uses).
+//
+// # Safety
+// `opts` is NULL or valid for a write.
+int nvme_ctrlr_opts_init(struct nvme_ctrlr_opts *opts);
+
+// `nvme_ctrlr_open_in` with bring-up options (`opts` NULL: the defaults). An option the
+// controller cannot honour (SGLs or shadow doorbells it does not offer) is left off; see
+// `nvme_ctrlr_uses_sgl` and `nvme_ctrlr_uses_shadow_doorbells` for what is in effect.
+//
+// # Safety
+// `ctx` is NULL or a live context handle; `device` is NULL or a NUL-terminated string;
+// `opts` is NULL or valid for a read; `out` is NULL or valid for a write.
+int nvme_ctrlr_open_in_opts(const struct nvme_dma_context *ctx,
+                            const char *device,
+                            const struct nvme_ctrlr_opts *opts,
+                            struct nvme_ctrlr **out);
+
+// FOR TESTS AND EXAMPLES: `nvme_ctrlr_open_emulated_in` with bring-up options (`opts` NULL:
+// the defaults).
+//
+// # Safety
+// `ctx` is NULL or a live context handle; `opts` is NULL or valid for a read; `out` is NULL
+// or valid for a write.
+int nvme_ctrlr_open_emulated_in_opts(const struct nvme_dma_context *ctx,
+                                     const struct nvme_ctrlr_opts *opts,
+                                     struct nvme_ctrlr **out);
+
+// Whether reads and writes of `ctrlr` describe their data with SGLs (1) or PRPs (0);
+// `NVME_ERR_UNSUPPORTED` for an NVMe/TCP controller, `NVME_ERR_NULL_POINTER` for NULL.
+//
+// # Safety
+// `ctrlr` is NULL or an open controller handle.
+int nvme_ctrlr_uses_sgl(const struct nvme_ctrlr *ctrlr);
+
+// Whether `ctrlr` uses shadow doorbells (1) or MMIO doorbell writes only (0);
+// `NVME_ERR_UNSUPPORTED` for an NVMe/TCP controller, `NVME_ERR_NULL_POINTER` for NULL.
+//
+// # Safety
+// `ctrlr` is NULL or an open controller handle.
+int nvme_ctrlr_uses_shadow_doorbells(const struct nvme_ctrlr *ctrlr);
 
 // Allocates a zero-filled DMA buffer of at least `len` bytes (rounded up to whole 4 KiB
 // pages) for I/O on `ctrlr` and its queue pairs, and stores its handle in `*out`.

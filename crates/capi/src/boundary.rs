@@ -67,6 +67,17 @@ macro_rules! check_null {
             }
         )+
     };
+    // The function name known only at run time (helpers shared by several functions).
+    (name = $what:expr, $($p:ident),+) => {
+        $(
+            if $p.is_null() {
+                return fail(
+                    NVME_ERR_NULL_POINTER,
+                    format!("{}: argument `{}` is NULL", $what, stringify!($p)),
+                );
+            }
+        )+
+    };
 }
 
 /// A static description of an error code (`"unknown error code"` for codes this library does

@@ -22,9 +22,9 @@ use crate::errors::*;
 /// context; a buffer of another context is refused with `NVME_ERR_FOREIGN_BUFFER`.
 /// Thread-safe.
 pub struct nvme_dma_context {
-    ctx: DmaContext,
+    pub(crate) ctx: DmaContext,
     /// The emulated IOMMU of an emulated context.
-    sim_dma: Option<Arc<SimDma>>,
+    pub(crate) sim_dma: Option<Arc<SimDma>>,
 }
 
 // Shared between threads by C callers.
@@ -114,14 +114,38 @@ pub unsafe extern "C" fn nvme_ctrlr_open_in(
     device: *const c_char,
     out: *mut *mut nvme_ctrlr,
 ) -> c_int {
-    guard("nvme_ctrlr_open_in", || {
-        check_null!("nvme_ctrlr_open_in", ctx, device, out);
+    // SAFETY: the caller's contract is that of `open_in`.
+    unsafe {
+        open_in(
+            "nvme_ctrlr_open_in",
+            ctx,
+            device,
+            ControllerOptions::default(),
+            out,
+        )
+    }
+}
+
+/// `nvme_ctrlr_open_in` with the controller options `options` (`nvme_ctrlr_open_in_opts`);
+/// `name` is the C function reported in errors.
+///
+/// # Safety
+/// As for `nvme_ctrlr_open_in`.
+pub(crate) unsafe fn open_in(
+    name: &'static str,
+    ctx: *const nvme_dma_context,
+    device: *const c_char,
+    options: ControllerOptions,
+    out: *mut *mut nvme_ctrlr,
+) -> c_int {
+    guard(name, || {
+        check_null!(name = name, ctx, device, out);
         // SAFETY: `device` is non-null and NUL-terminated (caller contract).
         let device = unsafe { CStr::from_ptr(device) };
         let Ok(device) = device.to_str() else {
             return fail(
                 NVME_ERR_INVALID_ARGUMENT,
-                "nvme_ctrlr_open_in: device is not valid UTF-8",
+                format!("{name}: device is not valid UTF-8"),
             );
         };
         let address = match parse_target(device) {
@@ -129,27 +153,26 @@ pub unsafe extern "C" fn nvme_ctrlr_open_in(
             Ok(Target::Tcp(_)) => {
                 return fail(
                     NVME_ERR_INVALID_ARGUMENT,
-                    "nvme_ctrlr_open_in: an NVMe/TCP controller has no IOMMU address space to \
-                     share: open it with nvme_ctrlr_open",
+                    format!(
+                        "{name}: an NVMe/TCP controller has no IOMMU address space to share: \
+                         open it with nvme_ctrlr_open"
+                    ),
                 )
             }
             Ok(Target::Emulator) => {
                 return fail(
                     NVME_ERR_INVALID_ARGUMENT,
-                    "nvme_ctrlr_open_in: `sim` names the in-process emulator: open it with \
-                     nvme_ctrlr_open_emulated_in",
+                    format!(
+                        "{name}: `sim` names the in-process emulator: open it with \
+                         nvme_ctrlr_open_emulated_in"
+                    ),
                 )
             }
-            Err(e) => {
-                return fail(
-                    NVME_ERR_INVALID_ARGUMENT,
-                    format!("nvme_ctrlr_open_in: {e}"),
-                )
-            }
+            Err(e) => return fail(NVME_ERR_INVALID_ARGUMENT, format!("{name}: {e}")),
         };
         // SAFETY: `ctx` is a live handle (caller contract).
         let ctx = unsafe { &(*ctx).ctx };
-        match Controller::open_pci_in(ctx, &address.to_string(), ControllerOptions::default()) {
+        match Controller::open_pci_in(ctx, &address.to_string(), options) {
             Ok(ctrl) => {
                 // SAFETY: `out` is non-null and valid for a write (caller contract).
                 unsafe { publish_ctrlr(AnyController::Pcie(ctrl), None, out) };
@@ -170,20 +193,45 @@ pub unsafe extern "C" fn nvme_ctrlr_open_emulated_in(
     ctx: *const nvme_dma_context,
     out: *mut *mut nvme_ctrlr,
 ) -> c_int {
-    guard("nvme_ctrlr_open_emulated_in", || {
-        check_null!("nvme_ctrlr_open_emulated_in", ctx, out);
+    // SAFETY: the caller's contract is that of `open_emulated_in`.
+    unsafe {
+        open_emulated_in(
+            "nvme_ctrlr_open_emulated_in",
+            ctx,
+            ControllerOptions::default(),
+            out,
+        )
+    }
+}
+
+/// `nvme_ctrlr_open_emulated_in` with the controller options `options`; `name` is the C
+/// function reported in errors.
+///
+/// # Safety
+/// As for `nvme_ctrlr_open_emulated_in`.
+pub(crate) unsafe fn open_emulated_in(
+    name: &'static str,
+    ctx: *const nvme_dma_context,
+    options: ControllerOptions,
+    out: *mut *mut nvme_ctrlr,
+) -> c_int {
+    guard(name, || {
+        check_null!(name = name, ctx, out);
         // SAFETY: `ctx` is a live handle (caller contract).
         let ctx = unsafe { &*ctx };
         let Some(dma) = &ctx.sim_dma else {
             return fail(
                 NVME_ERR_INVALID_ARGUMENT,
-                "nvme_ctrlr_open_emulated_in: the context is a VFIO context; make one with \
-                 nvme_dma_context_create_emulated",
+                format!(
+                    "{name}: the context is a VFIO context; make one with \
+                     nvme_dma_context_create_emulated"
+                ),
             );
         };
         #[cfg(not(feature = "emulator"))]
         {
             // Unreachable: no emulated context exists in this build (`SimDma` has no values).
+            let _ = options;
             match **dma {}
         }
         #[cfg(feature = "emulator")]
@@ -191,7 +239,7 @@ pub unsafe extern "C" fn nvme_ctrlr_open_emulated_in(
             let sim = SimController::start_in(SimConfig::default(), dma.clone());
             let transport = Transport::new(sim.mmio(), sim.dma(), "emulated")
                 .with_function_control(sim.function_control());
-            match Controller::new_in(&ctx.ctx, transport, ControllerOptions::default()) {
+            match Controller::new_in(&ctx.ctx, transport, options) {
                 Ok(ctrl) => {
                     // SAFETY: `out` is non-null and valid for a write (caller contract).
                     unsafe { publish_ctrlr(AnyController::Pcie(ctrl), Some(sim), out) };

@@ -1,5 +1,6 @@
 //! Controller handles: `struct nvme_ctrlr` opened on a PCI address, an NVMe/TCP transport id
-//! or the emulator, closed, and asked for its identification and namespaces.
+//! or the emulator (with bring-up options: `struct nvme_ctrlr_opts`), closed, and asked for
+//! its identification, namespaces and the options in effect.
 //!
 //! INVARIANT: a handle owns one reference to its [`CtrlShared`]; every queue pair holds
 //! another, so the controller (and an emulated device behind it) outlives its queue pairs
@@ -10,12 +11,13 @@ use std::sync::Arc;
 
 #[cfg(feature = "emulator")]
 use nvme_driver::Transport;
-use nvme_driver::{Controller, ControllerOptions};
+use nvme_driver::{Controller, ControllerOptions, ShadowDoorbells};
 #[cfg(feature = "emulator")]
 use nvme_sim::SimConfig;
 use nvme_tcp::{TcpController, TcpOptions, TransportId};
 
 use crate::boundary::{fail, fail_with, guard};
+use crate::context::{nvme_dma_context, open_emulated_in, open_in};
 #[cfg(not(feature = "emulator"))]
 use crate::emulator;
 use crate::emulator::SimController;
@@ -417,6 +419,194 @@ pub unsafe extern "C" fn nvme_ctrlr_get_ns_info(
                 NVME_OK
             }
             Err(e) => fail_with(&e),
+        }
+    })
+}
+
+// ---- Bring-up options (`struct nvme_ctrlr_opts`): the choices of `ControllerOptions` that
+// front ends such as the fio engine offer their users (shadow doorbells, SGLs), the open
+// calls that take them, and what is in effect.
+
+/// `nvme_ctrlr_opts.shadow_doorbells`: the driver's platform rule (the default): shadow
+/// doorbells where the controller offers them and they pay (not under an emulating
+/// hypervisor that traps every doorbell write anyway).
+pub const NVME_SHADOW_DOORBELLS_AUTO: u32 = 0;
+/// `nvme_ctrlr_opts.shadow_doorbells`: wherever the controller offers Doorbell Buffer Config.
+pub const NVME_SHADOW_DOORBELLS_ALWAYS: u32 = 1;
+/// `nvme_ctrlr_opts.shadow_doorbells`: never; MMIO doorbell writes only.
+pub const NVME_SHADOW_DOORBELLS_NEVER: u32 = 2;
+
+/// Bring-up options of a PCIe (or emulated) controller (`nvme_ctrlr_open_in_opts`). Fill it
+/// with `nvme_ctrlr_opts_init` first, then change what you need.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct nvme_ctrlr_opts {
+    /// Shadow doorbells (Doorbell Buffer Config, NVMe Base 2.0 §5.8):
+    /// `NVME_SHADOW_DOORBELLS_AUTO` (default), `_ALWAYS` or `_NEVER`.
+    pub shadow_doorbells: u32,
+    /// Describe the data of reads and writes with an SGL Data Block descriptor (NVMe Base 2.0
+    /// §4.1.2) where the controller offers SGLs for I/O (default `true`); `false` forces
+    /// PRPs (§4.1.1).
+    pub sgl: bool,
+}
+
+// The layout C sees: a u32 and a bool, padded to 8 bytes.
+const _: () = assert!(std::mem::size_of::<nvme_ctrlr_opts>() == 8);
+
+impl nvme_ctrlr_opts {
+    /// The driver's defaults.
+    fn defaults() -> Self {
+        let d = ControllerOptions::default();
+        Self {
+            shadow_doorbells: match d.shadow_doorbells {
+                ShadowDoorbells::Auto => NVME_SHADOW_DOORBELLS_AUTO,
+                ShadowDoorbells::Always => NVME_SHADOW_DOORBELLS_ALWAYS,
+                ShadowDoorbells::Never => NVME_SHADOW_DOORBELLS_NEVER,
+            },
+            sgl: d.sgl,
+        }
+    }
+
+    /// The driver's options, or `NVME_ERR_INVALID_ARGUMENT` for a value out of range.
+    fn to_driver(self, name: &str) -> Result<ControllerOptions, c_int> {
+        let shadow = match self.shadow_doorbells {
+            NVME_SHADOW_DOORBELLS_AUTO => ShadowDoorbells::Auto,
+            NVME_SHADOW_DOORBELLS_ALWAYS => ShadowDoorbells::Always,
+            NVME_SHADOW_DOORBELLS_NEVER => ShadowDoorbells::Never,
+            other => {
+                return Err(fail(
+                    NVME_ERR_INVALID_ARGUMENT,
+                    format!(
+                        "{name}: shadow_doorbells {other} is none of NVME_SHADOW_DOORBELLS_AUTO, \
+                         _ALWAYS, _NEVER"
+                    ),
+                ))
+            }
+        };
+        Ok(ControllerOptions::default()
+            .shadow_doorbells(shadow)
+            .sgl(self.sgl))
+    }
+}
+
+/// Fills `*opts` with the driver's defaults (what `nvme_ctrlr_open_in` uses).
+///
+/// # Safety
+/// `opts` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_ctrlr_opts_init(opts: *mut nvme_ctrlr_opts) -> c_int {
+    guard("nvme_ctrlr_opts_init", || {
+        check_null!("nvme_ctrlr_opts_init", opts);
+        // SAFETY: `opts` is non-null and valid for a write (caller contract).
+        unsafe { opts.write(nvme_ctrlr_opts::defaults()) };
+        NVME_OK
+    })
+}
+
+/// Reads `*opts` (NULL: the defaults) into the driver's options.
+///
+/// # Safety
+/// `opts` is NULL or valid for a read.
+unsafe fn read_opts(name: &str, opts: *const nvme_ctrlr_opts) -> Result<ControllerOptions, c_int> {
+    let opts = if opts.is_null() {
+        nvme_ctrlr_opts::defaults()
+    } else {
+        // SAFETY: `opts` is non-null and valid for a read (caller contract).
+        unsafe { opts.read() }
+    };
+    opts.to_driver(name)
+}
+
+/// `nvme_ctrlr_open_in` with bring-up options (`opts` NULL: the defaults). An option the
+/// controller cannot honour (SGLs or shadow doorbells it does not offer) is left off; see
+/// `nvme_ctrlr_uses_sgl` and `nvme_ctrlr_uses_shadow_doorbells` for what is in effect.
+///
+/// # Safety
+/// `ctx` is NULL or a live context handle; `device` is NULL or a NUL-terminated string;
+/// `opts` is NULL or valid for a read; `out` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_ctrlr_open_in_opts(
+    ctx: *const nvme_dma_context,
+    device: *const c_char,
+    opts: *const nvme_ctrlr_opts,
+    out: *mut *mut nvme_ctrlr,
+) -> c_int {
+    const NAME: &str = "nvme_ctrlr_open_in_opts";
+    // SAFETY: `opts` is NULL or valid for a read (caller contract).
+    let options = match unsafe { read_opts(NAME, opts) } {
+        Ok(o) => o,
+        Err(code) => return code,
+    };
+    // SAFETY: the pointer contracts are the caller's (this function's).
+    unsafe { open_in(NAME, ctx, device, options, out) }
+}
+
+/// FOR TESTS AND EXAMPLES: `nvme_ctrlr_open_emulated_in` with bring-up options (`opts` NULL:
+/// the defaults).
+///
+/// # Safety
+/// `ctx` is NULL or a live context handle; `opts` is NULL or valid for a read; `out` is NULL
+/// or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_ctrlr_open_emulated_in_opts(
+    ctx: *const nvme_dma_context,
+    opts: *const nvme_ctrlr_opts,
+    out: *mut *mut nvme_ctrlr,
+) -> c_int {
+    const NAME: &str = "nvme_ctrlr_open_emulated_in_opts";
+    // SAFETY: `opts` is NULL or valid for a read (caller contract).
+    let options = match unsafe { read_opts(NAME, opts) } {
+        Ok(o) => o,
+        Err(code) => return code,
+    };
+    // SAFETY: the pointer contracts are the caller's (this function's).
+    unsafe { open_emulated_in(NAME, ctx, options, out) }
+}
+
+/// The PCIe controller behind a handle (None for NVMe/TCP).
+fn pcie(handle: &nvme_ctrlr) -> Option<&nvme_driver::Controller> {
+    match &handle.shared.ctrl {
+        AnyController::Pcie(c) => Some(c),
+        AnyController::Tcp(_) => None,
+    }
+}
+
+/// Whether reads and writes of `ctrlr` describe their data with SGLs (1) or PRPs (0);
+/// `NVME_ERR_UNSUPPORTED` for an NVMe/TCP controller, `NVME_ERR_NULL_POINTER` for NULL.
+///
+/// # Safety
+/// `ctrlr` is NULL or an open controller handle.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_ctrlr_uses_sgl(ctrlr: *const nvme_ctrlr) -> c_int {
+    guard("nvme_ctrlr_uses_sgl", || {
+        check_null!("nvme_ctrlr_uses_sgl", ctrlr);
+        // SAFETY: `ctrlr` is a live handle (caller contract).
+        match pcie(unsafe { &*ctrlr }) {
+            Some(c) => c_int::from(c.sgl()),
+            None => fail(
+                NVME_ERR_UNSUPPORTED,
+                "nvme_ctrlr_uses_sgl: not a PCIe controller",
+            ),
+        }
+    })
+}
+
+/// Whether `ctrlr` uses shadow doorbells (1) or MMIO doorbell writes only (0);
+/// `NVME_ERR_UNSUPPORTED` for an NVMe/TCP controller, `NVME_ERR_NULL_POINTER` for NULL.
+///
+/// # Safety
+/// `ctrlr` is NULL or an open controller handle.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_ctrlr_uses_shadow_doorbells(ctrlr: *const nvme_ctrlr) -> c_int {
+    guard("nvme_ctrlr_uses_shadow_doorbells", || {
+        check_null!("nvme_ctrlr_uses_shadow_doorbells", ctrlr);
+        // SAFETY: `ctrlr` is a live handle (caller contract).
+        match pcie(unsafe { &*ctrlr }) {
+            Some(c) => c_int::from(c.shadow_doorbells()),
+            None => fail(
+                NVME_ERR_UNSUPPORTED,
+                "nvme_ctrlr_uses_shadow_doorbells: not a PCIe controller",
+            ),
         }
     })
 }
