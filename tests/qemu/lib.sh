@@ -154,3 +154,17 @@ nvmf_host_disconnect() {
         if [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NVMF_NQN" ]; then echo 1 >"$c/delete_controller"; fi
     done
 }
+
+# peer LABEL CMD...: runs CMD (one benchmark run of one program), prefixing its output with
+# "@@PEER LABEL " and ending with "@@PEER-END LABEL rc=N" for the host's report scripts
+# (qd-ab.sh, fio-bench.sh); a failing CMD does not end the case.
+peer() {
+    label=$1
+    shift
+    set +e
+    "$@" >/tmp/peer.out 2>&1
+    rc=$?
+    set -e
+    sed "s/^/@@PEER $label /" /tmp/peer.out
+    echo "@@PEER-END $label rc=$rc"
+}

@@ -60,17 +60,6 @@ fio_run() {
     fi
 }
 
-peer() {
-    label=$1
-    shift
-    set +e
-    "$@" >/tmp/peer.out 2>&1
-    rc=$?
-    set -e
-    sed "s/^/@@PEER $label /" /tmp/peer.out
-    echo "@@PEER-END $label rc=$rc"
-}
-
 # ---- the controller on vfio-pci
 run_perf() {
     for q in 128 1; do

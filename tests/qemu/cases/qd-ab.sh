@@ -23,17 +23,6 @@ emit() {
     fi
 }
 
-peer() {
-    label=$1
-    shift
-    set +e
-    "$@" >/tmp/peer.out 2>&1
-    rc=$?
-    set -e
-    sed "s/^/@@PEER $label /" /tmp/peer.out
-    echo "@@PEER-END $label rc=$rc"
-}
-
 # Same flags as bench.sh's ours-qd128 / ours-qd1.
 run_ours() {
     emit ours-qd128 nvme-perf "$NVME_BDF" -n "$NSID" -w randread -b 4096 -t "$T" --quiet --json -q 128
