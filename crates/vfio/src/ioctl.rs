@@ -1,5 +1,6 @@
 //! The system-call layer: every VFIO ioctl, config-space pread/pwrite and BAR mmap of this
-//! crate, each a small function over borrowed file descriptors.
+//! crate, and the hot-plug monitor's netlink uevent socket (socket, bind, recvfrom, poll),
+//! each a small function over borrowed file descriptors.
 //!
 //! This module and `iommufd.rs` (the iommufd ioctls, built the same way) hold every `unsafe`
 //! VFIO system call of the crate. Each wrapper passes the kernel a
@@ -414,4 +415,117 @@ pub(crate) unsafe fn munmap(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------- kernel uevents (netlink)
+// The hot-plug monitor's socket (`crate::uevent`): NETLINK_KOBJECT_UEVENT, the kernel's
+// multicast group of kobject uevents (`lib/kobject_uevent.c`; group 1 carries the kernel's own
+// messages, udev re-broadcasts on group 2, which we do not join).
+
+/// The kernel's own uevent multicast group.
+const UEVENT_KERNEL_GROUP: u32 = 1;
+
+/// A non-blocking, close-on-exec NETLINK_KOBJECT_UEVENT datagram socket bound to the kernel's
+/// uevent group (its port id chosen by the kernel).
+pub(crate) fn uevent_socket() -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) takes no pointers; a non-negative return is a new descriptor we own.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            libc::NETLINK_KOBJECT_UEVENT,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: all-zero is a valid `sockaddr_nl` (plain integers).
+    let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+    addr.nl_groups = UEVENT_KERNEL_GROUP;
+    // SAFETY: `addr` is an initialised `sockaddr_nl` and the length passed is its size; the
+    // kernel only reads it.
+    let ret = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_nl).cast(),
+            size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+        )
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// One datagram of a uevent socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UeventRecv {
+    /// A message of this many bytes (the whole message) sent by the port id `sender` (0: the
+    /// kernel).
+    Message { len: usize, sender: u32 },
+    /// A message longer than the buffer (its tail was dropped by the kernel): skipped.
+    Truncated { len: usize },
+    /// Nothing pending.
+    Empty,
+}
+
+/// Receives one datagram without blocking. `MSG_TRUNC` makes the kernel report a datagram's
+/// real length, so a message larger than `buf` is recognised and skipped, never parsed as
+/// if it were whole.
+pub(crate) fn uevent_recv(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<UeventRecv> {
+    // SAFETY: all-zero is a valid `sockaddr_nl`.
+    let mut from: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    let mut from_len = size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+    // SAFETY: `buf` is writable for `buf.len()` bytes and `from`/`from_len` describe a
+    // writable `sockaddr_nl`; the kernel writes at most those sizes.
+    let n = unsafe {
+        libc::recvfrom(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            (&mut from as *mut libc::sockaddr_nl).cast(),
+            &mut from_len,
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock => Ok(UeventRecv::Empty),
+            io::ErrorKind::Interrupted => Ok(UeventRecv::Empty),
+            _ => Err(e),
+        };
+    }
+    let len = n as usize;
+    if len > buf.len() {
+        return Ok(UeventRecv::Truncated { len });
+    }
+    Ok(UeventRecv::Message {
+        len,
+        sender: from.nl_pid,
+    })
+}
+
+/// Waits up to `timeout_ms` for `fd` to become readable (poll(2)); `Ok(false)` on timeout or
+/// a signal.
+pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one initialised `pollfd`, count 1; the kernel writes only its `revents`.
+    let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(n > 0)
 }

@@ -13,6 +13,8 @@
 //!   the CPU) and the [`dma::DmaMapper`] seam that VFIO and the in-process emulator implement.
 //! - [`enumerate`]: the NVMe functions of the machine from sysfs (class 0108xxh, driver
 //!   binding, allow list), for probe/attach.
+//! - [`uevent`]: the kernel's uevents (NETLINK_KOBJECT_UEVENT socket, a defensive parser,
+//!   the [`uevent::UeventSource`] seam) for the hot-plug monitor.
 //! - [`barrier`]: CPU/device memory barriers for every supported architecture.
 //! - [`function`]: [`FunctionControl`], stopping a function's DMA at teardown.
 //! - `ioctl` (private): every VFIO system call of the crate, in one small audited module.
@@ -64,6 +66,7 @@ pub mod mode;
 pub mod noiommu;
 pub mod pagemap;
 pub mod pci;
+pub mod uevent;
 
 pub use container::VfioContainer;
 pub use context::DmaContext;
