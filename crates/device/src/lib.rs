@@ -22,15 +22,20 @@
 //! [`probe`]: enumerate the NVMe functions of the machine (sysfs), attach the ones a probe
 //! callback chooses, and detach them with a remove callback ([`probe::Probe`],
 //! [`probe::Attached`]).
+//!
+//! [`hotplug`]: the hot-plug monitor, kernel uevents driving probe and remove while the
+//! program runs ([`hotplug::HotplugMonitor`]).
 
 #![deny(missing_docs)]
 
 mod controller;
+pub mod hotplug;
 pub mod probe;
 mod queue_pair;
 mod target;
 
 pub use controller::AnyController;
+pub use hotplug::{HotplugEvent, HotplugMonitor, MonitorStats, MonitorThread};
 /// The queue-pair trait [`AnyQueuePair`] implements (in scope for its methods).
 pub use nvme_driver::IoQueue;
 pub use probe::{Attached, Attachment, Probe, ProbeDecision, ProbeOutcome};

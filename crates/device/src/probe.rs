@@ -295,33 +295,74 @@ impl Probe {
     ) -> Result<ProbeOutcome> {
         let mut outcome = ProbeOutcome::default();
         for function in self.enumerate()? {
-            if registry.contains(&function.address) {
-                continue;
-            }
-            if function.binding != Binding::Vfio {
-                outcome.skipped.push(function.address);
-                continue;
-            }
-            let options = match probe(&function) {
-                ProbeDecision::Attach(options) => options,
-                ProbeDecision::Skip => {
-                    outcome.skipped.push(function.address);
-                    continue;
-                }
-            };
-            match (self.opener)(&function, options) {
-                Ok(ctrl) => {
-                    let ctrl = Arc::new(ctrl);
-                    attach(&function, &ctrl);
-                    outcome.attached.push(function.address);
-                    registry.insert(function, ctrl);
-                }
-                Err(e) => {
-                    log::warn!("{}: not attached: {e}", function.address);
-                    outcome.failed.push((function.address, e));
-                }
-            }
+            self.probe_one(registry, function, &mut probe, &mut attach, &mut outcome);
         }
         Ok(outcome)
+    }
+
+    /// As [`Probe::run`] for the one function at `address` (a hot-plug event names it): an
+    /// address the filter excludes, that is no NVMe function or that is gone from sysfs
+    /// gives an empty outcome.
+    pub fn run_address(
+        &self,
+        registry: &mut Attached,
+        address: &PciAddress,
+        mut probe: impl FnMut(&PciFunction) -> ProbeDecision,
+        mut attach: impl FnMut(&PciFunction, &Arc<AnyController>),
+    ) -> Result<ProbeOutcome> {
+        let mut outcome = ProbeOutcome::default();
+        if !self.filter.matches(address) {
+            return Ok(outcome);
+        }
+        let function = match self.sysfs.nvme_function(address, &self.filter) {
+            Ok(Some(f)) => f,
+            Ok(None) => return Ok(outcome),
+            // Gone again before we looked (removed right after its add).
+            Err(nvme_vfio::VfioError::Sysfs { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Ok(outcome)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.probe_one(registry, function, &mut probe, &mut attach, &mut outcome);
+        Ok(outcome)
+    }
+
+    /// Probes and maybe attaches one enumerated function (skipped when already attached).
+    fn probe_one(
+        &self,
+        registry: &mut Attached,
+        function: PciFunction,
+        probe: &mut impl FnMut(&PciFunction) -> ProbeDecision,
+        attach: &mut impl FnMut(&PciFunction, &Arc<AnyController>),
+        outcome: &mut ProbeOutcome,
+    ) {
+        if registry.contains(&function.address) {
+            return;
+        }
+        if function.binding != Binding::Vfio {
+            outcome.skipped.push(function.address);
+            return;
+        }
+        let options = match probe(&function) {
+            ProbeDecision::Attach(options) => options,
+            ProbeDecision::Skip => {
+                outcome.skipped.push(function.address);
+                return;
+            }
+        };
+        match (self.opener)(&function, options) {
+            Ok(ctrl) => {
+                let ctrl = Arc::new(ctrl);
+                attach(&function, &ctrl);
+                outcome.attached.push(function.address);
+                registry.insert(function, ctrl);
+            }
+            Err(e) => {
+                log::warn!("{}: not attached: {e}", function.address);
+                outcome.failed.push((function.address, e));
+            }
+        }
     }
 }

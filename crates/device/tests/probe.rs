@@ -3,93 +3,15 @@
 //! between probe and attach, re-attach after detach, and removal noticed by
 //! `Attached::poll_removals`, also while a reset runs.
 
-use std::os::unix::fs::symlink;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use nvme_device::probe::{Attached, Probe, ProbeDecision};
-use nvme_device::AnyController;
-use nvme_driver::{Controller, ControllerOptions, Error, PciAddress, Transport};
-use nvme_sim::{SimConfig, SimController};
-use nvme_vfio::{FunctionFilter, PciFunction, Sysfs};
+use nvme_driver::{ControllerOptions, Error};
+use nvme_vfio::FunctionFilter;
 
-/// NVMe I/O controller class code.
-const NVME_CLASS: u32 = 0x01_0802;
-
-struct FakeTree {
-    root: PathBuf,
-}
-
-impl FakeTree {
-    fn new() -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let root = std::env::temp_dir().join(format!(
-            "nvme-device-probe-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
-        Self { root }
-    }
-
-    fn add(&self, addr: &str, class: u32, driver: &str) {
-        let dir = self.dir(addr);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("class"), format!("{class:#08x}\n")).unwrap();
-        std::fs::write(dir.join("vendor"), "0x1b36\n").unwrap();
-        std::fs::write(dir.join("device"), "0x0010\n").unwrap();
-        symlink(
-            format!("../../../bus/pci/drivers/{driver}"),
-            dir.join("driver"),
-        )
-        .unwrap();
-    }
-
-    fn dir(&self, addr: &str) -> PathBuf {
-        self.root.join("bus/pci/devices").join(addr)
-    }
-
-    fn sysfs(&self) -> Sysfs {
-        Sysfs::new(&self.root)
-    }
-}
-
-impl Drop for FakeTree {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
-type Sims = Arc<Mutex<Vec<(PciAddress, Arc<SimController>)>>>;
-
-/// A probe over `tree` whose opener starts an emulated controller for each function (and
-/// fails, like VFIO, for a function whose sysfs directory is gone).
-fn emulated_probe(tree: &FakeTree, sims: &Sims) -> Probe {
-    let root: PathBuf = tree.root.clone();
-    let sims = sims.clone();
-    Probe::new()
-        .sysfs(tree.sysfs())
-        .with_opener(move |f: &PciFunction, options| {
-            let dir = root.join("bus/pci/devices").join(f.address.to_string());
-            if !Path::new(&dir).exists() {
-                return Err(Error::Vfio(nvme_vfio::VfioError::NoSuchDevice {
-                    addr: f.address,
-                    path: dir,
-                }));
-            }
-            let sim = Arc::new(SimController::start(SimConfig::default()));
-            let mut transport = Transport::new(sim.mmio(), sim.dma(), f.address.to_string())
-                .with_function_control(sim.function_control());
-            transport.keepalive = Some(sim.clone());
-            sims.lock().unwrap().push((f.address, sim));
-            Ok(AnyController::Pcie(Controller::new(transport, options)?))
-        })
-}
-
-fn addr(s: &str) -> PciAddress {
-    s.parse().unwrap()
-}
+mod common;
+use common::{addr, emulated_probe, FakeTree, Sims, NVME_CLASS};
 
 #[test]
 fn probe_attach_remove_in_order() {

@@ -178,6 +178,14 @@ pub enum VfioError {
         /// The underlying I/O error.
         source: io::Error,
     },
+    /// The kernel uevent socket (hot-plug monitor) could not be opened or read.
+    #[error("uevent socket: {op} failed: {source}")]
+    Uevent {
+        /// The operation that failed.
+        op: &'static str,
+        /// The underlying I/O error.
+        source: io::Error,
+    },
     /// MSI-X vectors asked for are not available.
     #[error("{addr}: cannot route {wanted} MSI-X vectors: the function offers {available}")]
     Interrupts {

@@ -239,6 +239,19 @@ impl Controller {
         self.inner.is_removed()
     }
 
+    /// Marks the controller removed because its device is known to be gone (a hot-plug
+    /// monitor saw the function's `remove` or `unbind` uevent): as [`Controller::check_removal`]
+    /// does on a device request, it fails the controller (in-flight and later I/O completes
+    /// with [`Error::Removed`]), stops its DMA where it can (otherwise its memory is leaked,
+    /// never freed under a device that may still write it) and revokes the register window.
+    /// Idempotent; off the I/O path.
+    pub fn notify_removed(&self) {
+        if !self.inner.is_removed() {
+            log::error!("{}: the device was removed", self.inner.name);
+            self.inner.mark_removed();
+        }
+    }
+
     /// Opt-in protection against SIGBUS from a revoked BAR that nobody announced: installs
     /// the process-wide SIGBUS handler (`nvme_vfio::mmio::install_sigbus_handler`, chaining to
     /// any previous one) and registers this controller's register window with it. A fault in

@@ -153,7 +153,11 @@ fn hostile_messages_are_errors_not_panics() {
             UeventError::Mismatch { key: "ACTION" },
         ),
         (
-            message("add", DEVPATH, &["ACTION=add", "DEVPATH=/x", "SUBSYSTEM=pci"]),
+            message(
+                "add",
+                DEVPATH,
+                &["ACTION=add", "DEVPATH=/x", "SUBSYSTEM=pci"],
+            ),
             UeventError::Mismatch { key: "DEVPATH" },
         ),
         (
@@ -165,7 +169,11 @@ fn hostile_messages_are_errors_not_panics() {
             UeventError::Missing { key: "ACTION" },
         ),
         (
-            message("explode", DEVPATH, &["ACTION=explode", &dp, "SUBSYSTEM=pci"]),
+            message(
+                "explode",
+                DEVPATH,
+                &["ACTION=explode", &dp, "SUBSYSTEM=pci"],
+            ),
             UeventError::UnknownAction("explode".into()),
         ),
         (
@@ -189,7 +197,12 @@ fn hostile_messages_are_errors_not_panics() {
             message(
                 "add",
                 DEVPATH,
-                &["ACTION=add", &dp, "SUBSYSTEM=pci", "PCI_SLOT_NAME=0000:02:00"],
+                &[
+                    "ACTION=add",
+                    &dp,
+                    "SUBSYSTEM=pci",
+                    "PCI_SLOT_NAME=0000:02:00",
+                ],
             ),
             UeventError::BadValue {
                 key: "PCI_SLOT_NAME",
@@ -197,7 +210,11 @@ fn hostile_messages_are_errors_not_panics() {
             },
         ),
         (
-            message("add", DEVPATH, &["ACTION=add", &dp, "SUBSYSTEM=pci", "SEQNUM=-1"]),
+            message(
+                "add",
+                DEVPATH,
+                &["ACTION=add", &dp, "SUBSYSTEM=pci", "SEQNUM=-1"],
+            ),
             UeventError::BadValue {
                 key: "SEQNUM",
                 value: "-1".into(),
@@ -213,7 +230,9 @@ fn hostile_messages_are_errors_not_panics() {
         );
     }
     // Too many records (each one distinct and well formed).
-    let keys: Vec<String> = (0..=MAX_UEVENT_RECORDS).map(|i| format!("K{i}=v")).collect();
+    let keys: Vec<String> = (0..=MAX_UEVENT_RECORDS)
+        .map(|i| format!("K{i}=v"))
+        .collect();
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
     assert_eq!(
         Uevent::parse(&message("add", DEVPATH, &refs)),
