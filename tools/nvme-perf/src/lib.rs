@@ -17,6 +17,7 @@ pub mod control;
 pub mod control_socket;
 pub mod emulator;
 pub mod error;
+pub mod hotplug;
 pub mod report;
 pub mod rng;
 pub mod runner;
