@@ -12,7 +12,9 @@
 #
 # With --hotplug the controller sits behind a pcie-root-port and QEMU listens on a QMP socket; a
 # guest line "@@HOST device_del" makes the host send QMP device_del for it (a removal request
-# through pciehp, not a surprise removal: attention button, then power-off).
+# through pciehp, not a surprise removal: attention button, then power-off). A second, empty
+# pcie-root-port (hp1) takes a controller hot-added on "@@HOST device_add hp1" (QMP device_add
+# of an nvme with a drive prepared at start) and removed again on "@@HOST device_del hp1".
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -22,7 +24,7 @@ CASES_DIR=$HERE/cases
 LAYOUTS_FILE=$HERE/layouts
 
 # Our binaries copied into the guest when built.
-GUEST_BINS="nvme-identify nvme-hello nvme-dd nvme-perf guest-check blkexcl nvme-sqlite nvme-admin nvme-target"
+GUEST_BINS="nvme-identify nvme-hello nvme-dd nvme-perf nvme-hotplug guest-check blkexcl nvme-sqlite nvme-admin nvme-target"
 # Examples of crates/driver/examples copied into the guest (as /bin/<name>) when built.
 GUEST_EXAMPLES="two_controllers"
 # Kernel modules the guest loads at boot (dependencies are added from modules.dep).
@@ -135,7 +137,9 @@ Options:
   --timeout SECONDS         overall watchdog (default $TIMEOUT)
   --case-timeout SECONDS    per-case limit inside the guest (default $CASE_TIMEOUT)
   --hotplug                 controller behind a pcie-root-port, QMP socket in the work dir; the
-                            guest printing "@@HOST device_del" hot-unplugs it (cases/hot-unplug.sh)
+                            guest printing "@@HOST device_del" hot-unplugs it (cases/hot-unplug.sh);
+                            a free root port hp1 for "@@HOST device_add hp1" / "@@HOST device_del
+                            hp1" (a second controller with a 64 MiB drive; cases/hotplug.sh)
   --keep                    keep tests/qemu/work/ afterwards
   --log FILE                also write the serial log to FILE
   --trace PATTERN           enable QEMU trace events matching PATTERN (repeatable; QEMU's
@@ -683,6 +687,9 @@ PY
 # Watches the serial log (5 times a second) and carries out each "@@HOST ..." line of the guest,
 # in order, through QMP:
 #   @@HOST device_del          hot-unplugs the controller (--hotplug)
+#   @@HOST device_add hp1      hot-adds controller nvme-hp1 (serial hotplug1, drive hp1drv) on
+#                              the free root port hp1 (--hotplug)
+#   @@HOST device_del hp1      hot-unplugs it again
 #   @@HOST throttle K IOPS     sets throttle group tg<K>'s total IOPS limit (0: unlimited) of a
 #                              namespace given with ':throttle'
 watch_host_requests() {
@@ -691,6 +698,12 @@ watch_host_requests() {
         while IFS= read -r line; do
             done=$((done + 1))
             case "$line" in
+            "@@HOST device_add hp1")
+                note "guest asks for device_add on hp1: $(qmp '{"execute": "device_add", "arguments": {"driver": "nvme", "id": "nvme-hp1", "bus": "hp1", "serial": "hotplug1", "drive": "hp1drv"}}' 2>&1)"
+                ;;
+            "@@HOST device_del hp1")
+                note "guest asks for device_del nvme-hp1: $(qmp '{"execute": "device_del", "arguments": {"id": "nvme-hp1"}}' 2>&1)"
+                ;;
             "@@HOST device_del")
                 note "guest asks for device_del nvme0: $(qmp '{"execute": "device_del", "arguments": {"id": "nvme0"}}' 2>&1)"
                 ;;
@@ -781,7 +794,13 @@ QMP_SOCK=$WORK/qmp.sock
 NVME_BUS=""
 HOTPLUG_ARGS=()
 if [ "$HOTPLUG" = 1 ]; then
-    HOTPLUG_ARGS=(-device pcie-root-port,id=rp0,chassis=1,slot=1)
+    # The controller's port, and a free one for a controller hot-added later (its drive is
+    # ready from the start; QMP device_add only plugs the controller).
+    truncate -s 64M "$WORK/hp1.img"
+    # shellcheck disable=SC2054 # the commas belong to QEMU option values
+    HOTPLUG_ARGS=(-device pcie-root-port,id=rp0,chassis=1,slot=1
+        -device pcie-root-port,id=hp1,chassis=2,slot=2
+        -drive "file=$WORK/hp1.img,format=raw,if=none,id=hp1drv")
     NVME_BUS=",bus=rp0"
     QMP=1
 fi

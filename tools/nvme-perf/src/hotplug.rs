@@ -10,8 +10,9 @@
 //! - `removed ADDR after N I/Os` when a worker's I/O fails with `Removed` (it then stops)
 //! - `summary ADDR ios=N errors=N end=running|removed|error: ...` at the end.
 //!
-//! The run fails only when some controller's I/O fails with anything but `Removed`: a
-//! controller that goes away is expected, the others keep going.
+//! The run ends after `--time` seconds or once `--stop-file` exists. It fails only when some
+//! controller's I/O fails with anything but `Removed`: a controller that goes away is
+//! expected, the others keep going.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -53,6 +54,9 @@ pub struct HotplugArgs {
     /// The sysfs root to enumerate.
     #[arg(long, default_value = "/sys")]
     pub sysfs: PathBuf,
+    /// End the run early once this file exists (checked every 100 ms).
+    #[arg(long = "stop-file", value_name = "PATH")]
+    pub stop_file: Option<PathBuf>,
 }
 
 /// How one controller's worker ended (or that it still runs).
@@ -184,7 +188,8 @@ pub fn run(
             last_report = now;
             next_report = now + interval;
         }
-        if now.duration_since(start) >= run_for {
+        let stop_asked = args.stop_file.as_ref().is_some_and(|p| p.exists());
+        if now.duration_since(start) >= run_for || stop_asked {
             break;
         }
         if let Err(e) = monitor.wait(MONITOR_PERIOD) {

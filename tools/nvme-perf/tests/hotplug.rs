@@ -85,6 +85,7 @@ fn the_first_controller_keeps_going_while_a_second_comes_and_goes() {
         block_bytes: 4096,
         interval_ms: 250,
         sysfs: PathBuf::from("/unused"),
+        stop_file: None,
     };
     let driver = {
         let (root, queue, sims) = (root.clone(), queue.clone(), sims.clone());
