@@ -154,9 +154,11 @@ qemu_vfio_modes() {
     [ ${#failed[@]} -eq 0 ] || { echo "==== vfio modes failed: ${failed[*]}"; return 1; }
 }
 step "qemu guest (vfio modes)" qemu_vfio_modes
-# Its own boot: the controller behind a pcie-root-port, hot-unplugged (QMP device_del) under load;
-# it is gone afterwards, so nothing else can run in this boot.
-step "qemu guest (hot-unplug)" tests/qemu/run.sh --no-build --hotplug hot-unplug.sh
+# Its own boot: the controller behind a pcie-root-port. First a second controller is hot-added on
+# a free root port (QMP device_add), attached by the uevent monitor, read from and hot-removed
+# while the first keeps reading (hotplug.sh); then the first is hot-unplugged (QMP device_del)
+# under load; it is gone afterwards, so nothing else can run in this boot.
+step "qemu guest (hot-plug, hot-unplug)" tests/qemu/run.sh --no-build --hotplug hotplug.sh hot-unplug.sh
 
 echo
 echo "==== run-all summary"
