@@ -41,8 +41,9 @@ grep -q "register window at .* revoked" /tmp/perf.err ||
     fail "nvme-perf did not revoke the register window on the removal request"
 
 
-# When vfio-pci relayed the request: the first "Relaying device request" line of the kernel log.
-t_req=$(dmesg | sed -n 's/^\[ *\([0-9.]*\)\].*Relaying device request.*/\1/p' | head -n1)
+# When vfio-pci relayed the request: the first "Relaying device request" line of the kernel log
+# for this function (hotplug.sh, earlier in the boot, removed another one).
+t_req=$(dmesg | sed -n "s/^\[ *\([0-9.]*\)\].*$NVME_BDF.*Relaying device request.*/\1/p" | head -n1)
 [ -n "$t_req" ] || { dmesg | tail -n 20; fail "no 'Relaying device request' in the kernel log"; }
 ms=$(awk -v a="$t_req" -v b="$t_exit" 'BEGIN { printf "%d", (b - a) * 1000 }')
 echo "device request at ${t_req}s, nvme-perf gone ${ms} ms later"
