@@ -18,6 +18,9 @@ use nvme_sim::{SimConfig, SimController};
 use nvme_vfio::uevent::{Received, UeventSource};
 use nvme_vfio::{PciFunction, Sysfs};
 
+/// The emulated controllers, by the function they stand behind.
+type Sims = Arc<Mutex<Vec<(PciAddress, Arc<SimController>)>>>;
+
 #[derive(Clone, Default)]
 struct Queue(Arc<Mutex<VecDeque<Vec<u8>>>>);
 
@@ -59,7 +62,7 @@ fn the_first_controller_keeps_going_while_a_second_comes_and_goes() {
     let root = std::env::temp_dir().join(format!("nvme-hotplug-tool-{}", std::process::id()));
     std::fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
     add_function(&root, "0000:01:00.0");
-    let sims: Arc<Mutex<Vec<(PciAddress, Arc<SimController>)>>> = Arc::default();
+    let sims: Sims = Arc::default();
     let s = sims.clone();
     let probe =
         Probe::new()
