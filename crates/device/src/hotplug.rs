@@ -305,7 +305,9 @@ impl HotplugMonitor {
     }
 
     /// Runs the monitor on a thread of its own: wait up to `period` for a uevent, poll,
-    /// hand every event to `on_event`; until [`MonitorThread::stop`].
+    /// hand every event to `on_event`; until [`MonitorThread::stop`]. The registry stays
+    /// inside the monitor meanwhile: the program gets its controllers from the attach
+    /// callback (which runs on that thread) and learns of removals from the remove callback.
     pub fn spawn(
         mut self,
         period: Duration,
