@@ -111,6 +111,9 @@ pub struct ServeSummary {
     pub queues: Vec<EngineStats>,
 }
 
+/// How a queue thread ended (`None`: not yet).
+type QueueOutcome = Option<Result<EngineStats, UblkError>>;
+
 /// The ublk parameters of `cfg` (`struct ublk_params`: basic limits, plus discard and
 /// write-zeroes limits when the controller offers them).
 fn params(cfg: &DeviceConfig) -> sys::ublk_params {
@@ -174,7 +177,7 @@ pub fn serve(
     // Each queue thread takes its engine once, at its start (not per I/O).
     let slots: Arc<Mutex<Vec<Option<Engine<AnyQueuePair>>>>> =
         Arc::new(Mutex::new(engines.into_iter().map(Some).collect()));
-    let results: Arc<Mutex<Vec<Option<Result<EngineStats, UblkError>>>>> =
+    let results: Arc<Mutex<Vec<QueueOutcome>>> =
         Arc::new(Mutex::new((0..nr_queues).map(|_| None).collect()));
     let live = Arc::new(AtomicUsize::new(usize::from(nr_queues)));
 
