@@ -4,7 +4,10 @@
 # 4 KiB random reads, O_DIRECT, QD1 and QD32, UB_REPS repetitions of UB_TIME seconds a run,
 # the phases' order alternating per repetition. Needs the harness's 6.12 kernel (run.sh
 # --vfio-mode) and fio (GUEST_EXTRA_BINS=fio=/usr/bin/fio). Not in tests/run-all.sh.
-# Each run prints `@@UBLK <label> <IOPS>`; labels ublk-qd{1,32}, kernel-qd{1,32}; the server's
+# nvme-ublk runs twice a repetition: as by default (ublk-spin-*: polls without sleeping while
+# requests are in flight) and with --poll-sleep-us 20 (ublk-*: sleeps 20 us between polls once
+# the device has been slow to answer for a few polls).
+# Each run prints `@@UBLK <label> <IOPS>`; labels ublk[-spin]-qd{1,32}, kernel-qd{1,32}; the server's
 # CPU time per ublk run as `@@UBLK-CPU <label> <seconds>`. The last lines are the medians and
 # the ratios ublk / kernel.
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
@@ -45,9 +48,12 @@ fio_iops() {
 # cpu_ticks PID: user + system clock ticks of PID.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
+# ublk_phase NAME [nvme-ublk options]: the ublk runs, labelled NAME-qd*.
 ublk_phase() {
+    name=$1
+    shift
     bind_vfio
-    nvme-ublk "$NVME_BDF" -n $NSID --queues 2 >$LOG 2>&1 &
+    nvme-ublk "$NVME_BDF" -n $NSID --queues 2 "$@" >$LOG 2>&1 &
     UPID=$!
     i=0
     until grep -q "nvme-ublk: serving" $LOG; do
@@ -59,9 +65,9 @@ ublk_phase() {
     until [ -b "$dev" ]; do sleep 0.1; done
     for q in 1 32; do
         c0=$(cpu_ticks $UPID)
-        fio_iops ublk-qd$q "$dev" $q
+        fio_iops $name-qd$q "$dev" $q
         c1=$(cpu_ticks $UPID)
-        echo "@@UBLK-CPU ublk-qd$q $(awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK 2>/dev/null || echo 100)" 'BEGIN { printf "%.2f", t / hz }')"
+        echo "@@UBLK-CPU $name-qd$q $(awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK 2>/dev/null || echo 100)" 'BEGIN { printf "%.2f", t / hz }')"
     done
     kill -TERM $UPID
     wait $UPID || fail "nvme-ublk did not stop cleanly"
@@ -79,18 +85,23 @@ r=1
 while [ $r -le "$REPS" ]; do
     echo "== repetition $r of $REPS (${T} s a run)"
     if [ $((r % 2)) = 1 ]; then
-        ublk_phase
+        ublk_phase ublk --poll-sleep-us 20
+        ublk_phase ublk-spin
         kernel_phase
     else
         kernel_phase
-        ublk_phase
+        ublk_phase ublk-spin
+        ublk_phase ublk --poll-sleep-us 20
     fi
     r=$((r + 1))
 done
 
 echo "== medians (IOPS) and ratios"
+median() { sed -n "s/^@@UBLK $1 //p" /tmp/ub.all | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+ratio() { awk -v u="$1" -v k="$2" 'BEGIN { if (k > 0) printf "%.2f", u / k; else print "n/a" }'; }
 for q in 1 32; do
-    u=$(sed -n "s/^@@UBLK ublk-qd$q //p" /tmp/ub.all | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
-    k=$(sed -n "s/^@@UBLK kernel-qd$q //p" /tmp/ub.all | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
-    echo "@@UBLK-MEDIAN qd$q ublk=$u kernel=$k ratio=$(awk -v u="$u" -v k="$k" 'BEGIN { if (k > 0) printf "%.2f", u / k; else print "n/a" }')"
+    u=$(median ublk-qd$q)
+    s=$(median ublk-spin-qd$q)
+    k=$(median kernel-qd$q)
+    echo "@@UBLK-MEDIAN qd$q ublk=$u ublk-spin=$s kernel=$k ratio=$(ratio "$u" "$k") spin-ratio=$(ratio "$s" "$k")"
 done

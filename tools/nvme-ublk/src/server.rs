@@ -29,6 +29,8 @@ pub const CONTROL_PATH: &str = "/dev/ublk-control";
 const MODULE_PATH: &str = "/sys/module/ublk_drv";
 /// How often the main thread looks for a stop signal.
 const SIGNAL_POLL: Duration = Duration::from_millis(100);
+/// Polls without progress (requests in flight) before a queue thread sleeps between polls.
+pub const IDLE_ROUNDS_BEFORE_SLEEP: u32 = 16;
 /// Target name in the ublk device's JSON export.
 const TARGET_NAME: &str = "nvme";
 
@@ -100,6 +102,10 @@ pub struct DeviceConfig {
     pub geo: Geometry,
     /// The controller has a volatile write cache: announce it (flushes, FUA).
     pub volatile_cache: bool,
+    /// While requests are in flight and nothing has moved for
+    /// [`IDLE_ROUNDS_BEFORE_SLEEP`] polls, sleep this long between polls (zero: poll
+    /// without sleeping).
+    pub poll_sleep: Duration,
 }
 
 /// What a served device did, for the closing line.
@@ -192,7 +198,7 @@ pub fn serve(
             let engine = slots.lock().ok().and_then(|mut s| s[usize::from(qid)].take());
             let outcome = match engine {
                 Some(mut engine) => {
-                    let r = serve_queue(qid, dev, &mut engine);
+                    let r = serve_queue(qid, dev, &mut engine, cfg.poll_sleep);
                     engine.drain();
                     let stats = engine.stats();
                     // The queue pair is deleted here, on its own thread.
@@ -262,12 +268,14 @@ fn serve_queue(
     qid: u16,
     dev: &UblkDev,
     engine: &mut Engine<AnyQueuePair>,
+    poll_sleep: Duration,
 ) -> Result<(), UblkError> {
     // The kernel's I/O buffer of each tag: it copies a write's data into it before handing
     // the request over, and a read's data out of it at COMMIT_AND_FETCH_REQ.
     let mut bufs = dev.alloc_queue_io_bufs();
     let queue =
         UblkQueue::new(qid, dev)?.submit_fetch_commands_unified(BufDescList::Slices(Some(&bufs)))?;
+    let mut idle_rounds = 0u32;
     loop {
         // Sleep in io_uring_enter only when nothing is on the queue pair.
         let to_wait = usize::from(engine.in_flight() == 0);
@@ -289,12 +297,12 @@ fn serve_queue(
             },
             to_wait,
         );
-        match r {
-            Ok(_) => {}
+        let arrived = match r {
+            Ok(n) => n,
             Err(UblkError::QueueIsDown) => return Ok(()),
             Err(e) => return Err(e),
-        }
-        engine.poll(|tag, res, data| {
+        };
+        let finished = engine.poll(|tag, res, data| {
             let Some(buf) = bufs.get_mut(usize::from(tag)) else {
                 return;
             };
@@ -303,6 +311,16 @@ fn serve_queue(
             }
             commit(&queue, tag, buf, res);
         });
+        // Requests in flight and nothing moved for a while: let the CPU go for a moment
+        // (a busy core starves whoever emulates or shares it, e.g. a TCG guest's device).
+        if arrived > 0 || finished > 0 || engine.in_flight() == 0 {
+            idle_rounds = 0;
+        } else {
+            idle_rounds += 1;
+            if !poll_sleep.is_zero() && idle_rounds >= IDLE_ROUNDS_BEFORE_SLEEP {
+                std::thread::sleep(poll_sleep);
+            }
+        }
     }
 }
 
@@ -331,6 +349,7 @@ mod tests {
                 write_zeroes: true,
             },
             volatile_cache: true,
+            poll_sleep: Duration::ZERO,
         };
         let p = params(&cfg);
         assert_eq!(p.types, sys::UBLK_PARAM_TYPE_BASIC | sys::UBLK_PARAM_TYPE_DISCARD);
