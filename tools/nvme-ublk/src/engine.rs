@@ -148,7 +148,10 @@ impl<Q: BlockQueue> Engine<Q> {
 
     fn submit(&mut self, tag: u16, desc: &IoDesc, data: &[u8]) -> Started {
         let Some(slot) = self.slots.get_mut(usize::from(tag)) else {
-            log::error!("ublk tag {tag} is beyond the queue's {} tags", self.slots.len());
+            log::error!(
+                "ublk tag {tag} is beyond the queue's {} tags",
+                self.slots.len()
+            );
             return Started::Done(-libc::EINVAL);
         };
         if slot.busy {

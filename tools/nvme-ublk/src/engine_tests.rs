@@ -104,7 +104,9 @@ impl Rig {
 }
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
 }
 
 #[test]
@@ -133,15 +135,24 @@ fn every_tag_in_flight_at_once() {
     }
     let results = r.run(&reqs);
     assert_eq!(results.len(), usize::from(DEPTH));
-    assert!(results.iter().all(|&(_, res)| res == 2 * BS as i32), "{results:?}");
+    assert!(
+        results.iter().all(|&(_, res)| res == 2 * BS as i32),
+        "{results:?}"
+    );
     for tag in 0..DEPTH {
         assert_eq!(
-            r.sim.read_disk(1, u64::from(tag) * 2 * u64::from(BS), 2 * BS as usize),
+            r.sim
+                .read_disk(1, u64::from(tag) * 2 * u64::from(BS), 2 * BS as usize),
             pattern(tag as u8, 2 * BS as usize)
         );
     }
     let reads: Vec<_> = (0..DEPTH)
-        .map(|tag| (tag, desc(sys::UBLK_IO_OP_READ, 0, u64::from(DEPTH - 1 - tag) * 2, 2)))
+        .map(|tag| {
+            (
+                tag,
+                desc(sys::UBLK_IO_OP_READ, 0, u64::from(DEPTH - 1 - tag) * 2, 2),
+            )
+        })
         .collect();
     r.kbuf.iter_mut().for_each(|b| b.fill(0));
     let results = r.run(&reads);
@@ -160,7 +171,10 @@ fn flush_write_zeroes_and_discard() {
     r.sim.write_disk(1, 0, &ones);
     assert_eq!(r.one(0, desc(sys::UBLK_IO_OP_FLUSH, 0, 0, 0)), 0);
     // Write Zeroes of blocks 1..3: zero on the medium, the neighbours untouched.
-    let res = r.one(1, desc(sys::UBLK_IO_OP_WRITE_ZEROES, sys::UBLK_IO_F_NOUNMAP, 1, 2));
+    let res = r.one(
+        1,
+        desc(sys::UBLK_IO_OP_WRITE_ZEROES, sys::UBLK_IO_F_NOUNMAP, 1, 2),
+    );
     assert_eq!(res, 2 * BS as i32);
     let disk = r.sim.read_disk(1, 0, 4 * BS as usize);
     let bs = BS as usize;
@@ -169,7 +183,10 @@ fn flush_write_zeroes_and_discard() {
     assert!(disk[3 * bs..].iter().all(|&b| b == 0xa5));
     // Discard (Deallocate) of blocks 4..8 completes with its bytes; the emulator's
     // deallocated blocks read back as zeroes.
-    assert_eq!(r.one(2, desc(sys::UBLK_IO_OP_DISCARD, 0, 4, 4)), 4 * BS as i32);
+    assert_eq!(
+        r.one(2, desc(sys::UBLK_IO_OP_DISCARD, 0, 4, 4)),
+        4 * BS as i32
+    );
     assert_eq!(r.one(2, desc(sys::UBLK_IO_OP_READ, 0, 4, 4)), 4 * BS as i32);
     assert!(r.kbuf[2][..4 * bs].iter().all(|&b| b == 0));
 }
@@ -214,7 +231,8 @@ fn refusals_complete_at_once_and_touch_nothing() {
         -libc::EOPNOTSUPP
     );
     assert_eq!(
-        r.engine.start(DEPTH, &desc(sys::UBLK_IO_OP_READ, 0, 0, 1), &[]),
+        r.engine
+            .start(DEPTH, &desc(sys::UBLK_IO_OP_READ, 0, 0, 1), &[]),
         Started::Done(-libc::EINVAL)
     );
     assert_eq!(r.engine.in_flight(), 0);
@@ -225,7 +243,9 @@ fn refusals_complete_at_once_and_touch_nothing() {
 fn drain_waits_for_everything_in_flight() {
     let mut r = rig();
     for tag in 0..DEPTH {
-        let started = r.engine.start(tag, &desc(sys::UBLK_IO_OP_READ, 0, 0, 1), &[]);
+        let started = r
+            .engine
+            .start(tag, &desc(sys::UBLK_IO_OP_READ, 0, 0, 1), &[]);
         assert_eq!(started, Started::Queued);
     }
     assert_eq!(r.engine.in_flight(), usize::from(DEPTH));

@@ -264,7 +264,10 @@ mod tests {
             Ok(Request::Read { lba: 2, blocks: 1 })
         );
         assert_eq!(
-            map(&desc(sys::UBLK_IO_OP_WRITE, sys::UBLK_IO_F_FUA, 0, 256), &GEO),
+            map(
+                &desc(sys::UBLK_IO_OP_WRITE, sys::UBLK_IO_F_FUA, 0, 256),
+                &GEO
+            ),
             Ok(Request::Write {
                 lba: 0,
                 blocks: 32,

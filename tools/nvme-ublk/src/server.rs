@@ -195,7 +195,10 @@ pub fn serve(
     let q_fn = {
         let (slots, results, live) = (slots.clone(), results.clone(), live.clone());
         move |qid: u16, dev: &UblkDev| {
-            let engine = slots.lock().ok().and_then(|mut s| s[usize::from(qid)].take());
+            let engine = slots
+                .lock()
+                .ok()
+                .and_then(|mut s| s[usize::from(qid)].take());
             let outcome = match engine {
                 Some(mut engine) => {
                     let r = serve_queue(qid, dev, &mut engine, cfg.poll_sleep);
@@ -273,8 +276,8 @@ fn serve_queue(
     // The kernel's I/O buffer of each tag: it copies a write's data into it before handing
     // the request over, and a read's data out of it at COMMIT_AND_FETCH_REQ.
     let mut bufs = dev.alloc_queue_io_bufs();
-    let queue =
-        UblkQueue::new(qid, dev)?.submit_fetch_commands_unified(BufDescList::Slices(Some(&bufs)))?;
+    let queue = UblkQueue::new(qid, dev)?
+        .submit_fetch_commands_unified(BufDescList::Slices(Some(&bufs)))?;
     let mut idle_rounds = 0u32;
     loop {
         // Sleep in io_uring_enter only when nothing is on the queue pair.
@@ -326,7 +329,8 @@ fn serve_queue(
 
 /// COMMIT_AND_FETCH_REQ of `tag` with `res` (bytes or a negative errno).
 fn commit(queue: &UblkQueue, tag: u16, buf: &[u8], res: i32) {
-    if let Err(e) = queue.complete_io_cmd_unified(tag, BufDesc::Slice(buf), Ok(UblkIORes::Result(res)))
+    if let Err(e) =
+        queue.complete_io_cmd_unified(tag, BufDesc::Slice(buf), Ok(UblkIORes::Result(res)))
     {
         log::error!("ublk tag {tag}: commit failed: {}", ublk_message(&e));
     }
@@ -352,7 +356,10 @@ mod tests {
             poll_sleep: Duration::ZERO,
         };
         let p = params(&cfg);
-        assert_eq!(p.types, sys::UBLK_PARAM_TYPE_BASIC | sys::UBLK_PARAM_TYPE_DISCARD);
+        assert_eq!(
+            p.types,
+            sys::UBLK_PARAM_TYPE_BASIC | sys::UBLK_PARAM_TYPE_DISCARD
+        );
         assert_eq!(p.basic.logical_bs_shift, 12);
         assert_eq!(p.basic.physical_bs_shift, 12);
         assert_eq!(p.basic.max_sectors, 256);
