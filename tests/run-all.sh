@@ -137,14 +137,24 @@ step "guest kernel (build or cache)" tests/qemu/guest-kernel.sh
 # (no emulated IOMMU, physical addresses, hugepage memory). vfio-mode.sh asserts the mode the
 # tools report; perf-smoke and recovery add MSI-X interrupts, the device request interrupt and
 # controller resets in each mode. The first qemu step's boot covers type1 on the stock kernel.
+# The iommufd boot also runs ublk.sh (nvme-ublk: /dev/ublkbN served through our driver).
 # shellcheck disable=SC2317 # called through step
 qemu_vfio_modes() {
-    local mode t0 failed=()
+    local mode t0 failed=() extra bins
     for mode in iommufd noiommu; do
         t0=$SECONDS
-        if tests/qemu/run.sh --no-build --guest-env INTEGRITY_SIZES=$LAYOUT_INTEGRITY_SIZES \
+        extra=()
+        bins=""
+        # ublk.sh needs a kernel with the ublk driver (this one): the iommufd boot runs it,
+        # with the distribution's fio for its verify step.
+        if [ "$mode" = iommufd ]; then
+            extra=(ublk.sh)
+            ! command -v fio >/dev/null || bins="fio=$(command -v fio)"
+        fi
+        if GUEST_EXTRA_BINS=$bins tests/qemu/run.sh --no-build \
+            --guest-env INTEGRITY_SIZES=$LAYOUT_INTEGRITY_SIZES \
             --vfio-mode "$mode" vfio-mode.sh identify.sh hello.sh integrity.sh \
-            bad-input.sh perf-smoke.sh recovery.sh; then
+            bad-input.sh perf-smoke.sh recovery.sh ${extra[@]+"${extra[@]}"}; then
             echo "==== vfio mode $mode: PASS ($((SECONDS - t0))s)"
         else
             echo "==== vfio mode $mode: FAIL ($((SECONDS - t0))s)"

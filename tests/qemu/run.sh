@@ -24,7 +24,7 @@ CASES_DIR=$HERE/cases
 LAYOUTS_FILE=$HERE/layouts
 
 # Our binaries copied into the guest when built.
-GUEST_BINS="nvme-identify nvme-hello nvme-dd nvme-perf nvme-hotplug guest-check blkexcl nvme-sqlite nvme-admin nvme-target"
+GUEST_BINS="nvme-identify nvme-hello nvme-dd nvme-perf nvme-hotplug guest-check blkexcl nvme-sqlite nvme-admin nvme-target nvme-ublk"
 # Examples of crates/driver/examples copied into the guest (as /bin/<name>) when built.
 GUEST_EXAMPLES="two_controllers"
 # Kernel modules the guest loads at boot (dependencies are added from modules.dep).
