@@ -76,8 +76,8 @@ pub use options::QueuePairOptions;
 pub use protection::{
     LbaFormatInfo, MetadataLayout, PiCheck, PiType, Prinfo, Protected, Protection,
 };
-pub use zns::{ZoneAppend, ZoneMgmtRecv, ZoneMgmtSend};
 pub use timeout::{AbortStats, EpochClock, TimeoutAction, TIMEOUT_EPOCHS};
+pub use zns::{ZoneAppend, ZoneMgmtRecv, ZoneMgmtSend};
 
 pub use nvme_spec as spec;
 pub use nvme_vfio::{DmaBuffer, DmaDomain, DmaError, DmaMapper, Iova};

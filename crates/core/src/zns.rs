@@ -384,7 +384,10 @@ mod tests {
         assert_eq!((s.opcode(), s.cdw10, s.cdw13), (0x79, 64, 0x03 | 1 << 9));
         let r = ZoneMgmtSend::new(0, ZoneSendAction::Reset).all().sqe(1);
         assert_eq!(r.cdw13, 0x04 | 1 << 8);
-        assert_eq!(ZoneMgmtSend::new(0, ZoneSendAction::Close).direction(), DataDirection::None);
+        assert_eq!(
+            ZoneMgmtSend::new(0, ZoneSendAction::Close).direction(),
+            DataDirection::None
+        );
         assert_eq!(
             ZoneMgmtSend::set_descriptor_extension(0, 64).direction(),
             DataDirection::ToDevice

@@ -660,7 +660,10 @@ mod tests {
         let mut out = [0u8; IDENTIFY_BYTES];
         ns.encode(&mut out);
         assert_eq!(out[4..8], 13u32.to_le_bytes());
-        assert_eq!(out[ZNS_LBAFE_OFFSET..ZNS_LBAFE_OFFSET + 8], 4096u64.to_le_bytes());
+        assert_eq!(
+            out[ZNS_LBAFE_OFFSET..ZNS_LBAFE_OFFSET + 8],
+            4096u64.to_le_bytes()
+        );
         assert_eq!(ZnsIdentifyNamespace::parse(&out), ns);
         assert_eq!(ZnsIdentifyNamespace::limit(13), Some(14));
         assert_eq!(ZnsIdentifyNamespace::limit(NO_LIMIT), None);
