@@ -146,6 +146,17 @@ fn identify_and_report_show_the_zones() {
 }
 
 #[test]
+fn zns_identify_reports_the_geometry() {
+    use nvme_driver::AdminCommands;
+    let (_sim, ctrl) = start(4, 6);
+    let id = ctrl.zns_identify_namespace(1).unwrap();
+    assert_eq!(id.lbafe[0].zsze, ZONE);
+    assert_eq!((id.head.mor, id.head.mar), (3, 5));
+    assert_eq!(id.head.zrwasz, 8);
+    assert_eq!(ctrl.zns_identify_controller().unwrap().zasl, 0);
+}
+
+#[test]
 fn every_state_transition() {
     let (sim, ctrl) = start(0, 0);
     let mut q = qp(&ctrl);
