@@ -233,7 +233,9 @@ impl SimConfig {
     pub(crate) fn validate(&self) {
         if let Some(z) = &self.zoned {
             assert!(
-                self.namespaces.iter().any(|ns| ns.nsid == z.nsid && ns.metadata_size == 0),
+                self.namespaces
+                    .iter()
+                    .any(|ns| ns.nsid == z.nsid && ns.metadata_size == 0),
                 "SimConfig::zoned names namespace {}, which is not a configured namespace \
                  without metadata",
                 z.nsid
