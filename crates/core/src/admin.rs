@@ -84,6 +84,19 @@ impl AdminCommand {
         }
     }
 
+    /// Identify of an I/O Command Set specific structure (Base 2.0 §5.17: CNS `cns` in CDW10,
+    /// the Command Set Identifier in CDW11 bits 31:24), e.g. CNS 05h/06h with CSI 02h for the
+    /// ZNS Identify Namespace and Controller.
+    pub fn identify_csi(cns: u8, csi: u8, nsid: u32) -> Self {
+        let mut sqe = command::identify(Cns::Namespace, nsid);
+        sqe.cdw10 = u32::from(cns);
+        sqe.cdw11 = u32::from(csi) << IDENTIFY_CSI_SHIFT;
+        AdminCommand {
+            sqe,
+            data: AdminData::FromDevice(IDENTIFY_DATA_SIZE),
+        }
+    }
+
     /// Get Log Page `lid` for `nsid` (§5.16), `bytes` long (a non-zero multiple of 4).
     pub fn get_log_page(lid: u8, nsid: u32, bytes: usize) -> Result<Self> {
         let len = u32::try_from(bytes)
@@ -136,6 +149,9 @@ fn from_device(len: usize) -> AdminData {
     }
 }
 
+/// Identify CDW11 bits 31:24: Command Set Identifier (Base 2.0 §5.17.1).
+const IDENTIFY_CSI_SHIFT: u32 = 24;
+
 fn identify_bytes(reply: &AdminReply) -> Result<[u8; IDENTIFY_DATA_SIZE]> {
     reply
         .data
@@ -171,6 +187,33 @@ pub trait AdminCommands: NvmeController {
     fn identify_namespace(&self, nsid: u32) -> Result<IdentifyNamespace> {
         let reply = self.admin(AdminCommand::identify(Cns::Namespace, nsid))?;
         Ok(IdentifyNamespace::from_bytes(&identify_bytes(&reply)?))
+    }
+
+    /// ZNS Identify Namespace (CNS 05h, CSI 02h; ZNS CS 1.1 §4.1.5.1) of `nsid`: zone size
+    /// (ZSZE of the LBA format in use), MAR/MOR, ZRWA. A namespace that is not zoned
+    /// completes with an error status (Invalid Field).
+    fn zns_identify_namespace(&self, nsid: u32) -> Result<nvme_spec::zns::ZnsIdentifyNamespace> {
+        use nvme_spec::zns;
+        let reply = self.admin(AdminCommand::identify_csi(
+            zns::CNS_CSI_NAMESPACE,
+            zns::CSI_ZNS,
+            nsid,
+        ))?;
+        Ok(zns::ZnsIdentifyNamespace::parse(&identify_bytes(&reply)?))
+    }
+
+    /// ZNS Identify Controller (CNS 06h, CSI 02h; ZNS CS 1.1 §4.1.5.2): ZASL.
+    fn zns_identify_controller(&self) -> Result<nvme_spec::zns::ZnsIdentifyController> {
+        use nvme_spec::zns;
+        let reply = self.admin(AdminCommand::identify_csi(
+            zns::CNS_CSI_CONTROLLER,
+            zns::CSI_ZNS,
+            0,
+        ))?;
+        let bytes = identify_bytes(&reply)?;
+        let mut head = [0u8; zns::ZnsIdentifyController::SIZE];
+        head.copy_from_slice(&bytes[..zns::ZnsIdentifyController::SIZE]);
+        Ok(zns::ZnsIdentifyController::from_bytes(&head))
     }
 
     /// Active Namespace ID list (CNS 02h, §5.17.2.2): up to 1024 active NSIDs above `after`.

@@ -406,6 +406,9 @@ impl NvmCommand for IoCommand {
             b if b == NvmOpcode::WriteZeroes.byte() => NvmOpcode::WriteZeroes,
             b if b == NvmOpcode::DatasetManagement.byte() => NvmOpcode::DatasetManagement,
             b if b == NvmOpcode::Verify.byte() => NvmOpcode::Verify,
+            b if b == NvmOpcode::ZoneMgmtSend.byte() => NvmOpcode::ZoneMgmtSend,
+            b if b == NvmOpcode::ZoneMgmtRecv.byte() => NvmOpcode::ZoneMgmtRecv,
+            b if b == NvmOpcode::ZoneAppend.byte() => NvmOpcode::ZoneAppend,
             _ => NvmOpcode::Copy,
         }
     }
@@ -447,6 +450,9 @@ impl NvmCommand for IoCommand {
         if self.protected {
             return erased::data_bytes(ns, self.range, &erased::protection(&self.sqe));
         }
+        if let Some(bytes) = crate::zns::erased::data_bytes(&self.sqe) {
+            return bytes;
+        }
         match self.as_copy() {
             Some(copy) => copy.data_bytes(ns),
             None => range_bytes(self.range, ns),
@@ -454,7 +460,16 @@ impl NvmCommand for IoCommand {
     }
     #[inline]
     fn splittable(&self) -> bool {
-        self.sqe.opcode() != NvmOpcode::Copy.byte() && !self.protected
+        self.sqe.opcode() != NvmOpcode::Copy.byte()
+            && !self.protected
+            && !crate::zns::erased::is_zone(&self.sqe)
+    }
+    #[inline]
+    fn direction(&self) -> DataDirection {
+        if crate::zns::erased::send_without_data(&self.sqe) {
+            return DataDirection::None;
+        }
+        self.opcode().direction()
     }
     #[inline]
     fn check_range(&self, ns: &Namespace) -> Result<()> {

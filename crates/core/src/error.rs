@@ -90,6 +90,18 @@ pub enum Error {
         /// The NVMe status it completed with.
         status: Status,
     },
+    /// A command completed with a zone error status (ZNS CS 1.1 §3.3.1.1, SCT 1h SC B8h-BFh):
+    /// Zone Boundary Error, Zone Is Full / Read Only / Offline, Zone Invalid Write, Too Many
+    /// Active / Open Zones, Invalid Zone State Transition.
+    #[error("{command} failed with a zone error ({zone:?}): {status}")]
+    Zone {
+        /// The command's name.
+        command: &'static str,
+        /// Which zone error.
+        zone: nvme_spec::zns::ZoneError,
+        /// The NVMe status it completed with.
+        status: Status,
+    },
     /// A request does not fit its namespace's metadata format (a plain command on a namespace
     /// with metadata, a missing, superfluous or short metadata buffer): nothing was sent.
     #[error("namespace {nsid} ({format}): {what}")]
@@ -442,7 +454,9 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Reset { .. } | Error::Resetting { .. } | Error::QueueFull { .. } => true,
-            Error::Command { status, .. } | Error::ProtectionCheck { status, .. } => !status.dnr(),
+            Error::Command { status, .. }
+            | Error::ProtectionCheck { status, .. }
+            | Error::Zone { status, .. } => !status.dnr(),
             _ => false,
         }
     }
@@ -450,7 +464,9 @@ impl Error {
     /// The NVMe status, if this error is a command completing with an error status.
     pub fn status(&self) -> Option<Status> {
         match self {
-            Error::Command { status, .. } | Error::ProtectionCheck { status, .. } => Some(*status),
+            Error::Command { status, .. }
+            | Error::ProtectionCheck { status, .. }
+            | Error::Zone { status, .. } => Some(*status),
             _ => None,
         }
     }
@@ -466,7 +482,14 @@ impl Error {
                 check,
                 status,
             },
-            None => Error::Command { command, status },
+            None => match nvme_spec::zns::ZoneError::from_status(status) {
+                Some(zone) => Error::Zone {
+                    command,
+                    zone,
+                    status,
+                },
+                None => Error::Command { command, status },
+            },
         }
     }
 }

@@ -59,6 +59,7 @@ pub mod protection;
 pub mod split;
 pub mod state;
 mod timeout;
+pub mod zns;
 
 pub use admin::{AdminCommand, AdminCommands, AdminData, AdminReply};
 pub use command::{CommandContext, CopyLimit, IoCommand, LbaRange, NvmCommand};
@@ -76,6 +77,7 @@ pub use protection::{
     LbaFormatInfo, MetadataLayout, PiCheck, PiType, Prinfo, Protected, Protection,
 };
 pub use timeout::{AbortStats, EpochClock, TimeoutAction, TIMEOUT_EPOCHS};
+pub use zns::{ZoneAppend, ZoneMgmtRecv, ZoneMgmtSend};
 
 pub use nvme_spec as spec;
 pub use nvme_vfio::{DmaBuffer, DmaDomain, DmaError, DmaMapper, Iova};

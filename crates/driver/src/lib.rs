@@ -64,6 +64,7 @@ pub use nvme_core::protection::{
     self, LbaFormatInfo, MetadataLayout, PiCheck, PiType, Prinfo, ProtectableCommand, Protected,
     Protection,
 };
+pub use nvme_core::zns;
 pub use nvme_core::{
     command, AdminCommand, AdminCommands, AdminData, AdminReply, CopyLimit, Error, IoCommand,
     IoFailure, IoQueue, IoVec, LbaRange, Namespace, NamespaceChange, NamespaceChanges, NanoClock,

@@ -77,6 +77,45 @@ impl Default for SimCopy {
     }
 }
 
+/// A zoned namespace (ZNS CS 1.1, CSI 02h) of an emulated controller: namespace `nsid` is
+/// cut into zones of `zone_blocks` blocks (the last partial zone is not used), each with a
+/// write pointer and the zone state machine of ZNS §2.1.1; Write must land at the write
+/// pointer, Zone Append returns where it landed, Zone Management Send/Receive act on and
+/// report the zones. The defaults are QEMU 7.2's `zoned.*` properties' shape (no limits
+/// there; here 4 open and 6 active so that the limits can be tested).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimZoned {
+    /// The zoned namespace.
+    pub nsid: u32,
+    /// Zone size (ZSZE) in blocks, and capacity (ZCAP; every zone the same).
+    pub zone_blocks: u64,
+    /// Zone capacity in blocks (<= `zone_blocks`).
+    pub zone_capacity: u64,
+    /// Maximum open zones (MOR + 1); 0 = no limit.
+    pub max_open: u32,
+    /// Maximum active zones (MAR + 1); 0 = no limit.
+    pub max_active: u32,
+    /// ZRWA size in blocks (0 = no Zone Random Write Area offered).
+    pub zrwa_blocks: u16,
+}
+
+impl Default for SimZoned {
+    /// Namespace 1, zones of 1024 blocks, 4 open, 6 active, ZRWA of 16 blocks.
+    fn default() -> Self {
+        Self {
+            nsid: 1,
+            zone_blocks: DEFAULT_ZONE_BLOCKS,
+            zone_capacity: DEFAULT_ZONE_BLOCKS,
+            max_open: 4,
+            max_active: 6,
+            zrwa_blocks: 16,
+        }
+    }
+}
+
+/// Default zone size of [`SimZoned`].
+const DEFAULT_ZONE_BLOCKS: u64 = 1024;
+
 /// QEMU's default MSSRL and MCL (and MSRC + 1).
 const DEFAULT_COPY_BLOCKS: u32 = 128;
 
@@ -129,6 +168,8 @@ pub struct SimConfig {
     /// medium, as before; Identify VWC reports a cache either way). Needs namespaces without
     /// metadata. See [`crate::SimWriteCache`].
     pub write_cache: Option<crate::SimWriteCache>,
+    /// One zoned namespace ([`SimZoned`]); `None`: every namespace is a plain NVM one.
+    pub zoned: Option<SimZoned>,
 }
 
 /// Default [`SimConfig::abort_limit`].
@@ -181,6 +222,7 @@ impl Default for SimConfig {
             abort_limit: DEFAULT_ABORT_LIMIT,
             copy: Some(SimCopy::default()),
             write_cache: None,
+            zoned: None,
         }
     }
 }
@@ -189,6 +231,24 @@ impl SimConfig {
     /// Checks the configuration; panics with a message naming the bad field (the config is
     /// written by test code, so a mistake there is a bug in the test).
     pub(crate) fn validate(&self) {
+        if let Some(z) = &self.zoned {
+            assert!(
+                self.namespaces
+                    .iter()
+                    .any(|ns| ns.nsid == z.nsid && ns.metadata_size == 0),
+                "SimConfig::zoned names namespace {}, which is not a configured namespace \
+                 without metadata",
+                z.nsid
+            );
+            assert!(
+                z.zone_blocks > 0 && z.zone_capacity > 0 && z.zone_capacity <= z.zone_blocks,
+                "SimZoned: zone_capacity must be 1..=zone_blocks"
+            );
+            assert!(
+                self.write_cache.is_none(),
+                "SimZoned: not with a write cache (the zone state is not cut by power loss)"
+            );
+        }
         assert!(
             self.io_queue_pairs >= 1,
             "SimConfig::io_queue_pairs must be >= 1"

@@ -66,7 +66,7 @@ use std::thread::JoinHandle;
 use nvme_spec::regs::{Cc, Csts, CAP, CC, CSTS, VS};
 use nvme_vfio::{DmaMapper, FunctionControl, InterruptController, InterruptEvent, Mmio, VfioError};
 
-pub use config::{SimConfig, SimCopy, SimNamespace, MAX_MSIX_VECTORS, PI_FIRST};
+pub use config::{SimConfig, SimCopy, SimNamespace, SimZoned, MAX_MSIX_VECTORS, PI_FIRST};
 pub use device::{ERROR_LOG_ENTRIES, SIM_TEMPERATURE_K};
 pub use dma::{SimDma, IOVA_BASE};
 pub use faults::{ExecutionDelay, Faults, CORRUPT_CID_MASK, WRONG_SQID_MASK};
@@ -265,6 +265,14 @@ impl SimController {
     /// A snapshot of the device's counters.
     pub fn stats(&self) -> SimStats {
         self.shared.counters.snapshot()
+    }
+
+    /// Makes the zone holding `lba` of the zoned namespace Read Only, as a device does when a
+    /// zone's media wears out (ZNS CS 1.1 §2.1.1.6): for tests of the Read Only and Offline
+    /// states. Panics without a zoned namespace or when `lba` is past its zones.
+    pub fn set_zone_read_only(&self, lba: u64) {
+        let mut device = self.device.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(device.zone_read_only(lba), "no zone holds LBA {lba}");
     }
 
     /// Attaches (`true`) or detaches configured namespace `nsid`, as namespace management

@@ -45,6 +45,7 @@ pub mod regs;
 pub mod sgl;
 pub mod status;
 pub mod tcp;
+pub mod zns;
 
 pub use admin_log::{CommandEffects, CommandsEffectsLog, FirmwareSlotLog, NsIdDescriptor};
 pub use command::Cns;

@@ -123,6 +123,12 @@ pub mod nvm {
     pub const VERIFY: u8 = 0x0C;
     /// Copy (NVM CS §3.3.2).
     pub const COPY: u8 = 0x19;
+    /// Zone Management Send (ZNS CS 1.1 §3.4.3; zoned namespaces only).
+    pub const ZONE_MGMT_SEND: u8 = crate::zns::opcode::ZONE_MGMT_SEND;
+    /// Zone Management Receive (ZNS CS 1.1 §3.4.2).
+    pub const ZONE_MGMT_RECV: u8 = crate::zns::opcode::ZONE_MGMT_RECV;
+    /// Zone Append (ZNS CS 1.1 §3.4.1).
+    pub const ZONE_APPEND: u8 = crate::zns::opcode::ZONE_APPEND;
 
     /// Opcode bit 0: data moves host to controller.
     const XFER_TO_DEVICE: u8 = 0b01;
@@ -141,6 +147,9 @@ pub mod nvm {
             DATASET_MANAGEMENT => "Dataset Management",
             VERIFY => "Verify",
             COPY => "Copy",
+            ZONE_MGMT_SEND => "Zone Management Send",
+            ZONE_MGMT_RECV => "Zone Management Receive",
+            ZONE_APPEND => "Zone Append",
             _ => "Unknown",
         }
     }
@@ -180,6 +189,12 @@ pub enum NvmOpcode {
     Verify = nvm::VERIFY,
     /// Copy (NVM CS §3.3.2).
     Copy = nvm::COPY,
+    /// Zone Management Send (ZNS CS 1.1 §3.4.3).
+    ZoneMgmtSend = nvm::ZONE_MGMT_SEND,
+    /// Zone Management Receive (ZNS CS 1.1 §3.4.2).
+    ZoneMgmtRecv = nvm::ZONE_MGMT_RECV,
+    /// Zone Append (ZNS CS 1.1 §3.4.1).
+    ZoneAppend = nvm::ZONE_APPEND,
 }
 
 /// Which way a command's data moves (opcode bits 1:0, NVM CS §3 Figure 18).

@@ -425,7 +425,7 @@ impl TcpQueuePair {
         }
         // A command without data may address every block, whatever the metadata format; one
         // with data checks what it moves (plain commands are refused on metadata formats).
-        let no_data = cmd.opcode().direction() == DataDirection::None;
+        let no_data = cmd.direction() == DataDirection::None;
         let checked = match cmd.range() {
             Some(r) if no_data => ns
                 .check_blocks(r.lba, u64::from(r.blocks))
@@ -438,7 +438,7 @@ impl TcpQueuePair {
             Err(e) => return fail(e, buf),
         };
         let op = cmd.opcode();
-        let to_device = match op.direction() {
+        let to_device = match cmd.direction() {
             DataDirection::None => {
                 if buf.is_some() || blocks > command::MAX_NLB {
                     let error = Error::InvalidRequest(if buf.is_some() {

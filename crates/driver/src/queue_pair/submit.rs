@@ -7,7 +7,7 @@
 //! the [`IoFailure`]. Every function here on the per-I/O path is `#[inline]`/
 //! `#[inline(always)]`: no allocation, lock or syscall per I/O.
 
-use nvme_core::command::CommandContext;
+use nvme_core::command::{CommandContext, DataDirection};
 use nvme_core::{Error, IoCommand, IoFailure, Namespace, NvmCommand, Result};
 use nvme_pool::Tag;
 use nvme_spec::opcode::NvmOpcode;
@@ -264,7 +264,9 @@ impl QueuePair {
         buf: Option<DmaBuffer>,
         user_data: u64,
     ) -> std::result::Result<Tag, IoFailure> {
-        if cmd.opcode().has_data() {
+        // The command's direction, not only its opcode's: a Zone Management Send moves data
+        // for one action only. Folds to a constant for the built-in commands.
+        if cmd.direction() != DataDirection::None {
             return match buf {
                 Some(buf) => self.submit_data_cmd(ns, cmd, buf, user_data),
                 None => Err(IoFailure::new(buffer_required(cmd.opcode()), None)),

@@ -294,6 +294,9 @@ fn fail(status: Status) -> Fail {
     Fail::Status(status)
 }
 
+/// Identify CDW11 bits 31:24: Command Set Identifier (Base 2.0 §5.17.1).
+const CSI_SHIFT: u32 = 24;
+
 impl Device {
     pub(super) fn admin_command(&mut self, view: &GuestView<'_>, sqe: &SubmissionEntry) -> Outcome {
         let result = match sqe.opcode() {
@@ -416,6 +419,19 @@ impl Device {
             }
             // An EUI64, NGUID and UUID derived from the NSID, and the NVM command set.
             NsIdDescriptor::encode_list(&namespace_ids(sqe.nsid))
+        } else if cns == nvme_spec::zns::CNS_CSI_NAMESPACE
+            && (sqe.cdw11 >> CSI_SHIFT) as u8 == nvme_spec::zns::CSI_ZNS
+        {
+            // ZNS Identify Namespace (ZNS CS 1.1 §4.1.5.1), for the zoned namespace only.
+            match self.zones.as_ref().filter(|z| z.nsid() == sqe.nsid) {
+                Some(z) => z.identify(),
+                None => return Err(fail(generic_status(generic::INVALID_FIELD))),
+            }
+        } else if cns == nvme_spec::zns::CNS_CSI_CONTROLLER
+            && (sqe.cdw11 >> CSI_SHIFT) as u8 == nvme_spec::zns::CSI_ZNS
+        {
+            // ZNS Identify Controller (§4.1.5.2): ZASL 0, appends limited by MDTS.
+            [0; IDENTIFY_DATA_SIZE]
         } else {
             log::debug!("sim: Identify CNS {cns:#x} not supported");
             return Err(fail(generic_status(generic::INVALID_FIELD)));

@@ -70,7 +70,10 @@ impl Device {
             | nvm::DATASET_MANAGEMENT
             | nvm::COMPARE
             | nvm::VERIFY
-            | nvm::COPY => &counters.other_io,
+            | nvm::COPY
+            | nvm::ZONE_APPEND
+            | nvm::ZONE_MGMT_SEND
+            | nvm::ZONE_MGMT_RECV => &counters.other_io,
             _ => &counters.invalid_io,
         });
         if let Err(off) = self.power_gate() {
@@ -95,6 +98,17 @@ impl Device {
             Err(status(generic::INVALID_FIELD))
         } else {
             match opcode {
+                // The zoned namespace (ZNS CS 1.1): writes at the write pointer, the zone
+                // commands; Write Zeroes and Copy are not offered there.
+                nvm::WRITE | nvm::ZONE_APPEND if self.is_zoned(sqe.nsid) => {
+                    return self.zoned_outcome(view, sqe);
+                }
+                nvm::ZONE_MGMT_SEND | nvm::ZONE_MGMT_RECV if self.is_zoned(sqe.nsid) => {
+                    return self.zoned_outcome(view, sqe);
+                }
+                nvm::WRITE_ZEROES | nvm::COPY if self.is_zoned(sqe.nsid) => {
+                    Err(status(generic::INVALID_OPCODE))
+                }
                 nvm::READ | nvm::WRITE | nvm::COMPARE => self.transfer(view, sqe, opcode),
                 nvm::FLUSH => self.flush(sqe),
                 nvm::WRITE_ZEROES => self.write_zeroes(sqe),
@@ -117,6 +131,24 @@ impl Device {
         self.outcome(result.map(|()| Outcome::SUCCESS))
     }
 
+    /// A command on the zoned namespace, with its own completion dword 0 (Zone Append).
+    fn zoned_outcome(&mut self, view: &GuestView<'_>, sqe: &SubmissionEntry) -> Outcome {
+        let result = match sqe.opcode() {
+            nvm::ZONE_MGMT_SEND => self.zone_mgmt_send(sqe),
+            nvm::ZONE_MGMT_RECV => self.zone_mgmt_recv(view, sqe),
+            _ => self.zoned_write(view, sqe),
+        };
+        if result.is_ok() && sqe.opcode() != nvm::ZONE_MGMT_RECV {
+            if let Ok(disk) = self.namespace(sqe.nsid) {
+                if sqe.opcode() != nvm::ZONE_MGMT_SEND {
+                    let bytes = u64::from(nlb(sqe)) * u64::from(disk.block_size);
+                    self.admin.record_transfer(true, bytes);
+                }
+            }
+        }
+        self.outcome(result)
+    }
+
     /// The attached namespace `nsid` (the command keeps this geometry even if a format or
     /// resize replaces the namespace meanwhile).
     pub(super) fn namespace(&self, nsid: u32) -> Result<Arc<Disk>, Fail> {
@@ -135,7 +167,7 @@ impl Device {
     }
 
     /// Read, Write and Compare: move `nlb` blocks between guest memory and the disk.
-    fn transfer(
+    pub(super) fn transfer(
         &self,
         view: &GuestView<'_>,
         sqe: &SubmissionEntry,

@@ -33,6 +33,7 @@ pub(crate) mod pi;
 mod power;
 pub(crate) use power::{cut as cut_power, lock as power_lock};
 mod queues;
+mod zns;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -217,6 +218,8 @@ pub(crate) struct Device {
     admin: admin::AdminState,
     /// The MSI-X routing as last seen.
     routes: RouteCache,
+    /// The zoned namespace's zones (`SimConfig::zoned`).
+    zones: Option<zns::Zones>,
 }
 
 impl Device {
@@ -226,7 +229,16 @@ impl Device {
         let stride =
             nvme_spec::regs::Cap::new(0, false, 0, config.dstrd, false, 0, 0).doorbell_stride();
         let admin = admin::AdminState::new(config);
+        let zones = config.zoned.map(|z| {
+            let blocks = config
+                .namespaces
+                .iter()
+                .find(|ns| ns.nsid == z.nsid)
+                .map_or(0, |ns| ns.blocks);
+            zns::Zones::new(z, blocks)
+        });
         Self {
+            zones,
             stride,
             page_size: 1 << PAGE_SIZE_SHIFT_BASE,
             cc: Cc(0),
