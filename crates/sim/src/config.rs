@@ -129,6 +129,11 @@ pub struct SimConfig {
     /// medium, as before; Identify VWC reports a cache either way). Needs namespaces without
     /// metadata. See [`crate::SimWriteCache`].
     pub write_cache: Option<crate::SimWriteCache>,
+    /// Advertise and implement Format NVM (OACS bit 1, FNA bit 2: Cryptographic Erase).
+    pub format_nvm: bool,
+    /// Advertise and implement Namespace Attachment and Identify CNS 10h-13h (OACS bit 3;
+    /// Namespace Management's create/delete is not offered, as in QEMU 7.2).
+    pub namespace_management: bool,
 }
 
 /// Default [`SimConfig::abort_limit`].
@@ -181,6 +186,8 @@ impl Default for SimConfig {
             abort_limit: DEFAULT_ABORT_LIMIT,
             copy: Some(SimCopy::default()),
             write_cache: None,
+            format_nvm: true,
+            namespace_management: true,
         }
     }
 }
