@@ -127,7 +127,8 @@ impl Device {
     ) -> Result<[u8; IDENTIFY_DATA_SIZE], Fail> {
         let disks = &self.shared.disks;
         let cntid = identify_cntid(sqe.cdw10);
-        let ours = if cntid <= SIM_CNTLID {
+        // The lists start at CNTID: ours (the lowest, 0) is in them only from 0.
+        let ours = if cntid == SIM_CNTLID {
             vec![SIM_CNTLID]
         } else {
             Vec::new()
