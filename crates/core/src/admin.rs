@@ -4,7 +4,10 @@
 //! ([`AdminCommands`]): Get/Set Features for the standard features (NVMe Base §5.15, §5.27),
 //! Identify Namespace, the Active Namespace ID list (CNS 02h) and Namespace Identification
 //! Descriptors (CNS 03h, §5.17.2), and the Firmware Slot (03h), Changed Namespace List (04h)
-//! and Commands Supported and Effects (05h) log pages (§5.16.1).
+//! and Commands Supported and Effects (05h) log pages (§5.16.1); and namespace management:
+//! Format NVM (§5.23), Namespace Attachment (§5.19), the allocated namespace and controller
+//! lists (CNS 10h-13h, §5.17.2.10-§5.17.2.13), each refused before anything is sent when
+//! Identify Controller OACS says the controller lacks it, and followed by a namespace rescan.
 //!
 //! INVARIANT: an [`AdminCommand`] is built only here, from a typed command whose transfer is
 //! at most its [`AdminData`] length in the direction given, so executing one is safe; raw
@@ -13,13 +16,15 @@
 use nvme_spec::admin_log::{CommandsEffectsLog, FirmwareSlotLog, NsIdDescriptor};
 use nvme_spec::command::{self, Cns};
 use nvme_spec::feature::{Feature, FeatureCapabilities, FeatureId, Select};
-use nvme_spec::identify::{IdentifyNamespace, NamespaceList, IDENTIFY_DATA_SIZE};
+use nvme_spec::identify::{IdentifyNamespace, NamespaceList, Oacs, IDENTIFY_DATA_SIZE};
 use nvme_spec::log::NSID_BROADCAST;
+use nvme_spec::manage::{self, Attach, ControllerList, FormatNvm};
 use nvme_spec::opcode::log_page;
 use nvme_spec::SubmissionEntry;
 
 use crate::controller::NvmeController;
 use crate::error::{Error, Result};
+use crate::namespace::NamespaceChanges;
 
 /// The data of an [`AdminCommand`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,6 +102,32 @@ impl AdminCommand {
         }
     }
 
+    /// Identify `cns` for `nsid` starting at controller `cntid` (CNS 12h/13h, §5.17.2.12-13):
+    /// 4096 bytes from the device.
+    pub fn identify_from_controller(cns: Cns, nsid: u32, cntid: u16) -> Self {
+        AdminCommand {
+            sqe: manage::identify_from_controller(cns, nsid, cntid),
+            data: AdminData::FromDevice(IDENTIFY_DATA_SIZE),
+        }
+    }
+
+    /// Format NVM `nsid` with `format` (§5.23): no data.
+    pub fn format_nvm(nsid: u32, format: &FormatNvm) -> Self {
+        AdminCommand {
+            sqe: manage::format_nvm(nsid, format),
+            data: AdminData::None,
+        }
+    }
+
+    /// Namespace Attachment (§5.19): attach `nsid` to, or detach it from, `controllers`
+    /// (a Controller List, 4096 bytes to the device).
+    pub fn namespace_attachment(nsid: u32, select: Attach, controllers: &ControllerList) -> Self {
+        AdminCommand {
+            sqe: manage::namespace_attachment(nsid, select),
+            data: AdminData::ToDevice(controllers.to_bytes().to_vec()),
+        }
+    }
+
     /// Get Log Page `lid` for `nsid` (§5.16), `bytes` long (a non-zero multiple of 4).
     pub fn get_log_page(lid: u8, nsid: u32, bytes: usize) -> Result<Self> {
         let len = u32::try_from(bytes)
@@ -151,6 +182,24 @@ fn from_device(len: usize) -> AdminData {
 
 /// Identify CDW11 bits 31:24: Command Set Identifier (Base 2.0 §5.17.1).
 const IDENTIFY_CSI_SHIFT: u32 = 24;
+
+/// Refuses a command before it is sent when Identify Controller OACS lacks `bit`.
+fn require_oacs<C: NvmeController + ?Sized>(
+    ctrl: &C,
+    bit: Oacs,
+    command: &'static str,
+    why: &'static str,
+) -> Result<()> {
+    if ctrl.identify().oacs_flags().contains(bit) {
+        Ok(())
+    } else {
+        Err(Error::CommandNotSupported {
+            controller: ctrl.name().to_owned(),
+            command,
+            why,
+        })
+    }
+}
 
 fn identify_bytes(reply: &AdminReply) -> Result<[u8; IDENTIFY_DATA_SIZE]> {
     reply
@@ -258,11 +307,100 @@ pub trait AdminCommands: NvmeController {
 
     /// Log page `lid` (controller-wide), `bytes` long, as read from offset 0.
     fn log_page(&self, lid: u8, bytes: usize) -> Result<Vec<u8>> {
+        self.namespace_log_page(lid, NSID_BROADCAST, bytes)
+    }
+
+    /// Log page `lid` for namespace `nsid` (0xFFFF_FFFF: the controller), `bytes` long.
+    fn namespace_log_page(&self, lid: u8, nsid: u32, bytes: usize) -> Result<Vec<u8>> {
         let mut data = self
-            .admin(AdminCommand::get_log_page(lid, NSID_BROADCAST, bytes)?)?
+            .admin(AdminCommand::get_log_page(lid, nsid, bytes)?)?
             .data;
         data.resize(bytes, 0);
         Ok(data)
+    }
+
+    /// Format NVM (§5.23) of `nsid` with `format`, then a namespace rescan (the block size
+    /// may have changed: handles of the namespace go stale, take fresh ones). Refused with
+    /// [`Error::CommandNotSupported`] when OACS bit 1 is clear. User data is lost.
+    fn format_nvm(&self, nsid: u32, format: FormatNvm) -> Result<NamespaceChanges> {
+        require_oacs(
+            self,
+            Oacs::FORMAT_NVM,
+            "Format NVM",
+            "Identify Controller OACS bit 1 clear",
+        )?;
+        self.admin(AdminCommand::format_nvm(nsid, &format))?;
+        self.rescan_namespaces()
+    }
+
+    /// Namespace Attachment (§5.19): attaches `nsid` to `controllers`, then a rescan.
+    /// Refused with [`Error::CommandNotSupported`] when OACS bit 3 is clear.
+    fn attach_namespace(&self, nsid: u32, controllers: &[u16]) -> Result<NamespaceChanges> {
+        self.namespace_attachment(nsid, Attach::Attach, controllers)
+    }
+
+    /// Namespace Attachment (§5.19): detaches `nsid` from `controllers`, then a rescan
+    /// (handles of the namespace go stale on a controller it left).
+    fn detach_namespace(&self, nsid: u32, controllers: &[u16]) -> Result<NamespaceChanges> {
+        self.namespace_attachment(nsid, Attach::Detach, controllers)
+    }
+
+    /// Namespace Attachment with `select` (see [`AdminCommands::attach_namespace`]).
+    fn namespace_attachment(
+        &self,
+        nsid: u32,
+        select: Attach,
+        controllers: &[u16],
+    ) -> Result<NamespaceChanges> {
+        require_oacs(
+            self,
+            Oacs::NAMESPACE_MANAGEMENT,
+            "Namespace Attachment",
+            "Identify Controller OACS bit 3 clear",
+        )?;
+        let list = ControllerList(controllers.to_vec());
+        self.admin(AdminCommand::namespace_attachment(nsid, select, &list))?;
+        self.rescan_namespaces()
+    }
+
+    /// Allocated Namespace ID list (CNS 10h, §5.17.2.10): up to 1024 NSIDs above `after`,
+    /// attached to this controller or not.
+    fn allocated_namespace_ids(&self, after: u32) -> Result<Vec<u32>> {
+        require_oacs(
+            self,
+            Oacs::NAMESPACE_MANAGEMENT,
+            "Identify CNS 10h",
+            "Identify Controller OACS bit 3 clear",
+        )?;
+        let reply = self.admin(AdminCommand::identify(Cns::AllocatedNamespaceList, after))?;
+        Ok(NamespaceList::from_bytes(&identify_bytes(&reply)?)
+            .active()
+            .collect())
+    }
+
+    /// Identify Namespace of an allocated `nsid`, attached or not (CNS 11h, §5.17.2.11).
+    fn identify_allocated_namespace(&self, nsid: u32) -> Result<IdentifyNamespace> {
+        require_oacs(
+            self,
+            Oacs::NAMESPACE_MANAGEMENT,
+            "Identify CNS 11h",
+            "Identify Controller OACS bit 3 clear",
+        )?;
+        let reply = self.admin(AdminCommand::identify(Cns::AllocatedNamespace, nsid))?;
+        Ok(IdentifyNamespace::from_bytes(&identify_bytes(&reply)?))
+    }
+
+    /// Controller List (§5.17.2.12 with `nsid` Some: the controllers `nsid` is attached to;
+    /// §5.17.2.13 with None: every controller of the subsystem), identifiers from `from` up.
+    fn controller_list(&self, nsid: Option<u32>, from: u16) -> Result<Vec<u16>> {
+        let command = match nsid {
+            Some(nsid) => {
+                AdminCommand::identify_from_controller(Cns::NamespaceControllerList, nsid, from)
+            }
+            None => AdminCommand::identify_from_controller(Cns::ControllerList, 0, from),
+        };
+        let reply = self.admin(command)?;
+        Ok(ControllerList::from_bytes(&identify_bytes(&reply)?).0)
     }
 }
 

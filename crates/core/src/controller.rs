@@ -17,7 +17,7 @@ use nvme_vfio::DmaBuffer;
 use crate::admin::{AdminCommand, AdminReply};
 use crate::error::Result;
 use crate::io_queue::IoQueue;
-use crate::namespace::Namespace;
+use crate::namespace::{Namespace, NamespaceChanges};
 use crate::options::QueuePairOptions;
 use crate::timeout::AbortStats;
 
@@ -86,4 +86,10 @@ pub trait NvmeController: Send + Sync {
     /// status is [`Error::Command`]; after a timeout the data buffer is leaked, never freed
     /// (the controller may still write it).
     fn admin(&self, command: AdminCommand) -> Result<AdminReply>;
+
+    /// Re-reads the active namespaces and their Identify data (after Format NVM or a
+    /// Namespace Attachment changed them) and says what changed; handles of changed
+    /// namespaces go stale. A transport that cannot rescan says so with
+    /// [`Error::Unsupported`].
+    fn rescan_namespaces(&self) -> Result<NamespaceChanges>;
 }

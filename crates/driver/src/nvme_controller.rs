@@ -2,7 +2,10 @@
 //! forwards to the inherent methods, no behaviour of its own. The queue pair it creates is the
 //! concrete [`QueuePair`], so generic code reaches the PCIe hot path with no indirection.
 
-use nvme_core::{AbortStats, AdminCommand, AdminReply, NvmeController, QueuePairOptions, Result};
+use nvme_core::{
+    AbortStats, AdminCommand, AdminReply, NamespaceChanges, NvmeController, QueuePairOptions,
+    Result,
+};
 use nvme_spec::{ErrorLogEntry, IdentifyController, SmartLog};
 use nvme_vfio::DmaBuffer;
 
@@ -89,5 +92,9 @@ impl NvmeController for Controller {
     #[inline]
     fn admin(&self, command: AdminCommand) -> Result<AdminReply> {
         Controller::admin_command(self, command)
+    }
+
+    fn rescan_namespaces(&self) -> Result<NamespaceChanges> {
+        Controller::rescan_namespaces(self)
     }
 }

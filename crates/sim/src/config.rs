@@ -170,6 +170,11 @@ pub struct SimConfig {
     pub write_cache: Option<crate::SimWriteCache>,
     /// One zoned namespace ([`SimZoned`]); `None`: every namespace is a plain NVM one.
     pub zoned: Option<SimZoned>,
+    /// Advertise and implement Format NVM (OACS bit 1, FNA bit 2: Cryptographic Erase).
+    pub format_nvm: bool,
+    /// Advertise and implement Namespace Attachment and Identify CNS 10h-13h (OACS bit 3;
+    /// Namespace Management's create/delete is not offered, as in QEMU 7.2).
+    pub namespace_management: bool,
 }
 
 /// Default [`SimConfig::abort_limit`].
@@ -223,6 +228,8 @@ impl Default for SimConfig {
             copy: Some(SimCopy::default()),
             write_cache: None,
             zoned: None,
+            format_nvm: true,
+            namespace_management: true,
         }
     }
 }

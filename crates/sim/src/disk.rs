@@ -162,6 +162,23 @@ impl Disks {
             .cloned()
     }
 
+    /// The configured namespace with this ID, attached or not.
+    pub fn configured(&self, nsid: u32) -> Option<Arc<Disk>> {
+        self.slots().iter().find(|d| d.nsid == nsid).cloned()
+    }
+
+    /// IDs of all configured namespaces (allocated, attached or not), in configuration order.
+    pub fn configured_ids(&self) -> Vec<u32> {
+        self.slots().iter().map(|d| d.nsid).collect()
+    }
+
+    /// Whether configured namespace `nsid` is attached.
+    pub fn is_attached(&self, nsid: u32) -> bool {
+        self.slots()
+            .iter()
+            .any(|d| d.nsid == nsid && d.attached.load(Ordering::Relaxed))
+    }
+
     /// IDs of the attached namespaces, in configuration order.
     pub fn attached(&self) -> Vec<u32> {
         self.slots()

@@ -309,7 +309,8 @@ fn identify_namespace_reports_metadata_formats() {
     assert_eq!(ns.block_size(), 512);
     assert_eq!(ns.current_lba_format().metadata_size(), 8);
     assert!(ns.metadata_extended());
-    assert_eq!((ns.mc, ns.dps & 0b111, ns.dpc & 0b1), (0b01, 1, 1));
+    // MC and DPC: what the offered formats (QEMU's eight) allow; DPS: what is enabled.
+    assert_eq!((ns.mc, ns.dps & 0b111, ns.dpc & 0b1), (0b11, 1, 1));
 
     let ns = host
         .identify(Cns::Namespace, 2, IdentifyNamespace::from_bytes)
@@ -317,13 +318,14 @@ fn identify_namespace_reports_metadata_formats() {
     assert_eq!(ns.block_size(), 4096);
     assert_eq!(ns.current_lba_format().metadata_size(), 64);
     assert!(!ns.metadata_extended());
-    assert_eq!((ns.mc, ns.dps & 0b111, ns.dpc & 0b100), (0b10, 3, 0b100));
+    assert_eq!((ns.mc, ns.dps & 0b111, ns.dpc & 0b100), (0b11, 3, 0b100));
+    assert_eq!(ns.flbas & 0xF, 7, "4096 + 64 is format 7");
 
     let ns = host
         .identify(Cns::Namespace, 3, IdentifyNamespace::from_bytes)
         .unwrap();
     assert_eq!(ns.current_lba_format().metadata_size(), 0);
-    assert_eq!((ns.flbas, ns.mc, ns.dpc, ns.dps), (0, 0, 0, 0));
+    assert_eq!((ns.flbas, ns.dps), (0, 0));
 }
 
 #[test]

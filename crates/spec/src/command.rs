@@ -28,6 +28,15 @@ pub enum Cns {
     ActiveNamespaceList = 0x02,
     /// Namespace Identification Descriptor list for NSID (§5.17.2.3).
     NamespaceIdDescriptors = 0x03,
+    /// Allocated Namespace ID list: up to 1024 allocated NSIDs greater than NSID, attached
+    /// or not (§5.17.2.10).
+    AllocatedNamespaceList = 0x10,
+    /// Identify Namespace data structure of an allocated NSID, attached or not (§5.17.2.11).
+    AllocatedNamespace = 0x11,
+    /// Controller List of the controllers attached to NSID, from CNTID up (§5.17.2.12).
+    NamespaceControllerList = 0x12,
+    /// Controller List of the subsystem's controllers, from CNTID up (§5.17.2.13).
+    ControllerList = 0x13,
 }
 
 // Dword bit positions (Base §5 / NVM CS §3 command figures).

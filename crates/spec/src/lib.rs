@@ -38,6 +38,7 @@ pub mod fabrics;
 pub mod feature;
 pub mod identify;
 pub mod log;
+pub mod manage;
 pub mod opcode;
 pub mod protection;
 pub mod queue;
@@ -55,6 +56,7 @@ pub use identify::{
     CopyFormats, IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs,
 };
 pub use log::{CriticalWarning, ErrorLogEntry, ShortLogPage, SmartLog};
+pub use manage::{Attach, ControllerList, FormatNvm, SecureErase};
 pub use protection::{PiTuple, PiType, Prinfo};
 pub use queue::{CompletionEntry, CopySourceRange, DsmRange, SubmissionEntry};
 pub use regs::{Aqa, Cap, Cc, Cmbsz, Csts, Version};

@@ -3,8 +3,8 @@
 //! concrete [`TcpQueuePair`], so generic code runs its own code with no indirection.
 
 use nvme_core::{
-    AbortStats, AdminCommand, AdminReply, DmaBuffer, Namespace, NvmeController, QueuePairOptions,
-    Result,
+    AbortStats, AdminCommand, AdminReply, DmaBuffer, Error, Namespace, NamespaceChanges,
+    NvmeController, QueuePairOptions, Result,
 };
 use nvme_spec::{ErrorLogEntry, IdentifyController, SmartLog};
 
@@ -91,5 +91,15 @@ impl NvmeController for TcpController {
     #[inline]
     fn admin(&self, command: AdminCommand) -> Result<AdminReply> {
         TcpController::admin_command(self, command)
+    }
+
+    /// The NVMe/TCP controller keeps the namespaces it found at connect: reconnect to see
+    /// a change.
+    fn rescan_namespaces(&self) -> Result<NamespaceChanges> {
+        Err(Error::Unsupported {
+            controller: self.name().to_owned(),
+            what: "namespace rescans over NVMe/TCP (reconnect to see a changed namespace)"
+                .to_owned(),
+        })
     }
 }

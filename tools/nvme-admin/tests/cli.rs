@@ -63,10 +63,12 @@ fn list_and_identify() {
     let n = json(&["id-ns", "sim", "-n", "2"]);
     assert_eq!(n["nsze"], 4096);
     assert_eq!(n["ncap"], 4096);
-    assert_eq!(n["flbas"], 0);
-    assert_eq!(n["nlbaf"], 0);
-    assert_eq!(n["lbafs"][0]["ds"], 12);
-    assert_eq!(n["lbafs"][0]["ms"], 0);
+    // The emulator offers QEMU's eight LBA formats; namespace 2 is in format 4 (4 KiB).
+    assert_eq!(n["flbas"], 4);
+    assert_eq!(n["nlbaf"], 7);
+    assert_eq!(n["lbafs"][4]["ds"], 12);
+    assert_eq!(n["lbafs"][4]["ms"], 0);
+    assert_eq!(n["lbafs"][0]["ds"], 9);
     assert_eq!(n["eui64"], "0000000000000000");
 }
 

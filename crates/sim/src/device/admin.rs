@@ -1,7 +1,8 @@
 //! Admin command set of the emulated controller (NVMe Base 2.0 §5).
 //!
 //! Supported: Identify (controller, namespace, active namespace list, namespace identification
-//! descriptors), Set/Get Features, Create/Delete I/O Submission/Completion Queue, Doorbell
+//! descriptors; allocated namespaces and controller lists, see `manage.rs`), Format NVM and
+//! Namespace Attachment (`manage.rs`), Set/Get Features, Create/Delete I/O Submission/Completion Queue, Doorbell
 //! Buffer Config, Abort (only commands deferred by the delay_execution fault), Get Log Page
 //! (Error Information: the last [`ERROR_LOG_ENTRIES`] failed commands, newest first; SMART /
 //! Health Information from the controller's counters; Firmware Slot: slot 1 active; Changed
@@ -16,12 +17,11 @@ use std::time::Instant;
 use nvme_spec::admin_log::NsIdDescriptor;
 use nvme_spec::command::{self as cmd, Cns};
 use nvme_spec::identify::{
-    fill_ascii_field, nsfeat, CopyFormats, IdentifyController, IdentifyNamespace, LbaFormat,
-    NamespaceList, Oacs, Oncs, IDENTIFY_DATA_SIZE, NAMESPACE_LIST_ENTRIES,
+    fill_ascii_field, CopyFormats, IdentifyController, NamespaceList, Oacs, Oncs,
+    IDENTIFY_DATA_SIZE, NAMESPACE_LIST_ENTRIES,
 };
 use nvme_spec::log::{ErrorLogEntry, SmartLog, ERROR_LOG_ENTRY_SIZE, SMART_LOG_SIZE};
 use nvme_spec::opcode::{admin, log_page, nvm};
-use nvme_spec::protection::{DPC_PI_FIRST, DPC_PI_LAST};
 use nvme_spec::queue::{SubmissionEntry, CQES_LOG2, CQE_SIZE, SQES_LOG2, SQE_SIZE};
 use nvme_spec::regs::{Cap, Version};
 use nvme_spec::sgl::SglSupport;
@@ -53,15 +53,6 @@ const SIM_EUI64_PREFIX: u64 = 0x0200_0000_0000_0000;
 const ABORT_NOT_ABORTED: u32 = 1;
 /// Abort completion Dword 0 bit 0 clear: the command was aborted.
 const ABORT_ABORTED: u32 = 0;
-/// Identify Namespace DLFEAT: deallocated blocks read as zeros (bits 2:0 = 001b) and Write
-/// Zeroes supports deallocation (bit 3).
-const DLFEAT_READS_ZEROES_WZ_DEALLOC: u8 = 0b1001;
-/// Identify Namespace FLBAS bit 4: metadata transferred at the end of the data LBA.
-const FLBAS_EXTENDED: u8 = 1 << 4;
-/// Identify Namespace MC bit 0: metadata as part of an extended data LBA supported.
-const MC_EXTENDED: u8 = 1 << 0;
-/// Identify Namespace MC bit 1: metadata in a separate buffer supported.
-const MC_SEPARATE: u8 = 1 << 1;
 /// Identify SQES/CQES: required and maximum entry sizes (log2) in the low and high nibbles.
 const SQES_BOTH: u8 = SQES_LOG2 << 4 | SQES_LOG2;
 const CQES_BOTH: u8 = CQES_LOG2 << 4 | CQES_LOG2;
@@ -142,11 +133,10 @@ struct Health {
 }
 
 fn identify_controller(config: &SimConfig) -> IdentifyController {
-    let oacs = if config.shadow_doorbells {
-        Oacs::DOORBELL_BUFFER_CONFIG
-    } else {
-        Oacs::empty()
-    };
+    let mut oacs = Oacs::empty();
+    oacs.set(Oacs::DOORBELL_BUFFER_CONFIG, config.shadow_doorbells);
+    oacs.set(Oacs::FORMAT_NVM, config.format_nvm);
+    oacs.set(Oacs::NAMESPACE_MANAGEMENT, config.namespace_management);
     let mut oncs = Oncs::COMPARE
         | Oncs::DATASET_MANAGEMENT
         | Oncs::WRITE_ZEROES
@@ -181,6 +171,12 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
         vwc: VWC_PRESENT,
         awupf: config.write_cache.as_ref().map_or(0, |c| c.awupf),
         lpa: LPA_COMMANDS_EFFECTS,
+        fna: if config.format_nvm {
+            super::manage::FNA_CRYPTO_ERASE
+        } else {
+            0
+        },
+        cntlid: super::manage::SIM_CNTLID,
         ..IdentifyController::default()
     };
     fill_ascii_field(&mut id.sn, &config.serial);
@@ -312,6 +308,8 @@ impl Device {
             admin::GET_LOG_PAGE => self.get_log_page(view, sqe),
             admin::ASYNC_EVENT_REQUEST => Ok(self.async_event_request(sqe)),
             admin::KEEP_ALIVE => Ok(Outcome::SUCCESS),
+            admin::FORMAT_NVM => self.format_nvm(sqe),
+            admin::NAMESPACE_ATTACHMENT => self.namespace_attachment(view, sqe),
             op => {
                 log::debug!(
                     "sim: unsupported admin opcode {op:#04x} ({})",
@@ -353,45 +351,7 @@ impl Device {
                 .disks
                 .get(sqe.nsid)
                 .ok_or(fail(generic_status(generic::INVALID_NAMESPACE_OR_FORMAT)))?;
-            let mut ns = IdentifyNamespace::from_bytes(&[0; IDENTIFY_DATA_SIZE]);
-            ns.nsze = disk.blocks;
-            ns.ncap = disk.blocks;
-            ns.nuse = disk.blocks;
-            ns.nlbaf = 0;
-            ns.dlfeat = DLFEAT_READS_ZEROES_WZ_DEALLOC;
-            let nawupf = self.shared.config.write_cache.as_ref().and_then(|c| {
-                c.nawupf
-                    .iter()
-                    .find(|&&(n, _)| n == sqe.nsid)
-                    .map(|&(_, v)| v)
-            });
-            if let Some(units) = nawupf {
-                // NVM CS §4.1.5.1: NAWUPF is defined when NSFEAT bit 1 is set.
-                ns.nsfeat |= nsfeat::ATOMIC_PARAMETERS;
-                ns.nawupf = units;
-            }
-            if let Some(copy) = self.shared.config.copy {
-                ns.mssrl = copy.mssrl;
-                ns.mcl = copy.mcl;
-                ns.msrc = copy.msrc;
-            }
-            ns.lbaf[0] = LbaFormat::new(disk.block_size.trailing_zeros() as u8, disk.metadata_size);
-            // FLBAS: format 0, bit 4 = metadata interleaved (extended LBA).
-            ns.flbas = if disk.extended { FLBAS_EXTENDED } else { 0 };
-            if disk.metadata_size != 0 {
-                ns.mc = if disk.extended {
-                    MC_EXTENDED
-                } else {
-                    MC_SEPARATE
-                };
-            }
-            if let Some(pi) = super::pi::pi_type(&disk) {
-                // DPC: this PI type, PI in the first or last 8 metadata bytes; DPS: the type
-                // enabled, bit 3 where the PI is (NVM CS §4.1.5.1).
-                ns.dpc = 1 << (pi as u8 - 1) | DPC_PI_FIRST | DPC_PI_LAST;
-                ns.dps = disk.protection;
-            }
-            ns.to_bytes()
+            self.identify_namespace_data(&disk)
         } else if cns == Cns::ActiveNamespaceList as u8 {
             if sqe.nsid >= NSID_BROADCAST - 1 {
                 return Err(fail(generic_status(generic::INVALID_NAMESPACE_OR_FORMAT)));
@@ -432,6 +392,10 @@ impl Device {
         {
             // ZNS Identify Controller (§4.1.5.2): ZASL 0, appends limited by MDTS.
             [0; IDENTIFY_DATA_SIZE]
+        } else if (Cns::AllocatedNamespaceList as u8..=Cns::ControllerList as u8).contains(&cns)
+            && self.shared.config.namespace_management
+        {
+            self.identify_management(cns, sqe)?
         } else {
             log::debug!("sim: Identify CNS {cns:#x} not supported");
             return Err(fail(generic_status(generic::INVALID_FIELD)));

@@ -16,8 +16,8 @@
 //! CSTS: enable, reset, shutdown), `doorbells.rs` (MMIO and shadow doorbells, EventIdx),
 //! `queues.rs` (queue creation, CQ heads, SQ fetch), `completions.rs` (posting, faults on
 //! completions, interrupts), `deferred.rs` (commands deferred by a fault), `admin.rs` (admin
-//! commands), `features.rs` (Get/Set Features, management log pages), `io.rs` (NVM I/O
-//! commands).
+//! commands), `features.rs` (Get/Set Features, management log pages), `manage.rs` (Format NVM,
+//! Namespace Attachment, Identify Namespace data), `io.rs` (NVM I/O commands).
 
 mod admin;
 pub(crate) use admin::capabilities;
@@ -29,6 +29,8 @@ mod deferred;
 mod doorbells;
 mod features;
 mod io;
+mod manage;
+pub use manage::{LBA_FORMATS, SIM_CNTLID};
 pub(crate) mod pi;
 mod power;
 pub(crate) use power::{cut as cut_power, lock as power_lock};
