@@ -286,6 +286,28 @@ fn command_specific_status(sc: u8) -> Status {
     Status::new(StatusCodeType::CommandSpecific.raw(), sc, true)
 }
 
+/// A Namespace List (Identify CNS 02h/10h, Base §5.17.2.2): the ids of `ids` above `after`, in
+/// increasing order, at most [`NAMESPACE_LIST_ENTRIES`]; FFFFFFFEh and FFFFFFFFh are invalid.
+pub(super) fn namespace_list_after(
+    mut ids: Vec<u32>,
+    after: u32,
+) -> Result<[u8; IDENTIFY_DATA_SIZE], Fail> {
+    if after >= NSID_BROADCAST - 1 {
+        return Err(fail(generic_status(generic::INVALID_NAMESPACE_OR_FORMAT)));
+    }
+    ids.retain(|&id| id > after);
+    ids.sort_unstable();
+    let mut list = NamespaceList::default();
+    for (slot, id) in list
+        .ids
+        .iter_mut()
+        .zip(ids.into_iter().take(NAMESPACE_LIST_ENTRIES))
+    {
+        *slot = id;
+    }
+    Ok(list.to_bytes())
+}
+
 fn fail(status: Status) -> Fail {
     Fail::Status(status)
 }
@@ -353,26 +375,7 @@ impl Device {
                 .ok_or(fail(generic_status(generic::INVALID_NAMESPACE_OR_FORMAT)))?;
             self.identify_namespace_data(&disk)
         } else if cns == Cns::ActiveNamespaceList as u8 {
-            if sqe.nsid >= NSID_BROADCAST - 1 {
-                return Err(fail(generic_status(generic::INVALID_NAMESPACE_OR_FORMAT)));
-            }
-            let mut ids: Vec<u32> = self
-                .shared
-                .disks
-                .attached()
-                .into_iter()
-                .filter(|&id| id > sqe.nsid)
-                .collect();
-            ids.sort_unstable();
-            let mut list = NamespaceList::default();
-            for (slot, id) in list
-                .ids
-                .iter_mut()
-                .zip(ids.into_iter().take(NAMESPACE_LIST_ENTRIES))
-            {
-                *slot = id;
-            }
-            list.to_bytes()
+            namespace_list_after(self.shared.disks.attached(), sqe.nsid)?
         } else if cns == Cns::NamespaceIdDescriptors as u8 {
             if self.shared.disks.get(sqe.nsid).is_none() {
                 return Err(fail(generic_status(generic::INVALID_NAMESPACE_OR_FORMAT)));

@@ -8,9 +8,7 @@
 //! that one format alone, and Format NVM can only select it again.
 
 use nvme_spec::command::Cns;
-use nvme_spec::identify::{
-    nsfeat, IdentifyNamespace, LbaFormat, NamespaceList, IDENTIFY_DATA_SIZE, NAMESPACE_LIST_ENTRIES,
-};
+use nvme_spec::identify::{nsfeat, IdentifyNamespace, LbaFormat, IDENTIFY_DATA_SIZE};
 use nvme_spec::manage::{identify_cntid, Attach, ControllerList, FormatNvm};
 use nvme_spec::protection::{DPC_PI_FIRST, DPC_PI_LAST, DPS_PI_FIRST, PI_TUPLE_BYTES};
 use nvme_spec::queue::SubmissionEntry;
@@ -134,24 +132,7 @@ impl Device {
             Vec::new()
         };
         if cns == Cns::AllocatedNamespaceList as u8 {
-            if sqe.nsid >= NSID_BROADCAST - 1 {
-                return Err(fail(generic_status(generic::INVALID_NAMESPACE_OR_FORMAT)));
-            }
-            let mut ids: Vec<u32> = disks
-                .configured_ids()
-                .into_iter()
-                .filter(|&id| id > sqe.nsid)
-                .collect();
-            ids.sort_unstable();
-            let mut list = NamespaceList::default();
-            for (slot, id) in list
-                .ids
-                .iter_mut()
-                .zip(ids.into_iter().take(NAMESPACE_LIST_ENTRIES))
-            {
-                *slot = id;
-            }
-            Ok(list.to_bytes())
+            super::admin::namespace_list_after(disks.configured_ids(), sqe.nsid)
         } else if cns == Cns::AllocatedNamespace as u8 {
             // An unallocated NSID reads as zeros (§5.17.2.11).
             Ok(disks
