@@ -79,40 +79,54 @@ step "qemu guest (metadata namespaces, Copy limits)" tests/qemu/run.sh --no-buil
 # and writes of sector 4096 (LBA 512): media errors on exactly those requests.
 step "qemu guest (media errors)" tests/qemu/run.sh --no-build \
     --ns 4096:16M:bad=r2048,w4096 --ns 512:16M media-errors.sh
-# Its own boot: our NVMe/TCP initiator against the kernel's nvmet-tcp target on 127.0.0.1 (the
-# emulated NVMe controller is not used; a boot of its own keeps the target's configfs state and the
-# kernel host's nvme devices away from the other cases).
-step "qemu guest (NVMe/TCP)" tests/qemu/run.sh --no-build nvmf-tcp.sh
-# Two boots of their own: the distribution's fio (with its shared libraries) and our fio
-# engine, built for a real machine (no emulator), on the QEMU controllers of layout two-ctrl
-# (fio.sh: write/read verify over two namespaces, data read back through nvme-dd, the refusals,
-# one job over both controllers), then over NVMe/TCP
-# against the kernel's nvmet-tcp target (fio-tcp.sh, kept apart like nvmf-tcp.sh), and our own
-# NVMe/TCP target serving the QEMU controller to the kernel's host (target-tcp.sh: ext4, fio verify).
-step "qemu guest (fio)" sh -c 'tools/fio-engine/build.sh --release &&
-    export GUEST_EXTRA_BINS="fio=$(command -v fio) nvme-fio.so=$PWD/target/fio-engine/nvme-fio.so" &&
-    tests/qemu/run.sh --no-build --layout two-ctrl fio.sh &&
-    tests/qemu/run.sh --no-build fio-tcp.sh target-tcp.sh'
+# The distribution's fio (with its shared libraries) and our fio engine, built for a real
+# machine (no emulator), for the guest boots that run fio: this one and layout two-ctrl's below.
+# shellcheck disable=SC2317 # called through step
+fio_guest_bins() {
+    tools/fio-engine/build.sh --release >&2 &&
+        echo "fio=$(command -v fio) nvme-fio.so=$PWD/target/fio-engine/nvme-fio.so"
+}
+# One boot for NVMe/TCP (a boot of its own keeps the target's configfs state and the kernel
+# host's nvme devices away from the other cases): our initiator against the kernel's nvmet-tcp
+# target on 127.0.0.1 (nvmf-tcp.sh; the emulated NVMe controller is not used), fio with our
+# engine over NVMe/TCP against the same kind of target (fio-tcp.sh), and our own NVMe/TCP target
+# serving the QEMU controller to the kernel's host (target-tcp.sh: ext4, fio verify). Each case
+# takes its kernel target down again.
+# shellcheck disable=SC2317 # called through step
+qemu_tcp() {
+    local bins
+    bins=$(fio_guest_bins) &&
+        GUEST_EXTRA_BINS=$bins tests/qemu/run.sh --no-build nvmf-tcp.sh fio-tcp.sh target-tcp.sh
+}
+step "qemu guest (NVMe/TCP, fio over TCP, our target)" qemu_tcp
 # The core cases on every other controller layout of tests/qemu/layouts (many namespaces with
 # gaps in their ids, MDTS 1 and 0, one queue pair, 4 KiB-only namespaces, two controllers), one
 # boot each.
 # integrity.sh checks four of its seven sizes in these boots and the VFIO-mode boots below
 # (one block, three pages, 1 and 2 MiB: split above MDTS in every layout that lowers it); the
-# first qemu step checks all seven. Each size is three nvme-dd runs and two kernel dd runs, a
+# first qemu step checks all seven. Each size is two nvme-dd runs and two kernel dd runs, a
 # few seconds each under TCG. A layout's own INTEGRITY_SIZES (given after this one) wins.
 LAYOUT_INTEGRITY_SIZES=512,12288,1048576,2097152
 # shellcheck disable=SC2317 # called through step
 qemu_layouts() {
-    local name t0 failed=() extra
+    local name t0 failed=() extra bins
     for name in $(tests/qemu/run.sh --list-layouts | awk '/^[^[:space:]]/ { print $1 }'); do
         # default: the first qemu step; cmb: that step's controller has the CMB.
         case $name in default | cmb) continue ;; esac
         t0=$SECONDS
         extra=()
+        bins=""
         # A layout with a second controller also runs the two-controller case.
         tests/qemu/run.sh --list-layouts | grep -A1 "^$name " | grep -q -- --ctrl2-ns &&
             extra=(two-controllers.sh)
-        if tests/qemu/run.sh --no-build --guest-env INTEGRITY_SIZES=$LAYOUT_INTEGRITY_SIZES \
+        # two-ctrl also runs fio with our engine (fio.sh: write/read verify over two namespaces,
+        # data read back through nvme-dd, the refusals, one job over both controllers).
+        if [ "$name" = two-ctrl ]; then
+            bins=$(fio_guest_bins) || { failed+=("$name (fio engine build)"); continue; }
+            extra+=(fio.sh)
+        fi
+        if GUEST_EXTRA_BINS=$bins tests/qemu/run.sh --no-build \
+            --guest-env INTEGRITY_SIZES=$LAYOUT_INTEGRITY_SIZES \
             --layout "$name" identify.sh hello.sh integrity.sh bad-input.sh \
             ${extra[@]+"${extra[@]}"}; then
             echo "==== layout $name: PASS ($((SECONDS - t0))s)"

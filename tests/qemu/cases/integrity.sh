@@ -1,7 +1,10 @@
 # Data integrity of nvme-dd against the kernel nvme driver on the same namespaces:
-#  1. ours writes random data and reads it back;
+#  1. ours writes random data;
 #  2. the kernel reads what we wrote (O_DIRECT, so not from its page cache);
 #  3. the kernel writes new data, and ours reads it back.
+# The kernel is the witness both ways: 2 checks our write path, 3 our read path. (Reading our
+# own writes back with nvme-dd in step 1 would check nothing 2 and 3 do not, and costs one
+# process start with a controller bring-up per transfer, about a second under TCG.)
 # Each (namespace, size) pair gets its own region so all of them can be checked after rebinding.
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
@@ -68,15 +71,13 @@ plan >/tmp/plan
 echo "transfers (nsid size seek):"
 cat /tmp/plan
 
-echo "== 1: nvme-dd write + read back"
+echo "== 1: nvme-dd writes"
 bind_vfio
 while read -r ns size seek; do
     p=/tmp/ours.$ns.$size
     random "$p" "$size"
     ndd if="$p" of="nvme:$ns" bs="$size" count=1 seek="$seek"
-    nvme_read "$ns" "$size" "$seek"
-    cmp "$p" /tmp/r || fail "ns$ns $size B at block $seek: read back differs from what nvme-dd wrote"
-    echo "ok ns$ns size=$size seek=$seek (ours -> ours)"
+    echo "ok ns$ns size=$size seek=$seek (ours wrote)"
 done </tmp/plan
 
 echo "== 2: kernel reads what nvme-dd wrote"
