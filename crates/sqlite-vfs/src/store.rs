@@ -160,6 +160,11 @@ impl Store {
         self.stats
     }
 
+    /// The device's I/O counters ([`crate::BlockDevice::io_stats`]), when it keeps any.
+    pub fn io_stats(&self) -> Option<crate::IoStats> {
+        self.dev.io_stats()
+    }
+
     /// The device's atomic write unit in bytes.
     pub fn atomic_write_bytes(&self) -> u32 {
         self.dev.atomic_write_bytes()
