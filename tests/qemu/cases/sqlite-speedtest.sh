@@ -40,7 +40,7 @@ ours() {
         { cat /tmp/st.out; fail "speedtest1 on our VFS failed"; }
     record ours "$2" "$1" /tmp/st.out
     # The database is readable through the Rust tool, integrity ok.
-    nvme-sqlite --device "$NVME_BDF" --nsid 2 --db "speed-$2-$1.db" --query 'SELECT count(*) FROM t1' \
+    nvme-sqlite --device "$NVME_BDF" --nsid 2 --db "speed-$2-$1.db" --query 'SELECT count(*) FROM t3' \
         >/tmp/stq.out 2>&1 || { cat /tmp/stq.out; fail "nvme-sqlite could not read speedtest1's database"; }
     grep -q "^integrity_check: ok" /tmp/stq.out || { cat /tmp/stq.out; fail "integrity_check not ok"; }
 }
