@@ -3,13 +3,11 @@
 //! whole blocks at block-aligned offsets; the store does the read-modify-write for anything
 //! smaller.
 
-use nvme_device::{AnyController, AnyQueuePair, IoQueue};
-use nvme_driver::{DmaBuffer, Namespace, QueuePairOptions, WriteFlags};
+use nvme_device::{AnyController, IoQueue};
+use nvme_driver::{Namespace, QueuePairOptions};
 
 use crate::error::{Error, Result};
-
-/// Largest single transfer the NVMe device issues (bounce buffer size).
-const MAX_CHUNK: usize = 256 * 1024;
+use crate::write_behind::{IoStats, WriteBehind, SLOTS, SLOT_BYTES};
 
 /// Whole-block storage.
 pub trait BlockDevice: Send {
@@ -21,14 +19,22 @@ pub trait BlockDevice: Send {
     /// size.
     fn read(&mut self, lba: u64, buf: &mut [u8]) -> Result<()>;
     /// Writes `buf.len() / block_size` blocks at `lba`; `buf.len()` is a multiple of the block
-    /// size. The data may sit in a volatile cache until [`BlockDevice::flush`].
+    /// size. The data may sit in a volatile cache until [`BlockDevice::flush`], and the write
+    /// may still be queued or in flight when this returns (write-behind): an error of such a
+    /// write is returned by a later `write` or `flush`, and a later `read` sees the data.
     fn write(&mut self, lba: u64, buf: &[u8]) -> Result<()>;
-    /// Makes every completed write durable.
+    /// Makes every write so far durable (the barrier: waits for writes still in flight), or
+    /// returns an error, also one of an earlier write that failed in flight.
     fn flush(&mut self) -> Result<()>;
     /// Bytes a single aligned write is guaranteed to store atomically across a power failure
     /// (at least one block: NVMe's AWUPF/NAWUPF are 0-based block counts).
     fn atomic_write_bytes(&self) -> u32 {
         self.block_size()
+    }
+    /// Counters of the device's I/O path, when it keeps any ([`NvmeDevice`]: its
+    /// write-behind queue).
+    fn io_stats(&self) -> Option<IoStats> {
+        None
     }
     /// A name of the medium unique in the process (for an NVMe namespace: its subsystem and
     /// namespace ID), under which [`crate::NvmeVfs::register`] claims it so that a second
@@ -101,18 +107,18 @@ impl BlockDevice for MemDevice {
     }
 }
 
-/// An NVMe namespace driven through one queue pair of our driver, PCIe or NVMe/TCP, with a
-/// bounce buffer (DMA memory on PCIe, host memory on TCP).
+/// An NVMe namespace driven through one queue pair of our driver, PCIe or NVMe/TCP, with
+/// write-behind (`crate::write_behind`): writes are copied into a pool of 16 buffers
+/// allocated once (DMA memory on PCIe, host memory on TCP), merged when contiguous, and
+/// several are in flight at once; [`BlockDevice::flush`] waits for them and flushes.
 ///
 /// A queue pair is `Send` but not `Sync`; the VFS keeps this device behind a mutex.
 pub struct NvmeDevice {
-    // Field order is drop order: the queue pair (deleted on the controller, or its
-    // connection closed) and the bounce buffer go before the controller handle.
-    qp: AnyQueuePair,
-    bounce: Option<DmaBuffer>,
-    ns: Namespace,
+    // Field order is drop order: the write-behind queue (it waits for its requests, then
+    // deletes the queue pair on the controller or closes its connection, then frees its
+    // buffers) goes before the controller handle.
+    io: WriteBehind,
     ctrl: AnyController,
-    chunk: usize,
     atomic: u32,
     identity: String,
 }
@@ -121,9 +127,9 @@ impl std::fmt::Debug for NvmeDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NvmeDevice")
             .field("controller", &self.ctrl.name())
-            .field("nsid", &self.ns.nsid())
-            .field("block_size", &self.ns.block_size())
-            .field("blocks", &self.ns.blocks())
+            .field("nsid", &self.io.namespace().nsid())
+            .field("block_size", &self.io.namespace().block_size())
+            .field("blocks", &self.io.namespace().blocks())
             .finish()
     }
 }
@@ -141,7 +147,7 @@ impl NvmeDevice {
             .create_queue_pair(QueuePairOptions::default())
             .map_err(|e| Error::driver("creating a queue pair", e))?;
         let bs = ns.block_size() as usize;
-        let chunk = (MAX_CHUNK.min(qp.max_transfer_bytes()) / bs).max(1) * bs;
+        let slot = (SLOT_BYTES.min(qp.max_transfer_bytes()) / bs).max(1) * bs;
         // Power-fail atomic write unit: NAWUPF when the namespace defines it (NSFEAT bit 1),
         // else the controller's AWUPF; both count blocks, 0-based.
         let units =
@@ -154,15 +160,27 @@ impl NvmeDevice {
             .saturating_mul(u64::from(ns.block_size()))
             .min(u64::from(u32::MAX)) as u32;
         let identity = format!("{} nsid {nsid}", subsystem_identity(ctrl.identify()));
+        // The pool, allocated once: every write and read of the device uses these buffers.
+        let pool = ctrl
+            .alloc_buffer(SLOTS * slot)
+            .map_err(|e| Error::driver("allocating the write-behind buffers", e))?;
         Ok(Self {
+            io: WriteBehind::new(qp, ns, pool, slot),
             ctrl,
-            ns,
-            qp,
-            bounce: None,
-            chunk,
             atomic,
             identity,
         })
+    }
+
+    /// Counters of the write-behind queue.
+    pub fn stats(&self) -> IoStats {
+        self.io.stats()
+    }
+
+    /// Whether `flush` may send a lone pending write with FUA instead of Write + Flush (on
+    /// by default; off to compare the two).
+    pub fn set_fua(&mut self, on: bool) {
+        self.io.set_fua(on);
     }
 
     /// The controller.
@@ -172,17 +190,7 @@ impl NvmeDevice {
 
     /// The namespace.
     pub fn namespace(&self) -> &Namespace {
-        &self.ns
-    }
-
-    fn take_bounce(&mut self) -> Result<DmaBuffer> {
-        match self.bounce.take() {
-            Some(b) => Ok(b),
-            None => self
-                .ctrl
-                .alloc_buffer(self.chunk)
-                .map_err(|e| Error::driver("allocating a DMA buffer", e)),
-        }
+        self.io.namespace()
     }
 }
 
@@ -211,69 +219,34 @@ fn subsystem_identity(id: &nvme_driver::spec::identify::IdentifyController) -> S
 
 impl BlockDevice for NvmeDevice {
     fn block_size(&self) -> u32 {
-        self.ns.block_size()
+        self.io.namespace().block_size()
     }
     fn identity(&self) -> Option<String> {
         Some(self.identity.clone())
     }
     fn blocks(&self) -> u64 {
-        self.ns.blocks()
+        self.io.namespace().blocks()
     }
     fn atomic_write_bytes(&self) -> u32 {
         self.atomic
     }
 
+    fn io_stats(&self) -> Option<IoStats> {
+        Some(self.io.stats())
+    }
+
     fn read(&mut self, lba: u64, buf: &mut [u8]) -> Result<()> {
         check_len(self.block_size(), lba, buf.len(), self.blocks())?;
-        let bs = self.block_size() as usize;
-        for (i, piece) in buf.chunks_mut(self.chunk).enumerate() {
-            let at = lba + (i * self.chunk / bs) as u64;
-            let bounce = self.take_bounce()?;
-            match self
-                .qp
-                .read(&self.ns, at, (piece.len() / bs) as u32, bounce)
-            {
-                Ok(b) => {
-                    piece.copy_from_slice(&b[..piece.len()]);
-                    self.bounce = Some(b);
-                }
-                Err(f) => {
-                    self.bounce = f.buffer;
-                    return Err(Error::driver("reading", f.error));
-                }
-            }
-        }
-        Ok(())
+        self.io.read(lba, buf)
     }
 
     fn write(&mut self, lba: u64, buf: &[u8]) -> Result<()> {
         check_len(self.block_size(), lba, buf.len(), self.blocks())?;
-        let bs = self.block_size() as usize;
-        for (i, piece) in buf.chunks(self.chunk).enumerate() {
-            let at = lba + (i * self.chunk / bs) as u64;
-            let mut bounce = self.take_bounce()?;
-            bounce[..piece.len()].copy_from_slice(piece);
-            match self.qp.write(
-                &self.ns,
-                at,
-                (piece.len() / bs) as u32,
-                bounce,
-                WriteFlags::NONE,
-            ) {
-                Ok(b) => self.bounce = Some(b),
-                Err(f) => {
-                    self.bounce = f.buffer;
-                    return Err(Error::driver("writing", f.error));
-                }
-            }
-        }
-        Ok(())
+        self.io.write(lba, buf)
     }
 
     fn flush(&mut self) -> Result<()> {
-        self.qp
-            .flush(&self.ns)
-            .map_err(|e| Error::driver("flushing", e))
+        self.io.flush()
     }
 }
 

@@ -93,6 +93,10 @@ pub enum Error {
         /// The panic message.
         message: String,
     },
+    /// Every write-behind buffer went with a request the device may still access (a timed
+    /// out command keeps its buffer, which is leaked rather than reused).
+    #[error("no I/O buffer left: every write-behind buffer is held by a timed-out request the device may still access; drop the VFS and open the namespace again (after resetting the controller)")]
+    BuffersLost,
     /// The VFS could not be registered with SQLite.
     #[error("registering the VFS `{name}` with SQLite failed (code {code})")]
     Register {

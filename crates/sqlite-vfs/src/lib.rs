@@ -44,6 +44,7 @@ mod guard;
 mod store;
 mod vfs;
 pub mod workload;
+mod write_behind;
 
 pub use device::{BlockDevice, MemDevice, NvmeDevice};
 pub use error::{Error, Result};
@@ -51,6 +52,7 @@ pub use store::{FileInfo, Format, Store, StoreStats};
 /// The SQLite functions the VFS calls, through one table (linked SQLite, or a loader's
 /// `sqlite3_api_routines` for a loadable extension).
 pub use vfs::api;
+pub use write_behind::IoStats;
 
 use rusqlite::{Connection, OpenFlags};
 

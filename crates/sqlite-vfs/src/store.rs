@@ -19,6 +19,23 @@ use crate::error::{Error, Result};
 const MIN_EXTENT_BYTES: u64 = 256 * 1024;
 /// Bytes moved per step when a file is relocated.
 const COPY_CHUNK: usize = 1 << 20;
+/// SQLite names a database's write-ahead log `<database>-wal`.
+const WAL_SUFFIX: &str = "-wal";
+
+/// What the directory on the medium records for `e`. A write-ahead log that is not empty is
+/// recorded as long as its whole extent, so appending frames within the extent changes
+/// nothing on the medium and its commits need no directory write. SQLite allows this: a WAL
+/// is read on recovery only up to the last valid commit frame (each frame carries the WAL
+/// header's salts and a running checksum), which is what makes SQLite's own reuse of a WAL
+/// from its start (without truncating it) safe; the blocks past the valid frames are
+/// zeroes, stale frames or a deleted file's blocks, and end the scan.
+fn on_medium(e: &Entry, block_size: u64) -> Entry {
+    let mut m = e.clone();
+    if e.name.ends_with(WAL_SUFFIX) && e.len > 0 {
+        m.len = e.alloc * block_size;
+    }
+    m
+}
 
 /// What to do with a namespace that holds no directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +75,10 @@ pub struct Store {
     entries: Vec<Entry>,
     dir_dirty: bool,
     data_dirty: bool,
+    /// The entries as the directory copy last written (or read) records them
+    /// ([`on_medium`]): a change of `entries` that leaves these alone needs no directory
+    /// write.
+    persisted: Vec<Entry>,
     /// One block of scratch space; when `cached` is `Some(lba)` it holds exactly what the
     /// device holds at `lba` (the last block read or read-modify-written), so appending
     /// records that straddle blocks (journal, WAL) costs no extra read.
@@ -89,6 +110,7 @@ impl Store {
             entries: Vec::new(),
             dir_dirty: false,
             data_dirty: false,
+            persisted: Vec::new(),
             stats: StoreStats::default(),
         };
         if format == Format::Always {
@@ -122,6 +144,7 @@ impl Store {
             }
             store.generation = generation;
             store.entries = entries.clone();
+            store.persisted = entries.clone();
             return Ok(store);
         }
         let describe = |c: &Decoded| match c {
@@ -158,6 +181,11 @@ impl Store {
     /// Counters.
     pub fn stats(&self) -> StoreStats {
         self.stats
+    }
+
+    /// The device's I/O counters ([`crate::BlockDevice::io_stats`]), when it keeps any.
+    pub fn io_stats(&self) -> Option<crate::IoStats> {
+        self.dev.io_stats()
     }
 
     /// The device's atomic write unit in bytes.
@@ -390,17 +418,32 @@ impl Store {
 
     /// Makes every write so far durable, and the directory if it changed.
     pub fn sync(&mut self) -> Result<()> {
-        if self.dir_dirty {
+        if self.dir_dirty && !self.directory_unchanged() {
             self.persist()
         } else if self.data_dirty {
+            // Only changes the medium's directory does not record (a WAL growing inside its
+            // extent), if any: the data's Flush is all.
+            self.dir_dirty = false;
             if cfg!(feature = "broken-skip-flush") {
                 // Deliberately broken (test-only feature): data stays in the volatile cache.
                 return Ok(());
             }
             self.flush()
         } else {
+            self.dir_dirty = false;
             Ok(())
         }
+    }
+
+    /// Whether the directory on the medium already records every entry as it is now.
+    fn directory_unchanged(&self) -> bool {
+        let bs = u64::from(self.layout.block_size);
+        self.entries.len() == self.persisted.len()
+            && self
+                .entries
+                .iter()
+                .zip(&self.persisted)
+                .all(|(e, p)| on_medium(e, bs) == *p)
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -416,13 +459,16 @@ impl Store {
             self.flush()?;
         }
         let generation = self.generation + 1;
-        let copy = dir::encode(&self.layout, generation, &self.entries);
+        let bs = u64::from(self.layout.block_size);
+        let medium: Vec<Entry> = self.entries.iter().map(|e| on_medium(e, bs)).collect();
+        let copy = dir::encode(&self.layout, generation, &medium);
         self.cached = None;
         self.dev.write(self.layout.dir_lba(generation % 2), &copy)?;
         self.stats.dir_writes += 1;
         self.flush()?;
         self.generation = generation;
         self.dir_dirty = false;
+        self.persisted = medium;
         Ok(())
     }
 
@@ -667,5 +713,50 @@ mod tests {
         assert!(matches!(err, Error::DirectoryCorrupt { .. }), "{msg}");
         assert!(msg.contains("outside the data area"), "{msg}");
         assert!(msg.contains("bad checksum"), "{msg}");
+    }
+
+    #[test]
+    fn a_wal_growing_inside_its_extent_needs_no_directory_write() {
+        let mut s = store(4096, 2048);
+        s.create("db").unwrap();
+        s.create("db-wal").unwrap();
+        s.write("db-wal", 0, &[1u8; 5000]).unwrap();
+        s.sync().unwrap();
+        let dirs = s.stats().dir_writes;
+        let flushes = s.stats().flushes;
+        // Appending frames inside the 256 KiB extent: a Flush, no directory write.
+        for k in 1..10u64 {
+            s.write("db-wal", k * 5000, &[k as u8 + 1; 5000]).unwrap();
+            s.sync().unwrap();
+        }
+        assert_eq!(
+            s.stats().dir_writes,
+            dirs,
+            "WAL appends rewrote the directory"
+        );
+        assert_eq!(s.stats().flushes, flushes + 9);
+        // Another file's growth still writes it.
+        s.write("db", 0, &[9u8; 5000]).unwrap();
+        s.sync().unwrap();
+        assert_eq!(s.stats().dir_writes, dirs + 1);
+        // Truncating the WAL to nothing is recorded (SQLite's checkpoint(TRUNCATE)).
+        s.truncate("db-wal", 0).unwrap();
+        s.sync().unwrap();
+        assert_eq!(s.stats().dir_writes, dirs + 2);
+        s.write("db-wal", 0, &[3u8; 100]).unwrap();
+        s.sync().unwrap();
+        // On the medium the WAL spans its extent: what was written, then what the extent held.
+        let dev = std::mem::replace(&mut s.dev, Box::new(MemDevice::new(4096, 2048)));
+        let mut r = Store::open(dev, Format::Never).unwrap();
+        let alloc = r.files().iter().find(|f| f.name == "db-wal").unwrap().alloc;
+        assert_eq!(r.len("db-wal").unwrap(), alloc * 4096);
+        let mut b = vec![0; 100];
+        r.read("db-wal", 0, &mut b).unwrap();
+        assert_eq!(b, [3u8; 100]);
+        assert_eq!(
+            r.len("db").unwrap(),
+            5000,
+            "other files keep their exact length"
+        );
     }
 }

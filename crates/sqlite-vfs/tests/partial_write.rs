@@ -1,6 +1,7 @@
-//! A write that fails part-way (NVMe Write Fault from the emulator after some of its blocks
-//! landed) must leave the store dirty, so the next sync (SQLite's `xSync`) still issues an
-//! NVMe Flush for the blocks that did land.
+//! A write that fails in flight (NVMe Write Fault from the emulator, after an earlier write
+//! landed) must surface at the next sync (SQLite's `xSync` then fails with `SQLITE_IOERR`),
+//! and must leave the store dirty, so that sync and the next still issue an NVMe Flush for
+//! the blocks that did land.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -20,12 +21,13 @@ fn write_fault() -> Status {
     )
 }
 
-/// An NVMe device that arms the emulator's `fail_next_io` just before its `fail_at`-th write
-/// call from now (1 = the next write), so the writes before it succeed.
+/// An NVMe device that arms the emulator's `fail_next_io` just before its next flush when
+/// `fail_on_flush` is set, so the write the flush submits (the last one, still buffered by
+/// the write-behind queue) fails.
 struct FailingWrites {
     dev: NvmeDevice,
     sim: Arc<SimController>,
-    fail_at: Arc<AtomicU32>,
+    fail_on_flush: Arc<AtomicU32>,
 }
 
 impl BlockDevice for FailingWrites {
@@ -39,22 +41,18 @@ impl BlockDevice for FailingWrites {
         self.dev.read(lba, buf)
     }
     fn write(&mut self, lba: u64, buf: &[u8]) -> Result<()> {
-        let left = self.fail_at.load(Ordering::Relaxed);
-        if left > 0 {
-            self.fail_at.store(left - 1, Ordering::Relaxed);
-            if left == 1 {
-                self.sim.faults().fail_next_io(write_fault(), 1);
-            }
-        }
         self.dev.write(lba, buf)
     }
     fn flush(&mut self) -> Result<()> {
+        if self.fail_on_flush.swap(0, Ordering::Relaxed) == 1 {
+            self.sim.faults().fail_next_io(write_fault(), 1);
+        }
         self.dev.flush()
     }
 }
 
 #[test]
-fn a_write_failing_part_way_still_gets_flushed_by_the_next_sync() {
+fn a_write_failing_in_flight_fails_the_sync_and_still_gets_flushed() {
     let sim = Arc::new(SimController::start(SimConfig {
         namespaces: vec![SimNamespace {
             nsid: 1,
@@ -70,40 +68,51 @@ fn a_write_failing_part_way_still_gets_flushed_by_the_next_sync() {
         ControllerOptions::default(),
     )
     .expect("controller");
-    let fail_at = Arc::new(AtomicU32::new(0));
+    let fail_on_flush = Arc::new(AtomicU32::new(0));
     let dev = FailingWrites {
         dev: NvmeDevice::new(ctrl, 1).expect("device"),
         sim: sim.clone(),
-        fail_at: fail_at.clone(),
+        fail_on_flush: fail_on_flush.clone(),
     };
     let mut store = Store::open(Box::new(dev), Format::IfBlank).expect("format");
     store.create("f").expect("create");
     store.write("f", 0, &[1u8; 3 * BS as usize]).expect("write");
     store.sync().expect("sync");
 
-    // Overwrite inside the file (its length and the directory do not change): the partial
-    // head block is written first and lands, the whole block after it fails.
+    // Overwrite two blocks inside the file (its length and the directory do not change): the
+    // first goes to the device when the second (not adjacent: its own command) is written;
+    // reading it back waits for it, so it has landed before the fault is armed.
     let flushes = sim.stats().flushes;
     let writes = sim.stats().writes;
-    fail_at.store(2, Ordering::Relaxed);
+    store.write("f", 0, &[2u8; BS as usize]).expect("write");
+    store
+        .write("f", 2 * u64::from(BS), &[3u8; BS as usize])
+        .expect("a write-behind write is accepted before the device has it");
+    let mut head = [0u8; 4];
+    store.read("f", 100, &mut head).expect("read");
+    assert_eq!(head, [2; 4], "the first write landed");
+
+    // xSync: submits the second write, which fails; the sync reports it.
+    fail_on_flush.store(1, Ordering::Relaxed);
     let err = store
-        .write("f", 100, &[2u8; BS as usize + 100])
-        .expect_err("the second device write fails");
+        .sync()
+        .expect_err("the failed write surfaces at the sync");
     assert!(matches!(err, Error::Driver { .. }), "{err}");
     assert_eq!(
         sim.stats().writes,
         writes + 2,
-        "head block written, body failed"
+        "both writes reached the device"
     );
-    let mut head = [0u8; 4];
-    store.read("f", 100, &mut head).expect("read");
-    assert_eq!(head, [2; 4], "the head block landed");
-
-    // xSync: the landed block is in the device's volatile cache until a Flush.
-    store.sync().expect("sync after the failure");
     assert_eq!(
         sim.stats().flushes,
         flushes + 1,
-        "sync after a partly failed write issued no NVMe Flush"
+        "the failing sync still flushed what landed"
+    );
+    // The next sync flushes again (the store stayed dirty) and succeeds.
+    store.sync().expect("sync after the failure");
+    assert_eq!(
+        sim.stats().flushes,
+        flushes + 2,
+        "sync after a failed write issued no NVMe Flush"
     );
 }

@@ -1,8 +1,13 @@
 # SQLite side by side (issue 13's table): the nvme-sqlite workload through our VFS on vfio-pci
 # and with SQLite's default VFS on ext4 (mkfs.ext4 from e2fsprogs) over the kernel's nvme
 # driver, same controller and namespace size, for the DELETE and WAL journal modes,
-# SQLITE_BENCH_REPS runs each (default 5), in alternating order. Prints one
-# "@@SQLBENCH side mode rep elapsed_s commits_per_s" line per run and the medians.
+# SQLITE_BENCH_REPS runs each (default 5), in alternating order, synchronous=FULL (the
+# workload sets it). Our side runs twice per repetition: with the write-behind queue's FUA
+# barrier (`ours`, the default) and with Write + Flush for every barrier (`ours-nofua`,
+# `--no-fua`), to measure what FUA saves. Prints one
+# "@@SQLBENCH side mode rep elapsed_s commits_per_s" line per run, one
+# "@@SQLPHASE side mode rep phase ms" line per phase, then the medians with ranges and the
+# per-phase medians.
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
 
@@ -21,13 +26,21 @@ record() {
     cps=$(sed -n 's/.*rows\/s, \([0-9.]*\) commits\/s.*/\1/p' "$4")
     grep -q "^integrity_check: ok" "$4" || { cat "$4"; fail "$1 $2 run $3: integrity_check not ok"; }
     echo "@@SQLBENCH $1 $2 $3 $elapsed $cps" | tee -a /tmp/sqlbench
+    sed -n 's/^phase \([a-z]*\) *\([0-9.]*\) ms.*/\1 \2/p' "$4" | while read -r phase ms; do
+        echo "@@SQLPHASE $1 $2 $3 $phase $ms" >>/tmp/sqlphase
+    done
+    grep '^io:' "$4" | sed "s/^/@@SQLIO $1 $2 $3 /" || true
 }
 
+# ours REP MODE [SIDE FLAGS...]
 ours() {
+    rep=$1 mode=$2 side=${3:-ours}
+    shift 2
+    if [ $# -gt 0 ]; then shift; fi
     bind_vfio
-    nvme-sqlite --device "$NVME_BDF" --nsid 2 --format --journal-mode "$2" -n "$N" -m "$M" \
-        >/tmp/sqb.out 2>&1 || { cat /tmp/sqb.out; fail "our VFS run failed"; }
-    record ours "$2" "$1" /tmp/sqb.out
+    nvme-sqlite --device "$NVME_BDF" --nsid 2 --format --journal-mode "$mode" -n "$N" -m "$M" \
+        "$@" >/tmp/sqb.out 2>&1 || { cat /tmp/sqb.out; fail "our VFS run failed"; }
+    record "$side" "$mode" "$rep" /tmp/sqb.out
 }
 
 kernel() {
@@ -42,28 +55,44 @@ kernel() {
 }
 
 : >/tmp/sqlbench
+: >/tmp/sqlphase
 for mode in delete wal; do
-    rep=1
-    while [ "$rep" -le "$REPS" ]; do
-        if [ $((rep % 2)) = 1 ]; then
-            ours "$rep" "$mode"
-            kernel "$rep" "$mode"
+    r=1
+    while [ "$r" -le "$REPS" ]; do
+        if [ $((r % 2)) = 1 ]; then
+            ours "$r" "$mode"
+            kernel "$r" "$mode"
+            ours "$r" "$mode" ours-nofua --no-fua
         else
-            kernel "$rep" "$mode"
-            ours "$rep" "$mode"
+            ours "$r" "$mode" ours-nofua --no-fua
+            kernel "$r" "$mode"
+            ours "$r" "$mode"
         fi
-        rep=$((rep + 1))
+        r=$((r + 1))
     done
 done
 
-# median FIELD SIDE MODE: the median of column FIELD (5: elapsed, 6: commits/s).
-median() {
-    awk -v s="$2" -v m="$3" '$2 == s && $3 == m { print $'"$1"' }' /tmp/sqlbench | sort -n |
-        awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+# summ FIELD SIDE MODE [FILE [PHASE]]: "median (min-max)" of column FIELD (in /tmp/sqlbench 5:
+# elapsed, 6: commits/s; in /tmp/sqlphase 6: ms of PHASE).
+summ() {
+    awk -v s="$2" -v m="$3" -v p="${5:-}" '$2 == s && $3 == m && (p == "" || $5 == p) { print $'"$1"' }' \
+        "${4:-/tmp/sqlbench}" | sort -n |
+        awk '{ v[NR] = $1 } END { if (NR % 2) md = v[(NR + 1) / 2]; else md = (v[NR / 2] + v[NR / 2 + 1]) / 2;
+              printf "%.3f (%.3f-%.3f)\n", md, v[1], v[NR] }'
 }
-echo "| journal | side | median total time (s) | median insert commits/s | runs |"
+echo "| journal | side | total time (s), median (range) | insert commits/s, median (range) | runs |"
 for mode in delete wal; do
-    for side in ours ext4; do
-        echo "| $mode | $side | $(median 5 $side $mode) | $(median 6 $side $mode) | $REPS |"
+    for side in ours ours-nofua ext4; do
+        echo "| $mode | $side | $(summ 5 $side $mode) | $(summ 6 $side $mode) | $REPS |"
+    done
+done
+echo "| journal | side | create | insert | update | delete | query | verify (ms, medians) |"
+for mode in delete wal; do
+    for side in ours ours-nofua ext4; do
+        row="| $mode | $side |"
+        for phase in create insert update delete query verify; do
+            row="$row $(summ 6 $side $mode /tmp/sqlphase $phase | cut -d' ' -f1) |"
+        done
+        echo "$row"
     done
 done

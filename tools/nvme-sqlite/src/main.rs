@@ -80,6 +80,10 @@ struct Cli {
     /// Write a fresh, empty directory to the namespace first (drops every file on it).
     #[arg(long, conflicts_with = "verify_only")]
     format: bool,
+    /// Never send a barrier's lone pending write with FUA (always Write, then Flush): to
+    /// measure what FUA saves.
+    #[arg(long)]
+    no_fua: bool,
     /// Instead of the workload: check an existing database (integrity_check) and print the
     /// rows of this SQL query, one `row: ` line each with the columns joined by `|` (as the
     /// sqlite3 shell prints them), e.g. to read back what another program wrote.
@@ -171,7 +175,8 @@ fn run_on_sim(cli: &Cli, sim: &SimController, format: bool) -> Result<Summary, T
 fn run_on_controller(cli: &Cli, ctrl: AnyController, format: bool) -> Result<Summary, ToolError> {
     static SEQ: AtomicU32 = AtomicU32::new(0);
     let name = format!("nvme-sqlite-{}", SEQ.fetch_add(1, Ordering::Relaxed));
-    let dev = NvmeDevice::new(ctrl, cli.nsid)?;
+    let mut dev = NvmeDevice::new(ctrl, cli.nsid)?;
+    dev.set_fua(!cli.no_fua);
     let bs = nvme_sqlite_vfs::BlockDevice::block_size(&dev);
     let atomic = nvme_sqlite_vfs::BlockDevice::atomic_write_bytes(&dev);
     println!(
@@ -209,6 +214,20 @@ fn print_store(vfs: &NvmeVfs, before: StoreStats, after: StoreStats) -> Result<(
         after.rmw - before.rmw,
         after.rmw_cached - before.rmw_cached
     );
+    if let Some(io) = vfs.with_store(|s| s.io_stats())? {
+        println!(
+            "io: {} writes ({} merged) in {} write commands ({} FUA), {} flushes, {} reads, at most {} writes in flight, {} overlap waits, {} failed",
+            io.writes,
+            io.merged,
+            io.write_commands,
+            io.fua_writes,
+            io.flush_commands,
+            io.read_commands,
+            io.max_in_flight,
+            io.overlap_waits,
+            io.failed_writes
+        );
+    }
     for f in vfs.with_store(|s| s.files())? {
         println!(
             "file: {:<24} start LBA {:>10}  {:>8} blocks  {:>12} bytes",

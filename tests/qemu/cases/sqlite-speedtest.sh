@@ -1,0 +1,93 @@
+# SQLite's own benchmark, speedtest1 (built by tests/speedtest1/build.sh from Debian's sqlite3
+# source, never committed), side by side in one boot: through the nvme VFS extension on
+# namespace 2 bound to vfio-pci, and with the default VFS on a fresh ext4 over the kernel's nvme
+# driver. DELETE and WAL journals, synchronous=FULL (the distribution's default for both, which
+# speedtest1 keeps), SQLITE_SPEEDTEST_REPS runs each (default 3) in alternating order,
+# --size SQLITE_SPEEDTEST_SIZE (default 5). Prints "@@SPEEDTEST side mode rep total_s" per run,
+# "@@SPEEDPHASE side mode rep test seconds" per test, then medians with ranges.
+# Run with: GUEST_EXTRA_BINS=speedtest1=target/speedtest1/speedtest1 tests/qemu/run.sh \
+#   --ns 512:64M --ns 4096:64M sqlite-speedtest.sh
+# shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
+. /tests/lib.sh
+
+SIZE=${SQLITE_SPEEDTEST_SIZE:-5}
+REPS=${SQLITE_SPEEDTEST_REPS:-3}
+EXT=/usr/local/bin/libnvme_sqlite.so
+
+command -v speedtest1 >/dev/null ||
+    fail "no speedtest1 in the guest: build it with tests/speedtest1/build.sh and pass GUEST_EXTRA_BINS=speedtest1=target/speedtest1/speedtest1"
+[ -f "$EXT" ] || fail "no $EXT in the guest (run.sh copies it when the sqlite3 shell is installed)"
+command -v mkfs.ext4 >/dev/null || fail "no mkfs.ext4 in the guest"
+modprobe crc32c_generic
+modprobe ext4
+mkdir -p /mnt/sq
+
+# record SIDE MODE REP OUTFILE
+record() {
+    total=$(sed -n 's/^ *TOTAL\.* *\([0-9.]*\)s$/\1/p' "$4")
+    [ -n "$total" ] || { cat "$4"; fail "$1 $2 run $3: no TOTAL line"; }
+    grep -q "integrity_check" "$4" || { cat "$4"; fail "$1 $2 run $3: no integrity_check test"; }
+    echo "@@SPEEDTEST $1 $2 $3 $total" | tee -a /tmp/speed
+    sed -n 's/^ *\([0-9][0-9]*\) - .*\.\.\. *\([0-9.]*\)s$/\1 \2/p' "$4" | while read -r t s; do
+        echo "@@SPEEDPHASE $1 $2 $3 $t $s" >>/tmp/speedphase
+    done
+}
+
+ours() {
+    bind_vfio
+    NVME_SQLITE_EXT=$EXT speedtest1 --vfs nvme --journal "$2" --size "$SIZE" \
+        "file:speed-$2-$1.db?vfs=nvme&device=$NVME_BDF&nsid=2&format=ifblank" >/tmp/st.out 2>&1 ||
+        { cat /tmp/st.out; fail "speedtest1 on our VFS failed"; }
+    record ours "$2" "$1" /tmp/st.out
+    # The database is readable through the Rust tool, integrity ok.
+    nvme-sqlite --device "$NVME_BDF" --nsid 2 --db "speed-$2-$1.db" --query 'SELECT count(*) FROM t3' \
+        >/tmp/stq.out 2>&1 || { cat /tmp/stq.out; fail "nvme-sqlite could not read speedtest1's database"; }
+    grep -q "^integrity_check: ok" /tmp/stq.out || { cat /tmp/stq.out; fail "integrity_check not ok"; }
+}
+
+kernel() {
+    bind_kernel
+    dev=$(ns_blockdev 2)
+    mkfs.ext4 -q -F "$dev" >/dev/null || fail "mkfs.ext4 $dev failed"
+    mount -t ext4 "$dev" /mnt/sq
+    speedtest1 --journal "$2" --size "$SIZE" /mnt/sq/speed.db >/tmp/st.out 2>&1 ||
+        { umount /mnt/sq; cat /tmp/st.out; fail "speedtest1 on ext4 failed"; }
+    umount /mnt/sq
+    record ext4 "$2" "$1" /tmp/st.out
+}
+
+: >/tmp/speed
+: >/tmp/speedphase
+for mode in delete wal; do
+    r=1
+    while [ "$r" -le "$REPS" ]; do
+        if [ $((r % 2)) = 1 ]; then
+            ours "$r" "$mode"
+            kernel "$r" "$mode"
+        else
+            kernel "$r" "$mode"
+            ours "$r" "$mode"
+        fi
+        r=$((r + 1))
+    done
+done
+
+# summ FIELD SIDE MODE [FILE [TEST]]: "median (min-max)".
+summ() {
+    awk -v s="$2" -v m="$3" -v p="${5:-}" '$2 == s && $3 == m && (p == "" || $5 == p) { print $'"$1"' }' \
+        "${4:-/tmp/speed}" | sort -n |
+        awk '{ v[NR] = $1 } END { if (NR % 2) md = v[(NR + 1) / 2]; else md = (v[NR / 2] + v[NR / 2 + 1]) / 2;
+              printf "%.3f (%.3f-%.3f)\n", md, v[1], v[NR] }'
+}
+echo "| journal | side | speedtest1 total (s), median (range) | runs |"
+for mode in delete wal; do
+    for side in ours ext4; do
+        echo "| $mode | $side | $(summ 5 $side $mode) | $REPS |"
+    done
+done
+echo "| journal | test | ours (s) | ext4 (s) |"
+for mode in delete wal; do
+    for t in $(awk '{ print $5 }' /tmp/speedphase | sort -un); do
+        echo "| $mode | $t | $(summ 6 ours $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ext4 $mode /tmp/speedphase "$t" | cut -d' ' -f1) |"
+    done
+done
