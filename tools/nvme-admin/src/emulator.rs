@@ -40,3 +40,17 @@ pub fn run<T>(f: impl FnOnce(&Controller) -> Result<T, AdminError>) -> Result<T,
 pub fn run<T>(_f: impl FnOnce(&Controller) -> Result<T, AdminError>) -> Result<T, AdminError> {
     Err(AdminError::NoEmulator)
 }
+
+/// FOR TESTS: the emulator with `config` and our PCIe controller on it.
+#[cfg(test)]
+pub(crate) fn controller(config: nvme_sim::SimConfig) -> (nvme_sim::SimController, Controller) {
+    use nvme_driver::{ControllerOptions, Transport};
+
+    let sim = nvme_sim::SimController::start(config);
+    let ctrl = Controller::new(
+        Transport::new(sim.mmio(), sim.dma(), "sim"),
+        ControllerOptions::default(),
+    )
+    .expect("the controller comes up on the emulator");
+    (sim, ctrl)
+}

@@ -8,7 +8,8 @@
 //! `set-feature -f FID -v VALUE [-s]`, `get-log -i LID -l LEN [-n NSID] [-b]`, `list-ctrl
 //! [-n NSID] [-c CNTID]`, `attach-ns`/`detach-ns -n NSID [-c CNTLID,...]` and `format -n NSID
 //! [--lbaf N | --block-size B] [--ses N] [--pi N] [--pil N] [--ms N] [--force]` (see
-//! [`manage`]). `-o json` prints nvme-cli 2.x's JSON keys, the default
+//! [`manage`]), `device-self-test -s CODE [-n NSID]` and `self-test-log [-e N]` (see
+//! [`selftest`]). `-o json` prints nvme-cli 2.x's JSON keys, the default
 //! (`-o normal`) a `key : value` list of the same fields.
 //!
 //! Errors go to stderr as `error: <message>` and exit with status 1: a feature nvme-admin
@@ -17,6 +18,7 @@
 mod emulator;
 pub mod manage;
 mod output;
+pub mod selftest;
 
 use std::io::Write;
 
@@ -152,6 +154,10 @@ enum Command {
     DetachNs(manage::AttachArgs),
     /// Format NVM: a new LBA format, metadata, protection or secure erase (data is lost).
     Format(manage::FormatArgs),
+    /// Device Self-test: start a short or extended test, or abort the one in progress.
+    DeviceSelfTest(selftest::SelfTestArgs),
+    /// Device Self-test log: the test in progress and the last results.
+    SelfTestLog(selftest::SelfTestLogArgs),
 }
 
 impl Command {
@@ -169,6 +175,8 @@ impl Command {
             Command::ListCtrl(a) => &a.dev,
             Command::AttachNs(a) | Command::DetachNs(a) => &a.dev,
             Command::Format(a) => &a.dev,
+            Command::DeviceSelfTest(a) => &a.dev,
+            Command::SelfTestLog(a) => &a.dev,
         }
     }
 }
@@ -184,6 +192,11 @@ pub(crate) fn parse_number(s: &str) -> Result<u64, String> {
 pub(crate) fn parse_u8(s: &str) -> Result<u8, String> {
     let v = parse_number(s)?;
     u8::try_from(v).map_err(|_| format!("{v} does not fit in 8 bits"))
+}
+
+pub(crate) fn parse_u32(s: &str) -> Result<u32, String> {
+    let v = parse_number(s)?;
+    u32::try_from(v).map_err(|_| format!("{v} does not fit in 32 bits"))
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
@@ -259,6 +272,8 @@ fn execute<C: NvmeController>(ctrl: &C, command: &Command) -> Result<Output, Adm
         Command::AttachNs(args) => manage::attachment(ctrl, args, true)?,
         Command::DetachNs(args) => manage::attachment(ctrl, args, false)?,
         Command::Format(args) => manage::format(ctrl, args)?,
+        Command::DeviceSelfTest(args) => selftest::start(ctrl, args)?,
+        Command::SelfTestLog(args) => selftest::log(ctrl, args)?,
         Command::List(_) => output::list(ctrl),
         Command::IdCtrl(_) => output::id_ctrl(ctrl.identify()),
         Command::IdNs { nsid, .. } => output::id_ns(&ctrl.identify_namespace(*nsid)?),
@@ -384,6 +399,8 @@ fn execute_remote(path: &std::path::Path, command: &Command) -> Result<String, A
         Command::AttachNs(_) => return Err(AdminError::NotRemote("attach-ns")),
         Command::DetachNs(_) => return Err(AdminError::NotRemote("detach-ns")),
         Command::Format(_) => return Err(AdminError::NotRemote("format")),
+        Command::DeviceSelfTest(_) => return Err(AdminError::NotRemote("device-self-test")),
+        Command::SelfTestLog(_) => return Err(AdminError::NotRemote("self-test-log")),
     };
     Ok(match dev.output {
         Format::Json => serde_json::to_string_pretty(&value)? + "\n",

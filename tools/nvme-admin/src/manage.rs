@@ -355,19 +355,11 @@ mod tests {
     /// `attach-ns`, `detach-ns` are refused before anything is sent, naming OACS.
     #[test]
     fn commands_the_controller_lacks_are_refused() {
-        use nvme_driver::{Controller, ControllerOptions, Transport};
-        use nvme_sim::{SimConfig, SimController};
-
-        let sim = SimController::start(SimConfig {
+        let (_sim, ctrl) = crate::emulator::controller(nvme_sim::SimConfig {
             format_nvm: false,
             namespace_management: false,
-            ..SimConfig::default()
+            ..nvme_sim::SimConfig::default()
         });
-        let ctrl = Controller::new(
-            Transport::new(sim.mmio(), sim.dma(), "sim"),
-            ControllerOptions::default(),
-        )
-        .unwrap();
         let dev = || crate::Device {
             device: vec!["sim".into()],
             output: crate::Format::Json,

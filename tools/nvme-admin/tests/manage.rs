@@ -189,3 +189,24 @@ fn get_log_as_hex_json_and_raw_bytes() {
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+#[test]
+fn device_self_test_and_its_log() {
+    let v = json(&["device-self-test", "sim", "-n", "1", "-s", "1"]);
+    assert_eq!(v["device-self-test"], "Short");
+    assert_eq!(v["nsid"], 1);
+    let v = json(&["device-self-test", "sim", "--self-test-code", "0xf"]);
+    assert_eq!(v["device-self-test"], "Abort");
+    // A new emulator each run: nothing logged yet.
+    let v = json(&["self-test-log", "sim"]);
+    assert_eq!(v["List of Valid Reports"], json!([]));
+    assert_eq!(v["Current Device Self-Test Completion"], 0);
+    let e = fails(&["device-self-test", "sim", "-s", "3"]);
+    assert!(
+        e.contains("not 1 (short), 2 (extended) or 0xf (abort)"),
+        "{e}"
+    );
+    let e = fails(&["device-self-test", "sim", "-s", "2", "-n", "7"]);
+    assert!(e.contains("Invalid Namespace or Format"), "{e}");
+    fails(&["device-self-test", "sim"]);
+}
