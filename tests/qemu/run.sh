@@ -812,9 +812,9 @@ if [ "$SUBSYS" = 1 ]; then
     CTRL1_SUBSYS=",subsys=subsys0"
     # The second controller joins before the namespaces are created, so that each shared one
     # is attached to both (QEMU attaches a shared namespace to the subsystem's controllers when
-    # it is realized).
+    # it is realized). The controllers of one QEMU subsystem must have its serial (the first's).
     # shellcheck disable=SC2054 # the commas belong to QEMU option values
-    QEMU_NS1_ARGS=(-device "nvme,serial=cafebabe,id=nvme1,mdts=$MDTS,max_ioqpairs=$QPAIRS,subsys=subsys0" "${QEMU_NS1_ARGS[@]}")
+    QEMU_NS1_ARGS=(-device "nvme,serial=deadbeef,id=nvme1,mdts=$MDTS,max_ioqpairs=$QPAIRS,subsys=subsys0" "${QEMU_NS1_ARGS[@]}")
     NS2_LAYOUT=$NS_LAYOUT
 fi
 QEMU_NS_ARGS=()
