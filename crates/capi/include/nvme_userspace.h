@@ -704,7 +704,8 @@ int nvme_qpair_release_submissions(struct nvme_qpair *qpair);
 uint32_t nvme_qpair_outstanding(const struct nvme_qpair *qpair);
 
 // Formats namespace `nsid` with LBA format `lbaf` (an index into Identify Namespace's LBA
-// formats; `nvme_ctrlr_get_ns_info` reports the one in use), Secure Erase Setting `ses` (0
+// formats, as `nvme-admin id-ns` lists them; QEMU's and the emulator's 4 is 4096-byte blocks
+// without metadata, 0 512-byte ones), Secure Erase Setting `ses` (0
 // none, 1 user data erase, 2 cryptographic erase), protection information type `pi` (0
 // none, 1..3) and `flags` (`NVME_FORMAT_EXTENDED_METADATA`, `NVME_FORMAT_PI_FIRST`). The
 // namespace's data is lost. Then the namespaces are rescanned: the namespace's block size

@@ -25,7 +25,8 @@ const FORMAT_FLAGS: u32 = NVME_FORMAT_EXTENDED_METADATA | NVME_FORMAT_PI_FIRST;
 const MAX_PI_TYPE: u8 = 3;
 
 /// Formats namespace `nsid` with LBA format `lbaf` (an index into Identify Namespace's LBA
-/// formats; `nvme_ctrlr_get_ns_info` reports the one in use), Secure Erase Setting `ses` (0
+/// formats, as `nvme-admin id-ns` lists them; QEMU's and the emulator's 4 is 4096-byte blocks
+/// without metadata, 0 512-byte ones), Secure Erase Setting `ses` (0
 /// none, 1 user data erase, 2 cryptographic erase), protection information type `pi` (0
 /// none, 1..3) and `flags` (`NVME_FORMAT_EXTENDED_METADATA`, `NVME_FORMAT_PI_FIRST`). The
 /// namespace's data is lost. Then the namespaces are rescanned: the namespace's block size
