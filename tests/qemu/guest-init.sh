@@ -5,13 +5,16 @@
 #
 # Environment exported to the cases:
 #   NVME_BDF          PCI address of QEMU's NVMe controller (vendor:device 1b36:0010)
-#   NVME_NS_COUNT     number of namespaces
+#   NVME_NS_COUNT     number of namespaces (attached at boot)
 #   NVME_NS_LAYOUT    "nsid:lba_bytes:size_bytes ..." as configured on the host
 #   NVME_NS<NSID>_LBA, NVME_NS<NSID>_BYTES   the same per namespace (nsids may have gaps)
 #   NVME_SECTORS      size of namespace 1 in 512-byte sectors
 #   NVME_MDTS, NVME_QPAIRS             controller settings
 #   NVME2_BDF, NVME2_NS_COUNT, NVME2_NS_LAYOUT, NVME2_NS<NSID>_LBA, NVME2_NS<NSID>_BYTES
-#                     the second controller (run.sh --ctrl2-ns), when there is one
+#                     the second controller (run.sh --ctrl2-ns or --subsys), when there is one
+#   NVME_SUBSYS       1 when both controllers are in one NVMe subsystem (run.sh --subsys), else 0;
+#                     NVME_SUBSYS_NQN its NQN; NVME_NS_DETACHED the "nsid:lba:bytes" of the
+#                     namespaces attached to no controller at boot (not in NVME_NS_LAYOUT/COUNT)
 # Each case starts with the controller bound to the kernel nvme driver, and the second
 # controller (if any) bound to vfio-pci, so the kernel sees the first controller's namespaces only.
 
@@ -75,6 +78,7 @@ if [ "${NVME2_NS_COUNT:-0}" -gt 0 ]; then
     done
 fi
 export NVME_BDF NVME_NS_COUNT NVME_NS_LAYOUT NVME_MDTS NVME_QPAIRS NVME2_BDF NVME2_NS_COUNT NVME2_NS_LAYOUT
+export NVME_SUBSYS NVME_SUBSYS_NQN NVME_NS_DETACHED
 for ns in $NVME_NS_LAYOUT; do
     k=${ns%%:*}
     rest=${ns#*:}

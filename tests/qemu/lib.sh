@@ -25,9 +25,11 @@ bind_kernel() {
     done
 }
 
-# Prints /dev/<block device> of namespace NSID under the kernel driver.
+# Prints /dev/<block device> of namespace NSID under the kernel driver (the multipath head on a
+# subsystem layout: the per-controller path disks nvme<S>c<C>n<N> have no /dev node).
 ns_blockdev() {
     for b in /sys/block/nvme*n*; do
+        case ${b##*/} in nvme*c*n*) continue ;; esac
         if [ "$(cat "$b/nsid")" = "$1" ]; then
             echo "/dev/${b##*/}"
             return 0

@@ -53,6 +53,8 @@ SQLITE3_SHELL=${SQLITE3_SHELL:-/usr/bin/sqlite3}
 GUEST_PYTHON=${GUEST_PYTHON:-/usr/bin/python3}
 # QEMU's emulated NVMe controller (PCI vendor:device), how the guest finds it.
 QEMU_NVME_ID=1b36:0010
+# The NQN of the --subsys subsystem.
+SUBSYS_NQN=nqn.2026-01.test:subsys0
 # isa-debug-exit port: the guest writes one byte there, QEMU exits with (byte << 1) | 1.
 DEBUG_EXIT_PORT=0xf4
 RUST_TARGET=x86_64-unknown-linux-gnu
@@ -74,6 +76,9 @@ QMP=0
 # Controller Memory Buffer size in MiB (--cmb; empty: none).
 CMB_MB=""
 SAME_GROUP=0
+# --subsys: both controllers in one NVMe subsystem (QEMU nvme-subsys), namespaces shared by
+# default, nsid-wide; the second controller has no namespaces of its own.
+SUBSYS=0
 LOG=""
 BUILD=1
 CASES=()
@@ -104,6 +109,8 @@ Options:
                             of the --ns option, 1, 2, ...), e.g. --ns 4096:32M:nsid=9, and the
                             Copy limits mssrl=BLOCKS, mcl=BLOCKS, msrc=N (0-based; QEMU's
                             defaults 128, 128, 127), e.g. --ns 512:16M:mssrl=16,mcl=64,msrc=7
+                            With --subsys: detached=1 (attached to no controller at boot) and
+                            shared=0|1 (QEMU's default 1: attached to both controllers)
                             Media errors (file backend only; blkdebug wraps the image):
                             blkdebug=FILE: a QEMU blkdebug config ([inject-error] sections);
                             bad=rS,wS,...: EIO (errno 5, every time) on reads (r) or writes (w)
@@ -116,6 +123,10 @@ Options:
                             queue pairs; repeatable, same syntax as --ns). Without it there is
                             one controller. The guest exports NVME2_BDF and keeps the second
                             controller bound to vfio-pci, off the kernel driver, between cases
+  --subsys                  two controllers (nvme0, nvme1: CNTLID 0 and 1) in one QEMU nvme-subsys
+                            (nqn $SUBSYS_NQN); the --ns namespaces belong to the subsystem,
+                            shared by both unless shared=0 or detached=1. The guest exports
+                            NVME2_BDF and NVME_SUBSYS=1 (cases/subsys.sh); not with --ctrl2-ns
   --ctrl2-same-group        put both controllers behind one conventional PCI bridge (pci-bridge,
                             shpc=off): the IOMMU sees the bridge's requester id for both, so they
                             share one IOMMU group (needs --ctrl2-ns)
@@ -212,6 +223,7 @@ while [ $# -gt 0 ]; do
     --keep) KEEP=1; shift ;;
     --hotplug) HOTPLUG=1; shift ;;
     --ctrl2-same-group) SAME_GROUP=1; shift ;;
+    --subsys) SUBSYS=1; shift ;;
     --log) LOG=${2:?}; shift 2 ;;
     --trace) TRACE_PATTERNS+=("${2:?--trace needs a QEMU trace event PATTERN}"); shift 2 ;;
     --trace-log) TRACE_LOG=${2:?}; shift 2 ;;
@@ -486,9 +498,17 @@ build_initramfs() {
         echo "GUEST_HUGEPAGES=$GUEST_HUGEPAGES"
         echo "QEMU_NVME_ID=$QEMU_NVME_ID"
         echo "DEBUG_EXIT_PORT=$((DEBUG_EXIT_PORT))"
-        echo "NVME_NS_COUNT=${#NS_SPECS[@]}"
+        echo "NVME_NS_COUNT=$NS_ATTACHED_COUNT"
         echo "NVME_NS_LAYOUT='$NS_LAYOUT'"
-        echo "NVME2_NS_COUNT=${#NS2_SPECS[@]}"
+        echo "NVME_NS_DETACHED='$NS_DETACHED'"
+        echo "NVME_SUBSYS=$SUBSYS"
+        echo "NVME_SUBSYS_NQN=$SUBSYS_NQN"
+        if [ "$SUBSYS" = 1 ]; then
+            # The second controller of the subsystem sees the same shared namespaces.
+            echo "NVME2_NS_COUNT=$NS_ATTACHED_COUNT"
+        else
+            echo "NVME2_NS_COUNT=${#NS2_SPECS[@]}"
+        fi
         echo "NVME2_NS_LAYOUT='$NS2_LAYOUT'"
         echo "NVME_MDTS=$MDTS"
         echo "NVME_QPAIRS=$QPAIRS"
@@ -556,21 +576,23 @@ blkdebug_config() {
 
 # build_namespaces BUS SPEC...: appends the -drive/-device arguments of the namespaces SPEC...
 # on controller BUS (nvme0, nvme1) to QEMU_NS_ARGS and sets BUILT_LAYOUT ("nsid:lba:bytes ..."
-# for the guest).
+# for the guest; a namespace given detached=1 is left out of it, as the guest does not see it at
+# boot, and listed in BUILT_DETACHED instead).
 build_namespaces() {
     local bus=$1
     shift
     local pfx=""
     [ "$bus" = nvme0 ] || pfx=$bus-
     BUILT_LAYOUT=""
-    local k=0 spec lba size kind bytes meta opt field debug throttle fields nsid used=" "
+    BUILT_DETACHED=""
+    local k=0 spec lba size kind bytes meta opt field debug throttle fields nsid detached used=" "
     for spec in "$@"; do
         k=$((k + 1))
         IFS=: read -r -a fields <<<"$spec"
         lba=${fields[0]:-}
         size=${fields[1]:-}
         # After SIZE, in any order: 'null', blkdebug=FILE or bad=..., metadata options.
-        kind="" meta="" debug="" throttle=""
+        kind="" meta="" debug="" throttle="" detached=0
         for field in "${fields[@]:2}"; do
             case "$field" in
             null) kind=null ;;
@@ -597,8 +619,17 @@ build_namespaces() {
                     { [ "$nsid" -ge 1 ] && [ "$nsid" -le 256 ]; } || die "--ns $spec: nsid must be 1..256"
                     continue
                 fi
+                if [[ "$opt" =~ ^(detached|shared)=[01]$ ]]; then
+                    [ "$SUBSYS" = 1 ] || die "--ns $spec: '$opt' needs --subsys (a namespace of an NVMe subsystem)"
+                    # QEMU's booleans are on/off.
+                    local on=off
+                    [ "${opt#*=}" = 0 ] || on=on
+                    [ "$opt" != detached=1 ] || detached=1
+                    meta="$meta,${opt%%=*}=$on"
+                    continue
+                fi
                 [[ "$opt" =~ ^(ms|mset|pi|pil|mssrl|mcl|msrc)=[0-9]+$ ]] ||
-                    die "--ns $spec: '$opt' is not a namespace option (nsid=N, ms=BYTES, mset=0|1, pi=0..3, pil=0|1, mssrl=BLOCKS, mcl=BLOCKS, msrc=N)"
+                    die "--ns $spec: '$opt' is not a namespace option (nsid=N, ms=BYTES, mset=0|1, pi=0..3, pil=0|1, mssrl=BLOCKS, mcl=BLOCKS, msrc=N; with --subsys detached=1, shared=0|1)"
                 meta="$meta,$opt"
             done
         fi
@@ -637,9 +668,14 @@ build_namespaces() {
             fi
         fi
         QEMU_NS_ARGS+=(-device "nvme-ns,drive=${pfx}ns$k,bus=$bus,nsid=$nsid,logical_block_size=$lba,physical_block_size=$lba$meta")
-        BUILT_LAYOUT="$BUILT_LAYOUT $nsid:$lba:$bytes"
+        if [ "$detached" = 1 ]; then
+            BUILT_DETACHED="$BUILT_DETACHED $nsid:$lba:$bytes"
+        else
+            BUILT_LAYOUT="$BUILT_LAYOUT $nsid:$lba:$bytes"
+        fi
     done
     BUILT_LAYOUT=${BUILT_LAYOUT# }
+    BUILT_DETACHED=${BUILT_DETACHED# }
 }
 
 pick_accel() {
@@ -761,9 +797,28 @@ trap cleanup EXIT
 QEMU_NS_ARGS=()
 build_namespaces nvme0 "${NS_SPECS[@]}"
 NS_LAYOUT=$BUILT_LAYOUT
+NS_DETACHED=$BUILT_DETACHED
+# The namespaces the guest's kernel driver sees on the first controller at boot.
+NS_ATTACHED_COUNT=$(wc -w <<<"$NS_LAYOUT")
 QEMU_NS1_ARGS=("${QEMU_NS_ARGS[@]}")
+SUBSYS_ARGS=()
+CTRL1_SUBSYS=""
+if [ "$SUBSYS" = 1 ]; then
+    [ ${#NS2_SPECS[@]} -eq 0 ] || die "--subsys and --ctrl2-ns do not go together (the subsystem's namespaces are given with --ns)"
+    [ "$HOTPLUG" = 0 ] || die "--subsys and --hotplug do not go together"
+    [ "$SAME_GROUP" = 0 ] || die "--subsys and --ctrl2-same-group do not go together"
+    # shellcheck disable=SC2054 # the commas belong to QEMU option values
+    SUBSYS_ARGS=(-device "nvme-subsys,id=subsys0,nqn=$SUBSYS_NQN")
+    CTRL1_SUBSYS=",subsys=subsys0"
+    # The second controller joins before the namespaces are created, so that each shared one
+    # is attached to both (QEMU attaches a shared namespace to the subsystem's controllers when
+    # it is realized). The controllers of one QEMU subsystem must have its serial (the first's).
+    # shellcheck disable=SC2054 # the commas belong to QEMU option values
+    QEMU_NS1_ARGS=(-device "nvme,serial=deadbeef,id=nvme1,mdts=$MDTS,max_ioqpairs=$QPAIRS,subsys=subsys0" "${QEMU_NS1_ARGS[@]}")
+    NS2_LAYOUT=$NS_LAYOUT
+fi
 QEMU_NS_ARGS=()
-NS2_LAYOUT=""
+[ "$SUBSYS" = 1 ] || NS2_LAYOUT=""
 CTRL2_ARGS=()
 BRIDGE_ARGS=()
 CTRL1_BUS=""
@@ -828,7 +883,8 @@ QEMU_CMD=(
     -device "isa-debug-exit,iobase=$DEBUG_EXIT_PORT,iosize=0x04"
     "${HOTPLUG_ARGS[@]}"
     ${BRIDGE_ARGS[@]+"${BRIDGE_ARGS[@]}"}
-    -device "nvme,serial=deadbeef,id=nvme0,mdts=$MDTS,max_ioqpairs=$QPAIRS${CMB_MB:+,cmb_size_mb=$CMB_MB}$NVME_BUS"
+    ${SUBSYS_ARGS[@]+"${SUBSYS_ARGS[@]}"}
+    -device "nvme,serial=deadbeef,id=nvme0,mdts=$MDTS,max_ioqpairs=$QPAIRS${CMB_MB:+,cmb_size_mb=$CMB_MB}$NVME_BUS$CTRL1_SUBSYS"
     "${QEMU_NS1_ARGS[@]}"
     ${CTRL2_ARGS[@]+"${CTRL2_ARGS[@]}"}
     "${TRACE_ARGS[@]}"

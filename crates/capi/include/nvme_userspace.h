@@ -173,6 +173,14 @@
 // `nvme_qpair_submit_pi` for extended LBA formats and PRACT.
 #define NVME_ERR_METADATA -26
 
+// `nvme_format` flag: metadata inline after each block (extended LBA, Format NVM MSET 1);
+// without it, metadata goes to a separate buffer.
+#define NVME_FORMAT_EXTENDED_METADATA (1 << 0)
+
+// `nvme_format` flag: protection information in the first bytes of the metadata (PIL 1);
+// without it, in the last.
+#define NVME_FORMAT_PI_FIRST (1 << 1)
+
 // A DMA-capable I/O buffer allocated for one controller. Not thread-safe: one thread at a
 // time may use it (it may move between threads).
 typedef struct nvme_buf nvme_buf;
@@ -694,6 +702,53 @@ int nvme_qpair_release_submissions(struct nvme_qpair *qpair);
 // # Safety
 // `qpair` is NULL or a live handle used only by the calling thread.
 uint32_t nvme_qpair_outstanding(const struct nvme_qpair *qpair);
+
+// Formats namespace `nsid` with LBA format `lbaf` (an index into Identify Namespace's LBA
+// formats, as `nvme-admin id-ns` lists them; QEMU's and the emulator's 4 is 4096-byte blocks
+// without metadata, 0 512-byte ones), Secure Erase Setting `ses` (0
+// none, 1 user data erase, 2 cryptographic erase), protection information type `pi` (0
+// none, 1..3) and `flags` (`NVME_FORMAT_EXTENDED_METADATA`, `NVME_FORMAT_PI_FIRST`). The
+// namespace's data is lost. Then the namespaces are rescanned: the namespace's block size
+// may have changed (a namespace now in a format this driver cannot use for I/O is refused
+// by later submissions with `NVME_ERR_NAMESPACE`).
+//
+// `NVME_ERR_INVALID_ARGUMENT` for a field out of range (nothing sent),
+// `NVME_ERR_UNSUPPORTED` when the controller lacks Format NVM (OACS bit 1),
+// `NVME_ERR_COMMAND` when the controller refuses it (e.g. Invalid Format).
+//
+// # Safety
+// `ctrlr` is NULL or an open controller handle.
+int nvme_format(const struct nvme_ctrlr *ctrlr,
+                uint32_t nsid,
+                uint8_t lbaf,
+                uint8_t ses,
+                uint8_t pi,
+                uint32_t flags);
+
+// Attaches namespace `nsid` of the subsystem to the `count` controllers whose identifiers
+// (CNTLID) are at `controllers` (`count` 0: to this controller), then rescans. A namespace
+// attached here appears in `nvme_ctrlr_namespace_ids`. `NVME_ERR_UNSUPPORTED` when the
+// controller lacks Namespace Attachment (OACS bit 3); `NVME_ERR_COMMAND` with the
+// controller's status otherwise (Namespace Already Attached, Controller List Invalid, ...).
+//
+// # Safety
+// `ctrlr` is NULL or an open controller handle; `controllers` is valid for `count` reads
+// when `count` > 0.
+int nvme_ns_attach(const struct nvme_ctrlr *ctrlr,
+                   uint32_t nsid,
+                   const uint16_t *controllers,
+                   size_t count);
+
+// Detaches namespace `nsid` from the `count` controllers at `controllers` (`count` 0: from
+// this controller), then rescans: submissions to it through this controller fail with
+// `NVME_ERR_NAMESPACE` afterwards. Errors as `nvme_ns_attach` (Namespace Not Attached).
+//
+// # Safety
+// As `nvme_ns_attach`.
+int nvme_ns_detach(const struct nvme_ctrlr *ctrlr,
+                   uint32_t nsid,
+                   const uint16_t *controllers,
+                   size_t count);
 
 // Re-reads the controller's active namespaces and their formats, for example after another
 // host or an administrator formatted, resized, attached or detached one (the driver cannot

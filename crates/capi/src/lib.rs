@@ -77,10 +77,11 @@ mod protection;
 // `nvme_qpair_poll`: completions and callbacks.
 mod poll;
 
-// The emulated controller (feature `emulator`), error codes, namespace rescan, the two
-// transports.
+// The emulated controller (feature `emulator`), error codes, namespace management (format,
+// attach, detach), namespace rescan, the two transports.
 mod emulator;
 mod errors;
+mod manage;
 mod namespaces;
 mod transport;
 
@@ -99,6 +100,7 @@ pub use context::*;
 pub use controller::*;
 pub use errors::*;
 pub use lifecycle::nvme_qpair_recover;
+pub use manage::*;
 pub use namespaces::*;
 pub use poll::*;
 pub use probe::*;

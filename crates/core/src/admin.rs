@@ -7,7 +7,8 @@
 //! and Commands Supported and Effects (05h) log pages (§5.16.1); and namespace management:
 //! Format NVM (§5.23), Namespace Attachment (§5.19), the allocated namespace and controller
 //! lists (CNS 10h-13h, §5.17.2.10-§5.17.2.13), each refused before anything is sent when
-//! Identify Controller OACS says the controller lacks it, and followed by a namespace rescan.
+//! Identify Controller OACS says the controller lacks it, and followed by a namespace rescan;
+//! Device Self-test (§5.9, refused from OACS bit 4 too) and its log page (06h, §5.16.1.7).
 //!
 //! INVARIANT: an [`AdminCommand`] is built only here, from a typed command whose transfer is
 //! at most its [`AdminData`] length in the direction given, so executing one is safe; raw
@@ -20,6 +21,7 @@ use nvme_spec::identify::{IdentifyNamespace, NamespaceList, Oacs, IDENTIFY_DATA_
 use nvme_spec::log::NSID_BROADCAST;
 use nvme_spec::manage::{self, Attach, ControllerList, FormatNvm};
 use nvme_spec::opcode::log_page;
+use nvme_spec::selftest::{self, SelfTestCode, SelfTestLog, SELF_TEST_LOG_SIZE};
 use nvme_spec::SubmissionEntry;
 
 use crate::controller::NvmeController;
@@ -125,6 +127,14 @@ impl AdminCommand {
         AdminCommand {
             sqe: manage::namespace_attachment(nsid, select),
             data: AdminData::ToDevice(controllers.to_bytes().to_vec()),
+        }
+    }
+
+    /// Device Self-test (§5.9) of `nsid` with `code`: no data.
+    pub fn device_self_test(nsid: u32, code: SelfTestCode) -> Self {
+        AdminCommand {
+            sqe: selftest::device_self_test(nsid, code),
+            data: AdminData::None,
         }
     }
 
@@ -301,6 +311,36 @@ pub trait AdminCommands: NvmeController {
             CommandsEffectsLog::SIZE,
         )?;
         Ok(CommandsEffectsLog::from_bytes(
+            page.as_slice().try_into().expect("the page's size"),
+        ))
+    }
+
+    /// Device Self-test (§5.9): starts a short or extended self-test of `nsid` (0: no
+    /// namespace, 0xFFFF_FFFF: all), or aborts the one in progress. Refused with
+    /// [`Error::CommandNotSupported`] when OACS bit 4 is clear; the controller refuses a second
+    /// test while one runs (Device Self-test In Progress).
+    fn device_self_test(&self, nsid: u32, code: SelfTestCode) -> Result<()> {
+        require_oacs(
+            self,
+            Oacs::DEVICE_SELF_TEST,
+            "Device Self-test",
+            "Identify Controller OACS bit 4 clear",
+        )?;
+        self.admin(AdminCommand::device_self_test(nsid, code))?;
+        Ok(())
+    }
+
+    /// Device Self-test log page (06h, §5.16.1.7): the test in progress and the last 20
+    /// results, newest first. Refused like [`AdminCommands::device_self_test`].
+    fn self_test_log(&self) -> Result<SelfTestLog> {
+        require_oacs(
+            self,
+            Oacs::DEVICE_SELF_TEST,
+            "Device Self-test log",
+            "Identify Controller OACS bit 4 clear",
+        )?;
+        let page = self.log_page(log_page::DEVICE_SELF_TEST, SELF_TEST_LOG_SIZE)?;
+        Ok(SelfTestLog::from_bytes(
             page.as_slice().try_into().expect("the page's size"),
         ))
     }

@@ -2,10 +2,12 @@
 
 use std::sync::Arc;
 
+use nvme_driver::spec::manage::FormatNvm;
 use nvme_driver::spec::regs::{Cap, Version};
 use nvme_driver::spec::{ErrorLogEntry, IdentifyController, SmartLog};
 use nvme_driver::{
-    Controller, ControllerOptions, DmaBuffer, DmaMapper, Error, Namespace, QueuePairOptions, Result,
+    AdminCommands, Controller, ControllerOptions, DmaBuffer, DmaMapper, Error, Namespace,
+    NamespaceChanges, QueuePairOptions, Result,
 };
 use nvme_tcp::{TcpController, TcpOptions};
 
@@ -135,6 +137,22 @@ impl AnyController {
     /// The newest `entries` Error Information log entries (Log Identifier 01h), newest first.
     pub fn error_log(&self, entries: usize) -> Result<Vec<ErrorLogEntry>> {
         both!(self, c => c.error_log(entries))
+    }
+
+    /// Format NVM of `nsid` (NVMe Base §5.23, [`AdminCommands::format_nvm`]): refused when
+    /// OACS lacks it, followed by a namespace rescan. The namespace's data is lost.
+    pub fn format_nvm(&self, nsid: u32, format: FormatNvm) -> Result<NamespaceChanges> {
+        both!(self, c => c.format_nvm(nsid, format))
+    }
+
+    /// Namespace Attachment (§5.19): attaches `nsid` to `controllers`, then a rescan.
+    pub fn attach_namespace(&self, nsid: u32, controllers: &[u16]) -> Result<NamespaceChanges> {
+        both!(self, c => c.attach_namespace(nsid, controllers))
+    }
+
+    /// Namespace Attachment (§5.19): detaches `nsid` from `controllers`, then a rescan.
+    pub fn detach_namespace(&self, nsid: u32, controllers: &[u16]) -> Result<NamespaceChanges> {
+        both!(self, c => c.detach_namespace(nsid, controllers))
     }
 
     /// Resets the controller (PCIe: through CC.EN; NVMe/TCP: a new association); queue

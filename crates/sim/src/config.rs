@@ -175,6 +175,9 @@ pub struct SimConfig {
     /// Advertise and implement Namespace Attachment and Identify CNS 10h-13h (OACS bit 3;
     /// Namespace Management's create/delete is not offered, as in QEMU 7.2).
     pub namespace_management: bool,
+    /// Advertise and implement Device Self-test and its log page 06h (OACS bit 4; QEMU 7.2
+    /// lacks both). A short or extended test completes at once without error.
+    pub device_self_test: bool,
 }
 
 /// Default [`SimConfig::abort_limit`].
@@ -230,6 +233,7 @@ impl Default for SimConfig {
             zoned: None,
             format_nvm: true,
             namespace_management: true,
+            device_self_test: true,
         }
     }
 }

@@ -43,6 +43,7 @@ pub mod opcode;
 pub mod protection;
 pub mod queue;
 pub mod regs;
+pub mod selftest;
 pub mod sgl;
 pub mod status;
 pub mod tcp;

@@ -8,9 +8,7 @@ use crate::AdminError;
 
 /// Starts the emulator, opens our PCIe controller on it and runs `f`.
 #[cfg(feature = "emulator")]
-pub fn run(
-    f: impl FnOnce(&Controller) -> Result<String, AdminError>,
-) -> Result<String, AdminError> {
+pub fn run<T>(f: impl FnOnce(&Controller) -> Result<T, AdminError>) -> Result<T, AdminError> {
     use nvme_driver::{ControllerOptions, Transport};
     use nvme_sim::{SimConfig, SimController, SimNamespace};
 
@@ -39,8 +37,20 @@ pub fn run(
 
 /// Without the emulator: `sim` is refused.
 #[cfg(not(feature = "emulator"))]
-pub fn run(
-    _f: impl FnOnce(&Controller) -> Result<String, AdminError>,
-) -> Result<String, AdminError> {
+pub fn run<T>(_f: impl FnOnce(&Controller) -> Result<T, AdminError>) -> Result<T, AdminError> {
     Err(AdminError::NoEmulator)
+}
+
+/// FOR TESTS: the emulator with `config` and our PCIe controller on it.
+#[cfg(test)]
+pub(crate) fn controller(config: nvme_sim::SimConfig) -> (nvme_sim::SimController, Controller) {
+    use nvme_driver::{ControllerOptions, Transport};
+
+    let sim = nvme_sim::SimController::start(config);
+    let ctrl = Controller::new(
+        Transport::new(sim.mmio(), sim.dma(), "sim"),
+        ControllerOptions::default(),
+    )
+    .expect("the controller comes up on the emulator");
+    (sim, ctrl)
 }

@@ -5,14 +5,20 @@
 //! Subcommands (nvme-cli's names and options): `list`, `id-ctrl`, `id-ns -n NSID`,
 //! `list-ns [-n NSID]`, `ns-descs -n NSID`, `smart-log [-n NSID]`, `error-log [-e N]`,
 //! `fw-log`, `effects-log`, `get-feature -f FID [-s SEL] [-c CDW11]`,
-//! `set-feature -f FID -v VALUE [-s]`. `-o json` prints nvme-cli 2.x's JSON keys, the default
+//! `set-feature -f FID -v VALUE [-s]`, `get-log -i LID -l LEN [-n NSID] [-b]`, `list-ctrl
+//! [-n NSID] [-c CNTID]`, `attach-ns`/`detach-ns -n NSID [-c CNTLID,...]` and `format -n NSID
+//! [--lbaf N | --block-size B] [--ses N] [--pi N] [--pil N] [--ms N] [--force]` (see
+//! [`manage`]), `device-self-test -s CODE [-n NSID]` and `self-test-log [-e N]` (see
+//! [`selftest`]). `-o json` prints nvme-cli 2.x's JSON keys, the default
 //! (`-o normal`) a `key : value` list of the same fields.
 //!
 //! Errors go to stderr as `error: <message>` and exit with status 1: a feature nvme-admin
 //! does not type, a value that does not fit it, or a status from the controller (named).
 
 mod emulator;
+pub mod manage;
 mod output;
+pub mod selftest;
 
 use std::io::Write;
 
@@ -40,7 +46,7 @@ pub struct Cli {
 
 /// `-o normal|json`, as nvme-cli.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Format {
+pub enum Format {
     /// `key : value` lines.
     Normal,
     /// nvme-cli's JSON.
@@ -48,10 +54,10 @@ enum Format {
 }
 
 #[derive(Debug, Args)]
-struct Device {
+pub struct Device {
     /// PCI address, transport id (PCIe or NVMe/TCP, quoted or not), or `sim`.
     #[arg(required = true, num_args = 1..)]
-    device: Vec<String>,
+    pub device: Vec<String>,
     /// Output format.
     #[arg(
         short = 'o',
@@ -59,7 +65,7 @@ struct Device {
         value_enum,
         default_value = "normal"
     )]
-    output: Format,
+    pub output: Format,
 }
 
 #[derive(Debug, Subcommand)]
@@ -137,6 +143,21 @@ enum Command {
         #[arg(short = 's', long = "save")]
         save: bool,
     },
+    /// Get Log Page: any log page's bytes (hex dump, JSON or --raw-binary).
+    GetLog(manage::GetLogArgs),
+    /// The controllers of the subsystem (Identify CNS 13h), or those a namespace is
+    /// attached to (-n: CNS 12h).
+    ListCtrl(manage::ListCtrlArgs),
+    /// Namespace Attachment: attach a namespace to controllers.
+    AttachNs(manage::AttachArgs),
+    /// Namespace Attachment: detach a namespace from controllers.
+    DetachNs(manage::AttachArgs),
+    /// Format NVM: a new LBA format, metadata, protection or secure erase (data is lost).
+    Format(manage::FormatArgs),
+    /// Device Self-test: start a short or extended test, or abort the one in progress.
+    DeviceSelfTest(selftest::SelfTestArgs),
+    /// Device Self-test log: the test in progress and the last results.
+    SelfTestLog(selftest::SelfTestLogArgs),
 }
 
 impl Command {
@@ -150,11 +171,17 @@ impl Command {
             | Command::ErrorLog { dev, .. }
             | Command::GetFeature { dev, .. }
             | Command::SetFeature { dev, .. } => dev,
+            Command::GetLog(a) => &a.dev,
+            Command::ListCtrl(a) => &a.dev,
+            Command::AttachNs(a) | Command::DetachNs(a) => &a.dev,
+            Command::Format(a) => &a.dev,
+            Command::DeviceSelfTest(a) => &a.dev,
+            Command::SelfTestLog(a) => &a.dev,
         }
     }
 }
 
-fn parse_number(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_number(s: &str) -> Result<u64, String> {
     let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(hex) => u64::from_str_radix(hex, 16),
         None => s.parse(),
@@ -162,9 +189,14 @@ fn parse_number(s: &str) -> Result<u64, String> {
     parsed.map_err(|e| format!("`{s}` is not a number: {e}"))
 }
 
-fn parse_u8(s: &str) -> Result<u8, String> {
+pub(crate) fn parse_u8(s: &str) -> Result<u8, String> {
     let v = parse_number(s)?;
     u8::try_from(v).map_err(|_| format!("{v} does not fit in 8 bits"))
+}
+
+pub(crate) fn parse_u32(s: &str) -> Result<u32, String> {
+    let v = parse_number(s)?;
+    u32::try_from(v).map_err(|_| format!("{v} does not fit in 32 bits"))
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
@@ -194,8 +226,16 @@ pub enum AdminError {
     NoEmulator,
     #[error(transparent)]
     Control(#[from] nvme_control::ControlError),
-    #[error("{0} is not available through a control socket (it changes the controller)")]
+    #[error("{0} is not available through a control socket (it changes the controller or reads raw pages)")]
     NotRemote(&'static str),
+    #[error("cannot format namespace {nsid}: {why} (offered: {offered}; `nvme-admin id-ns` lists the formats)")]
+    BadFormat {
+        nsid: u32,
+        why: String,
+        offered: String,
+    },
+    #[error("{0} not confirmed: nothing was sent (answer 'yes', or give --force)")]
+    NotConfirmed(&'static str),
     #[error("cannot encode JSON: {0}")]
     Json(#[from] serde_json::Error),
     #[error("cannot write to standard output: {0}")]
@@ -215,9 +255,25 @@ fn feature_id(fid: u8) -> Result<FeatureId, AdminError> {
 }
 
 /// Runs `command` on any controller and returns what to print.
-fn execute<C: NvmeController>(ctrl: &C, command: &Command) -> Result<String, AdminError> {
+fn execute<C: NvmeController>(ctrl: &C, command: &Command) -> Result<Output, AdminError> {
     let fmt = command.device().output;
     let value = match command {
+        Command::GetLog(args) => {
+            let page = manage::get_log(ctrl, args)?;
+            return Ok(match (args.raw, fmt) {
+                (true, _) => Output::Bytes(page),
+                (false, Format::Json) => Output::Text(
+                    serde_json::to_string_pretty(&manage::log_json(args, &page))? + "\n",
+                ),
+                (false, Format::Normal) => Output::Text(manage::log_text(ctrl.name(), args, &page)),
+            });
+        }
+        Command::ListCtrl(args) => manage::list_ctrl(ctrl, args)?,
+        Command::AttachNs(args) => manage::attachment(ctrl, args, true)?,
+        Command::DetachNs(args) => manage::attachment(ctrl, args, false)?,
+        Command::Format(args) => manage::format(ctrl, args)?,
+        Command::DeviceSelfTest(args) => selftest::start(ctrl, args)?,
+        Command::SelfTestLog(args) => selftest::log(ctrl, args)?,
         Command::List(_) => output::list(ctrl),
         Command::IdCtrl(_) => output::id_ctrl(ctrl.identify()),
         Command::IdNs { nsid, .. } => output::id_ns(&ctrl.identify_namespace(*nsid)?),
@@ -249,10 +305,25 @@ fn execute<C: NvmeController>(ctrl: &C, command: &Command) -> Result<String, Adm
             output::set_feature(&feature, *save, dw0)
         }
     };
-    Ok(match fmt {
+    Ok(Output::Text(match fmt {
         Format::Json => serde_json::to_string_pretty(&value)? + "\n",
         Format::Normal => output::to_text(&value),
-    })
+    }))
+}
+
+/// What a subcommand prints: text, or a log page's raw bytes (`get-log --raw-binary`).
+enum Output {
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+impl Output {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Output::Text(t) => t.as_bytes(),
+            Output::Bytes(b) => b,
+        }
+    }
 }
 
 /// Runs `command` through the control socket at `path` and returns what to print.
@@ -323,6 +394,13 @@ fn execute_remote(path: &std::path::Path, command: &Command) -> Result<String, A
             }
         }
         Command::SetFeature { .. } => return Err(AdminError::NotRemote("set-feature")),
+        Command::GetLog(_) => return Err(AdminError::NotRemote("get-log")),
+        Command::ListCtrl(_) => return Err(AdminError::NotRemote("list-ctrl")),
+        Command::AttachNs(_) => return Err(AdminError::NotRemote("attach-ns")),
+        Command::DetachNs(_) => return Err(AdminError::NotRemote("detach-ns")),
+        Command::Format(_) => return Err(AdminError::NotRemote("format")),
+        Command::DeviceSelfTest(_) => return Err(AdminError::NotRemote("device-self-test")),
+        Command::SelfTestLog(_) => return Err(AdminError::NotRemote("self-test-log")),
     };
     Ok(match dev.output {
         Format::Json => serde_json::to_string_pretty(&value)? + "\n",
@@ -342,7 +420,7 @@ pub fn run(cli: &Cli) -> Result<(), AdminError> {
         return Ok(());
     }
     let target = parse_target(&dev.device.join(" "))?;
-    let text = match target {
+    let output = match target {
         Target::Emulator => emulator::run(|ctrl| execute(ctrl, &cli.command))?,
         target => match AnyController::open(&target, ControllerOptions::default())? {
             AnyController::Pcie(c) => execute(&c, &cli.command)?,
@@ -350,7 +428,7 @@ pub fn run(cli: &Cli) -> Result<(), AdminError> {
         },
     };
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
+    out.write_all(output.bytes())?;
     out.flush()?;
     Ok(())
 }

@@ -30,7 +30,7 @@ const COALESCING_TIME_US: u32 = 100;
 /// Error Recovery's TLER unit, milliseconds.
 const TLER_MS: u32 = 100;
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().fold(String::new(), |mut s, b| {
         let _ = write!(s, "{b:02x}");
         s

@@ -116,6 +116,8 @@ pub(crate) struct AdminState {
     pub(super) aer_cids: std::collections::VecDeque<u16>,
     /// Health and error history; survives controller resets (like a drive's).
     health: Health,
+    /// Device self-test results, newest first (at most 20; survive resets).
+    pub(super) self_tests: VecDeque<nvme_spec::selftest::SelfTestResult>,
 }
 
 /// What the SMART / Health Information and Error Information log pages report.
@@ -137,6 +139,7 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
     oacs.set(Oacs::DOORBELL_BUFFER_CONFIG, config.shadow_doorbells);
     oacs.set(Oacs::FORMAT_NVM, config.format_nvm);
     oacs.set(Oacs::NAMESPACE_MANAGEMENT, config.namespace_management);
+    oacs.set(Oacs::DEVICE_SELF_TEST, config.device_self_test);
     let mut oncs = Oncs::COMPARE
         | Oncs::DATASET_MANAGEMENT
         | Oncs::WRITE_ZEROES
@@ -203,9 +206,15 @@ impl AdminState {
                 media_errors: 0,
                 errors: VecDeque::with_capacity(ERROR_LOG_ENTRIES),
             },
+            self_tests: VecDeque::new(),
         };
         state.reset(config);
         state
+    }
+
+    /// Whole hours since the emulated controller was powered on (SMART Power On Hours).
+    pub(super) fn power_on_hours(&self) -> u64 {
+        self.health.powered_on.elapsed().as_secs() / SECS_PER_HOUR
     }
 
     /// Back to power-on values (controller reset).
@@ -332,6 +341,7 @@ impl Device {
             admin::KEEP_ALIVE => Ok(Outcome::SUCCESS),
             admin::FORMAT_NVM => self.format_nvm(sqe),
             admin::NAMESPACE_ATTACHMENT => self.namespace_attachment(view, sqe),
+            admin::DEVICE_SELF_TEST => self.device_self_test(sqe),
             op => {
                 log::debug!(
                     "sim: unsupported admin opcode {op:#04x} ({})",
@@ -656,6 +666,9 @@ impl Device {
                 self.shared.config.shadow_doorbells,
                 self.shared.config.copy.is_some(),
             ),
+            log_page::DEVICE_SELF_TEST if self.shared.config.device_self_test => {
+                self.self_test_log_page()
+            }
             log_page::CHANGED_NAMESPACE_LIST => {
                 // Up to 1024 IDs; more changes than that read as one entry FFFFFFFFh.
                 let mut changed = self.shared.disks.take_changed();
@@ -722,7 +735,7 @@ impl Device {
             host_read_commands: u128::from(counters.reads.load(Ordering::Relaxed)),
             host_write_commands: u128::from(counters.writes.load(Ordering::Relaxed)),
             power_cycles: POWER_CYCLES,
-            power_on_hours: u128::from(health.powered_on.elapsed().as_secs() / SECS_PER_HOUR),
+            power_on_hours: u128::from(self.admin.power_on_hours()),
             media_errors: health.media_errors,
             error_log_entries: u128::from(health.errors_total),
             ..SmartLog::default()

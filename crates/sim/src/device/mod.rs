@@ -35,6 +35,7 @@ pub(crate) mod pi;
 mod power;
 pub(crate) use power::{cut as cut_power, lock as power_lock};
 mod queues;
+mod selftest;
 mod zns;
 
 use std::collections::VecDeque;
