@@ -294,6 +294,28 @@ impl<T> TagSet<T> {
         self.stats.frees += 1;
     }
 
+    /// [`free`](Self::free) for a tag that [`lookup`](Self::lookup) or
+    /// [`lookup_mut`](Self::lookup_mut) of this set returned and that nothing freed since (the
+    /// driver's completion path: validate the device's cid, read the slot, free it). The checks
+    /// `lookup` made (index in range, generation current, same set) are not repeated; the
+    /// slot's `live` flag still is, so even a caller bug never puts an index on the free stack
+    /// twice (it is ignored and counted in [`TagStats::bad_frees`], as with `free`).
+    #[inline]
+    pub fn free_found(&mut self, tag: Tag) {
+        debug_assert!(
+            self.is_live(tag),
+            "free_found of tag {tag:?} that is not live"
+        );
+        let index = tag.index();
+        let live = self.entries.get(index).is_some_and(|entry| entry.meta.live);
+        if !live {
+            self.bad_free(index);
+            return;
+        }
+        self.release(index as u16);
+        self.stats.frees += 1;
+    }
+
     /// The slot of a live tag.
     ///
     /// # Panics

@@ -145,7 +145,8 @@ impl QueuePair {
                 // skip its error handling without the `Completion` ever reaching memory.
                 let user_data = slot.user_data;
                 let buffer = slot.buffer.take();
-                self.tags.free(tag);
+                // `tag` is what `lookup_mut` returned just above.
+                self.tags.free_found(tag);
                 self.stats.requests_completed += 1;
                 // `pieces: None` known here: an inlined callback drops no vector.
                 f(Completion {
