@@ -595,6 +595,23 @@ mod tests {
     }
 
     #[test]
+    fn free_found_releases_what_lookup_validated() {
+        let mut tags = set(4);
+        let tag = tags.alloc().unwrap();
+        let (found, _) = tags.lookup_mut(tag.cid()).unwrap();
+        assert_eq!(found, tag);
+        tags.free_found(found);
+        assert_eq!((tags.in_use(), tags.available()), (0, 4));
+        assert_eq!(tags.stats().frees, 1);
+        // The generation moved on: the device's old cid no longer matches anything.
+        assert!(tags.lookup(tag.cid()).is_none());
+        let again = tags.alloc().unwrap();
+        assert_eq!(again.index(), tag.index());
+        assert_ne!(again.cid(), tag.cid());
+        assert_eq!(tags.lookup(again.cid()), Some(again));
+    }
+
+    #[test]
     fn generation_detects_stale_cid() {
         let mut tags = set(4);
         let old = tags.alloc().unwrap();
