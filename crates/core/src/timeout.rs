@@ -60,7 +60,10 @@ pub struct AbortStats {
 #[derive(Clone, Copy, Debug)]
 pub struct EpochClock {
     epoch: u32,
-    started: Instant,
+    /// When the current epoch has run its length (`None`: never, for a length so long that
+    /// the end is not representable). Kept as the end rather than the start, so the check
+    /// every few polls is one comparison, not an `Instant` subtraction with its checks.
+    ends: Option<Instant>,
     length: Duration,
 }
 
@@ -70,10 +73,11 @@ impl EpochClock {
 
     /// A clock for commands that time out after `timeout`.
     pub fn new(timeout: Duration) -> Self {
+        let length = (timeout / (TIMEOUT_EPOCHS - 1)).max(Self::MIN_EPOCH);
         Self {
             epoch: 0,
-            started: Instant::now(),
-            length: (timeout / (TIMEOUT_EPOCHS - 1)).max(Self::MIN_EPOCH),
+            ends: Instant::now().checked_add(length),
+            length,
         }
     }
 
@@ -87,13 +91,13 @@ impl EpochClock {
     /// that restamps every command): idle time does not age the next command.
     #[inline]
     pub fn restart(&mut self, now: Instant) {
-        self.started = now;
+        self.ends = now.checked_add(self.length);
     }
 
     /// Whether the current epoch has run its length at `now`.
     #[inline]
     pub fn due(&self, now: Instant) -> bool {
-        now.duration_since(self.started) >= self.length
+        self.ends.is_some_and(|ends| now >= ends)
     }
 
     /// Moves to the next epoch if the current one has run its length at `now`; returns
@@ -104,7 +108,7 @@ impl EpochClock {
             return false;
         }
         self.epoch = self.epoch.wrapping_add(1);
-        self.started = now;
+        self.restart(now);
         true
     }
 

@@ -71,6 +71,8 @@ impl CacheConfig {
 #[repr(align(64))]
 pub struct ObjectCache<T> {
     idle: Vec<Box<T>>,
+    /// `config.limit()`, computed once: `put` compares with it on every call.
+    limit: usize,
     config: CacheConfig,
     stats: CacheStats,
     remote: Arc<BoxList<T>>,
@@ -83,6 +85,7 @@ impl<T> ObjectCache<T> {
         let prealloc = config.limit().saturating_add(1).min(PREALLOC_LIMIT);
         Self {
             idle: Vec::with_capacity(prealloc),
+            limit: config.limit(),
             config,
             stats: CacheStats::default(),
             remote: Arc::new(BoxList::new()),
@@ -134,7 +137,7 @@ impl<T> ObjectCache<T> {
     #[inline]
     pub fn put(&mut self, obj: Box<T>) {
         self.idle.push(obj);
-        if self.idle.len() > self.config.limit() {
+        if self.idle.len() > self.limit {
             self.prune();
         }
     }

@@ -294,6 +294,28 @@ impl<T> TagSet<T> {
         self.stats.frees += 1;
     }
 
+    /// [`free`](Self::free) for a tag that [`lookup`](Self::lookup) or
+    /// [`lookup_mut`](Self::lookup_mut) of this set returned and that nothing freed since (the
+    /// driver's completion path: validate the device's cid, read the slot, free it). The checks
+    /// `lookup` made (index in range, generation current, same set) are not repeated; the
+    /// slot's `live` flag still is, so even a caller bug never puts an index on the free stack
+    /// twice (it is ignored and counted in [`TagStats::bad_frees`], as with `free`).
+    #[inline]
+    pub fn free_found(&mut self, tag: Tag) {
+        debug_assert!(
+            self.is_live(tag),
+            "free_found of tag {tag:?} that is not live"
+        );
+        let index = tag.index();
+        let live = self.entries.get(index).is_some_and(|entry| entry.meta.live);
+        if !live {
+            self.bad_free(index);
+            return;
+        }
+        self.release(index as u16);
+        self.stats.frees += 1;
+    }
+
     /// The slot of a live tag.
     ///
     /// # Panics
@@ -570,6 +592,23 @@ mod tests {
     #[should_panic(expected = "out of range")]
     fn depth_above_max_panics() {
         set(MAX_DEPTH + 1);
+    }
+
+    #[test]
+    fn free_found_releases_what_lookup_validated() {
+        let mut tags = set(4);
+        let tag = tags.alloc().unwrap();
+        let (found, _) = tags.lookup_mut(tag.cid()).unwrap();
+        assert_eq!(found, tag);
+        tags.free_found(found);
+        assert_eq!((tags.in_use(), tags.available()), (0, 4));
+        assert_eq!(tags.stats().frees, 1);
+        // The generation moved on: the device's old cid no longer matches anything.
+        assert!(tags.lookup(tag.cid()).is_none());
+        let again = tags.alloc().unwrap();
+        assert_eq!(again.index(), tag.index());
+        assert_ne!(again.cid(), tag.cid());
+        assert_eq!(tags.lookup(again.cid()), Some(again));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! SQ tail doorbells back to back, as SPDK's and libvfn's perf tools do from their completion
 //! callbacks. One clock read per round (the first completion's; the submissions of the round
 //! are stamped with it), and the progress counters are published only in rounds that changed
-//! them.
+//! them (and then on every 16th such round, `Pacer::publish`).
 //!
 //! INVARIANT: `free` holds exactly the context/buffer indices with no I/O in flight, and for
 //! each such index `buffers[i]` is `Some` (or the buffer was lost to a timed-out command and
@@ -718,6 +718,7 @@ fn run_worker<C: Check>(
             break;
         }
     }
+    pacer.publish_final(&totals);
     let (elapsed, cpu) = pacer.measured();
     let mut driver = delta(counters(&qp), baseline);
     let verify = check.verifier().map(|v| {

@@ -229,6 +229,7 @@ fn run_worker(
         }
         pacer.publish(&totals);
     }
+    pacer.publish_final(&totals);
     let (elapsed, cpu) = pacer.measured();
     tally.finish();
     let s = qp.stats();

@@ -408,6 +408,7 @@ fn run_worker<C: Check>(
         }
         pacer.publish(&totals);
     }
+    pacer.publish_final(&totals);
     let (elapsed, cpu) = pacer.measured();
     let verify = match check.verifier() {
         Some(v) => {

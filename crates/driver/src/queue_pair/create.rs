@@ -142,7 +142,7 @@ impl QueuePair {
             stats: QueuePairStats::default(),
             deferred: VecDeque::with_capacity(slots as usize),
             sync_done: None,
-            health_checked: Instant::now(),
+            health_due: Instant::now() + super::health::HEALTH_INTERVAL,
             timeout,
             retired: 0,
             queued: VecDeque::with_capacity(options.software_queue),

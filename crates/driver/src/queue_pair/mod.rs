@@ -161,8 +161,8 @@ pub struct QueuePair {
     deferred: VecDeque<Completion>,
     sync_done: Option<Completion>,
     // Cold fields.
-    /// Last CSTS read by the health check.
-    health_checked: Instant,
+    /// When the health check reads CSTS next (a comparison every few polls, no subtraction).
+    health_due: Instant,
     timeout: Duration,
     /// Requests reported to the caller whose slots are still retired.
     retired: u16,

@@ -13,6 +13,9 @@ use nvme_spec::{opcode, Status};
 use super::timeout::{IDLE_POLLS_PER_CLOCK_CHECK, POLLS_PER_CLOCK_CHECK};
 use super::{Completion, QueuePair};
 
+/// `reap`'s packed SQ head while no valid entry was seen (cid FFFFh is never in flight).
+const NO_SQ_HEAD: u32 = u32::MAX;
+
 /// How one command ended.
 enum Outcome {
     /// Success, with completion dword 0.
@@ -49,7 +52,9 @@ impl QueuePair {
     pub(super) fn publish_cq_head(&mut self) {
         if let Some(mmio) = self.cq.publish() {
             self.stats.cq_doorbell_updates += 1;
-            self.stats.cq_doorbell_writes += mmio as u64;
+            if mmio {
+                self.stats.cq_doorbell_writes += 1;
+            }
         }
     }
 
@@ -109,8 +114,10 @@ impl QueuePair {
         let mut finished = 0;
         let mut consumed = 0;
         // The SQ head of the batch's last valid entry: only the newest one matters, so it is
-        // checked once per batch.
-        let mut sq_head = None;
+        // checked once per batch. Packed as `head << 16 | cid` (one register per entry, not an
+        // `Option` of a pair); `NO_SQ_HEAD` while none: a valid entry's cid passed `lookup`,
+        // which never accepts the reserved cid FFFFh.
+        let mut sq_head = NO_SQ_HEAD;
         while consumed < self.max_completions {
             let Some(cqe) = self.cq.pop() else { break };
             consumed += 1;
@@ -128,7 +135,7 @@ impl QueuePair {
             }
             slot.awaiting = false;
             let head_tag = slot.head;
-            sq_head = Some((cqe.sq_head, cqe.cid));
+            sq_head = u32::from(cqe.sq_head) << 16 | u32::from(cqe.cid);
             let status = cqe.status();
             // A slot heads its own group exactly when its head has its index (a child's head is
             // another slot; both tags are live, so the index decides).
@@ -145,7 +152,8 @@ impl QueuePair {
                 // skip its error handling without the `Completion` ever reaching memory.
                 let user_data = slot.user_data;
                 let buffer = slot.buffer.take();
-                self.tags.free(tag);
+                // `tag` is what `lookup_mut` returned just above.
+                self.tags.free_found(tag);
                 self.stats.requests_completed += 1;
                 // `pieces: None` known here: an inlined callback drops no vector.
                 f(Completion {
@@ -166,7 +174,8 @@ impl QueuePair {
                 finished += 1;
             }
         }
-        if let Some((head, cid)) = sq_head {
+        if sq_head != NO_SQ_HEAD {
+            let (head, cid) = ((sq_head >> 16) as u16, sq_head as u16);
             if !self.sq.update_head(head) {
                 self.bad_sq_head(head, cid);
             }

@@ -60,7 +60,9 @@ impl QueuePair {
         self.publish_cq_head();
         if let Some(mmio) = self.sq.publish() {
             self.stats.sq_doorbell_updates += 1;
-            self.stats.sq_doorbell_writes += mmio as u64;
+            if mmio {
+                self.stats.sq_doorbell_writes += 1;
+            }
         }
     }
 

@@ -70,8 +70,8 @@ impl QueuePair {
         let now = Instant::now();
         // Health: at most every HEALTH_INTERVAL, one CSTS read (never on the per-I/O path).
         let mut dead = None;
-        if now.duration_since(self.health_checked) >= HEALTH_INTERVAL {
-            self.health_checked = now;
+        if now >= self.health_due {
+            self.health_due = now + HEALTH_INTERVAL;
             dead = self.check_health();
             // Collect asynchronous events (and re-post their requests) if the admin queue
             // is free; never waits for it.
