@@ -805,6 +805,12 @@ mkdir -p "$WORK"
 INITRD_ROOT=$WORK/initramfs
 # shellcheck disable=SC2317 # called through the EXIT trap
 cleanup() {
+    # The watcher stops its own host load when told to; on an early exit (a signal) it is still
+    # running here.
+    if [ -n "${WATCHER:-}" ]; then
+        kill "$WATCHER" 2>/dev/null || true
+        wait "$WATCHER" 2>/dev/null || true
+    fi
     host_load_off
     [ "$KEEP" = 1 ] || rm -rf "$WORK"
 }
