@@ -5,6 +5,9 @@ output of the peer benchmarks (SPDK's spdk_nvme_perf, libvfn's examples/perf) cl
 With --tcp, the log is one of tests/tcp-bench.sh (labels ours-, base-, kernel-irq-,
 kernel-polled- at qd1 and qd128, and `@@STRACE <label> <line>` syscall counts closed by
 `@@STRACE-END <label> ios=N`): the NVMe/TCP table, in its own block of the document.
+A busy-host run (tests/bench.sh with BENCH_LOAD) has runs labelled `<label>-loaded`, made while
+the host ran run.sh's --host-load hog, and the hog's `@@HOSTLOAD on|off` lines: every ratio is
+then given quiet and loaded side by side, with the load named and the host's load averages.
 Usage: bench-report.py LOG [--tcp] [--update docs/performance.md] [--command CMD]"""
 import json
 import re
@@ -121,10 +124,54 @@ def paired(runs, num, den, key, invert=False):
     return f"{statistics.median(rs):.2f}x (range {min(rs):.2f}-{max(rs):.2f}, {len(rs)} pairs)"
 
 
-def report(runs, command):
+LOADED = "-loaded"
+
+
+def load_host_events(path):
+    """run.sh's `@@HOSTLOAD on|off procs=N nice=K host_cpus=C t=EPOCH loadavg=A,B,C` lines, in
+    order, as dicts (loadavg as three floats)."""
+    events = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            m = re.match(r"@@HOSTLOAD (on|off) (.*?)\s*$", line)
+            if not m:
+                continue
+            ev = {"switch": m.group(1)}
+            for field in m.group(2).split():
+                k, _, v = field.partition("=")
+                ev[k] = [float(x) for x in v.split(",")] if k == "loadavg" else v
+            events.append(ev)
+    return events
+
+
+def host_load_text(events):
+    """Names the load and gives the host's 1-minute load average when each phase ended: at a
+    switch on the quiet phase before it ends, at a switch off the loaded phase."""
+    if not events:
+        return None
+    first = events[0]
+    quiet = [e["loadavg"][0] for e in events if e["switch"] == "on" and "loadavg" in e]
+    loaded = [e["loadavg"][0] for e in events if e["switch"] == "off" and "loadavg" in e]
+
+    def span(vals):
+        if not vals:
+            return "n/a"
+        return f"{statistics.median(vals):.1f} (range {min(vals):.1f}-{max(vals):.1f})"
+
+    return (f"Busy host: {first.get('procs', '?')} busy-loop processes "
+            f"(`sh -c 'while :; do :; done'`) at nice {first.get('nice', '?')} on "
+            f"{first.get('host_cpus', '?')} host CPUs during each loaded phase "
+            f"(`tests/qemu/run.sh --host-load`). Host load average (1 min) at the end of the "
+            f"quiet phases: {span(quiet)}; at the end of the loaded phases: {span(loaded)}.\n")
+
+
+def report(runs, command, events=()):
     out = []
-    n = max((len(v) for v in runs.values()), default=0)
+    n = max((len(v) for v in runs.values() if v), default=0)
     out.append(f"Medians of {n} repetitions (alternating order), 4 KiB random read, one vCPU.\n")
+    busy = host_load_text(events)
+    if busy:
+        out.append(busy)
     out.append("| run | IOPS (median) | avg latency µs | p99 µs | MMIO doorbell writes / I/O | IOPS of each run |")
     out.append("|---|---:|---:|---:|---:|---|")
     for label in sorted(runs):
@@ -135,13 +182,28 @@ def report(runs, command):
             f" | {', '.join(fmt(v) for v in values(runs, label, 'iops'))} |"
         )
     out.append("")
-    out.append("| comparison | ratio of medians | median of per-repetition ratios |")
-    out.append("|---|---:|---|")
+    loaded = any(label.endswith(LOADED) for label in runs)
+    if loaded:
+        out.append("| comparison | quiet: ratio of medians | quiet: median of per-repetition ratios "
+                   "| loaded: ratio of medians | loaded: median of per-repetition ratios |")
+        out.append("|---|---:|---|---:|---|")
+    else:
+        out.append("| comparison | ratio of medians | median of per-repetition ratios |")
+        out.append("|---|---:|---|")
 
-    def row(text, num, den, key, invert=False):
+    def cells(num, den, key, invert):
         a, b = med(runs, num, key), med(runs, den, key)
         whole = ratio(b, a) if invert else ratio(a, b)
-        out.append(f"| {text} | {whole} | {paired(runs, num, den, key, invert)} |")
+        return f"{whole} | {paired(runs, num, den, key, invert)}"
+
+    def row(text, num, den, key, invert=False):
+        line = f"| {text} | {cells(num, den, key, invert)} |"
+        if loaded:
+            if num + LOADED in runs and den + LOADED in runs:
+                line += f" {cells(num + LOADED, den + LOADED, key, invert)} |"
+            else:
+                line += " - | - |"
+        out.append(line)
 
     row("QD128 IOPS: ours / kernel io_uring polled", "ours-qd128", "uring-polled-qd128", "iops")
     row("QD128 IOPS: ours with shadow doorbells forced on / kernel io_uring polled",
@@ -353,7 +415,7 @@ def main():
         begin, end = TCP_BEGIN, TCP_END
         heading = "## NVMe/TCP: our initiator vs the kernel's NVMe/TCP host"
     else:
-        text = report(runs, command)
+        text = report(runs, command, load_host_events(log))
         begin, end = BEGIN, END
         heading = "## QEMU guest: our driver vs the kernel's io_uring"
     print(text)

@@ -73,6 +73,10 @@ HOTPLUG=0
 # QEMU listens on a QMP socket and the host carries out the guest's "@@HOST" requests (set by
 # --hotplug and by namespaces with ':throttle').
 QMP=0
+# --host-load N[:NICE]: the host CPU hog the guest switches on and off ("@@HOST load on|off");
+# HOST_LOAD_N busy-loop processes at nice HOST_LOAD_NICE (empty: no hog offered).
+HOST_LOAD_N=""
+HOST_LOAD_NICE=0
 # Controller Memory Buffer size in MiB (--cmb; empty: none).
 CMB_MB=""
 SAME_GROUP=0
@@ -151,6 +155,12 @@ Options:
                             guest printing "@@HOST device_del" hot-unplugs it (cases/hot-unplug.sh);
                             a free root port hp1 for "@@HOST device_add hp1" / "@@HOST device_del
                             hp1" (a second controller with a 64 MiB drive; cases/hotplug.sh)
+  --host-load N[:NICE]      offer the guest a fixed background load on the host: on "@@HOST load
+                            on" the host starts N busy-loop processes (sh -c 'while :; do :;
+                            done') at nice NICE (absolute, default 0), on "@@HOST load off" it
+                            stops them, and they stop when run.sh exits in any way. Each switch
+                            is logged with the host's /proc/loadavg as a "@@HOSTLOAD on|off ..."
+                            line, appended to the --log file (cases/bench.sh with BENCH_LOAD)
   --keep                    keep tests/qemu/work/ afterwards
   --log FILE                also write the serial log to FILE
   --trace PATTERN           enable QEMU trace events matching PATTERN (repeatable; QEMU's
@@ -222,6 +232,14 @@ while [ $# -gt 0 ]; do
     --case-timeout) CASE_TIMEOUT=${2:?}; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --hotplug) HOTPLUG=1; shift ;;
+    --host-load)
+        [[ "${2:-}" =~ ^([1-9][0-9]*)(:(-?[0-9]+))?$ ]] ||
+            die "--host-load needs N[:NICE] (N busy-loop processes, NICE -20..19, e.g. 2:0), not '${2:-}'"
+        HOST_LOAD_N=${BASH_REMATCH[1]}
+        HOST_LOAD_NICE=${BASH_REMATCH[3]:-0}
+        [ "$HOST_LOAD_NICE" -ge -20 ] && [ "$HOST_LOAD_NICE" -le 19 ] ||
+            die "--host-load $2: NICE must be -20..19"
+        shift 2 ;;
     --ctrl2-same-group) SAME_GROUP=1; shift ;;
     --subsys) SUBSYS=1; shift ;;
     --log) LOG=${2:?}; shift 2 ;;
@@ -728,8 +746,10 @@ PY
 #   @@HOST device_del hp1      hot-unplugs it again
 #   @@HOST throttle K IOPS     sets throttle group tg<K>'s total IOPS limit (0: unlimited) of a
 #                              namespace given with ':throttle'
+#   @@HOST load on|off         starts / stops the --host-load busy loops
 watch_host_requests() {
     local done=0 line k iops
+    trap 'host_load_off; exit 0' TERM
     while :; do
         while IFS= read -r line; do
             done=$((done + 1))
@@ -747,11 +767,41 @@ watch_host_requests() {
                 read -r _ _ k iops <<<"$line"
                 note "guest asks for tg$k iops-total=$iops: $(qmp "{\"execute\": \"qom-set\", \"arguments\": {\"path\": \"/objects/tg$k\", \"property\": \"limits\", \"value\": {\"iops-total\": $iops}}}" 2>&1)"
                 ;;
+            "@@HOST load on") host_load_on ;;
+            "@@HOST load off") host_load_off ;;
             *) note "unknown host request: $line" ;;
             esac
         done < <(grep -a '^@@HOST ' "$SERIAL_LOG" | tail -n +$((done + 1)))
         sleep 0.2
     done
+}
+
+# The --host-load hog. Its process ids go to a file, so that the watcher and run.sh's exit trap
+# can both stop it (whichever comes first); each switch is logged with the host's load average.
+host_load_event() {
+    echo "@@HOSTLOAD $1 procs=$HOST_LOAD_N nice=$HOST_LOAD_NICE host_cpus=$(nproc) t=$(date +%s) loadavg=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)" >>"$HOST_EVENTS"
+}
+
+host_load_on() {
+    [ -n "$HOST_LOAD_N" ] || { note "the guest asks for host load, but run.sh has no --host-load"; return; }
+    [ ! -s "$HOST_LOAD_PIDS" ] || { note "host load is already on"; return; }
+    host_load_event on
+    local i
+    for i in $(seq "$HOST_LOAD_N"); do
+        nice -n $((HOST_LOAD_NICE - $(nice))) sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &
+        echo $! >>"$HOST_LOAD_PIDS"
+    done
+    note "host load on: $HOST_LOAD_N busy loop(s) at nice $HOST_LOAD_NICE (pids $(tr '\n' ' ' <"$HOST_LOAD_PIDS"))"
+}
+
+host_load_off() {
+    # Also called by the exit trap, which may run before the pid file is named.
+    [ -n "${HOST_LOAD_PIDS:-}" ] && [ -s "$HOST_LOAD_PIDS" ] || return 0
+    local pid
+    while read -r pid; do kill "$pid" 2>/dev/null || true; done <"$HOST_LOAD_PIDS"
+    : >"$HOST_LOAD_PIDS"
+    host_load_event off
+    note "host load off"
 }
 
 # ---------------------------------------------------------------- main
@@ -790,7 +840,16 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 INITRD_ROOT=$WORK/initramfs
 # shellcheck disable=SC2317 # called through the EXIT trap
-cleanup() { [ "$KEEP" = 1 ] || rm -rf "$WORK"; }
+cleanup() {
+    # The watcher stops its own host load when told to; on an early exit (a signal) it is still
+    # running here.
+    if [ -n "${WATCHER:-}" ]; then
+        kill "$WATCHER" 2>/dev/null || true
+        wait "$WATCHER" 2>/dev/null || true
+    fi
+    host_load_off
+    [ "$KEEP" = 1 ] || rm -rf "$WORK"
+}
 trap cleanup EXIT
 
 # Each controller's nvme-ns devices follow it on the QEMU command line (QEMU_CMD below).
@@ -845,6 +904,10 @@ build_initramfs
 pick_accel
 
 SERIAL_LOG=$WORK/serial.log
+HOST_EVENTS=$WORK/host-events.log
+HOST_LOAD_PIDS=$WORK/host-load.pids
+: >"$HOST_EVENTS"
+: >"$HOST_LOAD_PIDS"
 QMP_SOCK=$WORK/qmp.sock
 NVME_BUS=""
 HOTPLUG_ARGS=()
@@ -901,14 +964,15 @@ BOOT=$(date +%s)
 # mode, so Ctrl-C still stops the run.
 : >"$SERIAL_LOG"
 WATCHER=""
-[ "$QMP" = 1 ] && { watch_host_requests & WATCHER=$!; }
+{ [ "$QMP" = 1 ] || [ -n "$HOST_LOAD_N" ]; } && { watch_host_requests & WATCHER=$!; }
 set +e
 timeout -k 10 "$TIMEOUT" "${QEMU_CMD[@]}" </dev/null 2>&1 | sed -u 's/\r//g' | tee "$SERIAL_LOG"
 QEMU_RC=${PIPESTATUS[0]}
 set -e
-[ -z "$WATCHER" ] || kill "$WATCHER" 2>/dev/null || true
+[ -z "$WATCHER" ] || { kill "$WATCHER" 2>/dev/null || true; wait "$WATCHER" 2>/dev/null || true; }
+host_load_off
 END=$(date +%s)
-[ -z "$LOG" ] || cp "$SERIAL_LOG" "$LOG"
+[ -z "$LOG" ] || cat "$SERIAL_LOG" "$HOST_EVENTS" >"$LOG"
 
 # ---------------------------------------------------------------- summary
 echo

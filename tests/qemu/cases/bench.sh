@@ -12,6 +12,11 @@
 # one queue-depth sweep (QD 1, 2, 4, ..., 256; BENCH_SWEEP_TIME seconds a point, default
 # BENCH_TIME) of ours, the peers and the kernel's polled io_uring, labelled <who>-sweep-qd<N>
 # (tests/qemu/bench-plots.py draws it).
+# BENCH_LOAD=1 (tests/bench.sh with BENCH_LOAD=N; run.sh --host-load) adds to every repetition a
+# loaded phase: the guest asks the host for its CPU hog ("@@HOST load on"), runs ours, the peers
+# and the kernel's polled io_uring at QD128 and QD1 with the labels of the quiet runs plus
+# "-loaded", and switches the hog off again; odd repetitions run the quiet phase first, even
+# ones the loaded phase. The A/B runs of our mechanisms stay in the quiet phase only.
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
 PATH=$PATH:/usr/local/bin
@@ -20,6 +25,12 @@ REPS=${BENCH_REPS:-3}
 T=${BENCH_TIME:-5}
 AB=${BENCH_AB:-1}
 SWEEP=${BENCH_SWEEP:-0}
+LOAD=${BENCH_LOAD:-0}
+# "" in the quiet phase, "-loaded" in the loaded one: the suffix of every label.
+PHASE=""
+# Seconds the guest waits after asking the host to switch its load (the host reads the serial
+# log 5 times a second and starts the hog at once).
+LOAD_SETTLE=2
 SWEEP_T=${BENCH_SWEEP_TIME:-$T}
 SWEEP_QDS="1 2 4 8 16 32 64 128 256"
 NSID=1
@@ -50,10 +61,10 @@ kernel() {
 
 run_ours() {
     bind_vfio
-    ours ours-qd128 -q 128
-    ours ours-qd128-untimed -q 128 --no-latency
-    ours ours-qd1 -q 1 --submit-batch 1 --complete-batch 1 --histogram
-    if [ "$AB" = 1 ]; then
+    ours "ours-qd128$PHASE" -q 128
+    [ -n "$PHASE" ] || ours ours-qd128-untimed -q 128 --no-latency
+    ours "ours-qd1$PHASE" -q 1 --submit-batch 1 --complete-batch 1 --histogram
+    if [ "$AB" = 1 ] && [ -z "$PHASE" ]; then
         ours ours-qd128-no-request-cache -q 128 --no-request-cache
         ours ours-qd128-no-batch-prefetch -q 128 --no-batch-prefetch
         # Shadow doorbells: the driver's rule leaves them off under TCG; this forces them on.
@@ -99,14 +110,14 @@ libvfn() {
 
 run_spdk() {
     bind_vfio
-    spdk spdk-qd128 -q 128
-    spdk spdk-qd1 -q 1
+    spdk "spdk-qd128$PHASE" -q 128
+    spdk "spdk-qd1$PHASE" -q 1
 }
 
 run_libvfn() {
     bind_vfio
-    libvfn libvfn-qd128 -q 128
-    libvfn libvfn-qd1 -q 1
+    libvfn "libvfn-qd128$PHASE" -q 128
+    libvfn "libvfn-qd1$PHASE" -q 1
 }
 
 # The peers that tests/bench.sh installed; each needs the controller on vfio-pci. SPDK also wants
@@ -130,9 +141,10 @@ run_kernel() {
     bind_kernel
     BLK=$(ns_blockdev "$NSID")
     echo "kernel: $BLK, poll queues: $(cat /sys/module/nvme/parameters/poll_queues 2>/dev/null)"
-    kernel uring-polled-qd128 -q 128 --iopoll
-    kernel uring-polled-qd128-untimed -q 128 --iopoll --no-latency
-    kernel uring-polled-qd1 -q 1 --submit-batch 1 --complete-batch 1 --iopoll --histogram
+    kernel "uring-polled-qd128$PHASE" -q 128 --iopoll
+    [ -n "$PHASE" ] || kernel uring-polled-qd128-untimed -q 128 --iopoll --no-latency
+    kernel "uring-polled-qd1$PHASE" -q 1 --submit-batch 1 --complete-batch 1 --iopoll --histogram
+    [ -n "$PHASE" ] && return
     kernel uring-irq-qd128 -q 128
     kernel uring-irq-qd1 -q 1 --submit-batch 1 --complete-batch 1 --histogram
 }
@@ -142,12 +154,38 @@ ORDER="ours$PEERS kernel"
 REVERSE=""
 for s in $ORDER; do REVERSE="$s $REVERSE"; done
 
+# One phase of a repetition: every runner in the order $seq; the loaded phase between the
+# host's hog switched on and off.
+run_phase() {
+    PHASE=$1
+    if [ -n "$PHASE" ]; then
+        echo "@@HOST load on"
+        sleep "$LOAD_SETTLE"
+    fi
+    for s in $seq; do
+        "run_$s"
+    done
+    if [ -n "$PHASE" ]; then
+        echo "@@HOST load off"
+        sleep "$LOAD_SETTLE"
+    fi
+    PHASE=""
+}
+
+PHASES=quiet
+PHASES_REVERSE=quiet
+[ "$LOAD" = 0 ] || { PHASES="quiet loaded"; PHASES_REVERSE="loaded quiet"; }
 rep=1
 while [ "$rep" -le "$REPS" ]; do
     echo "== repetition $rep of $REPS"
-    if [ $((rep % 2)) = 1 ]; then seq=$ORDER; else seq=$REVERSE; fi
-    for s in $seq; do
-        "run_$s"
+    if [ $((rep % 2)) = 1 ]; then
+        seq=$ORDER phases=$PHASES
+    else
+        seq=$REVERSE phases=$PHASES_REVERSE
+    fi
+    for p in $phases; do
+        echo "== $p phase"
+        if [ "$p" = loaded ]; then run_phase -loaded; else run_phase ""; fi
     done
     rep=$((rep + 1))
 done
