@@ -175,7 +175,24 @@ pub struct SimConfig {
     /// Advertise and implement Namespace Attachment and Identify CNS 10h-13h (OACS bit 3;
     /// Namespace Management's create/delete is not offered, as in QEMU 7.2).
     pub namespace_management: bool,
+    /// With [`SimConfig::copy`]: also advertise and accept Copy Descriptor Format 1h (OCFS
+    /// bit 1; 40-byte source range entries), as QEMU 7.2 reports (OCFS 3h). The emulator's
+    /// namespaces have 16-bit guards only and it does not tie the format to the guard size
+    /// (QEMU refuses format 1h on them with Invalid Namespace or Format).
+    pub copy_format_1: bool,
+    /// Advertise and implement Write Uncorrectable (ONCS bit 1, NVM CS §3.3.7): the blocks
+    /// read, compare and verify as Unrecovered Read Error until written again. QEMU 7.2 does
+    /// not offer it.
+    pub write_uncorrectable: bool,
+    /// Advertise and implement the fused Compare and Write (FUSES bit 0, NVMe Base 2.0
+    /// §3.4.2) of up to [`SIM_ACWU_BLOCKS`] blocks (ACWU). QEMU 7.2 does not offer it; `false`
+    /// completes a fused entry with Invalid Field in Command.
+    pub compare_and_write: bool,
 }
+
+/// Atomic Compare & Write Unit of the emulated controller in blocks (Identify Controller ACWU
+/// + 1) when [`SimConfig::compare_and_write`] is set.
+pub const SIM_ACWU_BLOCKS: u16 = 16;
 
 /// Default [`SimConfig::abort_limit`].
 const DEFAULT_ABORT_LIMIT: u8 = 4;
@@ -230,6 +247,9 @@ impl Default for SimConfig {
             zoned: None,
             format_nvm: true,
             namespace_management: true,
+            copy_format_1: true,
+            write_uncorrectable: true,
+            compare_and_write: true,
         }
     }
 }

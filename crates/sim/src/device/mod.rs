@@ -28,6 +28,7 @@ mod copy;
 mod deferred;
 mod doorbells;
 mod features;
+mod fused;
 mod io;
 mod manage;
 pub use manage::{LBA_FORMATS, SIM_CNTLID};
@@ -35,6 +36,7 @@ pub(crate) mod pi;
 mod power;
 pub(crate) use power::{cut as cut_power, lock as power_lock};
 mod queues;
+mod uncorrectable;
 mod zns;
 
 use std::collections::VecDeque;
