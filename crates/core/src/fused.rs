@@ -165,20 +165,9 @@ pub const REPORTED_OPCODE: NvmOpcode = NvmOpcode::Compare;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::uncorrectable::tests::namespace;
     use nvme_spec::command::{nlb, slba};
-    use nvme_spec::{IdentifyController, IdentifyNamespace, LbaFormat};
-
-    fn namespace() -> Namespace {
-        let mut lbaf = [LbaFormat::default(); 64];
-        lbaf[0] = LbaFormat::new(9, 0);
-        let id = IdentifyNamespace {
-            nsze: 1000,
-            ncap: 1000,
-            lbaf,
-            ..IdentifyNamespace::default()
-        };
-        Namespace::from_identify(1, id, 1 << 20).unwrap()
-    }
+    use nvme_spec::IdentifyController;
 
     #[test]
     fn the_pair_is_a_fused_compare_then_write() {

@@ -159,17 +159,7 @@ pub trait IoQueue {
     ) -> std::result::Result<(DmaBuffer, CompareAndWriteOutcome), IoFailure> {
         const TAG: u64 = u64::MAX - 0x6361_7772; // "cawr": the waited request's user data
         self.submit_compare_and_write(ns, cmd, buf, TAG)?;
-        let mut done: Option<Completion> = None;
-        while done.is_none() {
-            self.poll(|c| {
-                if done.is_none() && c.user_data == TAG {
-                    done = Some(c);
-                } else {
-                    other(c);
-                }
-            });
-        }
-        let c = done.expect("the loop ends on the waited completion");
+        let c = wait_for(self, TAG, &mut other);
         match (crate::fused::outcome(c.result), c.buffer) {
             (Ok(outcome), Some(buf)) => Ok((buf, outcome)),
             (Ok(_), None) => Err(IoFailure::new(
@@ -194,17 +184,7 @@ pub trait IoQueue {
     ) -> std::result::Result<(DmaBuffer, Box<IoVec>), IoFailure> {
         const TAG: u64 = u64::MAX - 0x6d65_7461; // "meta": the waited request's user data
         self.submit_with_metadata(ns, cmd, data, metadata, TAG)?;
-        let mut done: Option<Completion> = None;
-        while done.is_none() {
-            self.poll(|c| {
-                if done.is_none() && c.user_data == TAG {
-                    done = Some(c);
-                } else {
-                    other(c);
-                }
-            });
-        }
-        let c = done.expect("the loop ends on the waited completion");
+        let c = wait_for(self, TAG, &mut other);
         match (c.result, c.buffer, c.pieces) {
             (Ok(_), Some(data), Some(metadata)) => Ok((data, metadata)),
             (Ok(_), buffer, pieces) => Err(IoFailure {
@@ -344,17 +324,7 @@ pub trait IoQueue {
     ) -> std::result::Result<Box<IoVec>, IoFailure> {
         const TAG: u64 = u64::MAX - 0x7665_6374; // "vect": the waited request's user data
         self.submit_vectored(ns, cmd, pieces, TAG)?;
-        let mut done: Option<Completion> = None;
-        while done.is_none() {
-            self.poll(|c| {
-                if done.is_none() && c.user_data == TAG {
-                    done = Some(c);
-                } else {
-                    other(c);
-                }
-            });
-        }
-        let c = done.expect("the loop ends on the waited completion");
+        let c = wait_for(self, TAG, &mut other);
         match c.result {
             Ok(_) => Ok(c
                 .pieces
@@ -433,4 +403,24 @@ pub trait IoQueue {
 #[inline(always)]
 fn data_buffer(buf: Option<DmaBuffer>) -> DmaBuffer {
     buf.expect("a completed data command returns its buffer")
+}
+
+/// Polls `q` until the request with user data `tag` completes and returns its completion;
+/// the other completions that arrive meanwhile go to `other`. The `execute_*` methods' wait.
+fn wait_for<Q: IoQueue + ?Sized, F: FnMut(Completion)>(
+    q: &mut Q,
+    tag: u64,
+    other: &mut F,
+) -> Completion {
+    let mut done: Option<Completion> = None;
+    while done.is_none() {
+        q.poll(|c| {
+            if done.is_none() && c.user_data == tag {
+                done = Some(c);
+            } else {
+                other(c);
+            }
+        });
+    }
+    done.expect("the loop ends on the waited completion")
 }

@@ -87,13 +87,14 @@ impl NvmCommand for WriteUncorrectable {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use nvme_spec::command::{nlb, slba};
     use nvme_spec::opcode::DataDirection;
     use nvme_spec::{IdentifyController, IdentifyNamespace, LbaFormat};
 
-    fn namespace() -> Namespace {
+    /// Namespace 1: 1000 blocks of 512 bytes, no metadata (also for `fused`'s tests).
+    pub(crate) fn namespace() -> Namespace {
         let mut lbaf = [LbaFormat::default(); 64];
         lbaf[0] = LbaFormat::new(9, 0);
         let id = IdentifyNamespace {

@@ -6,10 +6,9 @@
 //! update (the pair is atomic).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use nvme_driver::fused::{CompareAndWrite, CompareAndWriteOutcome};
-use nvme_driver::{Controller, ControllerOptions, Error, IoQueue, QueuePair, QueuePairOptions};
+use nvme_driver::{Controller, ControllerOptions, Error, IoQueue, QueuePair};
 use nvme_driver::{Namespace, WriteFlags};
 use nvme_sim::{SimConfig, SimController, SIM_ACWU_BLOCKS};
 
@@ -24,11 +23,7 @@ fn start(compare_and_write: bool) -> (SimController, Controller) {
 }
 
 fn qp(ctrl: &Controller) -> QueuePair {
-    ctrl.create_queue_pair(QueuePairOptions {
-        timeout: Duration::from_secs(10),
-        ..QueuePairOptions::default()
-    })
-    .expect("queue pair")
+    common::queue_pair(ctrl)
 }
 
 fn read(ctrl: &Controller, q: &mut QueuePair, ns: &Namespace, lba: u64, n: u32) -> Vec<u8> {
@@ -188,12 +183,12 @@ fn refusals_send_nothing() {
     assert_eq!(sim.stats().io_commands(), before);
 }
 
-/// Four threads each add 1 to a counter in block 9, 50 times, by read then compare-and-write
+/// Four threads each add 1 to a counter in block 9, 30 times, by read then compare-and-write
 /// (retrying on a miscompare): no increment is lost.
 #[test]
 fn concurrent_increments_are_atomic() {
     const THREADS: u64 = 4;
-    const ROUNDS: u64 = 50;
+    const ROUNDS: u64 = 30;
     let (_sim, ctrl) = start(true);
     let ctrl = Arc::new(ctrl);
     let ns = ctrl.namespace(1).unwrap();

@@ -4,11 +4,9 @@
 //! Write Zeroes) makes them readable again; a controller without ONCS bit 1 refuses the
 //! command by name before anything reaches the device.
 
-use std::time::Duration;
-
 use nvme_driver::command::{CopyRanges, Verify, WriteUncorrectable};
 use nvme_driver::spec::status::{media, StatusCodeType};
-use nvme_driver::{Controller, ControllerOptions, Error, IoQueue, QueuePair, QueuePairOptions};
+use nvme_driver::{Controller, ControllerOptions, Error, IoQueue, QueuePair};
 use nvme_driver::{Namespace, WriteFlags};
 use nvme_sim::{SimConfig, SimController};
 
@@ -23,11 +21,7 @@ fn start(write_uncorrectable: bool) -> (SimController, Controller) {
 }
 
 fn qp(ctrl: &Controller) -> QueuePair {
-    ctrl.create_queue_pair(QueuePairOptions {
-        timeout: Duration::from_secs(10),
-        ..QueuePairOptions::default()
-    })
-    .expect("queue pair")
+    common::queue_pair(ctrl)
 }
 
 fn is_unrecovered(e: &Error) -> bool {
