@@ -477,6 +477,9 @@ impl NvmCommand for IoCommand {
         if self.protected {
             return erased::check_range(ns, self.range);
         }
+        if let Some(copy) = self.as_copy() {
+            return copy.check_range(ns);
+        }
         match self.range {
             Some(r) => ns.check_range(r.lba, u64::from(r.blocks)),
             None => ns.check_current(),

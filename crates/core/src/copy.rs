@@ -269,6 +269,13 @@ impl NvmCommand for Copy {
         Some(self.range)
     }
 
+    /// No block data crosses to the host, so the destination may lie anywhere in the
+    /// namespace whatever its metadata format (the sources are checked with the list).
+    #[inline]
+    fn check_range(&self, ns: &Namespace) -> Result<()> {
+        ns.check_blocks(self.range.lba, u64::from(self.range.blocks))
+    }
+
     /// A Copy cannot be cut ([`NvmCommand::splittable`] is false): this moves the destination
     /// to `range.lba` and keeps the block count of the source ranges.
     #[inline(always)]
@@ -550,6 +557,28 @@ mod tests {
         assert!(!erased.splittable());
         assert_eq!(erased.with_range(LbaRange::new(9, 1)).sqe(7), moved.sqe(7));
         assert_eq!(Copy::from_sqe(&sqe, 20), copy);
+    }
+
+    #[test]
+    fn a_copy_may_target_a_namespace_with_metadata() {
+        let mut lbaf = [LbaFormat::default(); 64];
+        lbaf[0] = LbaFormat::new(9, 16);
+        let id = IdentifyNamespace {
+            nsze: 1000,
+            ncap: 1000,
+            lbaf,
+            ..IdentifyNamespace::default()
+        };
+        let ns = Namespace::from_identify(5, id, 1 << 20).unwrap();
+        // A plain Read may not (its metadata would have nowhere to go); a Copy moves none.
+        assert!(crate::command::Read::new(10, 2).check_range(&ns).is_err());
+        let copy = Copy::new(10, 1, 2);
+        assert!(copy.check_range(&ns).is_ok());
+        assert!(crate::IoCommand::of(copy).check_range(&ns).is_ok());
+        assert!(matches!(
+            Copy::new(999, 1, 2).check_range(&ns),
+            Err(Error::LbaOutOfRange { .. })
+        ));
     }
 
     #[test]
