@@ -289,7 +289,12 @@ fn run(cli: &Cli) -> Result<(), HelloError> {
         });
     }
     let lba = cli.write_lba.unwrap_or(cli.lba);
-    ns.check_range(lba, 1)?;
+    if ns.format().has_metadata() && cli.copy.is_some() {
+        // Only the Copy runs there (no plain read follows): any block of the namespace.
+        ns.check_blocks(lba, 1)?;
+    } else {
+        ns.check_range(lba, 1)?;
+    }
     let mode = if cli.write_lba.is_some() {
         "writing the greeting to"
     } else if cli.copy.is_some() {
