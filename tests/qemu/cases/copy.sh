@@ -15,7 +15,7 @@
 #     metadata): the kernel writes sources, ONE Copy in descriptor format 1h (40-byte entries)
 #     through nvme-hello copies them, the kernel reads the destination (its PI check off: the
 #     copied reference tags are the sources'); a format 0h Copy there is refused by QEMU with
-#     Invalid Namespace or Format.
+#     Invalid Format (Command Specific 0Ah).
 # Run in the metadata boot of tests/run-all.sh, whose namespace 1 carries the limits:
 #   --ns 512:16M:mssrl=16,mcl=64,msrc=7 ... --guest-env COPY_MSSRL=16 (and COPY_MCL, COPY_MSRC)
 #   and, for step 5, namespace 5: --ns 512:16M:ms=16,mset=0,pi=1,pif=2
@@ -118,7 +118,7 @@ bind_vfio
 nvme-hello --nsid 5 --copy "$list" --copy-to "$DEST" --copy-format 1 "$NVME_BDF" | tee /tmp/copy5.out
 grep -q "Copy of 4 source ranges ($total blocks) to LBA $DEST..$((DEST + total)): ok (the controller copied them; descriptor format 1h)" /tmp/copy5.out ||
     fail "nvme-hello did not report the format 1h Copy on namespace 5"
-expect_fail "Copy;Invalid Namespace or Format" \
+expect_fail "Copy;Invalid Format" \
     nvme-hello --nsid 5 --copy "0:1" --copy-to "$REFUSED" --copy-format 0 "$NVME_BDF"
 bind_kernel
 dev5=$(ns_blockdev 5)
