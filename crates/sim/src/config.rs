@@ -178,7 +178,7 @@ pub struct SimConfig {
     /// With [`SimConfig::copy`]: also advertise and accept Copy Descriptor Format 1h (OCFS
     /// bit 1; 40-byte source range entries), as QEMU 7.2 reports (OCFS 3h). The emulator's
     /// namespaces have 16-bit guards only and it does not tie the format to the guard size
-    /// (QEMU refuses format 1h on them with Invalid Namespace or Format).
+    /// (QEMU refuses a format not matching the guard with Invalid Format, Command Specific 0Ah).
     pub copy_format_1: bool,
     /// Advertise and implement Write Uncorrectable (ONCS bit 1, NVM CS §3.3.7): the blocks
     /// read, compare and verify as Unrecovered Read Error until written again. QEMU 7.2 does

@@ -11,14 +11,16 @@
 #     exit 1 and nothing sent (the marker stays, step 4);
 #  4. the kernel's nvme driver reads the destination (O_DIRECT): it must equal the sources in
 #     list order, and the second destination, target of the refused commands, the marker;
-#  5. with a fifth namespace formatted with the 64-bit guard (QEMU pi=1,pif=2, 16 bytes of
+#  5. with a fifth namespace formatted with the 64-bit guard (QEMU pi=3,pif=2, 16 bytes of
 #     metadata): the kernel writes sources, ONE Copy in descriptor format 1h (40-byte entries)
-#     through nvme-hello copies them, the kernel reads the destination (its PI check off: the
-#     copied reference tags are the sources'); a format 0h Copy there is refused by QEMU with
+#     through nvme-hello copies them, the kernel reads the destination with its integrity
+#     checks on (PI type 3: the copied guards and application tags are checked, reference tags
+#     are not, which a Copy without PRACT keeps as the sources'); a format 0h Copy there is
+#     refused by QEMU with
 #     Invalid Format (Command Specific 0Ah).
 # Run in the metadata boot of tests/run-all.sh, whose namespace 1 carries the limits:
 #   --ns 512:16M:mssrl=16,mcl=64,msrc=7 ... --guest-env COPY_MSSRL=16 (and COPY_MCL, COPY_MSRC)
-#   and, for step 5, namespace 5: --ns 512:16M:ms=16,mset=0,pi=1,pif=2
+#   and, for step 5, namespace 5: --ns 512:16M:ms=16,mset=0,pi=3,pif=2
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
 
@@ -122,7 +124,6 @@ expect_fail "Copy;Invalid Format" \
     nvme-hello --nsid 5 --copy "0:1" --copy-to "$REFUSED" --copy-format 0 "$NVME_BDF"
 bind_kernel
 dev5=$(ns_blockdev 5)
-echo 0 >"/sys/block/${dev5#/dev/}/integrity/read_verify"
 dd if="$dev5" of=/tmp/dest5 bs="$lba" count="$total" skip="$DEST" iflag=direct 2>/dev/null ||
     fail "the kernel could not read namespace 5's destination"
 cmp /tmp/expected5 /tmp/dest5 || fail "namespace 5: the format 1h Copy's destination differs from its sources"
