@@ -108,7 +108,7 @@ Options:
                             that reads zeroes and drops writes). Default: 512:64M and 4096:64M.
                             META: metadata options of QEMU's nvme-ns, comma-separated:
                             ms=BYTES (metadata per block), mset=1 (extended LBA, metadata inline
-                            after each block) or mset=0 (separate buffer), pi=0..3, pil=0|1;
+                            after each block) or mset=0 (separate buffer), pi=0..3, pil=0|1, pif=0|2 (16-bit or 64-bit guard);
                             e.g. --ns 512:16M:ms=8,mset=1. Also nsid=N (default: the position
                             of the --ns option, 1, 2, ...), e.g. --ns 4096:32M:nsid=9, and the
                             Copy limits mssrl=BLOCKS, mcl=BLOCKS, msrc=N (0-based; QEMU's
@@ -646,8 +646,8 @@ build_namespaces() {
                     meta="$meta,${opt%%=*}=$on"
                     continue
                 fi
-                [[ "$opt" =~ ^(ms|mset|pi|pil|mssrl|mcl|msrc)=[0-9]+$ ]] ||
-                    die "--ns $spec: '$opt' is not a namespace option (nsid=N, ms=BYTES, mset=0|1, pi=0..3, pil=0|1, mssrl=BLOCKS, mcl=BLOCKS, msrc=N; with --subsys detached=1, shared=0|1)"
+                [[ "$opt" =~ ^(ms|mset|pi|pil|pif|mssrl|mcl|msrc)=[0-9]+$ ]] ||
+                    die "--ns $spec: '$opt' is not a namespace option (nsid=N, ms=BYTES, mset=0|1, pi=0..3, pil=0|1, pif=0|2 (guard: 16-bit|64-bit), mssrl=BLOCKS, mcl=BLOCKS, msrc=N; with --subsys detached=1, shared=0|1)"
                 meta="$meta,$opt"
             done
         fi

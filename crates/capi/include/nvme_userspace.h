@@ -606,6 +606,41 @@ int nvme_qpair_submit_verify(struct nvme_qpair *qpair,
                              nvme_cb_fn cb_fn,
                              void *cb_arg);
 
+// Queues a Write Uncorrectable (NVM CS §3.3.7) of `blocks` (1..=65536) blocks at `lba` of
+// namespace `nsid`: reads of them then fail (`NVME_ERR_COMMAND`, status SCT 2h SC 81h
+// Unrecovered Read Error) until they are written again. No data moves, so no buffer.
+// `NVME_ERR_UNSUPPORTED` before anything is sent when the controller does not offer it
+// (Identify Controller ONCS bit 1; QEMU 7.2's does not).
+//
+// # Safety
+// `qpair` is NULL or a live handle used only by the calling thread.
+int nvme_qpair_submit_write_uncorrectable(struct nvme_qpair *qpair,
+                                          uint32_t nsid,
+                                          uint64_t lba,
+                                          uint32_t blocks,
+                                          nvme_cb_fn cb_fn,
+                                          void *cb_arg);
+
+// Queues a fused Compare and Write (NVMe Base 2.0 §3.4.2) of `blocks` blocks at `lba` of
+// namespace `nsid`: `buf` holds the compare data, then the write data (`2 * blocks *
+// block_size` bytes). The blocks are written only when they equal the compare data, as one
+// atomic unit. One callback: `NVME_OK` when written; `NVME_ERR_COMMAND` with status SCT 2h
+// SC 85h (Compare Failure) when they differed, nothing written. `flags` is 0 or
+// `NVME_IO_FUA` (for the write). `NVME_ERR_UNSUPPORTED` before anything is sent when the
+// controller does not offer it (Identify Controller FUSES bit 0; QEMU 7.2's does not) or the
+// transport is NVMe/TCP; `NVME_ERR_INVALID_ARGUMENT` above ACWU + 1 blocks.
+//
+// # Safety
+// As `nvme_qpair_submit_read`.
+int nvme_qpair_submit_compare_and_write(struct nvme_qpair *qpair,
+                                        uint32_t nsid,
+                                        uint64_t lba,
+                                        uint32_t blocks,
+                                        struct nvme_buf *buf,
+                                        uint32_t flags,
+                                        nvme_cb_fn cb_fn,
+                                        void *cb_arg);
+
 // Queues a Dataset Management deallocate (trim) of `count` (1..=256) ranges, copied before
 // the call returns. A `count` outside 1..=256 fails with `NVME_ERR_INVALID_ARGUMENT` before
 // anything is read from `ranges`.

@@ -7,9 +7,10 @@
 use std::ffi::{c_int, c_void};
 use std::ptr;
 
-use nvme_driver::command::{Copy, CopyRanges, Read, Verify, Write};
+use nvme_driver::command::{Copy, CopyRanges, Read, Verify, Write, WriteUncorrectable};
+use nvme_driver::fused::CompareAndWrite;
 use nvme_driver::spec::queue::{COPY_MAX_RANGES, DSM_MAX_RANGES};
-use nvme_driver::{IoFailure, Namespace, NvmCommand, WriteFlags};
+use nvme_driver::{DmaBuffer, IoFailure, Namespace, NvmCommand, WriteFlags};
 
 use crate::boundary::{fail, guard};
 use crate::buffer::{nvme_buf, BufState};
@@ -30,6 +31,34 @@ pub(crate) unsafe fn submit_data<C: NvmCommand>(
     buf: *mut nvme_buf,
     cb: nvme_cb_fn,
     cb_arg: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        submit_buffer(what, qpair, nsid, buf, cb, cb_arg, |q, ns, dma, ud| {
+            q.submit(ns, cmd, Some(dma), ud)
+        })
+    }
+}
+
+/// Moves `buf`'s `DmaBuffer` into the queue pair through `submit` (which gets the pair, the
+/// namespace, the buffer and the request index to pass as user data): the shared part of
+/// every submission with a data buffer.
+///
+/// # Safety
+/// `qpair` and `buf` are NULL or live handles owned by the calling thread.
+unsafe fn submit_buffer(
+    what: &'static str,
+    qpair: *mut nvme_qpair,
+    nsid: u32,
+    buf: *mut nvme_buf,
+    cb: nvme_cb_fn,
+    cb_arg: *mut c_void,
+    submit: impl FnOnce(
+        &mut crate::transport::Pair,
+        &Namespace,
+        DmaBuffer,
+        u64,
+    ) -> Result<(), IoFailure>,
 ) -> c_int {
     guard(what, || {
         if qpair.is_null() || buf.is_null() {
@@ -76,7 +105,7 @@ pub(crate) unsafe fn submit_data<C: NvmCommand>(
             buf,
         });
         let ns = &q.namespaces[ns_index];
-        match q.qp.submit(ns, cmd, Some(dma), u64::from(index)) {
+        match submit(&mut q.qp, ns, dma, u64::from(index)) {
             Ok(()) => NVME_OK,
             Err(IoFailure { error, buffer, .. }) => {
                 q.requests.take(index);
@@ -295,6 +324,82 @@ pub unsafe extern "C" fn nvme_qpair_submit_verify(
                     .map_err(|f| f.error)
             },
         )
+    }
+}
+
+/// Queues a Write Uncorrectable (NVM CS §3.3.7) of `blocks` (1..=65536) blocks at `lba` of
+/// namespace `nsid`: reads of them then fail (`NVME_ERR_COMMAND`, status SCT 2h SC 81h
+/// Unrecovered Read Error) until they are written again. No data moves, so no buffer.
+/// `NVME_ERR_UNSUPPORTED` before anything is sent when the controller does not offer it
+/// (Identify Controller ONCS bit 1; QEMU 7.2's does not).
+///
+/// # Safety
+/// `qpair` is NULL or a live handle used only by the calling thread.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_qpair_submit_write_uncorrectable(
+    qpair: *mut nvme_qpair,
+    nsid: u32,
+    lba: u64,
+    blocks: u32,
+    cb_fn: nvme_cb_fn,
+    cb_arg: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        submit_no_data(
+            "nvme_qpair_submit_write_uncorrectable",
+            qpair,
+            nsid,
+            cb_fn,
+            cb_arg,
+            |q, ns, ud| {
+                q.qp.submit(ns, WriteUncorrectable::new(lba, blocks), None, ud)
+                    .map_err(|f| f.error)
+            },
+        )
+    }
+}
+
+/// Queues a fused Compare and Write (NVMe Base 2.0 §3.4.2) of `blocks` blocks at `lba` of
+/// namespace `nsid`: `buf` holds the compare data, then the write data (`2 * blocks *
+/// block_size` bytes). The blocks are written only when they equal the compare data, as one
+/// atomic unit. One callback: `NVME_OK` when written; `NVME_ERR_COMMAND` with status SCT 2h
+/// SC 85h (Compare Failure) when they differed, nothing written. `flags` is 0 or
+/// `NVME_IO_FUA` (for the write). `NVME_ERR_UNSUPPORTED` before anything is sent when the
+/// controller does not offer it (Identify Controller FUSES bit 0; QEMU 7.2's does not) or the
+/// transport is NVMe/TCP; `NVME_ERR_INVALID_ARGUMENT` above ACWU + 1 blocks.
+///
+/// # Safety
+/// As `nvme_qpair_submit_read`.
+#[no_mangle]
+// The C signature is the ABI (include/nvme_userspace.h): its eight arguments stay.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn nvme_qpair_submit_compare_and_write(
+    qpair: *mut nvme_qpair,
+    nsid: u32,
+    lba: u64,
+    blocks: u32,
+    buf: *mut nvme_buf,
+    flags: u32,
+    cb_fn: nvme_cb_fn,
+    cb_arg: *mut c_void,
+) -> c_int {
+    const WHAT: &str = "nvme_qpair_submit_compare_and_write";
+    if flags & !NVME_IO_FUA != 0 {
+        return fail(
+            NVME_ERR_INVALID_ARGUMENT,
+            format!("{WHAT}: unknown flags {flags:#x} (only NVME_IO_FUA)"),
+        );
+    }
+    let mut cmd = CompareAndWrite::new(lba, blocks);
+    if flags & NVME_IO_FUA != 0 {
+        cmd = cmd.fua();
+    }
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        submit_buffer(WHAT, qpair, nsid, buf, cb_fn, cb_arg, |q, ns, dma, ud| {
+            q.submit_compare_and_write(ns, cmd, dma, ud)
+        })
     }
 }
 

@@ -56,6 +56,17 @@ impl Pair {
         IoQueue::submit_write_zeroes(&mut self.qp, ns, lba, blocks, deallocate, user_data)
     }
 
+    /// A fused Compare and Write (PCIe; NVMe/TCP refuses it).
+    pub(crate) fn submit_compare_and_write(
+        &mut self,
+        ns: &Namespace,
+        cmd: nvme_driver::fused::CompareAndWrite,
+        buf: DmaBuffer,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        IoQueue::submit_compare_and_write(&mut self.qp, ns, cmd, buf, user_data)
+    }
+
     /// Dataset Management deallocate: PCIe only for now.
     pub(crate) fn submit_deallocate(
         &mut self,

@@ -119,6 +119,22 @@ fn qd_loop_verifies_data_at_queue_depth_on_the_emulated_controller() {
 }
 
 #[test]
+fn commands_runs_compare_and_write_and_write_uncorrectable_on_the_emulated_controller() {
+    let exe = build_example("commands");
+    let out = run(&exe, &["emulated"]);
+    for expected in [
+        "compare and write: match wrote, mismatch (Compare Failure) did not: OK",
+        "write uncorrectable: read failed (Unrecovered Read Error), write healed it: OK",
+        "commands: done",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    // Without a device string the example says how to run it.
+    let output = Command::new(&exe).output().expect("run example");
+    assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
 fn qd_loop_rate_mode_reports_random_reads_on_the_emulated_controller() {
     let exe = build_example("qd_loop");
     let out = run(&exe, &["emulated", "--randread", "16", "0.2"]);

@@ -29,12 +29,13 @@ use nvme_spec::IdentifyController;
 
 pub use nvme_spec::opcode::DataDirection;
 
-pub use crate::copy::{Copy, CopyLimit, CopyRanges};
+pub use crate::copy::{Copy, CopyFormat, CopyLimit, CopyRanges};
 use crate::error::Result;
 use crate::flags::WriteFlags;
 use crate::namespace::Namespace;
 use crate::protection::erased;
 pub use crate::protection::{Protected, Protection};
+pub use crate::uncorrectable::WriteUncorrectable;
 
 /// CDW12 bits 15:0: Number of Logical Blocks (0-based), the common NVM layout.
 const NLB_MASK: u32 = 0xFFFF;
@@ -475,6 +476,9 @@ impl NvmCommand for IoCommand {
     fn check_range(&self, ns: &Namespace) -> Result<()> {
         if self.protected {
             return erased::check_range(ns, self.range);
+        }
+        if let Some(copy) = self.as_copy() {
+            return copy.check_range(ns);
         }
         match self.range {
             Some(r) => ns.check_range(r.lba, u64::from(r.blocks)),

@@ -3,7 +3,9 @@
 //! a destination LBA; no block data crosses to the host.
 //!
 //! The command's data buffer is the source range list (host to controller, 32 bytes per
-//! range in descriptor format 0h, [`CopySourceRange`]), not `blocks * block_size`: [`Copy`]
+//! range in descriptor format 0h, [`CopySourceRange`]; 40 bytes in format 1h,
+//! [`CopySourceRangeFormat1`], for namespaces with a 32-bit or 64-bit guard: [`CopyFormat`]),
+//! not `blocks * block_size`: [`Copy`]
 //! says so through [`NvmCommand::data_bytes`] and refuses to be split at MDTS
 //! ([`NvmCommand::splittable`]). [`CopyRanges`] writes the list into a buffer so callers
 //! never pack bytes, and gives the command that matches it:
@@ -21,7 +23,7 @@
 //! ```
 //!
 //! [`NvmCommand::check`] refuses, before anything reaches the device: a controller whose
-//! Identify Controller ONCS lacks Copy or whose OCFS lacks format 0h
+//! Identify Controller ONCS lacks Copy or whose OCFS lacks the command's descriptor format
 //! ([`Error::CommandNotSupported`]); more ranges than Identify Namespace MSRC + 1, a range
 //! longer than MSSRL, more blocks in all than MCL ([`Error::CopyLimitExceeded`], where the
 //! controller would answer Command Size Limit Exceeded); a source range outside the
@@ -31,17 +33,93 @@
 
 use std::fmt;
 
-use nvme_spec::command::{self, CopyControl, MAX_NLB};
+use nvme_spec::command::{self, CopyControl, COPY_FORMAT_0, COPY_FORMAT_1, MAX_NLB};
 use nvme_spec::opcode::NvmOpcode;
-use nvme_spec::queue::{CopySourceRange, SubmissionEntry, COPY_MAX_RANGES};
+use nvme_spec::queue::{CopySourceRange, CopySourceRangeFormat1, SubmissionEntry, COPY_MAX_RANGES};
 use nvme_spec::{CopyFormats, Oncs};
 
 use crate::command::{CommandContext, LbaRange, NvmCommand};
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 
-/// Bytes of one source range entry (descriptor format 0h).
-const RANGE_BYTES: usize = CopySourceRange::SIZE;
+/// The Copy Descriptor Format of a Copy's source range list (NVM CS §3.3.2.1; CDW12 bits
+/// 11:8), offered by the controller in Identify Controller OCFS.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CopyFormat {
+    /// Format 0h: 32-byte entries ([`CopySourceRange`]), 16-bit guard namespaces.
+    #[default]
+    Format0,
+    /// Format 1h: 40-byte entries ([`CopySourceRangeFormat1`]), 32/64-bit guard namespaces.
+    Format1,
+}
+
+impl CopyFormat {
+    /// Bytes of one source range entry.
+    #[inline]
+    pub const fn entry_bytes(self) -> usize {
+        match self {
+            Self::Format0 => CopySourceRange::SIZE,
+            Self::Format1 => CopySourceRangeFormat1::SIZE,
+        }
+    }
+
+    /// The Descriptor Format field's value.
+    #[inline]
+    pub const fn code(self) -> u8 {
+        match self {
+            Self::Format0 => COPY_FORMAT_0,
+            Self::Format1 => COPY_FORMAT_1,
+        }
+    }
+
+    /// The format of a field value this crate wrote (anything but 1h reads as 0h).
+    #[inline]
+    const fn from_code(code: u8) -> Self {
+        match code {
+            COPY_FORMAT_1 => Self::Format1,
+            _ => Self::Format0,
+        }
+    }
+
+    /// Its OCFS bit, and the refusal's words when that bit is clear.
+    const fn ocfs(self) -> (CopyFormats, &'static str) {
+        match self {
+            Self::Format0 => (
+                CopyFormats::FORMAT_0,
+                "Identify Controller OCFS bit 0 (Copy Descriptor Format 0h) is clear",
+            ),
+            Self::Format1 => (
+                CopyFormats::FORMAT_1,
+                "Identify Controller OCFS bit 1 (Copy Descriptor Format 1h) is clear",
+            ),
+        }
+    }
+
+    /// The entry `raw` (one entry's bytes) as (first LBA, blocks).
+    fn decode(self, raw: &[u8]) -> (u64, u32) {
+        match self {
+            Self::Format0 => {
+                let e = CopySourceRange::from_bytes(raw.try_into().expect("one format 0h entry"));
+                (e.slba, e.blocks())
+            }
+            Self::Format1 => {
+                let raw = raw.try_into().expect("one format 1h entry");
+                let e = CopySourceRangeFormat1::from_bytes(raw);
+                (e.slba, e.blocks())
+            }
+        }
+    }
+
+    /// Encodes a range of `blocks` blocks from `lba` (tags zero) into `out` (one entry).
+    fn encode(self, lba: u64, blocks: u32, out: &mut [u8]) {
+        match self {
+            Self::Format0 => out.copy_from_slice(&CopySourceRange::new(lba, blocks).to_bytes()),
+            Self::Format1 => {
+                out.copy_from_slice(&CopySourceRangeFormat1::new(lba, blocks).to_bytes())
+            }
+        }
+    }
+}
 
 /// Copy (NVM CS §3.3.2): the blocks of the `ranges` source ranges at the start of the data
 /// buffer are copied to `range.blocks` consecutive blocks from `range.lba`.
@@ -60,6 +138,8 @@ pub struct Copy {
     pub fua: bool,
     /// Limited Retry: the controller applies limited retry efforts.
     pub limited_retry: bool,
+    /// The descriptor format of the source range list.
+    pub format: CopyFormat,
 }
 
 impl Copy {
@@ -72,7 +152,14 @@ impl Copy {
             ranges,
             fua: false,
             limited_retry: false,
+            format: CopyFormat::Format0,
         }
+    }
+
+    /// With source ranges of descriptor format `format`.
+    #[inline]
+    pub const fn format(self, format: CopyFormat) -> Self {
+        Self { format, ..self }
     }
 
     /// With Force Unit Access.
@@ -90,10 +177,11 @@ impl Copy {
         }
     }
 
-    /// Bytes of the source range list the command sends (32 per range).
+    /// Bytes of the source range list the command sends (32 per range in format 0h, 40 in
+    /// format 1h).
     #[inline]
     pub const fn list_bytes(&self) -> usize {
-        self.ranges as usize * RANGE_BYTES
+        self.ranges as usize * self.format.entry_bytes()
     }
 
     /// The command of a built entry whose destination covers `blocks` blocks.
@@ -104,15 +192,17 @@ impl Copy {
             ranges: control.ranges as u16,
             fua: control.fua,
             limited_retry: control.limited_retry,
+            format: CopyFormat::from_code(control.format),
         }
     }
 
-    /// Whether the controller offers Copy with source ranges of format 0h.
-    fn check_support(ctx: &CommandContext<'_>) -> Result<()> {
+    /// Whether the controller offers Copy with source ranges of the command's format.
+    fn check_support(&self, ctx: &CommandContext<'_>) -> Result<()> {
+        let (bit, clear) = self.format.ocfs();
         let why = if !ctx.identify.oncs_flags().contains(Oncs::COPY) {
             "Identify Controller ONCS bit 8 (Copy) is clear"
-        } else if !ctx.identify.copy_formats().contains(CopyFormats::FORMAT_0) {
-            "Identify Controller OCFS bit 0 (Copy Descriptor Format 0h) is clear"
+        } else if !ctx.identify.copy_formats().contains(bit) {
+            clear
         } else {
             return Ok(());
         };
@@ -143,14 +233,12 @@ impl Copy {
         }
         let mut total = 0u64;
         for (index, raw) in list
-            .chunks_exact(RANGE_BYTES)
+            .chunks_exact(self.format.entry_bytes())
             .take(usize::from(self.ranges))
             .enumerate()
         {
-            let raw: &[u8; RANGE_BYTES] =
-                raw.try_into().expect("chunks_exact yields whole entries");
-            let entry = CopySourceRange::from_bytes(raw);
-            let blocks = u64::from(entry.blocks());
+            let (slba, blocks) = self.format.decode(raw);
+            let blocks = u64::from(blocks);
             if blocks > u64::from(id.mssrl) {
                 let range = index as u16;
                 return Err(limit(
@@ -159,7 +247,7 @@ impl Copy {
                     u64::from(id.mssrl),
                 ));
             }
-            ns.check_blocks(entry.slba, blocks)?;
+            ns.check_blocks(slba, blocks)?;
             total += blocks;
         }
         if total > u64::from(id.mcl) {
@@ -181,6 +269,13 @@ impl NvmCommand for Copy {
         Some(self.range)
     }
 
+    /// No block data crosses to the host, so the destination may lie anywhere in the
+    /// namespace whatever its metadata format (the sources are checked with the list).
+    #[inline]
+    fn check_range(&self, ns: &Namespace) -> Result<()> {
+        ns.check_blocks(self.range.lba, u64::from(self.range.blocks))
+    }
+
     /// A Copy cannot be cut ([`NvmCommand::splittable`] is false): this moves the destination
     /// to `range.lba` and keeps the block count of the source ranges.
     #[inline(always)]
@@ -196,12 +291,13 @@ impl NvmCommand for Copy {
         let control = CopyControl {
             fua: self.fua,
             limited_retry: self.limited_retry,
+            format: self.format.code(),
             ..CopyControl::new(u32::from(self.ranges))
         };
         command::copy(nsid, self.range.lba, control)
     }
 
-    /// The source range list: 32 bytes per range.
+    /// The source range list: 32 or 40 bytes per range.
     #[inline(always)]
     fn data_bytes(&self, _ns: &Namespace) -> usize {
         self.list_bytes()
@@ -214,7 +310,7 @@ impl NvmCommand for Copy {
     }
 
     fn check(&self, ns: &Namespace, ctx: &CommandContext<'_>, data: Option<&[u8]>) -> Result<()> {
-        Self::check_support(ctx)?;
+        self.check_support(ctx)?;
         if self.ranges == 0 {
             return Err(Error::InvalidRequest(
                 "a Copy needs at least one source range".into(),
@@ -278,23 +374,32 @@ impl fmt::Display for CopyLimit {
     }
 }
 
-/// A writer of a Copy's source range list (descriptor format 0h) into a buffer, usually the
-/// `DmaBuffer` that goes with the command: ranges are encoded in place, one 32-byte entry
-/// each, from the start of the buffer.
+/// A writer of a Copy's source range list (descriptor format 0h, or another with
+/// [`CopyRanges::with_format`]) into a buffer, usually the `DmaBuffer` that goes with the
+/// command: ranges are encoded in place, one entry each (32 bytes in format 0h), from the
+/// start of the buffer.
 #[derive(Debug)]
 pub struct CopyRanges<'a> {
     list: &'a mut [u8],
     count: u16,
     blocks: u32,
+    format: CopyFormat,
 }
 
 impl<'a> CopyRanges<'a> {
-    /// An empty list at the start of `buf` (room for `buf.len() / 32` ranges, at most 256).
+    /// An empty format 0h list at the start of `buf` (room for `buf.len() / 32` ranges, at
+    /// most 256).
     pub fn new(buf: &'a mut [u8]) -> Self {
+        Self::with_format(buf, CopyFormat::Format0)
+    }
+
+    /// An empty list of descriptor format `format` at the start of `buf`.
+    pub fn with_format(buf: &'a mut [u8], format: CopyFormat) -> Self {
         Self {
             list: buf,
             count: 0,
             blocks: 0,
+            format,
         }
     }
 
@@ -318,14 +423,15 @@ impl<'a> CopyRanges<'a> {
                  another command for the rest"
             )));
         }
-        let at = usize::from(self.count) * RANGE_BYTES;
-        let Some(entry) = self.list.get_mut(at..at + RANGE_BYTES) else {
+        let size = self.format.entry_bytes();
+        let at = usize::from(self.count) * size;
+        let Some(entry) = self.list.get_mut(at..at + size) else {
             return Err(Error::BufferTooSmall {
-                needed: at + RANGE_BYTES,
+                needed: at + size,
                 len: self.list.len(),
             });
         };
-        entry.copy_from_slice(&CopySourceRange::new(lba, blocks).to_bytes());
+        self.format.encode(lba, blocks, entry);
         self.count += 1;
         self.blocks += blocks;
         Ok(self)
@@ -348,7 +454,7 @@ impl<'a> CopyRanges<'a> {
 
     /// The Copy of the ranges written to consecutive blocks from `destination`.
     pub fn copy_to(&self, destination: u64) -> Copy {
-        Copy::new(destination, self.count, self.blocks)
+        Copy::new(destination, self.count, self.blocks).format(self.format)
     }
 }
 
@@ -431,7 +537,10 @@ mod tests {
         assert_eq!(sqe.opcode(), 0x19);
         assert_eq!((sqe.nsid, command::slba(&sqe)), (7, 0x2_0000_0010));
         let control = command::copy_control(&sqe);
-        assert_eq!((control.ranges, control.format, control.fua), (4, 0, true));
+        assert_eq!(
+            (control.ranges, control.format, control.fua),
+            (4, COPY_FORMAT_0, true)
+        );
         assert!(!control.limited_retry);
         assert_eq!(copy.direction(), crate::command::DataDirection::ToDevice);
         let ns = namespace(128, 128, 127);
@@ -448,6 +557,83 @@ mod tests {
         assert!(!erased.splittable());
         assert_eq!(erased.with_range(LbaRange::new(9, 1)).sqe(7), moved.sqe(7));
         assert_eq!(Copy::from_sqe(&sqe, 20), copy);
+    }
+
+    #[test]
+    fn a_copy_may_target_a_namespace_with_metadata() {
+        let mut lbaf = [LbaFormat::default(); 64];
+        lbaf[0] = LbaFormat::new(9, 16);
+        let id = IdentifyNamespace {
+            nsze: 1000,
+            ncap: 1000,
+            lbaf,
+            ..IdentifyNamespace::default()
+        };
+        let ns = Namespace::from_identify(5, id, 1 << 20).unwrap();
+        // A plain Read may not (its metadata would have nowhere to go); a Copy moves none.
+        assert!(crate::command::Read::new(10, 2).check_range(&ns).is_err());
+        let copy = Copy::new(10, 1, 2);
+        assert!(copy.check_range(&ns).is_ok());
+        assert!(crate::IoCommand::of(copy).check_range(&ns).is_ok());
+        assert!(matches!(
+            Copy::new(999, 1, 2).check_range(&ns),
+            Err(Error::LbaOutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn format_1_lists_are_40_byte_entries_checked_like_format_0() {
+        let ns = namespace(16, 40, 3);
+        let mut buf = vec![0xAAu8; 4 * 40];
+        let mut r = CopyRanges::with_format(&mut buf, CopyFormat::Format1);
+        r.push(1, 3).unwrap().push(100, 16).unwrap();
+        let copy = r.copy_to(500);
+        assert_eq!((copy.format, copy.list_bytes()), (CopyFormat::Format1, 80));
+        assert_eq!(copy.data_bytes(&ns), 80);
+        let second = CopySourceRangeFormat1::from_bytes(buf[40..80].try_into().unwrap());
+        assert_eq!((second.slba, second.blocks()), (100, 16));
+        let sqe = copy.sqe(1);
+        assert_eq!(command::copy_control(&sqe).format, COPY_FORMAT_1);
+        assert_eq!(Copy::from_sqe(&sqe, 19), copy);
+        // Offered (OCFS bit 1): accepted; a controller with format 0h only refuses by name.
+        let both = controller(Oncs::COPY, CopyFormats::FORMAT_0 | CopyFormats::FORMAT_1);
+        assert!(check(copy, &ns, &both, &buf).is_ok());
+        let e = check(
+            copy,
+            &ns,
+            &controller(Oncs::COPY, CopyFormats::FORMAT_0),
+            &buf,
+        );
+        assert!(
+            matches!(&e, Err(Error::CommandNotSupported { why, .. }) if why.contains("OCFS bit 1")),
+            "{e:?}"
+        );
+        // The limits read the 40-byte entries: MSSRL on the second range.
+        let mut r = CopyRanges::with_format(&mut buf, CopyFormat::Format1);
+        r.push(0, 1).unwrap().push(100, 17).unwrap();
+        let e = check(r.copy_to(500), &ns, &both, &buf).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::CopyLimitExceeded {
+                    limit: CopyLimit::RangeBlocks { range: 1 },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        // Room for exactly four 40-byte entries in 160 bytes.
+        let mut r = CopyRanges::with_format(&mut buf, CopyFormat::Format1);
+        for lba in 0..4 {
+            r.push(lba, 1).unwrap();
+        }
+        assert!(matches!(
+            r.push(4, 1),
+            Err(Error::BufferTooSmall {
+                needed: 200,
+                len: 160
+            })
+        ));
     }
 
     #[test]
@@ -482,7 +668,7 @@ mod tests {
             &buf,
         );
         assert!(
-            matches!(&e, Err(Error::CommandNotSupported { why, .. }) if why.contains("OCFS")),
+            matches!(&e, Err(Error::CommandNotSupported { why, .. }) if why.contains("OCFS bit 0")),
             "{e:?}"
         );
         // MCL: 16 + 16 + 16 = 48 > 40.

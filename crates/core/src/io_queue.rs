@@ -21,6 +21,7 @@ use crate::command::{Compare, Flush, NvmCommand, Read, Write, WriteZeroes};
 use crate::completion::Completion;
 use crate::error::{Error, IoFailure, Result};
 use crate::flags::WriteFlags;
+use crate::fused::{CompareAndWrite, CompareAndWriteOutcome};
 use crate::iovec::IoVec;
 use crate::namespace::Namespace;
 use crate::protection::{ProtectableCommand, Protected};
@@ -121,6 +122,54 @@ pub trait IoQueue {
         })
     }
 
+    /// Queues a fused Compare and Write ([`crate::fused`]): `buf` holds the compare data,
+    /// then the write data, [`CompareAndWrite::data_bytes`] in all. The two commands go into
+    /// adjacent submission queue entries behind one doorbell; the request completes once,
+    /// with both: `Ok` when written, the Compare Failure status when the blocks differed
+    /// (nothing written; [`crate::fused::outcome`] tells the two apart). Not split. The
+    /// default refuses: a transport without fused commands.
+    fn submit_compare_and_write(
+        &mut self,
+        ns: &Namespace,
+        cmd: CompareAndWrite,
+        buf: DmaBuffer,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        let _ = (cmd, user_data);
+        Err(IoFailure::new(
+            Error::UnsupportedOption {
+                controller: format!("of namespace {}", ns.nsid()),
+                option: "IoQueue::submit_compare_and_write",
+                why: "this transport does not submit fused commands",
+            },
+            Some(buf),
+        ))
+    }
+
+    /// Runs [`IoQueue::submit_compare_and_write`] to completion through [`IoQueue::poll`]:
+    /// returns the buffer and whether the blocks were written. Completions of other requests
+    /// are handed to `other`; the waited request is told apart by its user data,
+    /// `u64::MAX - 0x6361_7772`, which other requests in flight must not use.
+    fn compare_and_write<F: FnMut(Completion)>(
+        &mut self,
+        ns: &Namespace,
+        cmd: CompareAndWrite,
+        buf: DmaBuffer,
+        mut other: F,
+    ) -> std::result::Result<(DmaBuffer, CompareAndWriteOutcome), IoFailure> {
+        const TAG: u64 = u64::MAX - 0x6361_7772; // "cawr": the waited request's user data
+        self.submit_compare_and_write(ns, cmd, buf, TAG)?;
+        let c = wait_for(self, TAG, &mut other);
+        match (crate::fused::outcome(c.result), c.buffer) {
+            (Ok(outcome), Some(buf)) => Ok((buf, outcome)),
+            (Ok(_), None) => Err(IoFailure::new(
+                Error::InvalidRequest("a completed Compare and Write lost its buffer".into()),
+                None,
+            )),
+            (Err(error), buffer) => Err(IoFailure::new(error, buffer)),
+        }
+    }
+
     /// Runs [`IoQueue::submit_with_metadata`] to completion through [`IoQueue::poll`];
     /// returns the data buffer and the metadata vector. Completions of other requests are
     /// handed to `other`; the waited request is told apart by its user data,
@@ -135,17 +184,7 @@ pub trait IoQueue {
     ) -> std::result::Result<(DmaBuffer, Box<IoVec>), IoFailure> {
         const TAG: u64 = u64::MAX - 0x6d65_7461; // "meta": the waited request's user data
         self.submit_with_metadata(ns, cmd, data, metadata, TAG)?;
-        let mut done: Option<Completion> = None;
-        while done.is_none() {
-            self.poll(|c| {
-                if done.is_none() && c.user_data == TAG {
-                    done = Some(c);
-                } else {
-                    other(c);
-                }
-            });
-        }
-        let c = done.expect("the loop ends on the waited completion");
+        let c = wait_for(self, TAG, &mut other);
         match (c.result, c.buffer, c.pieces) {
             (Ok(_), Some(data), Some(metadata)) => Ok((data, metadata)),
             (Ok(_), buffer, pieces) => Err(IoFailure {
@@ -285,17 +324,7 @@ pub trait IoQueue {
     ) -> std::result::Result<Box<IoVec>, IoFailure> {
         const TAG: u64 = u64::MAX - 0x7665_6374; // "vect": the waited request's user data
         self.submit_vectored(ns, cmd, pieces, TAG)?;
-        let mut done: Option<Completion> = None;
-        while done.is_none() {
-            self.poll(|c| {
-                if done.is_none() && c.user_data == TAG {
-                    done = Some(c);
-                } else {
-                    other(c);
-                }
-            });
-        }
-        let c = done.expect("the loop ends on the waited completion");
+        let c = wait_for(self, TAG, &mut other);
         match c.result {
             Ok(_) => Ok(c
                 .pieces
@@ -374,4 +403,24 @@ pub trait IoQueue {
 #[inline(always)]
 fn data_buffer(buf: Option<DmaBuffer>) -> DmaBuffer {
     buf.expect("a completed data command returns its buffer")
+}
+
+/// Polls `q` until the request with user data `tag` completes and returns its completion;
+/// the other completions that arrive meanwhile go to `other`. The `execute_*` methods' wait.
+fn wait_for<Q: IoQueue + ?Sized, F: FnMut(Completion)>(
+    q: &mut Q,
+    tag: u64,
+    other: &mut F,
+) -> Completion {
+    let mut done: Option<Completion> = None;
+    while done.is_none() {
+        q.poll(|c| {
+            if done.is_none() && c.user_data == tag {
+                done = Some(c);
+            } else {
+                other(c);
+            }
+        });
+    }
+    done.expect("the loop ends on the waited completion")
 }

@@ -49,6 +49,7 @@ mod controller;
 mod copy;
 mod error;
 mod flags;
+pub mod fused;
 mod host_memory;
 mod io_queue;
 pub mod iovec;
@@ -59,6 +60,7 @@ pub mod protection;
 pub mod split;
 pub mod state;
 mod timeout;
+mod uncorrectable;
 pub mod zns;
 
 pub use admin::{AdminCommand, AdminCommands, AdminData, AdminReply};

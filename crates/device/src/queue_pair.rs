@@ -167,6 +167,17 @@ impl IoQueue for AnyQueuePair {
     }
 
     #[inline]
+    fn submit_compare_and_write(
+        &mut self,
+        ns: &Namespace,
+        cmd: nvme_driver::fused::CompareAndWrite,
+        buf: DmaBuffer,
+        user_data: u64,
+    ) -> IoResult<()> {
+        qp!(self, q => IoQueue::submit_compare_and_write(q, ns, cmd, buf, user_data))
+    }
+
+    #[inline]
     fn submit_with_metadata<C: nvme_driver::ProtectableCommand>(
         &mut self,
         ns: &Namespace,

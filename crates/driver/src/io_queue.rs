@@ -2,6 +2,7 @@
 //! the inherent methods, each `#[inline(always)]`, so the PCIe path through the trait is the
 //! same machine code as calling [`QueuePair`] directly.
 
+use nvme_core::fused::CompareAndWrite;
 use nvme_core::protection::ProtectableCommand;
 use nvme_core::{Completion, IoFailure, IoQueue, IoVec, Namespace, NvmCommand, Protected, Result};
 use nvme_vfio::DmaBuffer;
@@ -75,6 +76,17 @@ impl IoQueue for QueuePair {
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
         QueuePair::submit_vectored(self, ns, cmd, pieces, user_data)
+    }
+
+    #[inline]
+    fn submit_compare_and_write(
+        &mut self,
+        ns: &Namespace,
+        cmd: CompareAndWrite,
+        buf: DmaBuffer,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        QueuePair::submit_compare_and_write(self, ns, cmd, buf, user_data)
     }
 
     #[inline]

@@ -60,6 +60,7 @@ pub use controller::{
     AbortStats, Controller, ControllerOptions, ShadowDoorbells, TimeoutAction, Transport,
     DEFAULT_IO_QUEUES, HOST_PAGE_SIZE,
 };
+pub use nvme_core::fused;
 pub use nvme_core::protection::{
     self, LbaFormatInfo, MetadataLayout, PiCheck, PiType, Prinfo, ProtectableCommand, Protected,
     Protection,

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use nvme_driver::command::{Copy, CopyRanges};
+use nvme_driver::command::{Copy, CopyFormat, CopyRanges};
 use nvme_driver::{
     Controller, ControllerOptions, CopyLimit, DmaBuffer, Error, IoFailure, IoQueue, Namespace,
     QueuePair, QueuePairOptions, WriteFlags,
@@ -287,4 +287,48 @@ fn a_controller_without_copy_refuses_it_by_name() {
     assert!(text.contains("Copy") && text.contains("ONCS"), "{text}");
     // Other commands are unaffected.
     write_ranges(&ctrl, &mut q, &ns, &[(0, 1)]);
+}
+
+/// Copy Descriptor Format 1h (40-byte entries): copied where the controller offers it (OCFS
+/// bit 1), refused by name before the device where it does not.
+#[test]
+fn format_1_lists_copy_where_offered_and_are_refused_otherwise() {
+    let (sim, ctrl) = start(Some(SimCopy::default()));
+    let mut q = qp(&ctrl);
+    let ns = ctrl.namespace(2).unwrap();
+    assert!(ctrl
+        .identify()
+        .copy_formats()
+        .contains(nvme_driver::spec::CopyFormats::FORMAT_1));
+    let ranges = [(3, 2), (50, 5), (9, 1)];
+    write_ranges(&ctrl, &mut q, &ns, &ranges);
+    let mut buf = ctrl.alloc_buffer(4096).unwrap();
+    let mut list = CopyRanges::with_format(&mut buf, CopyFormat::Format1);
+    for &(lba, blocks) in &ranges {
+        list.push(lba, blocks).unwrap();
+    }
+    let copy = list.copy_to(700);
+    assert_eq!(copy.list_bytes(), 3 * 40);
+    let before = sim.stats().other_io;
+    q.execute(&ns, copy, Some(buf)).unwrap();
+    assert_eq!(sim.stats().other_io - before, 1);
+    assert!(read(&ctrl, &mut q, &ns, 700, 8) == expected(&ns, &ranges));
+
+    let config = SimConfig {
+        copy_format_1: false,
+        ..SimConfig::default()
+    };
+    let (sim, ctrl) = common::start_sim(config, ControllerOptions::default(), false);
+    let mut q = qp(&ctrl);
+    let ns = ctrl.namespace(2).unwrap();
+    let mut buf = ctrl.alloc_buffer(4096).unwrap();
+    let copy = CopyRanges::with_format(&mut buf, CopyFormat::Format1)
+        .push(3, 2)
+        .unwrap()
+        .copy_to(700);
+    let e = refused(&sim, &mut q, &ns, copy, buf);
+    assert!(
+        matches!(&e, Error::CommandNotSupported { command: "Copy", why, .. } if why.contains("OCFS bit 1")),
+        "{e:?}"
+    );
 }

@@ -178,7 +178,24 @@ pub struct SimConfig {
     /// Advertise and implement Device Self-test and its log page 06h (OACS bit 4; QEMU 7.2
     /// lacks both). A short or extended test completes at once without error.
     pub device_self_test: bool,
+    /// With [`SimConfig::copy`]: also advertise and accept Copy Descriptor Format 1h (OCFS
+    /// bit 1; 40-byte source range entries), as QEMU 7.2 reports (OCFS 3h). The emulator's
+    /// namespaces have 16-bit guards only and it does not tie the format to the guard size
+    /// (QEMU refuses a format not matching the guard with Invalid Format, Command Specific 0Ah).
+    pub copy_format_1: bool,
+    /// Advertise and implement Write Uncorrectable (ONCS bit 1, NVM CS §3.3.7): the blocks
+    /// read, compare and verify as Unrecovered Read Error until written again. QEMU 7.2 does
+    /// not offer it.
+    pub write_uncorrectable: bool,
+    /// Advertise and implement the fused Compare and Write (FUSES bit 0, NVMe Base 2.0
+    /// §3.4.2) of up to [`SIM_ACWU_BLOCKS`] blocks (ACWU). QEMU 7.2 does not offer it; `false`
+    /// completes a fused entry with Invalid Field in Command.
+    pub compare_and_write: bool,
 }
+
+/// Atomic Compare & Write Unit of the emulated controller in blocks (Identify Controller ACWU
+/// + 1) when [`SimConfig::compare_and_write`] is set.
+pub const SIM_ACWU_BLOCKS: u16 = 16;
 
 /// Default [`SimConfig::abort_limit`].
 const DEFAULT_ABORT_LIMIT: u8 = 4;
@@ -234,6 +251,9 @@ impl Default for SimConfig {
             format_nvm: true,
             namespace_management: true,
             device_self_test: true,
+            copy_format_1: true,
+            write_uncorrectable: true,
+            compare_and_write: true,
         }
     }
 }

@@ -7,6 +7,7 @@
 //! ([`Disks::reformat`]) replaces the whole [`Disk`], so a command that looked its namespace
 //! up works on one consistent geometry and byte vector to its end.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -28,6 +29,10 @@ pub(crate) struct Disk {
     /// its bytes (re-attaching brings them back), as a namespace management detach would.
     attached: AtomicBool,
     data: Mutex<Vec<u8>>,
+    /// Blocks marked by Write Uncorrectable and not written since (NVM CS §3.3.7).
+    uncorrectable: Mutex<BTreeSet<u64>>,
+    /// `uncorrectable` is not empty: one load spares every other command the lock.
+    any_uncorrectable: AtomicBool,
 }
 
 impl Disk {
@@ -50,6 +55,36 @@ impl Disk {
             } else {
                 0
             }
+    }
+
+    /// Marks blocks `slba..slba + nlb` (range checked) uncorrectable.
+    pub fn mark_uncorrectable(&self, slba: u64, nlb: u64) {
+        let mut set = self.uncorrectable.lock().unwrap_or_else(|e| e.into_inner());
+        set.extend(slba..slba + nlb);
+        self.any_uncorrectable.store(true, Ordering::Release);
+    }
+
+    /// Whether any of blocks `slba..slba + nlb` is uncorrectable.
+    pub fn is_uncorrectable(&self, slba: u64, nlb: u64) -> bool {
+        if !self.any_uncorrectable.load(Ordering::Acquire) {
+            return false;
+        }
+        let set = self.uncorrectable.lock().unwrap_or_else(|e| e.into_inner());
+        set.range(slba..slba.saturating_add(nlb)).next().is_some()
+    }
+
+    /// Blocks `slba..slba + nlb` were written: they are correctable again.
+    pub fn clear_uncorrectable(&self, slba: u64, nlb: u64) {
+        if !self.any_uncorrectable.load(Ordering::Acquire) {
+            return;
+        }
+        let mut set = self.uncorrectable.lock().unwrap_or_else(|e| e.into_inner());
+        let end = slba.saturating_add(nlb);
+        let mut tail = set.split_off(&slba);
+        let mut rest = tail.split_off(&end);
+        set.append(&mut rest);
+        self.any_uncorrectable
+            .store(!set.is_empty(), Ordering::Release);
     }
 
     /// Metadata bytes kept apart from the data (separate-buffer metadata via MPTR).
@@ -101,6 +136,8 @@ impl Disk {
             protection: ns.protection,
             attached: AtomicBool::new(attached),
             data: Mutex::new(Vec::new()),
+            uncorrectable: Mutex::new(BTreeSet::new()),
+            any_uncorrectable: AtomicBool::new(false),
         };
         if fresh {
             // Never-written blocks carry escape PI (not checked), as QEMU's read them.

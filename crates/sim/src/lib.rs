@@ -66,7 +66,9 @@ use std::thread::JoinHandle;
 use nvme_spec::regs::{Cc, Csts, CAP, CC, CSTS, VS};
 use nvme_vfio::{DmaMapper, FunctionControl, InterruptController, InterruptEvent, Mmio, VfioError};
 
-pub use config::{SimConfig, SimCopy, SimNamespace, SimZoned, MAX_MSIX_VECTORS, PI_FIRST};
+pub use config::{
+    SimConfig, SimCopy, SimNamespace, SimZoned, MAX_MSIX_VECTORS, PI_FIRST, SIM_ACWU_BLOCKS,
+};
 pub use device::{ERROR_LOG_ENTRIES, LBA_FORMATS, SIM_CNTLID, SIM_TEMPERATURE_K};
 pub use dma::{SimDma, IOVA_BASE};
 pub use faults::{ExecutionDelay, Faults, CORRUPT_CID_MASK, WRONG_SQID_MASK};

@@ -124,10 +124,10 @@ fn violations_complete_with_the_spec_status_and_copy_nothing() {
     assert!(tail().iter().all(|&b| b == 0), "a refused Copy wrote");
     assert!(run_copy(&host, &mut q, 32760, &[(0, 8)]).is_success());
     assert!(tail().iter().all(|&b| b == 0xAB));
-    // Another descriptor format.
+    // A descriptor format not offered (2h, cross-namespace; formats 0h and 1h are).
     let (mut sqe, _list) = copy_cmd(&host, 200, &[(0, 1)]);
     sqe.cdw12 = CopyControl {
-        format: 1,
+        format: 2,
         ..CopyControl::new(1)
     }
     .to_cdw12();

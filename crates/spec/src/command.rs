@@ -338,6 +338,13 @@ pub fn compare(nsid: u32, slba: u64, nlb: u32) -> SubmissionEntry {
     rw(nvm::COMPARE, nsid, slba, nlb, false)
 }
 
+/// Write Uncorrectable (NVM CS §3.3.7) of `nlb` blocks at `slba`: no data moves; the blocks
+/// read back as Unrecovered Read Error until they are written again.
+#[must_use = "a built command does nothing until it is submitted"]
+pub fn write_uncorrectable(nsid: u32, slba: u64, nlb: u32) -> SubmissionEntry {
+    rw(nvm::WRITE_UNCORRECTABLE, nsid, slba, nlb, false)
+}
+
 /// Flush (Base §7.1) the volatile write cache of `nsid`.
 #[must_use = "a built command does nothing until it is submitted"]
 pub fn flush(nsid: u32) -> SubmissionEntry {
@@ -384,6 +391,10 @@ pub fn dataset_management(nsid: u32, ranges: u32, deallocate: bool) -> Submissio
 /// Copy Descriptor Format 0h (NVM CS §3.3.2.1): the source ranges are
 /// [`CopySourceRange`](crate::queue::CopySourceRange) entries of 32 bytes.
 pub const COPY_FORMAT_0: u8 = 0;
+/// Copy Descriptor Format 1h (NVM CS §3.3.2.1): the source ranges are
+/// [`CopySourceRangeFormat1`](crate::queue::CopySourceRangeFormat1) entries of 40 bytes, for
+/// namespaces formatted with a 32-bit or 64-bit guard.
+pub const COPY_FORMAT_1: u8 = 1;
 
 /// The fields of a Copy command's CDW12 (NVM CS §3.3.2, "Copy – Command Dword 12"): Number of
 /// Ranges in bits 7:0 (0-based), Descriptor Format in 11:8, PRINFOR in 15:12, PRINFOW in

@@ -173,7 +173,7 @@ wire_struct! {
         nn @ 516: u32,
         /// Optional NVM Command Support, see [`Oncs`].
         oncs @ 520: u16,
-        /// Fused Operation Support.
+        /// Fused Operation Support, see [`Fuses`].
         fuses @ 522: u16,
         /// Format NVM Attributes.
         fna @ 524: u8,
@@ -311,6 +311,11 @@ impl IdentifyController {
         Oncs::from_bits_retain(self.oncs)
     }
 
+    /// Fused operations the controller supports (FUSES).
+    pub fn fuses_flags(&self) -> Fuses {
+        Fuses::from_bits_retain(self.fuses)
+    }
+
     /// Copy Descriptor Formats the Copy command accepts (OCFS).
     pub fn copy_formats(&self) -> CopyFormats {
         CopyFormats::from_bits_retain(self.ocfs)
@@ -436,6 +441,16 @@ impl Oncs {
 }
 
 bitflags! {
+    /// Fused Operation Support (Identify Controller FUSES, bytes 523:522; NVMe Base 2.0
+    /// §5.17.2.1): the fused operations of §3.4.2 the controller executes.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct Fuses: u16 {
+        /// Compare and Write: a Compare fused with a Write of the same blocks.
+        const COMPARE_AND_WRITE = 1 << 0;
+    }
+}
+
+bitflags! {
     /// Optional Copy Formats Supported (Identify Controller OCFS, bytes 535:534; NVMe Base
     /// 2.0 §5.17.2.1): the Copy Descriptor Formats of the Copy command (NVM CS §3.3.2.1).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -443,7 +458,8 @@ bitflags! {
         /// Format 0h: 32-byte source ranges, 16-bit protection information tags
         /// ([`CopySourceRange`](crate::queue::CopySourceRange)).
         const FORMAT_0 = 1 << 0;
-        /// Format 1h: 40-byte source ranges for the 64-bit guard protection formats.
+        /// Format 1h: 40-byte source ranges for the 32-bit and 64-bit guard protection
+        /// formats ([`CopySourceRangeFormat1`](crate::queue::CopySourceRangeFormat1)).
         const FORMAT_1 = 1 << 1;
     }
 }

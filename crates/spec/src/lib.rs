@@ -54,12 +54,14 @@ pub use command::Cns;
 pub use event::{AsyncEvent, AsyncEventType};
 pub use feature::{Feature, FeatureCapabilities, FeatureId, Select};
 pub use identify::{
-    CopyFormats, IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs,
+    CopyFormats, Fuses, IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs,
 };
 pub use log::{CriticalWarning, ErrorLogEntry, ShortLogPage, SmartLog};
 pub use manage::{Attach, ControllerList, FormatNvm, SecureErase};
 pub use protection::{PiTuple, PiType, Prinfo};
-pub use queue::{CompletionEntry, CopySourceRange, DsmRange, SubmissionEntry};
+pub use queue::{
+    CompletionEntry, CopySourceRange, CopySourceRangeFormat1, DsmRange, SubmissionEntry,
+};
 pub use regs::{Aqa, Cap, Cc, Cmbsz, Csts, Version};
-pub use sgl::{Psdt, SglDescriptor, SglSupport};
+pub use sgl::{Fuse, Psdt, SglDescriptor, SglSupport};
 pub use status::{Status, StatusCodeType};

@@ -111,6 +111,13 @@ impl SubmissionEntry {
         ((self.cdw0 >> Self::FUSE_SHIFT) & Self::FUSE_MASK) as u8
     }
 
+    /// Sets the Fused Operation field (CDW0 bits 9:8), leaving the rest of CDW0 unchanged.
+    #[inline(always)]
+    pub fn set_fuse(&mut self, fuse: crate::sgl::Fuse) {
+        self.cdw0 = (self.cdw0 & !(Self::FUSE_MASK << Self::FUSE_SHIFT))
+            | (fuse as u32) << Self::FUSE_SHIFT;
+    }
+
     /// PRP or SGL for Data Transfer (CDW0 bits 15:14): 0 means PRPs (see [`crate::sgl::Psdt`]).
     pub const fn psdt(&self) -> u8 {
         ((self.cdw0 >> Self::PSDT_SHIFT) & Self::PSDT_MASK) as u8
@@ -251,6 +258,52 @@ impl CopySourceRange {
     }
 }
 
+wire_struct! {
+    /// Copy source range entry, Copy Descriptor Format 1h (NVM CS 1.0 §3.3.2.1, Figure
+    /// "Source Range Entries Copy Descriptor Format 1h"): the same source range as format 0h
+    /// with room for the protection information tags of the 64-bit guard formats (a 48-bit
+    /// reference tag and the storage tag in one 80-bit field). 40 bytes.
+    #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+    pub struct CopySourceRangeFormat1 {
+        /// Reserved (bytes 0..8).
+        rsvd0 @ 0: [u8; 8],
+        /// Starting LBA of the source range.
+        slba @ 8: u64,
+        /// Number of Logical Blocks, 0-based (0 means one block).
+        nlb @ 16: u16,
+        /// Reserved (bytes 18..26).
+        rsvd18 @ 18: [u8; 8],
+        /// Expected Logical Block Storage Tag and Expected Initial Logical Block Reference
+        /// Tag (ELBST/EILBRT), 80 bits little endian: the reference tag in the low bits.
+        elbst_eilbrt @ 26: [u8; 10],
+        /// Expected Logical Block Application Tag (ELBAT).
+        elbat @ 36: u16,
+        /// Expected Logical Block Application Tag Mask (ELBATM).
+        elbatm @ 38: u16,
+    }
+    size 40;
+}
+
+impl CopySourceRangeFormat1 {
+    /// A source range of `blocks` (1-based, 1..=65536) blocks from `slba`, tags zero.
+    pub const fn new(slba: u64, blocks: u32) -> Self {
+        CopySourceRangeFormat1 {
+            rsvd0: [0; 8],
+            slba,
+            nlb: blocks.wrapping_sub(1) as u16,
+            rsvd18: [0; 8],
+            elbst_eilbrt: [0; 10],
+            elbat: 0,
+            elbatm: 0,
+        }
+    }
+
+    /// Number of blocks of the range (NLB + 1).
+    pub const fn blocks(&self) -> u32 {
+        self.nlb as u32 + 1
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,6 +328,10 @@ mod tests {
         assert_eq!((sqe.psdt(), sqe.fuse(), sqe.cid()), (2, 2, 1));
         sqe.set_psdt(crate::sgl::Psdt::Prp);
         assert_eq!(sqe.psdt(), 0);
+        sqe.set_fuse(crate::sgl::Fuse::First);
+        assert_eq!((sqe.fuse(), sqe.cid(), sqe.opcode()), (1, 1, 0x02));
+        sqe.set_fuse(crate::sgl::Fuse::Normal);
+        assert_eq!(sqe.fuse(), 0);
     }
 
     #[test]
@@ -344,6 +401,19 @@ mod tests {
         assert_eq!(&b[24..28], &[0x44, 0x33, 0x22, 0x11]);
         assert_eq!(&b[28..32], &[0x66, 0x55, 0x88, 0x77]);
         assert_eq!(CopySourceRange::from_bytes(&b), r);
+        let f1 = CopySourceRangeFormat1 {
+            elbst_eilbrt: [1, 2, 3, 4, 5, 6, 0, 0, 0, 0],
+            elbat: 0x5566,
+            ..CopySourceRangeFormat1::new(0x0102_0304_0506_0708, 3)
+        };
+        assert_eq!(CopySourceRangeFormat1::SIZE, 40);
+        let b = f1.to_bytes();
+        assert_eq!(&b[8..16], &[8, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(&b[16..18], &[2, 0]);
+        assert_eq!(&b[18..26], &[0; 8]);
+        assert_eq!(&b[26..32], &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(&b[36..40], &[0x66, 0x55, 0, 0]);
+        assert_eq!(CopySourceRangeFormat1::from_bytes(&b), f1);
         assert_eq!(r.blocks(), 65536);
         assert_eq!(CopySourceRange::new(9, 1).nlb, 0);
     }

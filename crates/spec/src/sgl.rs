@@ -161,6 +161,33 @@ impl Psdt {
     }
 }
 
+/// Fused Operation, CDW0 bits 9:8 (NVMe Base 2.0 §4.2, Figure "Command Dword 0"; §3.4.2
+/// "Fused Operations"): two adjacent entries of one submission queue executed as one atomic
+/// unit, the first with [`Fuse::First`], the second with [`Fuse::Second`]. The only fused
+/// operation of the NVM command set is Compare and Write (Identify Controller FUSES bit 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Fuse {
+    /// 00b: a normal, unfused command.
+    Normal = 0b00,
+    /// 01b: the first command of a fused operation (Compare).
+    First = 0b01,
+    /// 10b: the second command of a fused operation (Write).
+    Second = 0b10,
+}
+
+impl Fuse {
+    /// Decodes the 2-bit field; `None` for the reserved value 11b.
+    pub const fn from_raw(raw: u8) -> Option<Self> {
+        match raw {
+            0b00 => Some(Fuse::Normal),
+            0b01 => Some(Fuse::First),
+            0b10 => Some(Fuse::Second),
+            _ => None,
+        }
+    }
+}
+
 /// SGL Support of a controller, Identify Controller SGLS bits 1:0 (§5.17.2.1, Figure
 /// "Identify Controller Data Structure", byte 536).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -259,5 +286,9 @@ mod tests {
         assert_eq!(SglSupport::Byte.alignment_mask(), 0);
         assert_eq!(Psdt::from_raw(1), Some(Psdt::SglMptrContiguous));
         assert_eq!(Psdt::from_raw(3), None);
+        assert_eq!(Fuse::from_raw(1), Some(Fuse::First));
+        assert_eq!(Fuse::from_raw(2), Some(Fuse::Second));
+        assert_eq!(Fuse::from_raw(0), Some(Fuse::Normal));
+        assert_eq!(Fuse::from_raw(3), None);
     }
 }

@@ -6,10 +6,21 @@
 #     COPY_MSRC; QEMU's defaults 128, 128, 127 without them); a Copy over each limit and one
 #     with a source outside the namespace are refused by our driver, naming the limit, with
 #     exit 1 and no panic;
-#  3. the kernel's nvme driver reads the destination (O_DIRECT): it must equal the sources in
-#     list order, and the second destination, target of the refused Copies, the marker.
+#  3. Write Uncorrectable and the fused Compare and Write, which QEMU 7.2 does not offer (ONCS
+#     15Dh: bit 1 clear; FUSES 0), are refused by our driver naming that Identify field, with
+#     exit 1 and nothing sent (the marker stays, step 4);
+#  4. the kernel's nvme driver reads the destination (O_DIRECT): it must equal the sources in
+#     list order, and the second destination, target of the refused commands, the marker;
+#  5. with a fifth namespace formatted with the 64-bit guard (QEMU pi=3,pif=2, 16 bytes of
+#     metadata): the kernel writes sources, ONE Copy in descriptor format 1h (40-byte entries)
+#     through nvme-hello copies them, the kernel reads the destination with its integrity
+#     checks on (PI type 3: the copied guards and application tags are checked, reference tags
+#     are not, which a Copy without PRACT keeps as the sources'); a format 0h Copy there is
+#     refused by QEMU with
+#     Invalid Format (Command Specific 0Ah).
 # Run in the metadata boot of tests/run-all.sh, whose namespace 1 carries the limits:
 #   --ns 512:16M:mssrl=16,mcl=64,msrc=7 ... --guest-env COPY_MSSRL=16 (and COPY_MCL, COPY_MSRC)
+#   and, for step 5, namespace 5: --ns 512:16M:ms=16,mset=0,pi=3,pif=2
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
 
@@ -73,7 +84,16 @@ for f in /tmp/expect.err /tmp/expect.out; do
     ! grep -qi panicked "$f" || fail "nvme-hello panicked"
 done
 
-echo "== 3: the kernel reads the destination"
+echo "== 3: commands QEMU 7.2 does not offer are refused before anything is sent"
+expect_fail "Write Uncorrectable;ONCS bit 1;nothing was sent" \
+    nvme-hello --nsid 1 --write-uncorrectable "$REFUSED" "$NVME_BDF"
+expect_fail "Compare and Write;FUSES bit 0;nothing was sent" \
+    nvme-hello --nsid 1 --compare-and-write "$REFUSED" "$NVME_BDF"
+for f in /tmp/expect.err /tmp/expect.out; do
+    ! grep -qi panicked "$f" || fail "nvme-hello panicked"
+done
+
+echo "== 4: the kernel reads the destination"
 bind_kernel
 dev=$(ns_blockdev 1)
 dd if="$dev" of=/tmp/dest bs="$lba" count="$total" skip="$DEST" iflag=direct 2>/dev/null
@@ -82,3 +102,29 @@ echo "ok: $total blocks at LBA $DEST equal the 4 source ranges in order (read by
 dd if="$dev" of=/tmp/after bs="$lba" count=4 skip="$REFUSED" iflag=direct 2>/dev/null
 cmp /tmp/marker /tmp/after || fail "a refused Copy changed LBA $REFUSED"
 echo "ok: the refused Copies left LBA $REFUSED as it was"
+
+[ "$NVME_NS_COUNT" -ge 5 ] || exit 0
+echo "== 5: Copy descriptor format 1h on namespace 5 (64-bit guard protection information)"
+dev5=$(ns_blockdev 5)
+rm -f /tmp/expected5
+for r in $RANGES; do
+    at=${r%%:*}
+    n=${r#*:}
+    dd if=/dev/urandom of=/tmp/src bs="$lba" count="$n" iflag=fullblock 2>/dev/null
+    dd if=/tmp/src of="$dev5" bs="$lba" count="$n" seek="$at" oflag=direct conv=notrunc 2>/dev/null ||
+        fail "the kernel could not write namespace 5 ($dev5)"
+    cat /tmp/src >>/tmp/expected5
+done
+sync
+bind_vfio
+nvme-hello --nsid 5 --copy "$list" --copy-to "$DEST" --copy-format 1 "$NVME_BDF" | tee /tmp/copy5.out
+grep -q "Copy of 4 source ranges ($total blocks) to LBA $DEST..$((DEST + total)): ok (the controller copied them; descriptor format 1h)" /tmp/copy5.out ||
+    fail "nvme-hello did not report the format 1h Copy on namespace 5"
+expect_fail "Copy;Invalid Format" \
+    nvme-hello --nsid 5 --copy "0:1" --copy-to "$REFUSED" --copy-format 0 "$NVME_BDF"
+bind_kernel
+dev5=$(ns_blockdev 5)
+dd if="$dev5" of=/tmp/dest5 bs="$lba" count="$total" skip="$DEST" iflag=direct 2>/dev/null ||
+    fail "the kernel could not read namespace 5's destination"
+cmp /tmp/expected5 /tmp/dest5 || fail "namespace 5: the format 1h Copy's destination differs from its sources"
+echo "ok: format 1h Copy of $total blocks on the 64-bit guard namespace equals its sources (read by the kernel, $dev5)"

@@ -15,6 +15,12 @@
 //! namespace's Copy limits (MSRC + 1 ranges, MSSRL blocks a range, MCL blocks in all) and the
 //! status. Then it goes on as above (`--lba DEST` prints the first copied block).
 //!
+//! `--copy-format 1` writes the list in Copy Descriptor Format 1h (40-byte entries, for
+//! namespaces with a 32-bit or 64-bit guard) instead of 0h.
+//!
+//! `--write-uncorrectable L` and `--compare-and-write L` exercise those optional commands on
+//! block L (DESTROYING it; see `commands.rs`); a controller without them is refused by name.
+//!
 //! With `--writev FILE --writev-lba L` it first writes FILE's bytes to LBA L in ONE vectored
 //! Write whose data is scattered pieces of `--piece-bytes` (default 4096; at most 32 pieces),
 //! then reads them back in one vectored Read into fresh pieces and compares (DESTROYS those
@@ -23,14 +29,15 @@
 //! Errors go to stderr as `error: <message>` (with the chain of causes) and exit with status 1;
 //! bad input never panics.
 
-use nvme_driver::command::{CopyRanges, Verify};
-use nvme_driver::spec::queue::{CopySourceRange, COPY_MAX_RANGES};
+use nvme_driver::command::{CopyFormat, CopyRanges, Verify};
+use nvme_driver::spec::queue::COPY_MAX_RANGES;
 use nvme_driver::WriteFlags;
 use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
 
+mod commands;
 mod vectored;
 use nvme_driver::{ControllerOptions, IoFailure, Namespace, QueuePairOptions};
 use nvme_tool_support::{parse_target, AnyController, IoQueue, TargetError};
@@ -74,6 +81,17 @@ struct Cli {
     /// Destination LBA of --copy.
     #[arg(long, value_name = "LBA", requires = "copy")]
     copy_to: Option<u64>,
+    /// Copy Descriptor Format of the --copy list: 0 (32-byte entries) or 1 (40-byte entries,
+    /// for namespaces formatted with a 32-bit or 64-bit guard).
+    #[arg(long, value_name = "0|1", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1), requires = "copy")]
+    copy_format: u8,
+    /// Mark this block uncorrectable (DESTROYS it), check that a read fails, write it again.
+    #[arg(long, value_name = "LBA")]
+    write_uncorrectable: Option<u64>,
+    /// A fused Compare and Write of this block (DESTROYS it): a match that writes, then a
+    /// miscompare.
+    #[arg(long, value_name = "LBA")]
+    compare_and_write: Option<u64>,
     /// First write this file's bytes (a whole number of blocks) to --writev-lba in one
     /// vectored Write of scattered pieces (DESTROYS those blocks), read them back in one
     /// vectored Read and compare.
@@ -160,6 +178,10 @@ enum HelloError {
     TooManyPieces { pieces: usize, max: usize },
     #[error("data read back vectored from LBA {lba} differs from what was written vectored")]
     VectoredMismatch { lba: u64 },
+    #[error("LBA {lba} still reads after Write Uncorrectable: the controller ignored it")]
+    StillReadable { lba: u64 },
+    #[error("Compare and Write of LBA {lba}: expected Written then Miscompare, got {got}")]
+    FusedOutcome { lba: u64, got: String },
     #[error("cannot read {path}: {source}")]
     Input {
         path: String,
@@ -267,7 +289,12 @@ fn run(cli: &Cli) -> Result<(), HelloError> {
         });
     }
     let lba = cli.write_lba.unwrap_or(cli.lba);
-    ns.check_range(lba, 1)?;
+    if ns.format().has_metadata() && cli.copy.is_some() {
+        // Only the Copy runs there (no plain read follows): any block of the namespace.
+        ns.check_blocks(lba, 1)?;
+    } else {
+        ns.check_range(lba, 1)?;
+    }
     let mode = if cli.write_lba.is_some() {
         "writing the greeting to"
     } else if cli.copy.is_some() {
@@ -309,8 +336,13 @@ fn run(cli: &Cli) -> Result<(), HelloError> {
             limits.mssrl,
             limits.mcl
         )?;
-        let mut buf = ctrl.alloc_buffer(ranges.len() * CopySourceRange::SIZE)?;
-        let mut list = CopyRanges::new(&mut buf);
+        let format = if cli.copy_format == 1 {
+            CopyFormat::Format1
+        } else {
+            CopyFormat::Format0
+        };
+        let mut buf = ctrl.alloc_buffer(ranges.len() * format.entry_bytes())?;
+        let mut list = CopyRanges::with_format(&mut buf, format);
         for &(lba, blocks) in ranges {
             list.push(lba, blocks)?;
         }
@@ -320,11 +352,18 @@ fn run(cli: &Cli) -> Result<(), HelloError> {
         writeln!(
             out,
             "  Copy of {} source ranges ({} blocks) to LBA {dest}..{}: ok (the controller copied \
-             them)",
+             them; descriptor format {}h)",
             copy.ranges,
             copy.range.blocks,
-            dest + u64::from(copy.range.blocks)
+            dest + u64::from(copy.range.blocks),
+            format.code()
         )?;
+    }
+    if let Some(at) = cli.write_uncorrectable {
+        commands::write_uncorrectable(&mut out, &ctrl, &mut qp, &ns, at)?;
+    }
+    if let Some(at) = cli.compare_and_write {
+        commands::compare_and_write(&mut out, &ctrl, &mut qp, &ns, at)?;
     }
 
     if let (Some(path), Some(at)) = (&cli.writev, cli.writev_lba) {
@@ -336,6 +375,17 @@ fn run(cli: &Cli) -> Result<(), HelloError> {
     }
 
     let Some(write_lba) = cli.write_lba else {
+        if ns.format().has_metadata() && cli.copy.is_some() {
+            // A plain read cannot carry the metadata: the Copy was the work asked for.
+            writeln!(
+                out,
+                "  Namespace {} has metadata: no plain read of LBA {lba}. Nothing else was \
+                 written.",
+                ns.nsid()
+            )?;
+            out.flush()?;
+            return Ok(());
+        }
         let buf = ctrl.alloc_buffer(block_size as usize)?;
         let read = qp
             .read(&ns, lba, 1, buf)

@@ -34,6 +34,7 @@
 
 mod create;
 mod drop;
+mod fused;
 mod health;
 mod interrupts;
 mod metadata;

@@ -6,7 +6,7 @@
 //! entries submitted is ignored. A request's buffer is given back only with the completion of
 //! its last command. The per-I/O path here is `#[inline]`/`#[inline(always)]`.
 
-use nvme_core::{log_occurrence, Error};
+use nvme_core::{fused, log_occurrence, Error};
 use nvme_pool::Tag;
 use nvme_spec::{opcode, Status};
 
@@ -243,7 +243,9 @@ impl QueuePair {
         match outcome {
             Outcome::Done(dw0) => head.dw0 = dw0,
             Outcome::Status(status) => {
-                if head.status.is_success() {
+                // The first error decides, except that a fused command's abort because its
+                // partner failed gives way to the partner's own status (Compare Failure).
+                if head.status.is_success() || fused::is_fused_abort(head.status) {
                     head.status = status;
                 }
             }

@@ -61,7 +61,12 @@ impl QueuePair {
         for &tag in &live {
             let slot = self.tags.get(tag);
             let head = slot.head;
-            if resubmit && !self.tags.get(head).reported {
+            // A fused pair is never resubmitted (see `fused`): its request fails instead.
+            let fused = self
+                .saved
+                .as_deref()
+                .is_some_and(|saved| saved[head.index()].fuse() != 0);
+            if resubmit && !fused && !self.tags.get(head).reported {
                 if slot.awaiting {
                     again.push(tag);
                 }

@@ -44,3 +44,13 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// A queue pair of the default depth with a 10 s command timeout (tests on a loaded machine).
+#[allow(dead_code)] // not every test binary uses it
+pub fn queue_pair(ctrl: &Controller) -> nvme_driver::QueuePair {
+    ctrl.create_queue_pair(nvme_driver::QueuePairOptions {
+        timeout: std::time::Duration::from_secs(10),
+        ..nvme_driver::QueuePairOptions::default()
+    })
+    .expect("queue pair")
+}

@@ -17,7 +17,7 @@ use std::time::Instant;
 use nvme_spec::admin_log::NsIdDescriptor;
 use nvme_spec::command::{self as cmd, Cns};
 use nvme_spec::identify::{
-    fill_ascii_field, CopyFormats, IdentifyController, NamespaceList, Oacs, Oncs,
+    fill_ascii_field, CopyFormats, Fuses, IdentifyController, NamespaceList, Oacs, Oncs,
     IDENTIFY_DATA_SIZE, NAMESPACE_LIST_ENTRIES,
 };
 use nvme_spec::log::{ErrorLogEntry, SmartLog, ERROR_LOG_ENTRY_SIZE, SMART_LOG_SIZE};
@@ -146,6 +146,12 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
         | Oncs::SAVE_SELECT
         | Oncs::TIMESTAMP;
     oncs.set(Oncs::COPY, config.copy.is_some());
+    oncs.set(Oncs::WRITE_UNCORRECTABLE, config.write_uncorrectable);
+    let (fuses, acwu) = if config.compare_and_write {
+        (Fuses::COMPARE_AND_WRITE, crate::config::SIM_ACWU_BLOCKS - 1)
+    } else {
+        (Fuses::empty(), 0)
+    };
     let mut id = IdentifyController {
         vid: PCI_VENDOR_ID,
         ssvid: PCI_VENDOR_ID,
@@ -166,8 +172,12 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
         cctemp: CCTEMP_K,
         nn: config.namespaces.iter().map(|n| n.nsid).max().unwrap_or(0),
         oncs: oncs.bits(),
+        fuses: fuses.bits(),
+        acwu,
         ocfs: if config.copy.is_some() {
-            CopyFormats::FORMAT_0.bits()
+            let mut formats = CopyFormats::FORMAT_0;
+            formats.set(CopyFormats::FORMAT_1, config.copy_format_1);
+            formats.bits()
         } else {
             0
         },

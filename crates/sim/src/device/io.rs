@@ -13,7 +13,7 @@ use nvme_spec::status::{generic, media, Status, StatusCodeType};
 
 use std::sync::Arc;
 
-use super::{pi, Device, Outcome};
+use super::{pi, uncorrectable, Device, Outcome};
 use crate::disk::Disk;
 use crate::dma::GuestView;
 use crate::prp::{generic_status, Fail};
@@ -67,6 +67,7 @@ impl Device {
             nvm::WRITE => &counters.writes,
             nvm::FLUSH => &counters.flushes,
             nvm::WRITE_ZEROES
+            | nvm::WRITE_UNCORRECTABLE
             | nvm::DATASET_MANAGEMENT
             | nvm::COMPARE
             | nvm::VERIFY
@@ -92,9 +93,11 @@ impl Device {
             // Metadata SGLs are not offered; 11b is reserved.
             Some(Psdt::SglMptrSgl) | None => false,
         };
-        let result = if !psdt_ok || sqe.fuse() != 0 {
-            // Fused operations are not supported (Identify FUSES = 0), nor SGLs when
-            // `SimConfig::sgl` is off (Identify SGLS = 0).
+        let result = if sqe.fuse() != 0 {
+            // A fused entry outside a pair the fetch took together (`fused`).
+            Err(status(self.lone_fused_status()))
+        } else if !psdt_ok {
+            // SGLs are refused when `SimConfig::sgl` is off (Identify SGLS = 0).
             Err(status(generic::INVALID_FIELD))
         } else {
             match opcode {
@@ -115,6 +118,9 @@ impl Device {
                 nvm::VERIFY => self.verify(view, sqe),
                 nvm::DATASET_MANAGEMENT => self.dataset_management(view, sqe),
                 nvm::COPY if self.shared.config.copy.is_some() => self.copy(view, sqe),
+                nvm::WRITE_UNCORRECTABLE if self.shared.config.write_uncorrectable => {
+                    self.write_uncorrectable(sqe)
+                }
                 op => {
                     log::debug!("sim: unsupported I/O opcode {op:#04x} ({})", nvm::name(op));
                     Err(status(generic::INVALID_OPCODE))
@@ -174,6 +180,9 @@ impl Device {
         opcode: u8,
     ) -> Result<(), Fail> {
         let disk = self.namespace(sqe.nsid)?;
+        if opcode != nvm::WRITE {
+            uncorrectable::readable(&disk, slba(sqe), u64::from(nlb(sqe)))?;
+        }
         if let Some(pi) = pi::pi_type(&disk) {
             if !self.shared.config.null_io {
                 return self.pi_command(view, sqe, &disk, pi, opcode);
@@ -300,6 +309,7 @@ impl Device {
     /// is checked per PRCHK (NVM CS §3.3.5), otherwise the medium has nothing to check.
     fn verify(&self, view: &GuestView<'_>, sqe: &SubmissionEntry) -> Result<(), Fail> {
         let disk = self.namespace(sqe.nsid)?;
+        uncorrectable::readable(&disk, slba(sqe), u64::from(nlb(sqe)))?;
         if let Some(pi) = pi::pi_type(&disk) {
             return self.pi_command(view, sqe, &disk, pi, nvm::VERIFY);
         }

@@ -28,6 +28,7 @@ mod copy;
 mod deferred;
 mod doorbells;
 mod features;
+mod fused;
 mod io;
 mod manage;
 pub use manage::{LBA_FORMATS, SIM_CNTLID};
@@ -36,6 +37,7 @@ mod power;
 pub(crate) use power::{cut as cut_power, lock as power_lock};
 mod queues;
 mod selftest;
+mod uncorrectable;
 mod zns;
 
 use std::collections::VecDeque;

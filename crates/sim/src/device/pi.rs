@@ -278,6 +278,7 @@ impl Device {
     }
 
     fn store_blocks(&self, disk: &Disk, first: u64, b: &Blocks) {
+        disk.clear_uncorrectable(first, (b.data.len() / b.bs) as u64);
         let mut medium = disk.lock();
         for i in 0..b.data.len() / b.bs {
             let lba = first + i as u64;

@@ -82,6 +82,8 @@ impl Device {
         apply: impl FnOnce(&mut [u8]) -> Result<(), Fail>,
     ) -> Result<(), Fail> {
         let (start, end) = block_range(disk, slba, nlb)?;
+        // Written blocks are readable again (Write Uncorrectable's marks go).
+        disk.clear_uncorrectable(slba, nlb);
         let Some(power) = &self.shared.power else {
             return apply(&mut disk.lock()[start..end]);
         };

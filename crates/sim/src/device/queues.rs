@@ -131,7 +131,8 @@ impl Device {
                 None => break,
             };
             fetched += 1;
-            if qid != 0 {
+            // A fused pair is executed as one unit (`fused`), never deferred.
+            if qid != 0 && sqe.fuse() == 0 {
                 if let Some(how) = self.shared.faults.take_execution_delay() {
                     bump(&self.shared.counters.commands_deferred);
                     log::debug!(
@@ -152,22 +153,20 @@ impl Device {
             let outcome = if qid == 0 {
                 bump(&self.shared.counters.admin_commands);
                 self.admin_command(view, &sqe)
+            } else if self.opens_fused_pair(&sqe) {
+                let second = self.fetch_fused_second(view, qid);
+                let (first, second_outcome) =
+                    self.fused_pair(view, &sqe, second.as_ref().map(|(e, _)| e));
+                self.post_outcome(view, (sq_id, cqid, sq_head), &sqe, first);
+                if let (Some((entry, head)), Some(outcome)) = (second, second_outcome) {
+                    fetched += 1;
+                    self.post_outcome(view, (sq_id, cqid, head), &entry, outcome);
+                }
+                continue;
             } else {
                 self.io_command(view, &sqe)
             };
-            if let Outcome::Complete { status, dw0 } = outcome {
-                if !status.is_success() {
-                    self.admin.record_error(sq_id, &sqe, status);
-                }
-                let completion = Completion {
-                    dw0,
-                    sq_head,
-                    sq_id,
-                    cid: sqe.cid(),
-                    status,
-                };
-                self.complete(view, cqid, completion);
-            }
+            self.post_outcome(view, (sq_id, cqid, sq_head), &sqe, outcome);
         }
         if let Some(mut sq) = self.sqs[qid].take() {
             let head = sq.head;
@@ -175,6 +174,30 @@ impl Device {
             self.sqs[qid] = Some(sq);
         }
         fetched > 0
+    }
+
+    /// Posts the completion of `sqe` (fetched from SQ `sq_id`, bound to CQ `cqid`, leaving
+    /// the SQ head at `sq_head`) unless it stays outstanding; errors go to the error log.
+    fn post_outcome(
+        &mut self,
+        view: &GuestView<'_>,
+        (sq_id, cqid, sq_head): (u16, u16, u16),
+        sqe: &SubmissionEntry,
+        outcome: Outcome,
+    ) {
+        if let Outcome::Complete { status, dw0 } = outcome {
+            if !status.is_success() {
+                self.admin.record_error(sq_id, sqe, status);
+            }
+            let completion = Completion {
+                dw0,
+                sq_head,
+                sq_id,
+                cid: sqe.cid(),
+                status,
+            };
+            self.complete(view, cqid, completion);
+        }
     }
 
     /// Whether the CQ can take one more completion without holding more than one ring's worth.
@@ -186,7 +209,7 @@ impl Device {
 }
 
 /// Decodes a submission queue entry from its 16 little-endian dwords.
-fn parse_sqe(dwords: &[u32; SQE_SIZE / 4]) -> SubmissionEntry {
+pub(super) fn parse_sqe(dwords: &[u32; SQE_SIZE / 4]) -> SubmissionEntry {
     let mut bytes = [0u8; SQE_SIZE];
     for (chunk, dword) in bytes.chunks_exact_mut(4).zip(dwords) {
         chunk.copy_from_slice(&dword.to_le_bytes());
