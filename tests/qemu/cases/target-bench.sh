@@ -8,9 +8,11 @@
 # (report: tests/qemu/target-bench-report.py); not in tests/run-all.sh. Needs fio in the guest
 # (GUEST_EXTRA_BINS=fio=/usr/bin/fio).
 #
-# Phases: kernel (nvmet-tcp), ours (nvme-target --threads 1), and base (nvme-target-base, the
-# same with a baseline build, when tests/target-bench.sh put one into the guest: A/B of a
-# change to crates/target).
+# Phases: kernel (nvmet-tcp), ours (nvme-target --threads 1), sleep (the same with
+# --idle-spins 0: the poll group sleeps after every pass that found nothing instead of
+# spinning first; TB_SLEEP=0 leaves it out), and base (nvme-target-base, the same as ours with
+# a baseline build, when tests/target-bench.sh put one into the guest: A/B of a change to
+# crates/target).
 #
 # Every run prints
 #   @@TB <label> <fio's JSON output on one line>
@@ -83,7 +85,7 @@ fio_run() {
     if ! fio --name=tb --filename="$dev" --rw=randread --bs=4k --ioengine=io_uring --direct=1 \
         --iodepth="$qd" --iodepth_batch_submit="$qd" --iodepth_batch_complete_min=1 \
         --time_based=1 --runtime="$T" --norandommap=1 --randrepeat=0 \
-        --percentile_list=50:99 --output-format=json >/tmp/tb.json 2>/tmp/tb.err; then
+        --lat_percentiles=1 --percentile_list=50:99 --output-format=json >/tmp/tb.json 2>/tmp/tb.err; then
         cat /tmp/tb.err
         fail "fio failed on $dev ($label)"
     fi
@@ -122,14 +124,15 @@ kernel_phase() {
     NVMF_NQN=$K_NQN nvmf_target_down
 }
 
-# our_phase NAME BINARY: nvme-target (or the baseline build) serving the controller.
+# our_phase NAME BINARY [ARGS...]: nvme-target (or the baseline build) serving the controller.
 our_phase() {
     name=$1
     bin=$2
+    shift 2
     bind_vfio
     NVME_TARGET_BIN=$bin
     nvme_target_start $LOG $O_NQN "$NVME_BDF" --listen 127.0.0.1:$O_PORT --subnqn $O_NQN \
-        -n $NSID --threads 1
+        -n $NSID --threads 1 "$@"
     dev=$(host_attach $O_NQN $O_PORT)
     echo "  $name: $bin on 127.0.0.1:$O_PORT; host device $dev"
     for q in 1 128; do fio_run $name-qd$q "$dev" $q $TPID; done
@@ -142,6 +145,7 @@ our_phase() {
 bind_kernel
 SECTORS=$(cat "/sys/block/$(basename "$(ns_blockdev $NSID)")/size")
 PHASES="kernel ours"
+[ "${TB_SLEEP:-1}" = 0 ] || PHASES="$PHASES sleep"
 command -v nvme-target-base >/dev/null && PHASES="$PHASES base"
 echo "guest: $(nproc) CPUs, kernel $(uname -r); namespace $NSID: $SECTORS sectors; phases: $PHASES;" \
     "$REPS repetitions of $T s"
@@ -154,6 +158,7 @@ while [ $r -le "$REPS" ]; do
         case $p in
         kernel) kernel_phase ;;
         ours) our_phase ours nvme-target ;;
+        sleep) our_phase sleep nvme-target --idle-spins 0 ;;
         base) our_phase base nvme-target-base ;;
         esac
     done
