@@ -173,13 +173,21 @@ peer() {
 }
 
 # nvme_target_start LOG NQN ARGS...: starts our nvme-target ($NVME_TARGET_BIN when set, e.g. a
-# baseline build; ARGS: its arguments, the subsystem NQN among them) in the background with its
-# output in LOG, sets TPID, and waits (20 s at most) until it reports that it serves NQN.
+# baseline build; run under `taskset -c $NVME_TARGET_CPUS` when that is set; ARGS: its
+# arguments, the subsystem NQN among them) in the background with its output in LOG, sets
+# TPID, and waits (20 s at most) until it reports that it serves NQN.
 nvme_target_start() {
     tlog=$1
     tnqn=$2
     shift 2
-    "${NVME_TARGET_BIN:-nvme-target}" "$@" >"$tlog" 2>&1 &
+    # Empty now: the background job truncates it only when it gets to run, and an earlier
+    # target's "serving" line must not pass for this one's.
+    : >"$tlog"
+    if [ -n "${NVME_TARGET_CPUS:-}" ]; then
+        taskset -c "$NVME_TARGET_CPUS" "${NVME_TARGET_BIN:-nvme-target}" "$@" >"$tlog" 2>&1 &
+    else
+        "${NVME_TARGET_BIN:-nvme-target}" "$@" >"$tlog" 2>&1 &
+    fi
     TPID=$!
     i=0
     until grep -q "serving $tnqn" "$tlog"; do

@@ -14,6 +14,9 @@
 # a baseline build, when tests/target-bench.sh put one into the guest: A/B of a change to
 # crates/target).
 #
+# TB_PIN=1: fio runs on CPU 0 only (--cpus_allowed=0) and nvme-target on CPU 1 only (taskset),
+# so that our polling thread never shares a CPU with fio or the host's io_work for fio's queue.
+#
 # Every run prints
 #   @@TB <label> <fio's JSON output on one line>
 #   @@TBCPU <label> target=T kworker=K busy=B ticks (USER_HZ, 100 a second)
@@ -82,7 +85,9 @@ fio_run() {
     pid=${4:-}
     snap /tmp/snap0
     [ -z "$pid" ] || p0=$(pid_ticks "$pid")
-    if ! fio --name=tb --filename="$dev" --rw=randread --bs=4k --ioengine=io_uring --direct=1 \
+    pin=""
+    [ "${TB_PIN:-0}" = 0 ] || pin=--cpus_allowed=0
+    if ! fio $pin --name=tb --filename="$dev" --rw=randread --bs=4k --ioengine=io_uring --direct=1 \
         --iodepth="$qd" --iodepth_batch_submit="$qd" --iodepth_batch_complete_min=1 \
         --time_based=1 --runtime="$T" --norandommap=1 --randrepeat=0 \
         --lat_percentiles=1 --percentile_list=50:99 --output-format=json >/tmp/tb.json 2>/tmp/tb.err; then
@@ -142,13 +147,14 @@ our_phase() {
     TPID=""
 }
 
+[ "${TB_PIN:-0}" = 0 ] || NVME_TARGET_CPUS=1
 bind_kernel
 SECTORS=$(cat "/sys/block/$(basename "$(ns_blockdev $NSID)")/size")
 PHASES="kernel ours"
 [ "${TB_SLEEP:-1}" = 0 ] || PHASES="$PHASES sleep"
 command -v nvme-target-base >/dev/null && PHASES="$PHASES base"
 echo "guest: $(nproc) CPUs, kernel $(uname -r); namespace $NSID: $SECTORS sectors; phases: $PHASES;" \
-    "$REPS repetitions of $T s"
+    "$REPS repetitions of $T s; pinned: ${TB_PIN:-0}"
 
 r=1
 while [ $r -le "$REPS" ]; do
