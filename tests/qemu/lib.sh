@@ -75,13 +75,15 @@ NVMF_NS1_SECTORS=$((NVMF_NS1_GB * 1024 * 2048))
 
 # nvmf_target_up [NS2_MB]: brings loopback up, loads the modules and configures subsystem
 # $NVMF_NQN through configfs: namespace 1 on /dev/nullb0 (memory-backed null_blk, 4 KiB
-# blocks), with NS2_MB also namespace 2 on /dev/loop0 over /tmp/ns2.img (NS2_MB MiB of zeroes,
-# 512-byte blocks), any host allowed, port 1 on 127.0.0.1:$NVMF_PORT.
+# blocks; or on $NVMF_NS1_DEV when set, e.g. the kernel nvme driver's block device), with
+# NS2_MB also namespace 2 on /dev/loop0 over /tmp/ns2.img (NS2_MB MiB of zeroes, 512-byte
+# blocks), any host allowed, port 1 on 127.0.0.1:$NVMF_PORT.
 nvmf_target_up() {
     ns2_mb=${1:-}
+    ns1_dev=${NVMF_NS1_DEV:-/dev/nullb0}
     ip link set lo up
     ip addr add 127.0.0.1/8 dev lo 2>/dev/null || true
-    modprobe null_blk nr_devices=1 bs=4096 gb=$NVMF_NS1_GB memory_backed=1
+    [ -n "${NVMF_NS1_DEV:-}" ] || modprobe null_blk nr_devices=1 bs=4096 gb=$NVMF_NS1_GB memory_backed=1
     modprobe nvmet
     modprobe nvmet-tcp
     grep -q configfs /proc/mounts || mount -t configfs none /sys/kernel/config
@@ -90,7 +92,7 @@ nvmf_target_up() {
     mkdir "$sub"
     echo 1 >"$sub/attr_allow_any_host"
     mkdir "$sub/namespaces/1"
-    printf /dev/nullb0 >"$sub/namespaces/1/device_path"
+    printf "%s" "$ns1_dev" >"$sub/namespaces/1/device_path"
     echo 1 >"$sub/namespaces/1/enable"
     if [ -n "$ns2_mb" ]; then
         modprobe loop
@@ -128,7 +130,8 @@ nvmf_host_available() {
     modprobe nvme-tcp 2>/dev/null && [ -e /dev/nvme-fabrics ]
 }
 
-# nvmf_host_connect SECTORS [OPTIONS]: connects the kernel's NVMe/TCP host to $NVMF_NQN (OPTIONS:
+# nvmf_host_connect SECTORS [OPTIONS]: connects the kernel's NVMe/TCP host to $NVMF_NQN on
+# 127.0.0.1:$NVMF_PORT (both may be set to another subsystem first; OPTIONS:
 # more nvme-fabrics options, e.g. ",nr_poll_queues=1") and prints the block device of the new
 # namespace that has SECTORS 512-byte sectors, within 10 s (after nvmf_host_available).
 nvmf_host_connect() {
@@ -169,4 +172,30 @@ peer() {
     set -e
     sed "s/^/@@PEER $label /" /tmp/peer.out
     echo "@@PEER-END $label rc=$rc"
+}
+
+# nvme_target_start LOG NQN ARGS...: starts our nvme-target ($NVME_TARGET_BIN when set, e.g. a
+# baseline build; run under `taskset -c $NVME_TARGET_CPUS` when that is set; ARGS: its
+# arguments, the subsystem NQN among them) in the background with its output in LOG, sets
+# TPID, and waits (20 s at most) until it reports that it serves NQN.
+nvme_target_start() {
+    tlog=$1
+    tnqn=$2
+    shift 2
+    # Empty now: the background job truncates it only when it gets to run, and an earlier
+    # target's "serving" line must not pass for this one's.
+    : >"$tlog"
+    if [ -n "${NVME_TARGET_CPUS:-}" ]; then
+        taskset -c "$NVME_TARGET_CPUS" "${NVME_TARGET_BIN:-nvme-target}" "$@" >"$tlog" 2>&1 &
+    else
+        "${NVME_TARGET_BIN:-nvme-target}" "$@" >"$tlog" 2>&1 &
+    fi
+    TPID=$!
+    i=0
+    until grep -q "serving $tnqn" "$tlog"; do
+        i=$((i + 1))
+        [ "$i" -lt 200 ] || { cat "$tlog"; fail "nvme-target did not start within 20 s"; }
+        kill -0 $TPID 2>/dev/null || { cat "$tlog"; fail "nvme-target exited"; }
+        sleep 0.1
+    done
 }

@@ -54,6 +54,10 @@ pub struct TargetConfig {
     pub in_capsule_bytes: usize,
     /// Sleep of a poll group after a pass with nothing to do (after spinning a little).
     pub idle_sleep: Duration,
+    /// Passes with nothing to do a poll group spins before it sleeps `idle_sleep` between
+    /// passes; 0: it sleeps after the first empty pass (for a machine whose CPUs the target
+    /// shares; measured in `docs/target.md`, "Performance").
+    pub idle_spins: u32,
     /// A connection that has not completed ICReq and Connect this long after it was accepted
     /// is closed (a host that holds a socket without using it).
     pub connect_timeout: Duration,
@@ -73,6 +77,8 @@ pub(crate) mod defaults {
     pub const IN_CAPSULE_BYTES: usize = 8 << 10;
     /// Idle sleep.
     pub const IDLE_SLEEP_US: u64 = 200;
+    /// Empty passes before the idle sleep.
+    pub const IDLE_SPINS: u32 = 256;
     /// Time to Connect after accept.
     pub const CONNECT_TIMEOUT_S: u64 = 10;
 }
@@ -88,6 +94,7 @@ impl TargetConfig {
             max_io_bytes: defaults::MAX_IO_BYTES,
             in_capsule_bytes: defaults::IN_CAPSULE_BYTES,
             idle_sleep: Duration::from_micros(defaults::IDLE_SLEEP_US),
+            idle_spins: defaults::IDLE_SPINS,
             connect_timeout: Duration::from_secs(defaults::CONNECT_TIMEOUT_S),
         }
     }

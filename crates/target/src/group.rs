@@ -12,9 +12,6 @@ use crate::backend::Backend;
 use crate::conn::Conn;
 use crate::server::Shared;
 
-/// Passes without progress before the group sleeps for `idle_sleep`.
-const SPIN_PASSES: u32 = 256;
-
 /// The group's loop, until the target stops.
 pub(crate) fn run<B: Backend>(s: Arc<Shared<B>>, new: Receiver<TcpStream>) {
     let mut conns: Vec<Conn<B>> = Vec::new();
@@ -43,8 +40,8 @@ pub(crate) fn run<B: Backend>(s: Arc<Shared<B>>, new: Receiver<TcpStream>) {
         if progress {
             idle = 0;
         } else {
-            idle += 1;
-            if idle >= SPIN_PASSES {
+            idle = idle.saturating_add(1);
+            if idle > s.config.idle_spins {
                 std::thread::sleep(s.config.idle_sleep);
             }
         }

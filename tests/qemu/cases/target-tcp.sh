@@ -22,16 +22,8 @@ nvmf_host_available || fail "the kernel's NVMe/TCP host (nvme-tcp) is not in the
 
 echo "== nvme-target on $NVME_BDF (namespace $NSID as nsid 1), 127.0.0.1:$PORT"
 bind_vfio
-nvme-target "$NVME_BDF" --listen 127.0.0.1:$PORT --subnqn $NQN -n 1=$NSID \
-    --allow-host $HOST --threads 2 >$LOG 2>&1 &
-TPID=$!
-i=0
-until grep -q "serving $NQN" $LOG; do
-    i=$((i + 1))
-    [ "$i" -lt 200 ] || { cat $LOG; fail "nvme-target did not start within 20 s"; }
-    kill -0 $TPID 2>/dev/null || { cat $LOG; fail "nvme-target exited"; }
-    sleep 0.1
-done
+nvme_target_start $LOG $NQN "$NVME_BDF" --listen 127.0.0.1:$PORT --subnqn $NQN -n 1=$NSID \
+    --allow-host $HOST --threads 2
 sed 's/^/    /' $LOG
 
 echo "== a host not on the list is refused (and the target keeps serving)"

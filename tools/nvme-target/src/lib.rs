@@ -64,6 +64,13 @@ pub struct Cli {
     /// Serial number in Identify Controller.
     #[arg(long, default_value = DEFAULT_SERIAL)]
     serial: String,
+    /// Empty passes a poll group spins before it sleeps between passes (0: sleep at once;
+    /// for a machine whose CPUs the target shares).
+    #[arg(long, value_name = "PASSES", default_value_t = 256)]
+    idle_spins: u32,
+    /// A poll group's sleep between passes once idle, in microseconds.
+    #[arg(long, value_name = "US", default_value_t = 200)]
+    idle_sleep_us: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -170,6 +177,8 @@ pub fn run(cli: &Cli) -> Result<(), ToolError> {
     config.max_io_queues = cli.max_io_queues;
     config.queue_entries = cli.queue_entries;
     config.max_io_bytes = cli.max_io_bytes;
+    config.idle_spins = cli.idle_spins;
+    config.idle_sleep = Duration::from_micros(cli.idle_sleep_us);
     let subsystem = SubsystemConfig {
         nqn: cli.subnqn.clone(),
         backend: backend.clone(),

@@ -56,6 +56,17 @@ impl<B: Backend> IoState<B> {
         }
     }
 
+    /// Defers the backend's tail doorbell until [`IoState::unplug`] (a plug of no
+    /// reservations: submissions take their slots as usual). False if the queue refused.
+    pub fn plug(&mut self) -> bool {
+        self.queue.plug(0).is_ok()
+    }
+
+    /// Ends [`IoState::plug`]: one doorbell write for what was submitted meanwhile.
+    pub fn unplug(&mut self) {
+        self.queue.unplug();
+    }
+
     /// Polls the backend until nothing is in flight or `limit` passed (a closing
     /// connection: buffers the device may still write are not handed back before that).
     pub fn drain(&mut self, limit: Duration) {

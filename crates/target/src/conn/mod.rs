@@ -304,8 +304,25 @@ impl<B: Backend> Conn<B> {
         }
     }
 
-    /// Receives and handles what the socket has (bounded per pass).
+    /// Receives and handles what the socket has (bounded per pass). The I/O commands of one
+    /// pass reach the backend queue pair plugged: one tail doorbell write for all of them
+    /// (NVMe Base 2.0 §3.3.1: the host may add several entries before updating the tail).
     fn receive(&mut self) -> bool {
+        let plugged = match &mut self.role {
+            Role::Io(io) => io.plug(),
+            _ => false,
+        };
+        let progress = self.receive_pass();
+        if plugged {
+            // A connection that closed in the pass has dropped its queue pair already.
+            if let Role::Io(io) = &mut self.role {
+                io.unplug();
+            }
+        }
+        progress
+    }
+
+    fn receive_pass(&mut self) -> bool {
         let mut progress = false;
         for _ in 0..EVENTS_PER_PASS {
             match self.rx.pump(&mut self.stream, &mut self.slots) {
