@@ -12,11 +12,13 @@ pub fn run(
     f: impl FnOnce(&Controller) -> Result<String, AdminError>,
 ) -> Result<String, AdminError> {
     use nvme_driver::{ControllerOptions, Transport};
-    use nvme_sim::{SimConfig, SimController, SimNamespace};
+    use nvme_sim::{SimConfig, SimController, SimNamespace, SimZoned};
 
-    /// Namespace 2 of `sim`: 16 MiB of 4 KiB blocks (namespace 1 is the default 512-byte one).
+    /// Namespace 2 of `sim`: 16 MiB of 4 KiB blocks (namespace 1 is the default 512-byte one),
+    /// zoned: 16 zones of 1 MiB.
     const NS2_BLOCK: u32 = 4096;
     const NS2_BLOCKS: u64 = (16 << 20) / NS2_BLOCK as u64;
+    const NS2_ZONE_BLOCKS: u64 = NS2_BLOCKS / 16;
 
     let sim = SimController::start(SimConfig {
         namespaces: vec![
@@ -28,6 +30,12 @@ pub fn run(
                 ..SimNamespace::default()
             },
         ],
+        zoned: Some(SimZoned {
+            nsid: 2,
+            zone_blocks: NS2_ZONE_BLOCKS,
+            zone_capacity: NS2_ZONE_BLOCKS,
+            ..SimZoned::default()
+        }),
         ..SimConfig::default()
     });
     let ctrl = Controller::new(

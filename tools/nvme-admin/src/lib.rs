@@ -5,7 +5,9 @@
 //! Subcommands (nvme-cli's names and options): `list`, `id-ctrl`, `id-ns -n NSID`,
 //! `list-ns [-n NSID]`, `ns-descs -n NSID`, `smart-log [-n NSID]`, `error-log [-e N]`,
 //! `fw-log`, `effects-log`, `get-feature -f FID [-s SEL] [-c CDW11]`,
-//! `set-feature -f FID -v VALUE [-s]`. `-o json` prints nvme-cli 2.x's JSON keys, the default
+//! `set-feature -f FID -v VALUE [-s]`, and nvme-cli's zns plugin: `zns id-ns`, `zns id-ctrl`,
+//! `zns report-zones`, `zns reset-zone`/`open-zone`/`close-zone`/`finish-zone`/
+//! `offline-zone`/`zone-mgmt-send`, `zns zone-append` (see [`zns`]). `-o json` prints nvme-cli 2.x's JSON keys, the default
 //! (`-o normal`) a `key : value` list of the same fields.
 //!
 //! Errors go to stderr as `error: <message>` and exit with status 1: a feature nvme-admin
@@ -13,6 +15,7 @@
 
 mod emulator;
 mod output;
+pub mod zns;
 
 use std::io::Write;
 
@@ -48,7 +51,7 @@ enum Format {
 }
 
 #[derive(Debug, Args)]
-struct Device {
+pub struct Device {
     /// PCI address, transport id (PCIe or NVMe/TCP, quoted or not), or `sim`.
     #[arg(required = true, num_args = 1..)]
     device: Vec<String>,
@@ -137,6 +140,9 @@ enum Command {
         #[arg(short = 's', long = "save")]
         save: bool,
     },
+    /// Zoned namespaces (nvme-cli's `nvme zns` plugin).
+    #[command(subcommand)]
+    Zns(zns::ZnsCommand),
 }
 
 impl Command {
@@ -150,6 +156,7 @@ impl Command {
             | Command::ErrorLog { dev, .. }
             | Command::GetFeature { dev, .. }
             | Command::SetFeature { dev, .. } => dev,
+            Command::Zns(z) => z.device(),
         }
     }
 }
@@ -162,12 +169,12 @@ fn parse_number(s: &str) -> Result<u64, String> {
     parsed.map_err(|e| format!("`{s}` is not a number: {e}"))
 }
 
-fn parse_u8(s: &str) -> Result<u8, String> {
+pub(crate) fn parse_u8(s: &str) -> Result<u8, String> {
     let v = parse_number(s)?;
     u8::try_from(v).map_err(|_| format!("{v} does not fit in 8 bits"))
 }
 
-fn parse_u64(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_u64(s: &str) -> Result<u64, String> {
     parse_number(s)
 }
 
@@ -196,6 +203,24 @@ pub enum AdminError {
     Control(#[from] nvme_control::ControlError),
     #[error("{0} is not available through a control socket (it changes the controller)")]
     NotRemote(&'static str),
+    #[error(
+        "namespace {nsid} is not a zoned namespace this controller takes zone commands on \
+         (Command Set Identifier 02h with the Zoned Namespace Command Set enabled); `nvme-admin \
+         list` shows the namespaces"
+    )]
+    NotZoned { nsid: u32 },
+    #[error("zone-append: {0}")]
+    BadAppend(String),
+    #[error("cannot read the data file {path}: {source}")]
+    DataFile {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("zone action {0:#04x} is not one zone-mgmt-send takes (1 close, 2 finish, 3 open, 4 reset, 5 offline, 0x11 flush ZRWA)")]
+    BadZoneAction(u8),
+    #[error("the controller's zone report is malformed: {0}")]
+    BadReport(String),
     #[error("cannot encode JSON: {0}")]
     Json(#[from] serde_json::Error),
     #[error("cannot write to standard output: {0}")]
@@ -248,6 +273,7 @@ fn execute<C: NvmeController>(ctrl: &C, command: &Command) -> Result<String, Adm
             let dw0 = ctrl.set_feature(feature, *save)?;
             output::set_feature(&feature, *save, dw0)
         }
+        Command::Zns(z) => zns::execute(ctrl, z)?,
     };
     Ok(match fmt {
         Format::Json => serde_json::to_string_pretty(&value)? + "\n",
@@ -323,6 +349,8 @@ fn execute_remote(path: &std::path::Path, command: &Command) -> Result<String, A
             }
         }
         Command::SetFeature { .. } => return Err(AdminError::NotRemote("set-feature")),
+        // Zone commands are I/O: the socket's server owns the queue pairs.
+        Command::Zns(_) => return Err(AdminError::NotRemote("zns")),
     };
     Ok(match dev.output {
         Format::Json => serde_json::to_string_pretty(&value)? + "\n",
