@@ -45,6 +45,7 @@ MKE2FS=/usr/sbin/mke2fs
 # Added when installed on the host (Debian's nvme-cli): nvme-cli as the guest's `nvme`, the
 # independent witness of cases/admin.sh (which falls back to sysfs without it).
 NVME_CLI=${NVME_CLI:-/usr/sbin/nvme}
+BLKZONE=${BLKZONE:-/usr/sbin/blkzone}
 # Added for cases/sqlite-ext.sh: Debian's sqlite3 shell (installed when missing) with the SQLite
 # loadable extension (crates/sqlite-ext, target/release/libnvme_sqlite.so), and, when the host's
 # python3 has a sqlite3 module that loads extensions, that python3 with the few standard-library
@@ -104,6 +105,9 @@ Options:
                             of the --ns option, 1, 2, ...), e.g. --ns 4096:32M:nsid=9, and the
                             Copy limits mssrl=BLOCKS, mcl=BLOCKS, msrc=N (0-based; QEMU's
                             defaults 128, 128, 127), e.g. --ns 512:16M:mssrl=16,mcl=64,msrc=7
+                            A zoned namespace: zoned=true with zoned.zone_size=SIZE,
+                            zoned.zone_capacity=SIZE, zoned.max_open=N, zoned.max_active=N, e.g.
+                            --ns 4096:16M:zoned=true,zoned.zone_size=1M,zoned.max_open=4
                             Media errors (file backend only; blkdebug wraps the image):
                             blkdebug=FILE: a QEMU blkdebug config ([inject-error] sections);
                             bad=rS,wS,...: EIO (errno 5, every time) on reads (r) or writes (w)
@@ -370,6 +374,8 @@ add_extra_bins() {
     add_sqlite_programs
     GUEST_EXTRA_BINS="$GUEST_EXTRA_BINS mkfs.ext4=$MKE2FS"
     [ ! -x "$NVME_CLI" ] || GUEST_EXTRA_BINS="$GUEST_EXTRA_BINS nvme=$NVME_CLI"
+    # util-linux's blkzone: the kernel's view of a zoned namespace (cases/zns.sh).
+    [ ! -x "$BLKZONE" ] || GUEST_EXTRA_BINS="$GUEST_EXTRA_BINS blkzone=$BLKZONE"
     mkdir -p "$r/usr/local/bin" "$r/usr/local/lib"
     for spec in $GUEST_EXTRA_BINS; do
         case "$spec" in
@@ -597,8 +603,11 @@ build_namespaces() {
                     { [ "$nsid" -ge 1 ] && [ "$nsid" -le 256 ]; } || die "--ns $spec: nsid must be 1..256"
                     continue
                 fi
-                [[ "$opt" =~ ^(ms|mset|pi|pil|mssrl|mcl|msrc)=[0-9]+$ ]] ||
-                    die "--ns $spec: '$opt' is not a namespace option (nsid=N, ms=BYTES, mset=0|1, pi=0..3, pil=0|1, mssrl=BLOCKS, mcl=BLOCKS, msrc=N)"
+                [[ "$opt" =~ ^(ms|mset|pi|pil|mssrl|mcl|msrc)=[0-9]+$ ||
+                    "$opt" =~ ^zoned=(true|false)$ ||
+                    "$opt" =~ ^zoned\.(zone_size|zone_capacity)=[0-9]+[KMG]?$ ||
+                    "$opt" =~ ^zoned\.(max_open|max_active)=[0-9]+$ ]] ||
+                    die "--ns $spec: '$opt' is not a namespace option (nsid=N, ms=BYTES, mset=0|1, pi=0..3, pil=0|1, mssrl=BLOCKS, mcl=BLOCKS, msrc=N, zoned=true, zoned.zone_size=SIZE, zoned.zone_capacity=SIZE, zoned.max_open=N, zoned.max_active=N)"
                 meta="$meta,$opt"
             done
         fi
