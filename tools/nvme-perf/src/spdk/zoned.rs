@@ -158,6 +158,9 @@ pub(super) fn run_append_worker(
             resetting: false,
         })
         .collect();
+    // Zones held by a slot; any other zone is Empty (reset at setup or when its slot let it
+    // go), so a slot whose zone was reset moves to the next one not held.
+    let mut held: Vec<bool> = (0..zones.len()).map(|z| z < open).collect();
     let mut next_zone = open % zones.len().max(1);
     // Per request index: (slot, zone start, submitted ns). Reset tags follow the qd appends.
     let mut contexts: Vec<(usize, u64, u64)> = vec![(0, 0, 0); qd as usize];
@@ -185,6 +188,11 @@ pub(super) fn run_append_worker(
                 s.resetting = false;
                 match c.result {
                     Ok(_) => {
+                        held[s.zone] = false;
+                        while held[next_zone] {
+                            next_zone = (next_zone + 1) % zones.len();
+                        }
+                        held[next_zone] = true;
                         s.zone = next_zone;
                         s.issued = 0;
                         next_zone = (next_zone + 1) % zones.len();
