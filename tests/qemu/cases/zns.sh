@@ -4,13 +4,13 @@
 #     Namespace Command Set: CC.CSS = 110b and the I/O Command Set Profile, else QEMU refuses the
 #     zone commands with Invalid Opcode);
 #  2. zone-append twice to zone 1 (the LBAs returned follow each other), finish zone 2, open zone
-#     3, append to zone 4 and close it, append to zone 5 and reset it, close zone 1; open zones up
-#     to MOR and one more, refused with Too Many Open Zones; our report shows each state and write
-#     pointer;
+#     3, append to zone 4 and close it, append to zone 5 and reset it, close zone 1; our report
+#     shows each state and write pointer (the opened zone is Empty again: every nvme-admin run
+#     resets the controller, which closes QEMU's open zones; the open limit is therefore tested
+#     on the emulator only, crates/driver/tests/zns.rs);
 #  3. bad input refused with a message and exit 1 (a plain namespace, an append off a zone start);
 #  4. the kernel's nvme driver takes the controller back: util-linux blkzone reports the same write
-#     pointers and states (the explicitly opened empty zone may come back Empty: QEMU closes the
-#     open zones when the controller is shut down, and a closed empty zone is Empty), and the appended
+#     pointers and states, and the appended
 #     data reads back (O_DIRECT) at the LBAs the appends returned.
 # Run in the metadata boot of tests/run-all.sh, whose last namespace is
 #   --ns 4096:16M:zoned=true,zoned.zone_size=1M,zoned.max_open=4,zoned.max_active=8
@@ -57,7 +57,7 @@ echo "== 1: identify and an empty report"
 adm id-ns
 grep -q "\"mor\": $((MOR - 1))," /tmp/adm.out || fail "MOR is not $((MOR - 1)) (0-based): $(cat /tmp/adm.out)"
 grep -q "\"mar\": $((MAR - 1))," /tmp/adm.out || fail "MAR is not $((MAR - 1)) (0-based)"
-grep -q "\"zsze\": $ZONE," /tmp/adm.out || fail "no LBA format with a zone size of $ZONE blocks"
+grep -Eq "\"zsze\": $ZONE,?$" /tmp/adm.out || fail "no LBA format with a zone size of $ZONE blocks"
 adm report-zones
 total=$(sed -n 's/^ *"nr_zones": \([0-9]*\),*$/\1/p' /tmp/adm.out)
 [ "$total" = $((bytes / lba / ZONE)) ] || fail "nr_zones '$total', expected $((bytes / lba / ZONE))"
@@ -77,21 +77,15 @@ lc=$(append 4 /tmp/c)
 adm close-zone -s $((4 * ZONE))
 append 5 /tmp/a >/dev/null
 adm reset-zone -s $((5 * ZONE))
-# Zone 1 closed, zone 3 explicitly open: open zones from 6 up to MOR, then one more. (With an
-# implicitly opened zone QEMU would close that one to make room: zoned.auto_transition.)
 adm close-zone -s "$ZONE"
-z=6
-while [ $((z - 6 + 1)) -lt "$MOR" ]; do
-    adm open-zone -s $((z * ZONE))
-    z=$((z + 1))
-done
-expect_fail "TooManyOpen" nvme-admin zns open-zone "$NVME_BDF" -n "$ZNS" -s $((z * ZONE))
-for o in $(seq 6 $((z - 1))); do adm close-zone -s $((o * ZONE)); done
 adm report-zones
 expect_zone 0 EMPTY 0
 expect_zone 1 CLOSED $((ZONE + 4))
 expect_zone 2 FULL $((3 * ZONE))
-expect_zone 3 EXP_OPENED $((3 * ZONE))
+# Each nvme-admin run resets the controller, and QEMU then closes the open zones (ZNS: a
+# controller reset takes an open zone to Closed, or Empty when nothing was written): the zone
+# opened above is Empty again.
+expect_zone 3 EMPTY $((3 * ZONE))
 expect_zone 4 CLOSED $((4 * ZONE + 1))
 expect_zone 5 EMPTY $((5 * ZONE))
 expect_zone 6 EMPTY $((6 * ZONE))
@@ -120,7 +114,7 @@ kzone() {
 kzone 0 0 em
 kzone 1 4 cl
 kzone 2 "[0-9]+" fu
-kzone 3 0 "oe|em"
+kzone 3 0 em
 kzone 4 1 cl
 kzone 5 0 em
 kzone 6 0 em
