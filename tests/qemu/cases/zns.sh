@@ -41,10 +41,14 @@ zones() {
         /"wp"/ {gsub(/[ ,]/, "", $2); print s, st, $2}' /tmp/adm.out
 }
 
-# expect_zone N STATE WP: zone N of our last report.
+# expect_zone N STATE WP: zone N of our last report (WP "*": any; a Full zone's write pointer
+# is not valid, ZNS §3.4.2.2.3, QEMU reports all ones).
 expect_zone() {
     got=$(zones | sed -n "$(($1 + 1))p")
-    [ "$got" = "$(($1 * ZONE)) $2 $3" ] || fail "zone $1: our report says '$got', expected '$(($1 * ZONE)) $2 $3'"
+    case "$got" in
+    "$(($1 * ZONE)) $2 "$3) ;;
+    *) fail "zone $1: our report says '$got', expected '$(($1 * ZONE)) $2 $3'" ;;
+    esac
 }
 
 append() { # append ZONE FILE: prints the LBA written
@@ -81,7 +85,7 @@ adm close-zone -s "$ZONE"
 adm report-zones
 expect_zone 0 EMPTY 0
 expect_zone 1 CLOSED $((ZONE + 4))
-expect_zone 2 FULL $((3 * ZONE))
+expect_zone 2 FULL "*"
 # Each nvme-admin run resets the controller, and QEMU then closes the open zones (ZNS: a
 # controller reset takes an open zone to Closed, or Empty when nothing was written): the zone
 # opened above is Empty again.
@@ -90,7 +94,7 @@ expect_zone 4 CLOSED $((4 * ZONE + 1))
 expect_zone 5 EMPTY $((5 * ZONE))
 expect_zone 6 EMPTY $((6 * ZONE))
 adm report-zones -S 5
-[ "$(zones)" = "$((2 * ZONE)) FULL $((3 * ZONE))" ] || fail "the Full filter reports '$(zones)'"
+[ "$(zones | cut -d' ' -f1,2)" = "$((2 * ZONE)) FULL" ] || fail "the Full filter reports '$(zones)'"
 
 echo "== 3: bad input"
 expect_fail "namespace 1 is not a zoned namespace" nvme-admin zns report-zones "$NVME_BDF" -n 1
