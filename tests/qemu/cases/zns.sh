@@ -104,7 +104,8 @@ expect_fail "not a positive multiple" nvme-admin zns zone-append "$NVME_BDF" -n 
 echo "== 4: the kernel's view"
 bind_kernel
 dev=$(ns_blockdev "$ZNS")
-blkzone report "$dev" | tee /tmp/blkzone.out | head -8
+blkzone report "$dev" >/tmp/blkzone.out
+head -8 /tmp/blkzone.out
 # "ZONE WP-OFFSET COND" in 4 KiB blocks (blkzone counts 512-byte sectors from the zone start).
 sed -n 's/.*start: *\(0x[0-9a-f]*\),.*wptr *\(0x[0-9a-f]*\) .*zcond: *[0-9]*(\([a-z]*\)).*/\1 \2 \3/p' \
     /tmp/blkzone.out | while read -r start wp cond; do
