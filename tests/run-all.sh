@@ -71,11 +71,14 @@ step "qemu guest" tests/qemu/run.sh --cmb 16 bind.sh vfio-mode.sh identify.sh ba
 # separate buffer; 4: protection information type 1 in 8 separate bytes; 5: PI type 3 with the
 # 64-bit guard, for copy.sh's Copy descriptor format 1h) next to a plain one,
 # which carries Copy limits other than QEMU's defaults for copy.sh (MSSRL 16, MCL 64, MSRC 7),
-# and vectored.sh. The first qemu step built the guest binaries.
-step "qemu guest (metadata namespaces, Copy limits)" tests/qemu/run.sh --no-build \
+# and vectored.sh; namespace 6 is zoned (1 MiB zones, MOR 4, MAR 8) for zns.sh. The first qemu
+# step built the guest binaries.
+step "qemu guest (metadata namespaces, Copy limits, zoned)" tests/qemu/run.sh --no-build \
     --ns 512:16M:mssrl=16,mcl=64,msrc=7 --ns 512:16M:ms=8,mset=1 --ns 4096:16M:ms=16,mset=0 \
     --ns 512:16M:ms=8,mset=0,pi=1 --ns 512:16M:ms=16,mset=0,pi=3,pif=2 \
-    --guest-env COPY_MSSRL=16 --guest-env COPY_MCL=64 --guest-env COPY_MSRC=7 metadata.sh copy.sh vectored.sh
+    --ns 4096:16M:zoned=true,zoned.zone_size=1M,zoned.max_open=4,zoned.max_active=8 \
+    --guest-env COPY_MSSRL=16 --guest-env COPY_MCL=64 --guest-env COPY_MSRC=7 \
+    metadata.sh copy.sh vectored.sh zns.sh
 # Its own boot: namespace 1's image behind blkdebug, EIO on reads of 512-byte sector 2048 (LBA 256)
 # and writes of sector 4096 (LBA 512): media errors on exactly those requests.
 step "qemu guest (media errors)" tests/qemu/run.sh --no-build \

@@ -45,6 +45,7 @@ MKE2FS=/usr/sbin/mke2fs
 # Added when installed on the host (Debian's nvme-cli): nvme-cli as the guest's `nvme`, the
 # independent witness of cases/admin.sh (which falls back to sysfs without it).
 NVME_CLI=${NVME_CLI:-/usr/sbin/nvme}
+BLKZONE=${BLKZONE:-/usr/sbin/blkzone}
 # Added for cases/sqlite-ext.sh: Debian's sqlite3 shell (installed when missing) with the SQLite
 # loadable extension (crates/sqlite-ext, target/release/libnvme_sqlite.so), and, when the host's
 # python3 has a sqlite3 module that loads extensions, that python3 with the few standard-library
@@ -115,6 +116,9 @@ Options:
                             defaults 128, 128, 127), e.g. --ns 512:16M:mssrl=16,mcl=64,msrc=7
                             With --subsys: detached=1 (attached to no controller at boot) and
                             shared=0|1 (QEMU's default 1: attached to both controllers)
+                            A zoned namespace: zoned=true with zoned.zone_size=SIZE,
+                            zoned.zone_capacity=SIZE, zoned.max_open=N, zoned.max_active=N, e.g.
+                            --ns 4096:16M:zoned=true,zoned.zone_size=1M,zoned.max_open=4
                             Media errors (file backend only; blkdebug wraps the image):
                             blkdebug=FILE: a QEMU blkdebug config ([inject-error] sections);
                             bad=rS,wS,...: EIO (errno 5, every time) on reads (r) or writes (w)
@@ -400,6 +404,8 @@ add_extra_bins() {
     add_sqlite_programs
     GUEST_EXTRA_BINS="$GUEST_EXTRA_BINS mkfs.ext4=$MKE2FS"
     [ ! -x "$NVME_CLI" ] || GUEST_EXTRA_BINS="$GUEST_EXTRA_BINS nvme=$NVME_CLI"
+    # util-linux's blkzone: the kernel's view of a zoned namespace (cases/zns.sh).
+    [ ! -x "$BLKZONE" ] || GUEST_EXTRA_BINS="$GUEST_EXTRA_BINS blkzone=$BLKZONE"
     mkdir -p "$r/usr/local/bin" "$r/usr/local/lib"
     for spec in $GUEST_EXTRA_BINS; do
         case "$spec" in
@@ -646,8 +652,11 @@ build_namespaces() {
                     meta="$meta,${opt%%=*}=$on"
                     continue
                 fi
-                [[ "$opt" =~ ^(ms|mset|pi|pil|pif|mssrl|mcl|msrc)=[0-9]+$ ]] ||
-                    die "--ns $spec: '$opt' is not a namespace option (nsid=N, ms=BYTES, mset=0|1, pi=0..3, pil=0|1, pif=0|2 (guard: 16-bit|64-bit), mssrl=BLOCKS, mcl=BLOCKS, msrc=N; with --subsys detached=1, shared=0|1)"
+                [[ "$opt" =~ ^(ms|mset|pi|pil|pif|mssrl|mcl|msrc)=[0-9]+$ ||
+                    "$opt" =~ ^zoned=(true|false)$ ||
+                    "$opt" =~ ^zoned\.(zone_size|zone_capacity)=[0-9]+[KMG]?$ ||
+                    "$opt" =~ ^zoned\.(max_open|max_active)=[0-9]+$ ]] ||
+                    die "--ns $spec: '$opt' is not a namespace option (nsid=N, ms=BYTES, mset=0|1, pi=0..3, pil=0|1, pif=0|2 (guard: 16-bit|64-bit), mssrl=BLOCKS, mcl=BLOCKS, msrc=N, zoned=true, zoned.zone_size=SIZE, zoned.zone_capacity=SIZE, zoned.max_open=N, zoned.max_active=N; with --subsys detached=1, shared=0|1)"
                 meta="$meta,$opt"
             done
         fi

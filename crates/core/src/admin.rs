@@ -95,11 +95,8 @@ impl AdminCommand {
     /// the Command Set Identifier in CDW11 bits 31:24), e.g. CNS 05h/06h with CSI 02h for the
     /// ZNS Identify Namespace and Controller.
     pub fn identify_csi(cns: u8, csi: u8, nsid: u32) -> Self {
-        let mut sqe = command::identify(Cns::Namespace, nsid);
-        sqe.cdw10 = u32::from(cns);
-        sqe.cdw11 = u32::from(csi) << IDENTIFY_CSI_SHIFT;
         AdminCommand {
-            sqe,
+            sqe: command::identify_csi(cns, csi, nsid),
             data: AdminData::FromDevice(IDENTIFY_DATA_SIZE),
         }
     }
@@ -189,9 +186,6 @@ fn from_device(len: usize) -> AdminData {
         AdminData::FromDevice(len)
     }
 }
-
-/// Identify CDW11 bits 31:24: Command Set Identifier (Base 2.0 §5.17.1).
-const IDENTIFY_CSI_SHIFT: u32 = 24;
 
 /// Refuses a command before it is sent when Identify Controller OACS lacks `bit`.
 fn require_oacs<C: NvmeController + ?Sized>(

@@ -79,7 +79,7 @@ pub use protection::{
     LbaFormatInfo, MetadataLayout, PiCheck, PiType, Prinfo, Protected, Protection,
 };
 pub use timeout::{AbortStats, EpochClock, TimeoutAction, TIMEOUT_EPOCHS};
-pub use zns::{ZoneAppend, ZoneMgmtRecv, ZoneMgmtSend};
+pub use zns::{ZoneAppend, ZoneGeometry, ZoneMgmtRecv, ZoneMgmtSend, ZrwaGeometry};
 
 pub use nvme_spec as spec;
 pub use nvme_vfio::{DmaBuffer, DmaDomain, DmaError, DmaMapper, Iova};

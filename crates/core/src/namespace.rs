@@ -16,6 +16,7 @@ use nvme_spec::IdentifyNamespace;
 
 use crate::error::{Error, Result};
 use crate::protection::{LbaFormatInfo, MetadataLayout};
+use crate::zns::ZoneGeometry;
 use nvme_spec::protection::PI_TUPLE_BYTES;
 
 /// An active namespace of a controller. Cheap to clone.
@@ -45,6 +46,8 @@ pub struct Namespace {
     format: LbaFormatInfo,
     validity: Arc<Validity>,
     data: Arc<IdentifyNamespace>,
+    /// The zones of a zoned namespace (Command Set Identifier 02h).
+    zones: Option<ZoneGeometry>,
 }
 
 /// What a namespace rescan found different about a namespace an old handle describes
@@ -171,7 +174,24 @@ impl Namespace {
             format: info,
             validity: Arc::default(),
             data: Arc::new(data),
+            zones: None,
         })
+    }
+
+    /// The same namespace as a zoned one (Zoned Namespace Command Set, CSI 02h) with `zones`.
+    /// Transports call it once the ZNS Identify Namespace is read.
+    pub fn with_zones(self, zones: ZoneGeometry) -> Self {
+        Self {
+            zones: Some(zones),
+            ..self
+        }
+    }
+
+    /// The zones, when this is a zoned namespace whose zone commands the controller takes
+    /// (its Zoned Namespace Command Set enabled at bring-up); `None` for an NVM namespace.
+    #[inline]
+    pub fn zoned(&self) -> Option<&ZoneGeometry> {
+        self.zones.as_ref()
     }
 
     /// The namespace's LBA format: block size, metadata size and layout, PI type and place.

@@ -17,7 +17,9 @@
 
 use nvme_spec::opcode::NvmOpcode;
 use nvme_spec::queue::SubmissionEntry;
-use nvme_spec::zns::{self, ZoneRecvAction, ZoneReportFilter, ZoneSendAction};
+use nvme_spec::zns::{
+    self, ZnsIdentifyNamespace, ZoneRecvAction, ZoneReportFilter, ZoneSendAction,
+};
 
 use crate::command::{DataDirection, LbaRange, NvmCommand};
 use crate::error::Result;
@@ -30,9 +32,162 @@ const LOW_HALF: u64 = u32::MAX as u64;
 /// One past the low half.
 const HIGH_STEP: u64 = 1 << 32;
 
+/// A zoned namespace's zones as its ZNS Identify Namespace (CNS 05h, CSI 02h; ZNS CS 1.1
+/// §4.1.5.1) and the controller's ZASL (CNS 06h, §4.1.5.2) describe them: the
+/// [`Namespace::zoned`] of a namespace whose Command Set Identifier is 02h, read at bring-up
+/// once the controller runs with the Zoned Namespace Command Set enabled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZoneGeometry {
+    /// Zone size in blocks (ZSZE of the current LBA format); zone `i` starts at
+    /// `i * zone_blocks`.
+    pub zone_blocks: u64,
+    /// Most zones open at once (MOR + 1), `None`: no limit.
+    pub max_open: Option<u32>,
+    /// Most zones active (open or closed) at once (MAR + 1), `None`: no limit.
+    pub max_active: Option<u32>,
+    /// Largest Zone Append in bytes (ZASL, or the largest transfer where ZASL is 0).
+    pub max_append_bytes: usize,
+    /// Bytes of each zone's descriptor extension (ZDES * 64; 0: none).
+    pub descriptor_extension_bytes: usize,
+    /// Zone capacities may change on reset (ZOC bit 0, Variable Zone Capacity).
+    pub variable_capacity: bool,
+    /// The Zone Random Write Area, where the namespace offers one (OZCS bit 1).
+    pub zrwa: Option<ZrwaGeometry>,
+}
+
+/// A namespace's Zone Random Write Area (ZNS CS 1.1 §2.1.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZrwaGeometry {
+    /// Size of the area in blocks (ZRWASZ).
+    pub blocks: u16,
+    /// Flush granularity in blocks (ZRWAFG).
+    pub flush_granularity: u16,
+    /// Zones that may have an area at once (NUMZRWA + 1).
+    pub resources: u32,
+    /// Explicit ZRWA Flush is supported (ZRWACAP bit 0).
+    pub explicit_flush: bool,
+}
+
+/// ZOC bit 0: Variable Zone Capacity.
+const ZOC_VARIABLE_CAPACITY: u16 = 1 << 0;
+
+impl ZoneGeometry {
+    /// The zones of a namespace formatted with LBA format `lba_format`, from its ZNS
+    /// Identify Namespace, with appends limited to `max_append_bytes` (see
+    /// [`ZoneGeometry::append_limit`]); or why the namespace cannot be used (a zone size of
+    /// 0 blocks).
+    pub fn from_identify(
+        id: &ZnsIdentifyNamespace,
+        lba_format: usize,
+        max_append_bytes: usize,
+    ) -> std::result::Result<Self, String> {
+        let ext = id
+            .lbafe
+            .get(lba_format)
+            .ok_or_else(|| format!("its LBA format {lba_format} has no zone format extension"))?;
+        if ext.zsze == 0 {
+            return Err(format!(
+                "its ZNS Identify Namespace gives LBA format {lba_format} a zone size of 0 blocks"
+            ));
+        }
+        let h = &id.head;
+        Ok(Self {
+            zone_blocks: ext.zsze,
+            max_open: ZnsIdentifyNamespace::limit(h.mor),
+            max_active: ZnsIdentifyNamespace::limit(h.mar),
+            max_append_bytes,
+            descriptor_extension_bytes: usize::from(ext.zdes) * zns::ZDES_UNIT,
+            variable_capacity: h.zoc & ZOC_VARIABLE_CAPACITY != 0,
+            zrwa: (h.ozcs & zns::OZCS_ZRWASUP != 0).then(|| ZrwaGeometry {
+                blocks: h.zrwasz,
+                flush_granularity: h.zrwafg,
+                resources: h.numzrwa.saturating_add(1),
+                explicit_flush: h.zrwacap & zns::ZRWACAP_EXPFLUSHSUP != 0,
+            }),
+        })
+    }
+
+    /// The largest Zone Append in bytes: 2^ZASL pages of `min_page_size` bytes (CAP.MPSMIN),
+    /// at most `max_transfer`; ZASL 0 means the largest transfer (ZNS CS 1.1 §4.1.5.2).
+    pub fn append_limit(zasl: u8, min_page_size: usize, max_transfer: usize) -> usize {
+        if zasl == 0 {
+            return max_transfer;
+        }
+        min_page_size
+            .checked_shl(u32::from(zasl))
+            .map_or(max_transfer, |b| b.min(max_transfer))
+    }
+
+    /// The first block of the zone holding `lba`.
+    #[inline]
+    pub const fn zone_start(&self, lba: u64) -> u64 {
+        lba - lba % self.zone_blocks
+    }
+
+    /// Zones of a namespace of `blocks` blocks (a last partial zone not counted).
+    #[inline]
+    pub const fn zones(&self, blocks: u64) -> u64 {
+        blocks / self.zone_blocks
+    }
+}
+
 fn lba_dwords(sqe: &mut SubmissionEntry, lba: u64) {
     sqe.cdw10 = lba as u32;
     sqe.cdw11 = (lba >> 32) as u32;
+}
+
+/// The [`NvmCommand`] of a zone management command (`$name` is also its [`NvmOpcode`]):
+/// the zone named by `slba` (one block range-checked, never split), CDW10-11 the SLBA, and
+/// CDW12, CDW13, direction, data size and size check from the type's own `cdw12`, `cdw13`,
+/// `data_direction`, `transfer_bytes` and `check_size`.
+macro_rules! zone_management_command {
+    ($name:ident) => {
+        impl NvmCommand for $name {
+            #[inline]
+            fn opcode(&self) -> NvmOpcode {
+                NvmOpcode::$name
+            }
+            #[inline]
+            fn range(&self) -> Option<LbaRange> {
+                Some(LbaRange::new(self.slba, 1))
+            }
+            #[inline]
+            fn with_range(self, range: LbaRange) -> Self {
+                Self {
+                    slba: range.lba,
+                    ..self
+                }
+            }
+            #[inline]
+            fn sqe(&self, nsid: u32) -> SubmissionEntry {
+                let mut sqe = SubmissionEntry {
+                    nsid,
+                    cdw12: self.cdw12(),
+                    cdw13: self.cdw13(),
+                    ..SubmissionEntry::new(NvmOpcode::$name.byte())
+                };
+                lba_dwords(&mut sqe, self.slba);
+                sqe
+            }
+            #[inline]
+            fn direction(&self) -> DataDirection {
+                self.data_direction()
+            }
+            #[inline]
+            fn data_bytes(&self, _ns: &Namespace) -> usize {
+                self.transfer_bytes()
+            }
+            #[inline]
+            fn splittable(&self) -> bool {
+                false
+            }
+            #[inline]
+            fn check_range(&self, ns: &Namespace) -> Result<()> {
+                self.check_size()?;
+                ns.check_blocks(self.slba, 1)
+            }
+        }
+    };
 }
 
 /// Zone Append (ZNS CS 1.1 §3.4.1): `blocks` blocks of the buffer written at the zone's write
@@ -89,6 +244,28 @@ impl NvmCommand for ZoneAppend {
     #[inline]
     fn with_range(self, range: LbaRange) -> Self {
         Self { range, ..self }
+    }
+    #[inline]
+    fn check_range(&self, ns: &Namespace) -> Result<()> {
+        ns.check_range(self.range.lba, u64::from(self.range.blocks))?;
+        if let Some(z) = ns.zoned() {
+            let bytes = ns.blocks_to_bytes(u64::from(self.range.blocks));
+            if bytes > z.max_append_bytes as u64 {
+                return Err(crate::Error::InvalidRequest(format!(
+                    "a Zone Append of {bytes} bytes exceeds the controller's limit of {} \
+                     bytes (ZASL): append less at a time",
+                    z.max_append_bytes
+                )));
+            }
+            if z.zone_start(self.range.lba) != self.range.lba {
+                return Err(crate::Error::InvalidRequest(format!(
+                    "Zone Append names LBA {}, which is not a zone start (zones are {} \
+                     blocks): give the zone's first LBA",
+                    self.range.lba, z.zone_blocks
+                )));
+            }
+        }
+        Ok(())
     }
     #[inline]
     fn sqe(&self, nsid: u32) -> SubmissionEntry {
@@ -172,60 +349,40 @@ impl ZoneMgmtSend {
     }
 }
 
-impl NvmCommand for ZoneMgmtSend {
-    #[inline]
-    fn opcode(&self) -> NvmOpcode {
-        NvmOpcode::ZoneMgmtSend
+impl ZoneMgmtSend {
+    fn cdw12(&self) -> u32 {
+        0
     }
-    #[inline]
-    fn range(&self) -> Option<LbaRange> {
-        // One block: the zone's start is checked against the namespace.
-        Some(LbaRange::new(self.slba, 1))
-    }
-    #[inline]
-    fn with_range(self, range: LbaRange) -> Self {
-        Self {
-            slba: range.lba,
-            ..self
-        }
-    }
-    #[inline]
-    fn sqe(&self, nsid: u32) -> SubmissionEntry {
-        let mut sqe = SubmissionEntry {
-            nsid,
-            cdw13: u32::from(self.action as u8),
-            ..SubmissionEntry::new(NvmOpcode::ZoneMgmtSend.byte())
-        };
+
+    fn cdw13(&self) -> u32 {
+        let mut dw = u32::from(self.action as u8);
         if self.select_all {
-            sqe.cdw13 |= zns::SEND_SELECT_ALL;
+            dw |= zns::SEND_SELECT_ALL;
         }
         if self.zsaso {
-            sqe.cdw13 |= zns::SEND_ZSASO;
+            dw |= zns::SEND_ZSASO;
         }
-        lba_dwords(&mut sqe, self.slba);
-        sqe
+        dw
     }
-    #[inline]
-    fn direction(&self) -> DataDirection {
+
+    fn data_direction(&self) -> DataDirection {
         if self.moves_data() {
             DataDirection::ToDevice
         } else {
             DataDirection::None
         }
     }
-    #[inline]
-    fn data_bytes(&self, _ns: &Namespace) -> usize {
+
+    fn transfer_bytes(&self) -> usize {
         self.ext_bytes as usize
     }
-    #[inline]
-    fn splittable(&self) -> bool {
-        false
-    }
-    #[inline]
-    fn check_range(&self, ns: &Namespace) -> Result<()> {
-        ns.check_blocks(self.slba, 1)
+
+    fn check_size(&self) -> Result<()> {
+        Ok(())
     }
 }
+
+zone_management_command!(ZoneMgmtSend);
 
 /// Zone Management Receive (ZNS CS 1.1 §3.4.2): a (extended) Report Zones of the zones from
 /// the one holding `slba`, filtered, into a buffer of `bytes` bytes (a multiple of 4, at least
@@ -283,48 +440,30 @@ impl ZoneMgmtRecv {
     }
 }
 
-impl NvmCommand for ZoneMgmtRecv {
-    #[inline]
-    fn opcode(&self) -> NvmOpcode {
-        NvmOpcode::ZoneMgmtRecv
+impl ZoneMgmtRecv {
+    fn cdw12(&self) -> u32 {
+        // NUMD: dwords to transfer, 0-based.
+        (self.bytes as usize / DWORD).saturating_sub(1) as u32
     }
-    #[inline]
-    fn range(&self) -> Option<LbaRange> {
-        Some(LbaRange::new(self.slba, 1))
-    }
-    #[inline]
-    fn with_range(self, range: LbaRange) -> Self {
-        Self {
-            slba: range.lba,
-            ..self
-        }
-    }
-    #[inline]
-    fn sqe(&self, nsid: u32) -> SubmissionEntry {
-        let mut sqe = SubmissionEntry {
-            nsid,
-            // NUMD: dwords to transfer, 0-based.
-            cdw12: (self.bytes as usize / DWORD).saturating_sub(1) as u32,
-            cdw13: u32::from(self.action as u8)
-                | u32::from(self.filter as u8) << zns::RECV_FILTER_SHIFT,
-            ..SubmissionEntry::new(NvmOpcode::ZoneMgmtRecv.byte())
-        };
+
+    fn cdw13(&self) -> u32 {
+        let mut dw =
+            u32::from(self.action as u8) | u32::from(self.filter as u8) << zns::RECV_FILTER_SHIFT;
         if self.partial {
-            sqe.cdw13 |= zns::RECV_PARTIAL;
+            dw |= zns::RECV_PARTIAL;
         }
-        lba_dwords(&mut sqe, self.slba);
-        sqe
+        dw
     }
-    #[inline]
-    fn data_bytes(&self, _ns: &Namespace) -> usize {
+
+    fn data_direction(&self) -> DataDirection {
+        NvmOpcode::ZoneMgmtRecv.direction()
+    }
+
+    fn transfer_bytes(&self) -> usize {
         self.bytes as usize
     }
-    #[inline]
-    fn splittable(&self) -> bool {
-        false
-    }
-    #[inline]
-    fn check_range(&self, ns: &Namespace) -> Result<()> {
+
+    fn check_size(&self) -> Result<()> {
         if (self.bytes as usize) < nvme_spec::zns::ZoneReportHeader::SIZE
             || self.bytes as usize % DWORD != 0
         {
@@ -333,9 +472,11 @@ impl NvmCommand for ZoneMgmtRecv {
                 self.bytes
             )));
         }
-        ns.check_blocks(self.slba, 1)
+        Ok(())
     }
 }
+
+zone_management_command!(ZoneMgmtRecv);
 
 /// The erased forms' rules (an [`IoCommand`](crate::IoCommand) holding a zone command).
 pub(crate) mod erased {
@@ -399,6 +540,44 @@ mod tests {
         assert_eq!((q.opcode(), q.cdw10, q.cdw12), (0x7A, 128, 1023));
         assert_eq!(q.cdw13, 0x05 << 8 | 1 << 16);
         assert_eq!(ZoneMgmtRecv::report_zones(0, 64).extended().sqe(1).cdw13, 1);
+    }
+
+    #[test]
+    fn zone_geometry_from_identify() {
+        use nvme_spec::zns::{ZnsIdentifyNamespaceHead, ZnsLbaFormatExt};
+        let mut id = ZnsIdentifyNamespace {
+            head: ZnsIdentifyNamespaceHead {
+                mar: 5,
+                mor: zns::NO_LIMIT,
+                ozcs: zns::OZCS_ZRWASUP,
+                numzrwa: 3,
+                zrwasz: 16,
+                zrwafg: 2,
+                ..Default::default()
+            },
+            lbafe: [ZnsLbaFormatExt::default(); zns::ZNS_LBAFE_COUNT],
+        };
+        assert!(ZoneGeometry::from_identify(&id, 1, 4096)
+            .unwrap_err()
+            .contains("zone size of 0"));
+        id.lbafe[1].zsze = 2048;
+        let g = ZoneGeometry::from_identify(&id, 1, 65536).unwrap();
+        assert_eq!(
+            (g.zone_blocks, g.max_active, g.max_open),
+            (2048, Some(6), None)
+        );
+        assert_eq!(g.zone_start(4097), 4096);
+        assert_eq!(g.zones(2048 * 3 + 7), 3);
+        let zrwa = g.zrwa.unwrap();
+        assert_eq!(
+            (zrwa.blocks, zrwa.flush_granularity, zrwa.resources),
+            (16, 2, 4)
+        );
+        assert!(!zrwa.explicit_flush);
+        assert_eq!(ZoneGeometry::append_limit(0, 4096, 131072), 131072);
+        assert_eq!(ZoneGeometry::append_limit(4, 4096, 131072), 65536);
+        assert_eq!(ZoneGeometry::append_limit(7, 4096, 131072), 131072);
+        assert_eq!(ZoneGeometry::append_limit(200, 4096, 131072), 131072);
     }
 
     #[test]

@@ -97,6 +97,9 @@ pub struct SimZoned {
     pub max_active: u32,
     /// ZRWA size in blocks (0 = no Zone Random Write Area offered).
     pub zrwa_blocks: u16,
+    /// Zone Append Size Limit of the ZNS Identify Controller: appends of at most 2^ZASL
+    /// minimum pages (0: the MDTS applies), refused with Invalid Field beyond it.
+    pub zasl: u8,
 }
 
 impl Default for SimZoned {
@@ -109,6 +112,7 @@ impl Default for SimZoned {
             max_open: 4,
             max_active: 6,
             zrwa_blocks: 16,
+            zasl: 0,
         }
     }
 }

@@ -115,6 +115,26 @@ pub fn identify(cns: Cns, nsid: u32) -> SubmissionEntry {
     }
 }
 
+/// Identify CDW11 bits 31:24: Command Set Identifier (§5.17.1).
+pub const IDENTIFY_CSI_SHIFT: u32 = 24;
+
+/// Identify of an I/O Command Set specific structure (§5.17.1): CNS `cns` (a raw value such as
+/// [`crate::zns::CNS_CSI_NAMESPACE`]) for command set `csi` and `nsid`.
+#[must_use = "a built command does nothing until it is submitted"]
+pub fn identify_csi(cns: u8, csi: u8, nsid: u32) -> SubmissionEntry {
+    SubmissionEntry {
+        nsid,
+        cdw10: u32::from(cns),
+        cdw11: u32::from(csi) << IDENTIFY_CSI_SHIFT,
+        ..SubmissionEntry::new(admin::IDENTIFY)
+    }
+}
+
+/// The Command Set Identifier of an Identify command ([`identify_csi`]).
+pub const fn identify_csi_of(sqe: &SubmissionEntry) -> u8 {
+    (sqe.cdw11 >> IDENTIFY_CSI_SHIFT) as u8
+}
+
 /// Create I/O Completion Queue (§5.4), physically contiguous at `iova`.
 ///
 /// `entries` is the 1-based queue size. With `irq_vector = Some(v)` interrupts are enabled on

@@ -54,6 +54,10 @@ pub const ADMIN_QUEUE_MAX_ENTRIES: u32 = 4096;
 
 /// CC.CSS value selecting the NVM command set (§3.1.4.5).
 pub const CC_CSS_NVM: u8 = 0;
+/// CC.CSS value selecting all supported I/O command sets (110b, §3.1.4.5): which ones are
+/// enabled is then the I/O Command Set Profile (Set Features FID 19h) chooses; allowed when
+/// CAP.CSS bit 6 is set ([`Cap::css_io_command_sets`]).
+pub const CC_CSS_ALL_IO: u8 = 0b110;
 
 /// Extracts `width` bits of `v` starting at bit `lo`.
 const fn bits64(v: u64, lo: u32, width: u32) -> u64 {
@@ -86,6 +90,8 @@ impl Cap {
     const NSSRS_BIT: u32 = 36;
     /// CSS bit 0 (bit 37 of CAP): NVM command set supported.
     const CSS_NVM_BIT: u32 = 37;
+    /// CSS bit 6 (bit 43 of CAP): one or more I/O command sets, chosen by CC.CSS = 110b.
+    const CSS_IOCS_BIT: u32 = 43;
     const BPS_BIT: u32 = 45;
     const MPSMIN_LO: u32 = 48;
     const MPSMAX_LO: u32 = 52;
@@ -163,6 +169,18 @@ impl Cap {
     /// Command Sets Supported, bit 0: the NVM command set.
     pub const fn css_nvm(self) -> bool {
         self.bit(Self::CSS_NVM_BIT)
+    }
+
+    /// Command Sets Supported, bit 6: the controller supports one or more I/O command sets
+    /// and CC.CSS = [`CC_CSS_ALL_IO`] (the I/O Command Set Profile then chooses them).
+    pub const fn css_io_command_sets(self) -> bool {
+        self.bit(Self::CSS_IOCS_BIT)
+    }
+
+    /// With CSS bit 6 set (for emulated controllers, see [`Cap::css_io_command_sets`]).
+    #[must_use]
+    pub const fn with_io_command_sets(self) -> Cap {
+        Cap(self.0 | 1 << Self::CSS_IOCS_BIT)
     }
 
     /// Boot Partition Support.
@@ -545,6 +563,7 @@ mod tests {
         assert_eq!(cap.doorbell_stride(), 4);
         assert!(!cap.nssrs());
         assert!(cap.css_nvm());
+        assert!(cap.css_io_command_sets());
         assert!(!cap.bps());
         assert_eq!(cap.mpsmin(), 0);
         assert_eq!(cap.mpsmax(), 4);
@@ -568,6 +587,8 @@ mod tests {
         // The CAP fields that QEMU sets (minus CSS bits 43/44) rebuild its value.
         let qemu = Cap::new(2047, true, 15, 0, true, 0, 4);
         assert_eq!(qemu.0, QEMU_CAP & !(0b11 << 43));
+        assert!(!qemu.css_io_command_sets());
+        assert_eq!(qemu.with_io_command_sets().0, QEMU_CAP & !(1 << 44));
     }
 
     #[test]

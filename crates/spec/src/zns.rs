@@ -16,6 +16,56 @@ pub const CNS_CSI_CONTROLLER: u8 = 0x06;
 pub const CNS_IO_COMMAND_SET: u8 = 0x1C;
 /// Set Features FID 19h: I/O Command Set Profile (Base 2.0 §5.27.1.21).
 pub const FID_IO_COMMAND_SET_PROFILE: u8 = 0x19;
+/// Command Set Identifier of the NVM Command Set (Base 2.0 §5.15.2.1, Figure 286).
+pub const CSI_NVM: u8 = 0x00;
+/// I/O Command Set Profile CDW11 bits 8:0: the I/O Command Set Combination Index.
+pub const IOCS_INDEX_MASK: u32 = 0x1FF;
+
+/// The I/O Command Set data structure (Identify CNS 1Ch, Base 2.0 §5.17.2.22, Figure 290):
+/// 512 I/O Command Set Vectors of 8 bytes, bit `n` of a vector meaning command set
+/// identifier `n`. The index of a vector is what Set Features 19h selects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IoCommandSetVectors(pub [u64; Self::COUNT]);
+
+impl IoCommandSetVectors {
+    /// Vectors in the structure.
+    pub const COUNT: usize = 512;
+    /// Bytes of one vector.
+    pub const VECTOR_BYTES: usize = 8;
+
+    /// Decodes the 4096-byte structure.
+    pub fn parse(bytes: &[u8; IDENTIFY_BYTES]) -> Self {
+        Self(core::array::from_fn(|i| {
+            let at = i * Self::VECTOR_BYTES;
+            let mut v = [0u8; Self::VECTOR_BYTES];
+            v.copy_from_slice(&bytes[at..at + Self::VECTOR_BYTES]);
+            u64::from_le_bytes(v)
+        }))
+    }
+
+    /// Encodes it (for emulated controllers).
+    pub fn encode(&self) -> [u8; IDENTIFY_BYTES] {
+        let mut out = [0u8; IDENTIFY_BYTES];
+        for (chunk, v) in out.chunks_exact_mut(Self::VECTOR_BYTES).zip(self.0.iter()) {
+            chunk.copy_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+
+    /// The bit of command set `csi` in a vector.
+    pub const fn bit(csi: u8) -> u64 {
+        1u64 << (csi & 63)
+    }
+
+    /// The index of the first vector holding every command set of `wanted` (a vector of
+    /// bits), or else of the first vector holding the NVM command set; `None` when no vector
+    /// holds even that.
+    pub fn choose(&self, wanted: u64) -> Option<u16> {
+        let nvm = Self::bit(CSI_NVM);
+        let find = |mask: u64| self.0.iter().position(|v| v & mask == mask);
+        find(wanted | nvm).or_else(|| find(nvm)).map(|i| i as u16)
+    }
+}
 
 /// Zone command opcodes (ZNS CS 1.1 §3.4, Figure 28).
 pub mod opcode {
@@ -642,6 +692,27 @@ mod tests {
         );
         assert_eq!(ZoneError::from_status(s), Some(ZoneError::InvalidWrite));
         assert_eq!(ZoneError::InvalidWrite.sc(), status::ZONE_INVALID_WRITE);
+    }
+
+    #[test]
+    fn command_set_vectors_pick_the_zoned_combination() {
+        let mut v = IoCommandSetVectors([0; IoCommandSetVectors::COUNT]);
+        v.0[0] = IoCommandSetVectors::bit(CSI_NVM);
+        v.0[3] = IoCommandSetVectors::bit(CSI_NVM) | IoCommandSetVectors::bit(CSI_ZNS);
+        let back = IoCommandSetVectors::parse(&v.encode());
+        assert_eq!(back, v);
+        assert_eq!(back.choose(IoCommandSetVectors::bit(CSI_ZNS)), Some(3));
+        v.0[3] = IoCommandSetVectors::bit(CSI_ZNS);
+        assert_eq!(v.choose(IoCommandSetVectors::bit(CSI_ZNS)), Some(0));
+        // QEMU 7.2's structure: NVM and ZNS in vector 0 (byte 0 = 05h).
+        let mut qemu = [0u8; IDENTIFY_BYTES];
+        qemu[0] = 0x05;
+        let q = IoCommandSetVectors::parse(&qemu);
+        assert_eq!(q.choose(IoCommandSetVectors::bit(CSI_ZNS)), Some(0));
+        assert_eq!(
+            IoCommandSetVectors::parse(&[0; IDENTIFY_BYTES]).choose(0),
+            None
+        );
     }
 
     #[test]

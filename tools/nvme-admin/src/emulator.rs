@@ -10,11 +10,13 @@ use crate::AdminError;
 #[cfg(feature = "emulator")]
 pub fn run<T>(f: impl FnOnce(&Controller) -> Result<T, AdminError>) -> Result<T, AdminError> {
     use nvme_driver::{ControllerOptions, Transport};
-    use nvme_sim::{SimConfig, SimController, SimNamespace};
+    use nvme_sim::{SimConfig, SimController, SimNamespace, SimZoned};
 
-    /// Namespace 2 of `sim`: 16 MiB of 4 KiB blocks (namespace 1 is the default 512-byte one).
+    /// Namespace 2 of `sim`: 16 MiB of 4 KiB blocks (namespace 1 is the default 512-byte one),
+    /// zoned: 16 zones of 1 MiB.
     const NS2_BLOCK: u32 = 4096;
     const NS2_BLOCKS: u64 = (16 << 20) / NS2_BLOCK as u64;
+    const NS2_ZONE_BLOCKS: u64 = NS2_BLOCKS / 16;
 
     let sim = SimController::start(SimConfig {
         namespaces: vec![
@@ -26,6 +28,12 @@ pub fn run<T>(f: impl FnOnce(&Controller) -> Result<T, AdminError>) -> Result<T,
                 ..SimNamespace::default()
             },
         ],
+        zoned: Some(SimZoned {
+            nsid: 2,
+            zone_blocks: NS2_ZONE_BLOCKS,
+            zone_capacity: NS2_ZONE_BLOCKS,
+            ..SimZoned::default()
+        }),
         ..SimConfig::default()
     });
     let ctrl = Controller::new(

@@ -9,7 +9,9 @@
 //! [-n NSID] [-c CNTID]`, `attach-ns`/`detach-ns -n NSID [-c CNTLID,...]` and `format -n NSID
 //! [--lbaf N | --block-size B] [--ses N] [--pi N] [--pil N] [--ms N] [--force]` (see
 //! [`manage`]), `device-self-test -s CODE [-n NSID]` and `self-test-log [-e N]` (see
-//! [`selftest`]). `-o json` prints nvme-cli 2.x's JSON keys, the default
+//! [`selftest`]), and nvme-cli's zns plugin: `zns id-ns`, `zns id-ctrl`, `zns report-zones`,
+//! `zns reset-zone`/`open-zone`/`close-zone`/`finish-zone`/`offline-zone`/`zone-mgmt-send`,
+//! `zns zone-append` (see [`zns`]). `-o json` prints nvme-cli 2.x's JSON keys, the default
 //! (`-o normal`) a `key : value` list of the same fields.
 //!
 //! Errors go to stderr as `error: <message>` and exit with status 1: a feature nvme-admin
@@ -19,6 +21,7 @@ mod emulator;
 pub mod manage;
 mod output;
 pub mod selftest;
+pub mod zns;
 
 use std::io::Write;
 
@@ -158,6 +161,9 @@ enum Command {
     DeviceSelfTest(selftest::SelfTestArgs),
     /// Device Self-test log: the test in progress and the last results.
     SelfTestLog(selftest::SelfTestLogArgs),
+    /// Zoned namespaces (nvme-cli's `nvme zns` plugin).
+    #[command(subcommand)]
+    Zns(zns::ZnsCommand),
 }
 
 impl Command {
@@ -177,6 +183,7 @@ impl Command {
             Command::Format(a) => &a.dev,
             Command::DeviceSelfTest(a) => &a.dev,
             Command::SelfTestLog(a) => &a.dev,
+            Command::Zns(z) => z.device(),
         }
     }
 }
@@ -199,7 +206,7 @@ pub(crate) fn parse_u32(s: &str) -> Result<u32, String> {
     u32::try_from(v).map_err(|_| format!("{v} does not fit in 32 bits"))
 }
 
-fn parse_u64(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_u64(s: &str) -> Result<u64, String> {
     parse_number(s)
 }
 
@@ -236,6 +243,24 @@ pub enum AdminError {
     },
     #[error("{0} not confirmed: nothing was sent (answer 'yes', or give --force)")]
     NotConfirmed(&'static str),
+    #[error(
+        "namespace {nsid} is not a zoned namespace this controller takes zone commands on \
+         (Command Set Identifier 02h with the Zoned Namespace Command Set enabled); `nvme-admin \
+         list` shows the namespaces"
+    )]
+    NotZoned { nsid: u32 },
+    #[error("zone-append: {0}")]
+    BadAppend(String),
+    #[error("cannot read the data file {path}: {source}")]
+    DataFile {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("zone action {0:#04x} is not one zone-mgmt-send takes (1 close, 2 finish, 3 open, 4 reset, 5 offline, 0x11 flush ZRWA)")]
+    BadZoneAction(u8),
+    #[error("the controller's zone report is malformed: {0}")]
+    BadReport(String),
     #[error("cannot encode JSON: {0}")]
     Json(#[from] serde_json::Error),
     #[error("cannot write to standard output: {0}")]
@@ -304,6 +329,7 @@ fn execute<C: NvmeController>(ctrl: &C, command: &Command) -> Result<Output, Adm
             let dw0 = ctrl.set_feature(feature, *save)?;
             output::set_feature(&feature, *save, dw0)
         }
+        Command::Zns(z) => zns::execute(ctrl, z)?,
     };
     Ok(Output::Text(match fmt {
         Format::Json => serde_json::to_string_pretty(&value)? + "\n",
@@ -401,6 +427,8 @@ fn execute_remote(path: &std::path::Path, command: &Command) -> Result<String, A
         Command::Format(_) => return Err(AdminError::NotRemote("format")),
         Command::DeviceSelfTest(_) => return Err(AdminError::NotRemote("device-self-test")),
         Command::SelfTestLog(_) => return Err(AdminError::NotRemote("self-test-log")),
+        // Zone commands are I/O: the socket's server owns the queue pairs.
+        Command::Zns(_) => return Err(AdminError::NotRemote("zns")),
     };
     Ok(match dev.output {
         Format::Json => serde_json::to_string_pretty(&value)? + "\n",

@@ -96,7 +96,190 @@ fn namespace_lists_and_descriptors() {
     assert_eq!(d[2]["type"], "uuid");
     assert_eq!(d[2]["uuid"].as_str().unwrap().len(), 36);
     assert_eq!(d[3]["type"], "csi");
-    assert_eq!(d[3]["csi"], "0");
+    // Namespace 2 of `sim` is zoned (CSI 02h), namespace 1 is an NVM one.
+    assert_eq!(d[3]["csi"], "0x2");
+    let v = json(&["ns-descs", "sim", "-n", "1"]);
+    assert_eq!(v["ns-descs"][3]["csi"], "0");
+}
+
+#[test]
+fn zns_identify_and_report_zones() {
+    let v = json(&["zns", "id-ns", "sim", "-n", "2"]);
+    // SimZoned's defaults: 4 open, 6 active (0-based 3 and 5), a 16-block ZRWA.
+    assert_eq!((v["mor"].as_u64(), v["mar"].as_u64()), (Some(3), Some(5)));
+    assert_eq!(v["zrwasz"], 16);
+    assert_eq!(v["ozcs"], 2, "ZRWA supported");
+    assert_eq!(v["lbafe"][0]["zsze"], 256);
+    assert_eq!(v["lbafe"][0]["zdes"], 0);
+    assert_eq!(json(&["zns", "id-ctrl", "sim"])["zasl"], 0);
+
+    let r = json(&["zns", "report-zones", "sim", "-n", "2"]);
+    assert_eq!(r["nr_zones"], 16);
+    let zones = r["zone_list"].as_array().unwrap();
+    assert_eq!(zones.len(), 16);
+    for (i, z) in zones.iter().enumerate() {
+        assert_eq!(z["slba"], i as u64 * 256);
+        assert_eq!(z["wp"], i as u64 * 256);
+        assert_eq!(z["cap"], 256);
+        assert_eq!(z["state"], "EMPTY");
+        assert_eq!(z["type"], "SEQWRITE_REQ");
+    }
+    // From zone 3, two descriptors; the filter on Full zones finds none.
+    let r = json(&[
+        "zns",
+        "report-zones",
+        "sim",
+        "-n",
+        "2",
+        "-s",
+        "768",
+        "-d",
+        "2",
+    ]);
+    let zones = r["zone_list"].as_array().unwrap();
+    assert_eq!(zones.len(), 2);
+    assert_eq!(
+        (zones[0]["slba"].as_u64(), zones[1]["slba"].as_u64()),
+        (Some(768), Some(1024))
+    );
+    assert_eq!(r["nr_zones"], 13, "every matching zone from zone 3");
+    let r = json(&["zns", "report-zones", "sim", "-n", "2", "-S", "5"]);
+    assert_eq!(r["nr_zones"], 0);
+    assert!(r["zone_list"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn zns_zone_management_and_append() {
+    // Each run is a fresh emulator: every action succeeds on its own zones.
+    for action in ["open-zone", "finish-zone", "reset-zone"] {
+        let v = json(&["zns", action, "sim", "-n", "2", "-s", "512"]);
+        assert_eq!(v["result"], "success", "{action}");
+        assert_eq!(v["slba"], 512);
+    }
+    let v = json(&["zns", "reset-zone", "sim", "-n", "2", "-a"]);
+    assert_eq!(v["select-all"], true);
+    let v = json(&[
+        "zns",
+        "zone-mgmt-send",
+        "sim",
+        "-n",
+        "2",
+        "-s",
+        "256",
+        "-z",
+        "2",
+    ]);
+    assert_eq!(v["zone-mgmt-send"], "Finish");
+    // Offline is only allowed from Read Only, Close from an open zone: the zone error, named.
+    let e = fails(&["zns", "offline-zone", "sim", "-n", "2", "-s", "0"]);
+    assert!(
+        e.contains("InvalidTransition") && e.contains("SC 0xbf"),
+        "{e}"
+    );
+    let e = fails(&["zns", "close-zone", "sim", "-n", "2", "-s", "512"]);
+    assert!(e.contains("InvalidTransition"), "{e}");
+
+    let dir = std::env::temp_dir().join(format!("nvme-admin-zns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = dir.join("data");
+    std::fs::write(&data, vec![0xA5u8; 8192]).unwrap();
+    let path = data.to_str().unwrap();
+    let v = json(&[
+        "zns",
+        "zone-append",
+        "sim",
+        "-n",
+        "2",
+        "-s",
+        "1280",
+        "-z",
+        "8192",
+        "-d",
+        path,
+    ]);
+    assert_eq!(
+        v["lba"], 1280,
+        "an empty zone takes the append at its start"
+    );
+    let out = run(&[
+        "zns",
+        "zone-append",
+        "sim",
+        "-n",
+        "2",
+        "-s",
+        "0",
+        "-z",
+        "4096",
+        "-d",
+        path,
+    ]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim_end(),
+        "lba    : 0\nresult : Success appended data to LBA 0x0\nzslba  : 0"
+    );
+
+    // Bad input: a clear message, exit 1, nothing on stdout.
+    let e = fails(&["zns", "report-zones", "sim", "-n", "1"]);
+    assert!(e.contains("namespace 1 is not a zoned namespace"), "{e}");
+    let e = fails(&[
+        "zns",
+        "zone-append",
+        "sim",
+        "-n",
+        "2",
+        "-z",
+        "1000",
+        "-d",
+        path,
+    ]);
+    assert!(
+        e.contains("not a positive multiple of the 4096-byte block size"),
+        "{e}"
+    );
+    let e = fails(&[
+        "zns",
+        "zone-append",
+        "sim",
+        "-n",
+        "2",
+        "-z",
+        "16384",
+        "-d",
+        path,
+    ]);
+    assert!(e.contains("fewer than --data-size 16384"), "{e}");
+    let e = fails(&[
+        "zns",
+        "zone-append",
+        "sim",
+        "-n",
+        "2",
+        "-s",
+        "7",
+        "-z",
+        "4096",
+        "-d",
+        path,
+    ]);
+    assert!(e.contains("not a zone start"), "{e}");
+    let e = fails(&["zns", "zone-mgmt-send", "sim", "-n", "2", "-z", "9"]);
+    assert!(e.contains("zone action 0x09"), "{e}");
+    let missing = dir.join("missing");
+    let e = fails(&[
+        "zns",
+        "zone-append",
+        "sim",
+        "-n",
+        "2",
+        "-z",
+        "4096",
+        "-d",
+        missing.to_str().unwrap(),
+    ]);
+    assert!(e.contains("cannot read the data file"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

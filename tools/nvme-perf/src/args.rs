@@ -111,6 +111,10 @@ pub enum Workload {
     /// Random mix of reads and writes (--rwmix-read percent reads).
     #[value(name = "randrw")]
     RandRw,
+    /// Zone Append on a zoned namespace, across the open zones the zone resources allow,
+    /// resetting full zones (spdk-like engine over PCIe only).
+    #[value(name = "append")]
+    Append,
 }
 
 impl Workload {
@@ -123,6 +127,7 @@ impl Workload {
             Workload::Write => "write",
             Workload::Rw => "rw",
             Workload::RandRw => "randrw",
+            Workload::Append => "append",
         }
     }
 }
@@ -596,6 +601,32 @@ impl Args {
                 ),
             ));
         }
+        if self.workload == Workload::Append {
+            let refuse = |option: &'static str, reason: &str| {
+                Err(invalid(option, "set", format!("-w append {reason}")))
+            };
+            if self.engine != Engine::SpdkLike || matches!(target, Target::Tcp(_)) {
+                return refuse(
+                    "--engine",
+                    "runs on our driver over PCIe (or `sim`) only: drop --engine or use a PCI device",
+                );
+            }
+            if self.verify {
+                return refuse("--verify", "checks the returned LBAs itself: drop --verify");
+            }
+            if self.reset_interval.is_some() || self.tolerate_timeouts {
+                return refuse(
+                    "--reset-interval/--tolerate-timeouts",
+                    "does not resubmit appends: drop the option",
+                );
+            }
+            if self.inline_device {
+                return refuse(
+                    "--inline-device",
+                    "needs the emulator on its own thread: drop it",
+                );
+            }
+        }
         if self.reset_interval.is_some() && self.inline_device {
             return Err(invalid(
                 "--reset-interval",
@@ -627,6 +658,7 @@ impl Args {
             Workload::Write => (Pattern::Sequential, Mix::Write),
             Workload::Rw => (Pattern::Sequential, Mix::ReadPercent(self.rwmix_read)),
             Workload::RandRw => (Pattern::Random, Mix::ReadPercent(self.rwmix_read)),
+            Workload::Append => (Pattern::Sequential, Mix::Write),
         };
         Ok(Config {
             target,

@@ -38,7 +38,7 @@ pub fn start(verify: bool) -> Result<(SimController, Transport), PerfError> {
 mod enabled {
     use nvme_driver::Transport;
     pub use nvme_sim::SimController;
-    use nvme_sim::{SimConfig, SimNamespace};
+    use nvme_sim::{SimConfig, SimNamespace, SimZoned};
 
     /// Blocks of the emulator's default namespace (nsid 1): 1 GiB of 4 KiB blocks. Never touched
     /// (null I/O), so it costs no memory.
@@ -53,6 +53,10 @@ mod enabled {
     const SIM_VERIFY_BYTES: u64 = 64 << 20;
     /// Queue pairs the emulator grants.
     const SIM_QUEUE_PAIRS: u16 = 64;
+    /// Namespace 3: zoned (for `-w append`), 64 MiB of 4 KiB blocks in 1 MiB zones.
+    const SIM_ZONED_NSID: u32 = 3;
+    const SIM_ZONED_BLOCKS: u64 = (64 << 20) / SIM_LARGE_BLOCK as u64;
+    const SIM_ZONE_BLOCKS: u64 = (1 << 20) / SIM_LARGE_BLOCK as u64;
 
     /// The emulator configuration `sim` runs: null I/O (no data copies), shadow doorbells, and two
     /// 1 GiB namespaces: nsid 1 with 4 KiB blocks, nsid 2 with 512-byte blocks.
@@ -71,7 +75,20 @@ mod enabled {
                     blocks: SIM_SMALL_BLOCKS,
                     ..SimNamespace::default()
                 },
+                SimNamespace {
+                    nsid: SIM_ZONED_NSID,
+                    block_size: SIM_LARGE_BLOCK,
+                    blocks: SIM_ZONED_BLOCKS,
+                    ..SimNamespace::default()
+                },
             ],
+            // SimZoned's limits: 4 open, 6 active zones.
+            zoned: Some(SimZoned {
+                nsid: SIM_ZONED_NSID,
+                zone_blocks: SIM_ZONE_BLOCKS,
+                zone_capacity: SIM_ZONE_BLOCKS,
+                ..SimZoned::default()
+            }),
             io_queue_pairs: SIM_QUEUE_PAIRS,
             null_io: true,
             shadow_doorbells: true,
@@ -85,7 +102,9 @@ mod enabled {
         let mut config = sim_config();
         config.null_io = false;
         for ns in &mut config.namespaces {
-            ns.blocks = SIM_VERIFY_BYTES / u64::from(ns.block_size);
+            if ns.nsid != SIM_ZONED_NSID {
+                ns.blocks = SIM_VERIFY_BYTES / u64::from(ns.block_size);
+            }
         }
         config
     }

@@ -57,6 +57,9 @@ pub enum PerfError {
          raise --range-blocks or lower -b"
     )]
     RangeTooSmall { span: u64, blocks: u64, nsid: u32 },
+    /// `-w append` cannot run on the namespace.
+    #[error("-w append on namespace {nsid}: {why}")]
+    Zoned { nsid: u32, why: String },
     /// The queue depth exceeds what the device (or the tool) allows.
     #[error(
         "queue depth {requested} needs {entries} queue entries, but {device} allows at most \

@@ -36,6 +36,8 @@ use crate::runner::{self, Geometry, Setup};
 use crate::target::Target;
 use crate::verify::{self, Check, FaultPlan, NoCheck, Verifier};
 
+mod zoned;
+
 /// Idle contexts the cache tolerates above the queue depth before it prunes.
 const CACHE_SLACK: usize = 64;
 /// `--reset-interval`: resubmissions of one I/O after retryable completion errors before it
@@ -108,6 +110,8 @@ struct Worker {
     inline: Option<Arc<SimController>>,
     /// With `--verify`: this thread's verification state.
     verifier: Option<Verifier>,
+    /// With `-w append`: the thread's zones.
+    zones: Option<zoned::Plan>,
 }
 
 /// With `--interrupts`: empty polls before the thread blocks on its queue's eventfd (or, over
@@ -167,11 +171,18 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
             max_qd: (max_entries - 1) / commands_per_io,
         });
     }
+    let append = config.workload == crate::args::Workload::Append;
     let mut workers = Vec::with_capacity(config.threads as usize);
     for t in 0..config.threads as usize {
-        let qp = ctrl
+        // -w append: one more entry per zone in use, for its Reset.
+        let resets = if append {
+            zoned::plan(config, &ns, t)?.2 as u64
+        } else {
+            0
+        };
+        let mut qp = ctrl
             .create_queue_pair(QueuePairOptions {
-                depth: entries as u32,
+                depth: (entries + resets) as u32,
                 timeout: config.io_timeout,
                 max_completions_per_poll: config.complete_batch as usize,
                 // Polled like SPDK perf, unless --interrupts asks for the hybrid mode.
@@ -193,8 +204,14 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
                 .into_iter()
                 .map(Some)
                 .collect();
+        let zones = if append {
+            Some(zoned::prepare(config, &ctrl, &ns, &mut qp, t)?)
+        } else {
+            None
+        };
         workers.push(Worker {
             qp,
+            zones,
             buffers,
             gen: geometry.generator(config, t),
             inline: inline.clone(),
@@ -237,6 +254,9 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
             live,
             commands_per_io: cpi,
         };
+        if let Some(plan) = worker.zones.take() {
+            return zoned::run_append_worker(env, worker.qp, worker.buffers, plan);
+        }
         match worker.verifier.take() {
             Some(v) => run_worker(env, worker, resetter, v),
             None => run_worker(env, worker, resetter, NoCheck),
@@ -388,6 +408,7 @@ fn run_worker<C: Check>(
         mut gen,
         inline,
         verifier: _,
+        zones: _,
     } = worker;
     let qd = config.queue_depth;
     let blocks = (config.block_size / ns.block_size() as usize) as u32;

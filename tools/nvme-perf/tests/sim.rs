@@ -507,3 +507,44 @@ fn a_stalled_device_is_ridden_out_with_tolerate_timeouts() {
         "{out:?}"
     );
 }
+
+#[test]
+fn append_on_the_zoned_namespace() {
+    // Namespace 3 of `sim`: 64 zones of 256 blocks, 4 open / 6 active. 2000 appends per thread
+    // fill a zone in use about twice: without the resets they would fail with Zone Is Full,
+    // and an append the device placed outside its zone fails the run.
+    let v = json_run(&[
+        "sim", "-n", "3", "-w", "append", "-q", "16", "-j", "2", "--ios", "2000", "--json",
+        "--quiet",
+    ]);
+    check_run(&v, "append", 16);
+    assert_eq!(u(&v, "ios"), 4000, "exactly --ios per thread");
+    for (args, needle) in [
+        (
+            &["sim", "-n", "1", "-w", "append"][..],
+            "not a zoned namespace",
+        ),
+        (
+            &["sim", "-n", "3", "-w", "append", "-j", "5"][..],
+            "use fewer threads",
+        ),
+        (
+            &["sim", "-n", "3", "-w", "append", "-b", "262144"][..],
+            "Zone Append limit",
+        ),
+        (
+            &["sim", "-n", "3", "-w", "append", "--verify"][..],
+            "drop --verify",
+        ),
+        (
+            &["--engine", "io_uring", "/dev/null", "-w", "append"][..],
+            "-w append runs on our driver",
+        ),
+    ] {
+        let out = perf(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}

@@ -146,6 +146,7 @@ impl Controller {
             events: Mutex::new(VecDeque::new()),
             aers: 0,
             identify: Box::new(IdentifyController::default()),
+            command_sets: Default::default(),
             namespaces: RwLock::new(Arc::new(NamespaceSet::default())),
             rescan_lock: Mutex::new(()),
             io_queues: 0,
@@ -157,7 +158,7 @@ impl Controller {
             _keepalive: keepalive,
         };
         let (mmio, name) = (&partial.mmio, &partial.name);
-        mmio.write32(regs::CC, enabled_cc().0);
+        mmio.write32(regs::CC, enabled_cc(cap).0);
         if let Err(e) = wait_ready(mmio, name, cap, true) {
             partial.state.fetch_or(STATE_FAILED, Ordering::AcqRel);
             return Err(e);
@@ -254,6 +255,7 @@ impl Inner {
         );
 
         *self.identify = id;
+        self.command_sets = self.select_command_sets(&mut page)?;
         let set = self.scan_namespaces(&mut page)?;
         *self.namespaces.get_mut().unwrap_or_else(|p| p.into_inner()) = Arc::new(set);
         Ok(())

@@ -175,11 +175,17 @@ impl Inner {
         nsid: u32,
         page: &mut DmaBuffer,
     ) -> Result<[u8; IDENTIFY_DATA_SIZE]> {
+        self.identify_sqe_page(command::identify(cns, nsid), page)
+    }
+
+    /// The Identify command `sqe` through `page` (an [`IDENTIFY_DATA_SIZE`]-byte buffer).
+    pub(super) fn identify_sqe_page(
+        &self,
+        sqe: SubmissionEntry,
+        page: &mut DmaBuffer,
+    ) -> Result<[u8; IDENTIFY_DATA_SIZE]> {
         page.fill(0);
-        self.admin(
-            command::identify(cns, nsid),
-            Some((page, IDENTIFY_DATA_SIZE)),
-        )?;
+        self.admin(sqe, Some((page, IDENTIFY_DATA_SIZE)))?;
         let mut bytes = [0u8; IDENTIFY_DATA_SIZE];
         bytes.copy_from_slice(&page[..IDENTIFY_DATA_SIZE]);
         Ok(bytes)

@@ -27,6 +27,7 @@
 
 mod async_commands;
 mod bringup;
+mod command_sets;
 mod commands;
 mod interrupts;
 mod namespaces;
@@ -108,6 +109,8 @@ pub(crate) struct Inner {
     /// Asynchronous Event Requests kept posted (min(AERL + 1, [`MAX_AERS`]); 0 when off).
     aers: usize,
     pub(crate) identify: Box<IdentifyController>,
+    /// The I/O command sets enabled at bring-up (the zoned one, ZASL).
+    command_sets: command_sets::CommandSets,
     /// Active namespaces as of bring-up or the last rescan, replaced whole (readers clone
     /// the `Arc`, never hold the lock across I/O).
     namespaces: RwLock<Arc<NamespaceSet>>,

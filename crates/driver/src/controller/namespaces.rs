@@ -84,7 +84,11 @@ impl Inner {
         for nsid in nsids {
             let data =
                 IdentifyNamespace::from_bytes(&self.identify_page(Cns::Namespace, nsid, page)?);
-            match Namespace::from_identify(nsid, data, self.max_transfer) {
+            let ns = match Namespace::from_identify(nsid, data, self.max_transfer) {
+                Ok(ns) => self.with_command_set(ns, page)?,
+                Err(reason) => Err(reason),
+            };
+            match ns {
                 Ok(ns) => set.active.push(ns),
                 Err(reason) => {
                     log::warn!("{}: namespace {nsid} skipped: {reason}", self.name);

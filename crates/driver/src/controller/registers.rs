@@ -21,10 +21,17 @@ pub(super) const REGISTER_POLL: Duration = Duration::from_micros(100);
 /// Registers read all ones when the device is gone (surprise removal, link down).
 pub(crate) const ALL_ONES: u32 = u32::MAX;
 
-/// CC for an enabled controller: NVM command set, our page size, 64/16-byte entries.
-pub(super) fn enabled_cc() -> Cc {
+/// CC for an enabled controller: all supported I/O command sets where CAP.CSS bit 6 offers
+/// them (the profile is chosen after the enable, see `command_sets`), else the NVM command
+/// set; our page size, 64/16-byte entries.
+pub(super) fn enabled_cc(cap: Cap) -> Cc {
+    let css = if cap.css_io_command_sets() {
+        regs::CC_CSS_ALL_IO
+    } else {
+        regs::CC_CSS_NVM
+    };
     Cc(0)
-        .with_css(regs::CC_CSS_NVM)
+        .with_css(css)
         .with_mps(HOST_PAGE_MPS)
         .with_ams(0)
         .with_shn(ShutdownNotification::None)

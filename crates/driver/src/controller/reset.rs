@@ -93,7 +93,7 @@ impl Inner {
         self.mmio.write32(regs::AQA, Aqa::new(entries, entries).0);
         self.mmio.write64(regs::ASQ, admin.sq_iova());
         self.mmio.write64(regs::ACQ, admin.cq_iova());
-        self.mmio.write32(regs::CC, enabled_cc().0);
+        self.mmio.write32(regs::CC, enabled_cc(self.cap).0);
         drop(admin);
         if let Err(e) = wait_ready(&self.mmio, &self.name, self.cap, true) {
             self.fail_and_stop();
@@ -104,8 +104,12 @@ impl Inner {
         let generation = (self.state() & !(STATE_GENERATION - 1)) + STATE_GENERATION;
         self.state
             .store(generation | STATE_RESETTING, Ordering::Release);
-        // 3. What bring-up configured: queue count, shadow doorbells (MSI-X routing lives in
-        //    VFIO and survives).
+        // 3. What bring-up configured: the command set profile, queue count, shadow doorbells
+        //    (MSI-X routing lives in VFIO and survives).
+        if let Err(e) = self.restore_command_set_profile() {
+            self.fail_and_stop();
+            return Err(e);
+        }
         let cqe = self.admin(
             command::set_number_of_queues(self.io_queues.max(1), self.io_queues.max(1)),
             None,

@@ -98,7 +98,9 @@ pub(crate) fn capabilities(config: &SimConfig) -> (Cap, Version) {
         true,
         MPSMIN,
         MPSMAX,
-    );
+    )
+    // CSS bit 6, as QEMU sets it: CC.CSS = 110b enables the I/O Command Set Profile's sets.
+    .with_io_command_sets();
     (cap, VERSION)
 }
 
@@ -283,6 +285,9 @@ impl AdminState {
 
 /// The Namespace Identification Descriptors of namespace `nsid`: EUI64, NGUID and UUID made
 /// from the NSID (unique per namespace, stable across runs), and CSI 0 (NVM).
+/// Where [`namespace_ids`] puts the Command Set Identifier descriptor.
+const NS_ID_CSI: usize = 3;
+
 fn namespace_ids(nsid: u32) -> [NsIdDescriptor; 4] {
     let eui = (SIM_EUI64_PREFIX | u64::from(nsid)).to_be_bytes();
     let mut nguid = [0u8; 16];
@@ -331,8 +336,20 @@ fn fail(status: Status) -> Fail {
     Fail::Status(status)
 }
 
-/// Identify CDW11 bits 31:24: Command Set Identifier (Base 2.0 §5.17.1).
-const CSI_SHIFT: u32 = 24;
+/// The one I/O Command Set combination (index 0 of Identify CNS 1Ch: NVM and zoned), as in
+/// QEMU 7.2; Set Features 19h takes no other index.
+pub(crate) const IO_COMMAND_SET_COMBINATION: u16 = 0;
+
+/// The I/O Command Set data structure (Identify CNS 1Ch, Base 2.0 §5.17.2.22): vector 0 holds
+/// the NVM and the Zoned Namespace Command Sets, whether or not a zoned namespace is configured
+/// (QEMU 7.2 answers the same).
+fn io_command_set_vectors() -> [u8; IDENTIFY_DATA_SIZE] {
+    use nvme_spec::zns::{IoCommandSetVectors, CSI_NVM, CSI_ZNS};
+    let mut v = IoCommandSetVectors([0; IoCommandSetVectors::COUNT]);
+    v.0[usize::from(IO_COMMAND_SET_COMBINATION)] =
+        IoCommandSetVectors::bit(CSI_NVM) | IoCommandSetVectors::bit(CSI_ZNS);
+    v.encode()
+}
 
 impl Device {
     pub(super) fn admin_command(&mut self, view: &GuestView<'_>, sqe: &SubmissionEntry) -> Outcome {
@@ -400,10 +417,16 @@ impl Device {
             if self.shared.disks.get(sqe.nsid).is_none() {
                 return Err(fail(generic_status(generic::INVALID_NAMESPACE_OR_FORMAT)));
             }
-            // An EUI64, NGUID and UUID derived from the NSID, and the NVM command set.
-            NsIdDescriptor::encode_list(&namespace_ids(sqe.nsid))
+            // An EUI64, NGUID and UUID derived from the NSID, and its command set.
+            let mut ids = namespace_ids(sqe.nsid);
+            if self.is_zoned(sqe.nsid) {
+                ids[NS_ID_CSI] = NsIdDescriptor::Csi(nvme_spec::zns::CSI_ZNS);
+            }
+            NsIdDescriptor::encode_list(&ids)
+        } else if cns == nvme_spec::zns::CNS_IO_COMMAND_SET {
+            io_command_set_vectors()
         } else if cns == nvme_spec::zns::CNS_CSI_NAMESPACE
-            && (sqe.cdw11 >> CSI_SHIFT) as u8 == nvme_spec::zns::CSI_ZNS
+            && cmd::identify_csi_of(sqe) == nvme_spec::zns::CSI_ZNS
         {
             // ZNS Identify Namespace (ZNS CS 1.1 §4.1.5.1), for the zoned namespace only.
             match self.zones.as_ref().filter(|z| z.nsid() == sqe.nsid) {
@@ -411,10 +434,12 @@ impl Device {
                 None => return Err(fail(generic_status(generic::INVALID_FIELD))),
             }
         } else if cns == nvme_spec::zns::CNS_CSI_CONTROLLER
-            && (sqe.cdw11 >> CSI_SHIFT) as u8 == nvme_spec::zns::CSI_ZNS
+            && cmd::identify_csi_of(sqe) == nvme_spec::zns::CSI_ZNS
         {
-            // ZNS Identify Controller (§4.1.5.2): ZASL 0, appends limited by MDTS.
-            [0; IDENTIFY_DATA_SIZE]
+            // ZNS Identify Controller (§4.1.5.2): ZASL as configured (0: MDTS applies).
+            let mut data = [0; IDENTIFY_DATA_SIZE];
+            data[0] = self.shared.config.zoned.map_or(0, |z| z.zasl);
+            data
         } else if (Cns::AllocatedNamespaceList as u8..=Cns::ControllerList as u8).contains(&cns)
             && self.shared.config.namespace_management
         {

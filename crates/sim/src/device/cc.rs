@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use nvme_spec::queue::{CQES_LOG2, SQES_LOG2};
 use nvme_spec::regs::{
     Aqa, Cc, Csts, ShutdownNotification, ShutdownStatus, ACQ, ADMIN_QUEUE_MAX_ENTRIES, AQA, ASQ,
-    CC, CC_CSS_NVM, CSTS, DOORBELL_BASE, PAGE_SIZE_SHIFT_BASE,
+    CC, CC_CSS_ALL_IO, CC_CSS_NVM, CSTS, DOORBELL_BASE, PAGE_SIZE_SHIFT_BASE,
 };
 
 use super::{admin, CqInterrupt, Device, MIN_PAGE_MASK};
@@ -64,9 +64,10 @@ impl Device {
         let acq = self.regs().load64(ACQ);
         let mqes_entries = u32::from(self.shared.config.mqes) + 1;
         let max_admin = ADMIN_QUEUE_MAX_ENTRIES.min(mqes_entries);
-        let problem = if cc.css() != CC_CSS_NVM {
+        let problem = if cc.css() != CC_CSS_NVM && cc.css() != CC_CSS_ALL_IO {
             Some(format!(
-                "CC.CSS {} is not the NVM command set ({CC_CSS_NVM})",
+                "CC.CSS {} is neither the NVM command set ({CC_CSS_NVM}) nor all I/O command \
+                 sets ({CC_CSS_ALL_IO})",
                 cc.css()
             ))
         } else if cc.mps() > admin::MPSMAX {

@@ -46,7 +46,7 @@ const TIMESTAMP_ORIGIN_HOST: u8 = 1;
 const ACTIVE_FIRMWARE_SLOT: u8 = 1;
 
 /// The standard features the emulated controller implements, whether each is saveable.
-const SUPPORTED: [(u8, bool); 9] = [
+const SUPPORTED: [(u8, bool); 10] = [
     (feature::ARBITRATION, true),
     (feature::POWER_MANAGEMENT, true),
     (feature::TEMPERATURE_THRESHOLD, true),
@@ -56,6 +56,7 @@ const SUPPORTED: [(u8, bool); 9] = [
     (feature::INTERRUPT_COALESCING, true),
     (feature::ASYNC_EVENT_CONFIGURATION, true),
     (feature::TIMESTAMP, false),
+    (nvme_spec::zns::FID_IO_COMMAND_SET_PROFILE, false),
 ];
 
 fn default_value(fid: u8) -> u32 {
@@ -154,6 +155,16 @@ impl Device {
         }
         if fid == feature::VOLATILE_WRITE_CACHE {
             self.set_write_cache(sqe.cdw11);
+        }
+        if fid == nvme_spec::zns::FID_IO_COMMAND_SET_PROFILE
+            && sqe.cdw11 & nvme_spec::zns::IOCS_INDEX_MASK
+                != u32::from(super::admin::IO_COMMAND_SET_COMBINATION)
+        {
+            // Only combination 0 (NVM and zoned) exists, as in QEMU 7.2 (Base 2.0 §5.27.1.21).
+            return Ok(status(
+                StatusCodeType::CommandSpecific,
+                command_specific::IO_COMMAND_SET_COMBINATION_REJECTED,
+            ));
         }
         let store = &mut self.admin.features;
         store.current[usize::from(fid)] = sqe.cdw11;

@@ -8,6 +8,7 @@
 use nvme_spec::command::{dsm_deallocate, dsm_ranges, fua, nlb, slba};
 use nvme_spec::opcode::nvm;
 use nvme_spec::queue::{DsmRange, SubmissionEntry};
+use nvme_spec::regs::CC_CSS_ALL_IO;
 use nvme_spec::sgl::Psdt;
 use nvme_spec::status::{generic, media, Status, StatusCodeType};
 
@@ -103,6 +104,13 @@ impl Device {
             match opcode {
                 // The zoned namespace (ZNS CS 1.1): writes at the write pointer, the zone
                 // commands; Write Zeroes and Copy are not offered there.
+                // With CC.CSS = NVM the zoned namespace takes the NVM commands only (QEMU
+                // 7.2 does the same): the zone commands are not in its command set.
+                nvm::ZONE_APPEND | nvm::ZONE_MGMT_SEND | nvm::ZONE_MGMT_RECV
+                    if self.is_zoned(sqe.nsid) && self.cc.css() != CC_CSS_ALL_IO =>
+                {
+                    Err(status(generic::INVALID_OPCODE))
+                }
                 nvm::WRITE | nvm::ZONE_APPEND if self.is_zoned(sqe.nsid) => {
                     return self.zoned_outcome(view, sqe);
                 }

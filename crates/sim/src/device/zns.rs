@@ -21,6 +21,9 @@ use crate::sgl::walk_data_pointer;
 
 /// Bytes per dword (NUMD).
 const DWORD: usize = 4;
+/// The minimum memory page (CAP.MPSMIN) ZASL counts in.
+const MIN_PAGE_BYTES: u64 =
+    1 << (nvme_spec::regs::PAGE_SIZE_SHIFT_BASE + super::admin::MPSMIN as u32);
 
 #[derive(Clone, Copy, Debug)]
 struct Zone {
@@ -289,7 +292,11 @@ impl Zones {
             id.head.zrwafg = 1;
             id.head.zrwacap = zns::ZRWACAP_EXPFLUSHSUP;
         }
-        id.lbafe[0].zsze = self.cfg.zone_blocks;
+        // Every LBA format's extension gives the zone size, as QEMU's does (the namespace's
+        // current format may be any of its eight).
+        for f in id.lbafe.iter_mut() {
+            f.zsze = self.cfg.zone_blocks;
+        }
         let mut out = [0u8; zns::IDENTIFY_BYTES];
         id.encode(&mut out);
         out
@@ -329,6 +336,12 @@ impl Device {
             return Err(zone_fail(zns::status::ZONE_INVALID_WRITE));
         }
         if append {
+            let zasl = zones.cfg.zasl;
+            let bytes = n * u64::from(self.namespace(sqe.nsid)?.block_size);
+            if zasl != 0 && bytes > MIN_PAGE_BYTES << zasl {
+                // Larger than the Zone Append Size Limit (ZNS §3.4.1): QEMU's status.
+                return Err(status(generic::INVALID_FIELD));
+            }
             zones.check_open_resources(i)?;
         }
         let mut moved = *sqe;
