@@ -55,8 +55,8 @@ fn list_and_identify() {
     assert_eq!(c["nn"], 2);
     assert_eq!(c["elpe"], 15);
     assert_eq!(c["lpa"], 2, "Commands Supported and Effects log offered");
-    // ONCS: Compare, DSM, Write Zeroes, Save/Select, Timestamp, Copy.
-    assert_eq!(c["oncs"], 0x1 | 0x4 | 0x8 | 0x10 | 0x40 | 0x100);
+    // ONCS: Compare, Write Uncorrectable, DSM, Write Zeroes, Save/Select, Timestamp, Copy.
+    assert_eq!(c["oncs"], 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x40 | 0x100);
     assert_eq!(c["sqes"], 0x66);
     assert_eq!(c["cqes"], 0x44);
 
