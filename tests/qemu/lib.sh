@@ -199,3 +199,13 @@ nvme_target_start() {
         sleep 0.1
     done
 }
+
+# summ FIELD SIDE MODE FILE [KEY]: "median (min-max)" of column FIELD over the lines of FILE
+# whose column 2 is SIDE, column 3 MODE and (with KEY) column 5 KEY (the SQLite benchmark cases'
+# result files: one line per run or per phase of a run).
+summ() {
+    awk -v s="$2" -v m="$3" -v p="${5:-}" '$2 == s && $3 == m && (p == "" || $5 == p) { print $'"$1"' }' \
+        "$4" | sort -n |
+        awk '{ v[NR] = $1 } END { if (NR % 2) md = v[(NR + 1) / 2]; else md = (v[NR / 2] + v[NR / 2 + 1]) / 2;
+              printf "%.3f (%.3f-%.3f)\n", md, v[1], v[NR] }'
+}

@@ -72,18 +72,10 @@ for mode in delete wal; do
     done
 done
 
-# summ FIELD SIDE MODE [FILE [PHASE]]: "median (min-max)" of column FIELD (in /tmp/sqlbench 5:
-# elapsed, 6: commits/s; in /tmp/sqlphase 6: ms of PHASE).
-summ() {
-    awk -v s="$2" -v m="$3" -v p="${5:-}" '$2 == s && $3 == m && (p == "" || $5 == p) { print $'"$1"' }' \
-        "${4:-/tmp/sqlbench}" | sort -n |
-        awk '{ v[NR] = $1 } END { if (NR % 2) md = v[(NR + 1) / 2]; else md = (v[NR / 2] + v[NR / 2 + 1]) / 2;
-              printf "%.3f (%.3f-%.3f)\n", md, v[1], v[NR] }'
-}
 echo "| journal | side | total time (s), median (range) | insert commits/s, median (range) | runs |"
 for mode in delete wal; do
     for side in ours ours-nofua ext4; do
-        echo "| $mode | $side | $(summ 5 $side $mode) | $(summ 6 $side $mode) | $REPS |"
+        echo "| $mode | $side | $(summ 5 $side $mode /tmp/sqlbench) | $(summ 6 $side $mode /tmp/sqlbench) | $REPS |"
     done
 done
 echo "| journal | side | create | insert | update | delete | query | verify (ms, medians) |"

@@ -72,17 +72,10 @@ for mode in delete wal; do
     done
 done
 
-# summ FIELD SIDE MODE [FILE [TEST]]: "median (min-max)".
-summ() {
-    awk -v s="$2" -v m="$3" -v p="${5:-}" '$2 == s && $3 == m && (p == "" || $5 == p) { print $'"$1"' }' \
-        "${4:-/tmp/speed}" | sort -n |
-        awk '{ v[NR] = $1 } END { if (NR % 2) md = v[(NR + 1) / 2]; else md = (v[NR / 2] + v[NR / 2 + 1]) / 2;
-              printf "%.3f (%.3f-%.3f)\n", md, v[1], v[NR] }'
-}
 echo "| journal | side | speedtest1 total (s), median (range) | runs |"
 for mode in delete wal; do
     for side in ours ext4; do
-        echo "| $mode | $side | $(summ 5 $side $mode) | $REPS |"
+        echo "| $mode | $side | $(summ 5 $side $mode /tmp/speed) | $REPS |"
     done
 done
 echo "| journal | test | ours (s) | ext4 (s) |"
