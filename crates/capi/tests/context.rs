@@ -14,14 +14,7 @@ fn complete(qp: *mut nvme_qpair, submit: impl FnOnce(*mut c_void) -> i32) -> i32
     let seen = Seen::default();
     let arg = (&seen as *const Seen).cast_mut().cast();
     assert_eq!(submit(arg), NVME_OK, "{}", last_error());
-    for _ in 0..1_000_000 {
-        if seen.calls.get() == 1 {
-            return seen.error.get();
-        }
-        // SAFETY: live queue pair owned by this thread.
-        assert!(unsafe { nvme_qpair_poll(qp, 0) } >= 0);
-    }
-    panic!("no completion");
+    common::poll_until(qp, &seen, 1)
 }
 
 fn bytes<'a>(buf: *mut nvme_buf) -> &'a mut [u8] {

@@ -11,7 +11,7 @@ use nvme_tcp::fake::{Config, FakeTarget, COPY_MCL};
 use nvme_userspace::*;
 
 mod common;
-use common::{last_error, record, Seen};
+use common::{last_error, poll_until, record, Seen};
 
 fn bytes<'a>(buf: *mut nvme_buf) -> &'a mut [u8] {
     // SAFETY: a live, idle buffer handle of this test; `len` bytes at `ptr`.
@@ -23,18 +23,6 @@ fn alloc(ctrlr: *mut nvme_ctrlr, len: usize) -> *mut nvme_buf {
     // SAFETY: open controller, valid out pointer.
     assert_eq!(unsafe { nvme_buf_alloc(ctrlr, len, &mut buf) }, NVME_OK);
     buf
-}
-
-fn poll_until(qp: *mut nvme_qpair, seen: &Seen, calls: u32) {
-    for _ in 0..1_000_000 {
-        if seen.calls.get() >= calls {
-            return;
-        }
-        // SAFETY: live queue pair of this thread, not inside a callback.
-        assert!(unsafe { nvme_qpair_poll(qp, 0) } >= 0, "{}", last_error());
-        std::thread::yield_now();
-    }
-    panic!("no completion");
 }
 
 fn arg(seen: &Seen) -> *mut c_void {

@@ -29,14 +29,7 @@ unsafe fn io(qp: *mut nvme_qpair, nsid: u32, blocks: u32, buf: *mut nvme_buf, wr
     if rc != NVME_OK {
         return rc;
     }
-    for _ in 0..1_000_000 {
-        if seen.calls.get() == 1 {
-            return seen.error.get();
-        }
-        // SAFETY: caller contract.
-        assert!(unsafe { nvme_qpair_poll(qp, 0) } >= 0);
-    }
-    panic!("no completion");
+    common::poll_until(qp, &seen, 1)
 }
 
 /// The usable namespace ids.

@@ -23,14 +23,7 @@ unsafe fn read(qp: *mut nvme_qpair, nsid: u32, lba: u64, blocks: u32, buf: *mut 
     if rc != NVME_OK {
         return rc;
     }
-    for _ in 0..1_000_000 {
-        if seen.calls.get() == 1 {
-            return seen.error.get();
-        }
-        // SAFETY: caller contract.
-        assert!(unsafe { nvme_qpair_poll(qp, 0) } >= 0);
-    }
-    panic!("no completion");
+    common::poll_until(qp, &seen, 1)
 }
 
 #[test]

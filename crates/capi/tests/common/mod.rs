@@ -1,5 +1,6 @@
-//! Helpers the C API's integration tests share: the thread's last error message, and a
-//! callback that records how often it ran and the last error code it saw.
+//! Helpers the C API's integration tests share: the thread's last error message, a
+//! callback that records how often it ran and the last error code it saw, and the poll loop
+//! that waits for it.
 
 #![allow(dead_code)] // each test file uses its own subset
 
@@ -32,4 +33,19 @@ pub unsafe extern "C" fn record(arg: *mut c_void, status: *const nvme_cpl_status
     let (seen, status) = unsafe { (&*arg.cast::<Seen>(), &*status) };
     seen.calls.set(seen.calls.get() + 1);
     seen.error.set(status.error);
+}
+
+/// Polls `qp` until [`record`] has run `calls` times for `seen` (panics after a million polls);
+/// returns the last callback's error code. `qp` must be a live queue pair of this thread, not
+/// polled from inside a callback.
+pub fn poll_until(qp: *mut nvme_qpair, seen: &Seen, calls: u32) -> i32 {
+    for _ in 0..1_000_000 {
+        if seen.calls.get() >= calls {
+            return seen.error.get();
+        }
+        // SAFETY: the contract above.
+        assert!(unsafe { nvme_qpair_poll(qp, 0) } >= 0, "{}", last_error());
+        std::thread::yield_now();
+    }
+    panic!("no completion");
 }
