@@ -40,6 +40,7 @@ pub mod identify;
 pub mod log;
 pub mod manage;
 pub mod opcode;
+pub mod passthru;
 pub mod protection;
 pub mod queue;
 pub mod regs;
