@@ -12,7 +12,8 @@
 //!
 //! INVARIANT: an [`AdminCommand`] is built only here, from a typed command whose transfer is
 //! at most its [`AdminData`] length in the direction given, so executing one is safe; raw
-//! passthrough stays the transports' `unsafe fn`.
+//! passthrough of commands the driver cannot bound stays the transports' `unsafe fn`
+//! ([`AdminCommand::passthru`] builds the others, in `passthru.rs`).
 
 use nvme_spec::admin_log::{CommandsEffectsLog, FirmwareSlotLog, NsIdDescriptor};
 use nvme_spec::command::{self, Cns};
@@ -73,6 +74,11 @@ pub struct AdminReply {
 }
 
 impl AdminCommand {
+    /// An entry and its data, for the checked constructors of this crate (the INVARIANT above).
+    pub(crate) fn from_parts(sqe: SubmissionEntry, data: AdminData) -> Self {
+        AdminCommand { sqe, data }
+    }
+
     /// The submission entry (command id and data pointer left to the transport).
     pub fn sqe(&self) -> SubmissionEntry {
         self.sqe

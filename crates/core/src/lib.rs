@@ -56,6 +56,7 @@ pub mod iovec;
 mod namespace;
 mod nano_clock;
 mod options;
+mod passthru;
 pub mod protection;
 pub mod split;
 pub mod state;
@@ -75,6 +76,7 @@ pub use iovec::{IoVec, PieceRule, IOVEC_MAX_PIECES};
 pub use namespace::{Namespace, NamespaceChange, NamespaceChanges, NamespaceSet};
 pub use nano_clock::NanoClock;
 pub use options::QueuePairOptions;
+pub use passthru::{PassthruData, PassthruError};
 pub use protection::{
     LbaFormatInfo, MetadataLayout, PiCheck, PiType, Prinfo, Protected, Protection,
 };

@@ -69,7 +69,8 @@ pub use nvme_core::zns;
 pub use nvme_core::{
     command, AdminCommand, AdminCommands, AdminData, AdminReply, CopyLimit, Error, IoCommand,
     IoFailure, IoQueue, IoVec, LbaRange, Namespace, NamespaceChange, NamespaceChanges, NanoClock,
-    NvmCommand, NvmeController, PieceRule, Result, WriteFlags, IOVEC_MAX_PIECES,
+    NvmCommand, NvmeController, PassthruData, PassthruError, PieceRule, Result, WriteFlags,
+    IOVEC_MAX_PIECES,
 };
 pub use platform::CpuPlatform;
 pub use queue_pair::{
