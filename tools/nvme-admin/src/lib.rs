@@ -11,7 +11,7 @@
 //! [`manage`]), `device-self-test -s CODE [-n NSID]` and `self-test-log [-e N]` (see
 //! [`selftest`]), and nvme-cli's zns plugin: `zns id-ns`, `zns id-ctrl`, `zns report-zones`,
 //! `zns reset-zone`/`open-zone`/`close-zone`/`finish-zone`/`offline-zone`/`zone-mgmt-send`,
-//! `zns zone-append` (see [`zns`]). `-o json` prints nvme-cli 2.x's JSON keys, the default
+//! `zns zone-append` (see [`zns`]), and `admin-passthru` (see [`passthru`]). `-o json` prints nvme-cli 2.x's JSON keys, the default
 //! (`-o normal`) a `key : value` list of the same fields.
 //!
 //! Errors go to stderr as `error: <message>` and exit with status 1: a feature nvme-admin
@@ -20,6 +20,7 @@
 mod emulator;
 pub mod manage;
 mod output;
+pub mod passthru;
 pub mod selftest;
 pub mod zns;
 
@@ -161,6 +162,8 @@ enum Command {
     DeviceSelfTest(selftest::SelfTestArgs),
     /// Device Self-test log: the test in progress and the last results.
     SelfTestLog(selftest::SelfTestLogArgs),
+    /// A raw admin command through the driver's safe passthrough (nvme-cli's options).
+    AdminPassthru(passthru::PassthruArgs),
     /// Zoned namespaces (nvme-cli's `nvme zns` plugin).
     #[command(subcommand)]
     Zns(zns::ZnsCommand),
@@ -183,6 +186,7 @@ impl Command {
             Command::Format(a) => &a.dev,
             Command::DeviceSelfTest(a) => &a.dev,
             Command::SelfTestLog(a) => &a.dev,
+            Command::AdminPassthru(a) => &a.dev,
             Command::Zns(z) => z.device(),
         }
     }
@@ -261,6 +265,10 @@ pub enum AdminError {
     BadZoneAction(u8),
     #[error("the controller's zone report is malformed: {0}")]
     BadReport(String),
+    #[error("admin-passthru: {0}")]
+    BadPassthru(String),
+    #[error("admin-passthru: {0}")]
+    Passthru(#[from] nvme_driver::PassthruError),
     #[error("cannot encode JSON: {0}")]
     Json(#[from] serde_json::Error),
     #[error("cannot write to standard output: {0}")]
@@ -291,6 +299,17 @@ fn execute<C: NvmeController>(ctrl: &C, command: &Command) -> Result<Output, Adm
                     serde_json::to_string_pretty(&manage::log_json(args, &page))? + "\n",
                 ),
                 (false, Format::Normal) => Output::Text(manage::log_text(ctrl.name(), args, &page)),
+            });
+        }
+        Command::AdminPassthru(args) => {
+            let out = passthru::admin(ctrl, args)?;
+            return Ok(match out.raw {
+                Some(mut bytes) => {
+                    let mut all = out.text.into_bytes();
+                    all.append(&mut bytes);
+                    Output::Bytes(all)
+                }
+                None => Output::Text(out.text),
             });
         }
         Command::ListCtrl(args) => manage::list_ctrl(ctrl, args)?,
@@ -427,6 +446,7 @@ fn execute_remote(path: &std::path::Path, command: &Command) -> Result<String, A
         Command::Format(_) => return Err(AdminError::NotRemote("format")),
         Command::DeviceSelfTest(_) => return Err(AdminError::NotRemote("device-self-test")),
         Command::SelfTestLog(_) => return Err(AdminError::NotRemote("self-test-log")),
+        Command::AdminPassthru(_) => return Err(AdminError::NotRemote("admin-passthru")),
         // Zone commands are I/O: the socket's server owns the queue pairs.
         Command::Zns(_) => return Err(AdminError::NotRemote("zns")),
     };

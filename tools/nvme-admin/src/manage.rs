@@ -247,12 +247,18 @@ pub fn log_json(args: &GetLogArgs, page: &[u8]) -> Value {
 
 /// `get-log` as text: a heading, then 16 bytes a line (offset, hex bytes, printable ASCII).
 pub fn log_text(device: &str, args: &GetLogArgs, page: &[u8]) -> String {
-    use std::fmt::Write as _;
     let mut out = format!(
         "Device:{device} log-id:{:#x} namespace-id:{:#x}\n",
         args.lid, args.nsid
     );
-    for (i, line) in page.chunks(HEX_LINE).enumerate() {
+    hex_dump(&mut out, page);
+    out
+}
+
+/// Appends `data` to `out` as 16-byte lines: offset, hex bytes, and the printable characters.
+pub(crate) fn hex_dump(out: &mut String, data: &[u8]) {
+    use std::fmt::Write as _;
+    for (i, line) in data.chunks(HEX_LINE).enumerate() {
         let _ = write!(out, "{:04x}:", i * HEX_LINE);
         for b in line {
             let _ = write!(out, " {b:02x}");
@@ -272,7 +278,6 @@ pub fn log_text(device: &str, args: &GetLogArgs, page: &[u8]) -> String {
             .collect();
         let _ = writeln!(out, " \"{ascii}\"");
     }
-    out
 }
 
 #[cfg(test)]

@@ -406,3 +406,57 @@ fn bad_input_is_refused_with_a_message() {
     fails(&["id-ctrl", "not-a-device"]);
     fails(&["id-ctrl", "sim", "-o", "yaml"]);
 }
+
+#[test]
+fn admin_passthru_smart_log_equals_get_log() {
+    let ours = run(&[
+        "admin-passthru",
+        "sim",
+        "-O",
+        "0x02",
+        "-n",
+        "0xffffffff",
+        "--cdw10",
+        "0x007f0002",
+        "-l",
+        "512",
+        "-r",
+        "-b",
+    ]);
+    assert!(
+        ours.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ours.stderr)
+    );
+    assert_eq!(ours.stdout.len(), 512);
+    assert!(String::from_utf8_lossy(&ours.stderr).contains("NVMe command result:00000000"));
+    let typed = run(&["get-log", "sim", "-i", "2", "-l", "512", "-b"]);
+    assert!(typed.status.success());
+    assert_eq!(ours.stdout, typed.stdout);
+}
+
+#[test]
+fn admin_passthru_identify_dump_and_refusals() {
+    let out = run(&[
+        "admin-passthru",
+        "sim",
+        "-O",
+        "6",
+        "--cdw10",
+        "1",
+        "-l",
+        "4096",
+        "-r",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("NVMe command result:00000000\n"), "{text}");
+    // 4096 bytes, 16 a line, after the result and the column header.
+    assert_eq!(text.lines().count(), 2 + 256);
+    assert!(fails(&["admin-passthru", "sim", "-O", "1"]).contains("refused"));
+    assert!(fails(&["admin-passthru", "sim", "-O", "6", "-l", "100"]).contains("at least 4096"));
+    assert!(fails(&["admin-passthru", "sim", "-O", "0xc0", "-l", "4096"]).contains("admin_raw"));
+    assert!(
+        fails(&["admin-passthru", "sim", "-O", "6", "-l", "4096", "-w"]).contains("--read/--write")
+    );
+}
