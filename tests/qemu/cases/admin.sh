@@ -32,6 +32,13 @@ nvme-admin set-feature "$NVME_BDF" -f 6 -v 1
 expect_fail "not one nvme-admin types" nvme-admin get-feature "$NVME_BDF" -f 3
 expect_fail "does not fit" nvme-admin set-feature "$NVME_BDF" -f 6 -v 0x100000000
 head -20 "$d/ours-id-ctrl.json"
+# admin-passthru: Identify Controller and the SMART log (Get Log Page 02h, 128 dwords) as raw
+# bytes, compared with nvme-cli's admin-passthru on the kernel driver below.
+nvme-admin admin-passthru "$NVME_BDF" -O 6 --cdw10 1 -l 4096 -r -b >"$d/ours-pt-id-ctrl.bin"
+nvme-admin admin-passthru "$NVME_BDF" -O 2 -n 0xffffffff --cdw10 0x007f0002 -l 512 -r -b \
+    >"$d/ours-pt-smart.bin"
+expect_fail "refused" nvme-admin admin-passthru "$NVME_BDF" -O 1
+expect_fail "at least 4096" nvme-admin admin-passthru "$NVME_BDF" -O 6 --cdw10 1 -l 512
 
 bind_kernel
 if command -v nvme >/dev/null 2>&1; then
@@ -51,6 +58,25 @@ if command -v nvme >/dev/null 2>&1; then
         cat "$d/kernel-feature-$f.txt"
     done
     guest-check admin "$d"
+    # nvme-cli 2.3 spells the opcode -o (ours: -O, -o is the output format): the long name.
+    nvme admin-passthru "$dev" --opcode 6 --cdw10 1 -l 4096 -r -b >"$d/kernel-pt-id-ctrl.bin"
+    nvme admin-passthru "$dev" --opcode 2 -n 0xffffffff --cdw10 0x007f0002 -l 512 -r -b \
+        >"$d/kernel-pt-smart.bin"
+    cmp "$d/ours-pt-id-ctrl.bin" "$d/kernel-pt-id-ctrl.bin" ||
+        fail "admin-passthru Identify Controller differs from nvme-cli's"
+    # SMART bytes 0-31 (warning, temperature, spare, used) and 192-511 (media errors onwards,
+    # temperatures) must match; 32-191 are counters the commands in between move (data
+    # units, host commands, busy time, power cycles and hours, unsafe shutdowns, media and
+    # error-log entry counts: the kernel's probe may log an error entry).
+    for f in ours kernel; do
+        dd if="$d/$f-pt-smart.bin" bs=32 count=1 2>/dev/null >"$d/$f-pt-smart.head"
+        dd if="$d/$f-pt-smart.bin" bs=32 skip=6 2>/dev/null >"$d/$f-pt-smart.tail"
+    done
+    for part in head tail; do
+        cmp "$d/ours-pt-smart.$part" "$d/kernel-pt-smart.$part" ||
+            fail "admin-passthru SMART log ($part) differs from nvme-cli's outside the counters"
+    done
+    echo "admin.sh: admin-passthru Identify and SMART match nvme-cli's"
 else
     echo "admin.sh: nvme-cli is not in the guest; comparing with sysfs"
     guest-check admin "$d" --sysfs /sys
