@@ -1,5 +1,5 @@
-//! The redo area: batch-atomic writes (SQLite's `SQLITE_IOCAP_BATCH_ATOMIC`) with one
-//! device Flush per commit.
+//! The redo area: batch-atomic writes (SQLite's `SQLITE_IOCAP_BATCH_ATOMIC`, used by a
+//! SQLite built with `SQLITE_ENABLE_BATCH_ATOMIC_WRITE`) with one device Flush per commit.
 //!
 //! The blocks between the second directory copy and the data area (the directory copies end
 //! well before the first 1 MiB boundary, `crate::dir::Layout`) are split into two slots. A

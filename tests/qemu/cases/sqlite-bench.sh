@@ -50,9 +50,15 @@ kernel() {
     dev=$(ns_blockdev 2)
     mkfs.ext4 -q -F "$dev" >/dev/null || fail "mkfs.ext4 $dev failed"
     mount -t ext4 "$dev" /mnt/sq
+    # Field 15 of the block device's stat: flush requests completed (the device Flushes ext4
+    # sends for the run, journal commits included).
+    stat=/sys/block/${dev#/dev/}/stat
+    f0=$(awk '{ print $15 }' "$stat")
     nvme-sqlite --kernel-file /mnt/sq/bench.db --journal-mode "$2" -n "$N" -m "$M" \
         >/tmp/sqb.out 2>&1 || { umount /mnt/sq; cat /tmp/sqb.out; fail "ext4 run failed"; }
+    f1=$(awk '{ print $15 }' "$stat")
     umount /mnt/sq
+    echo "@@SQLFLUSH ext4 $2 $1 $((f1 - f0))"
     record ext4 "$2" "$1" /tmp/sqb.out
 }
 

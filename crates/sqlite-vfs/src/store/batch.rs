@@ -138,7 +138,7 @@ impl Store {
             let mut b = vec![0; bytes as usize];
             self.dev.read(lba, &mut b)?;
             if let Some(rec) = redo::decode(&b)? {
-                self.redo_seq = self.redo_seq.max(rec.seq + 1);
+                self.redo_seq = self.redo_seq.max(rec.seq.saturating_add(1));
                 if rec.generation == self.generation {
                     records.push(rec);
                 }
