@@ -105,6 +105,21 @@ pub enum Error {
         /// SQLite's result code.
         code: i32,
     },
+    /// A redo record (batch-atomic write) passed its checksum but does not make sense.
+    #[error("the redo record of a batch-atomic write is corrupt: {0}")]
+    RedoCorrupt(String),
+    /// A batch-atomic write is larger than a redo slot (SQLite then commits through its
+    /// rollback journal instead).
+    #[error("a batch-atomic write of {bytes} bytes does not fit the redo slot ({capacity} bytes)")]
+    BatchTooLarge {
+        /// Bytes the record would take.
+        bytes: u64,
+        /// Bytes a slot holds.
+        capacity: u64,
+    },
+    /// A batch-atomic write was begun, written to or ended out of order.
+    #[error("batch-atomic write on `{0}` out of order (begin, writes, commit or rollback)")]
+    BatchOrder(String),
     /// No usable SQLite function table: none installed yet, or the one a loader passed to
     /// an extension lacks a function or is too old (see `api`).
     #[error("SQLite API: {0}")]

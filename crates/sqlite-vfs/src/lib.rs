@@ -41,6 +41,7 @@ mod device;
 pub mod dir;
 mod error;
 mod guard;
+mod redo;
 mod store;
 mod vfs;
 pub mod workload;
@@ -157,7 +158,7 @@ impl NvmeVfs {
 
     /// SQLite's `xDeviceCharacteristics` flags for this VFS's files.
     pub fn device_characteristics(&self) -> i32 {
-        self.with_store(|s| vfs::characteristics(s.layout().block_size))
+        self.with_store(|s| vfs::characteristics(s.layout().block_size, s.batch_atomic()))
             .unwrap_or(0)
     }
 }

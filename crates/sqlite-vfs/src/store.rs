@@ -9,11 +9,16 @@
 //! - copies alternate between two slots with a rising generation, so a torn directory write
 //!   leaves the previous copy intact;
 //! - an extent leaves a file (delete, relocation) only through [`Store::persist`], so blocks
-//!   that the on-disk directory still assigns to a file are never handed to another file.
+//!   that the on-disk directory still assigns to a file are never handed to another file;
+//! - a batch-atomic write ([`Store::begin_batch`] .. [`Store::commit_batch`]) is one redo
+//!   record and one flush before any of its pages reach their home blocks (`crate::redo`).
 
 use crate::device::BlockDevice;
 use crate::dir::{self, Decoded, Entry, Layout, MAX_FILES, MAX_NAME};
 use crate::error::{Error, Result};
+use crate::redo::Area;
+
+mod batch;
 
 /// Smallest extent a new file gets (bytes); growth at least doubles.
 const MIN_EXTENT_BYTES: u64 = 256 * 1024;
@@ -65,6 +70,10 @@ pub struct StoreStats {
     /// Of those, how many needed no device read (the block was in the one-block cache, or
     /// lay wholly past the end of the file).
     pub rmw_cached: u64,
+    /// Batch-atomic writes committed through the redo area.
+    pub batches: u64,
+    /// Redo records replayed when the store was opened.
+    pub replayed: u64,
 }
 
 /// The files of one namespace.
@@ -85,6 +94,21 @@ pub struct Store {
     block: Vec<u8>,
     cached: Option<u64>,
     stats: StoreStats,
+    /// The redo area's slots.
+    area: Area,
+    /// The batch being collected: its file and writes (offset, bytes).
+    batch: Option<(String, Vec<(u64, Vec<u8>)>)>,
+    /// Sequence number of the next redo record.
+    redo_seq: u64,
+    /// The file whose redo records of the current generation may be replayed at open: its
+    /// length and extent size may be ahead of the directory on the medium (the records
+    /// carry them), and a write to it outside a batch first persists the directory.
+    redo_file: Option<String>,
+    /// Per redo slot: its record's home writes were issued and no flush has followed yet, so
+    /// the slot must not be overwritten before one.
+    unflushed_apply: [bool; 2],
+    /// [`Store::set_batch_atomic`].
+    batch_on: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -112,6 +136,12 @@ impl Store {
             data_dirty: false,
             persisted: Vec::new(),
             stats: StoreStats::default(),
+            area: Area::new(&layout),
+            batch: None,
+            redo_seq: 1,
+            redo_file: None,
+            unflushed_apply: [false; 2],
+            batch_on: true,
         };
         if format == Format::Always {
             store.format()?;
@@ -145,6 +175,7 @@ impl Store {
             store.generation = generation;
             store.entries = entries.clone();
             store.persisted = entries.clone();
+            store.replay()?;
             return Ok(store);
         }
         let describe = |c: &Decoded| match c {
@@ -168,6 +199,14 @@ impl Store {
     fn format(&mut self) -> Result<()> {
         self.entries.clear();
         self.generation = 0;
+        // A new store counts generations from 1 again: no record of an earlier one may match.
+        if self.area.usable() {
+            let blank = self.area.blank_header();
+            self.data_dirty = true;
+            for slot in 0..2 {
+                self.dev.write(self.area.slot_lba(slot), &blank)?;
+            }
+        }
         // Two persists: both slots then hold an empty directory (generations 1 and 2).
         self.persist()?;
         self.persist()
@@ -365,8 +404,28 @@ impl Store {
         Ok(n)
     }
 
-    /// Writes `data` to `name` at `offset`, growing it (a gap is zero-filled).
+    /// Writes `data` to `name` at `offset`, growing it (a gap is zero-filled). Inside a
+    /// batch on `name` the write is collected, and reaches the device at
+    /// [`Store::commit_batch`].
     pub fn write(&mut self, name: &str, offset: u64, data: &[u8]) -> Result<()> {
+        if self.batch.as_ref().is_some_and(|(f, _)| f == name) {
+            offset
+                .checked_add(data.len() as u64)
+                .ok_or_else(|| Error::NoSpace {
+                    name: name.to_owned(),
+                    bytes: u64::MAX,
+                })?;
+            if let Some((_, writes)) = self.batch.as_mut() {
+                writes.push((offset, data.to_vec()));
+            }
+            return Ok(());
+        }
+        self.retire(name)?;
+        self.write_home(name, offset, data)
+    }
+
+    /// [`Store::write`] without the batch and the redo checks.
+    pub(super) fn write_home(&mut self, name: &str, offset: u64, data: &[u8]) -> Result<()> {
         let i = self.find(name)?;
         let end = offset
             .checked_add(data.len() as u64)
@@ -405,6 +464,9 @@ impl Store {
     pub fn truncate(&mut self, name: &str, size: u64) -> Result<()> {
         let i = self.find(name)?;
         let len = self.entries[i].len;
+        if size != len {
+            self.retire(name)?;
+        }
         if size > len {
             self.reserve(i, size)?;
             self.zero(i, len, size)?;
@@ -435,21 +497,28 @@ impl Store {
         }
     }
 
-    /// Whether the directory on the medium already records every entry as it is now.
+    /// Whether the directory on the medium already records every entry as it is now. The
+    /// file of live redo records ([`Store::commit_batch`]) may be longer and hold a larger
+    /// extent at the same start: replaying its records at open restores both.
     fn directory_unchanged(&self) -> bool {
         let bs = u64::from(self.layout.block_size);
         self.entries.len() == self.persisted.len()
-            && self
-                .entries
-                .iter()
-                .zip(&self.persisted)
-                .all(|(e, p)| on_medium(e, bs) == *p)
+            && self.entries.iter().zip(&self.persisted).all(|(e, p)| {
+                let m = on_medium(e, bs);
+                m == *p
+                    || (self.redo_file.as_deref() == Some(e.name.as_str())
+                        && m.name == p.name
+                        && m.start == p.start
+                        && m.len >= p.len
+                        && m.alloc >= p.alloc)
+            })
     }
 
     fn flush(&mut self) -> Result<()> {
         self.dev.flush()?;
         self.stats.flushes += 1;
         self.data_dirty = false;
+        self.unflushed_apply = [false; 2];
         Ok(())
     }
 
@@ -469,6 +538,9 @@ impl Store {
         self.generation = generation;
         self.dir_dirty = false;
         self.persisted = medium;
+        // The flush before the directory made the home writes of every redo record durable;
+        // records of older generations are never replayed.
+        self.redo_file = None;
         Ok(())
     }
 

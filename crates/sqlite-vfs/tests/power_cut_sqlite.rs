@@ -173,6 +173,15 @@ fn workload(sim: &SimController, mode: Mode, rec: &mut Recorded) -> Result<(), S
         tx.commit().map_err(|e| err(&e))?;
         rec.txns.last_mut().expect("pushed above").acked = Some(sim.medium_events());
     }
+    // DELETE mode commits through the redo area (batch-atomic writes): this suite must
+    // exercise that path, not the rollback journal's.
+    let batches = vfs.with_store(|s| s.stats().batches).map_err(|e| err(&e))?;
+    if matches!(mode.journal, JournalMode::Delete) {
+        assert!(
+            batches >= TXNS / 2,
+            "{mode}: only {batches} of {TXNS} commits were batch-atomic"
+        );
+    }
     Ok(())
 }
 

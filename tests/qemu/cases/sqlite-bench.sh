@@ -4,7 +4,9 @@
 # SQLITE_BENCH_REPS runs each (default 5), in alternating order, synchronous=FULL (the
 # workload sets it). Our side runs twice per repetition: with the write-behind queue's FUA
 # barrier (`ours`, the default) and with Write + Flush for every barrier (`ours-nofua`,
-# `--no-fua`), to measure what FUA saves. Prints one
+# `--no-fua`), to measure what FUA saves; in DELETE mode also a third time without SQLite's
+# batch-atomic writes (`ours-nobatch`, `--no-fua --no-batch-atomic`: the rollback journal
+# path), to measure what the redo area saves. Prints one
 # "@@SQLBENCH side mode rep elapsed_s commits_per_s" line per run, one
 # "@@SQLPHASE side mode rep phase ms" line per phase, then the medians with ranges and the
 # per-phase medians.
@@ -48,9 +50,15 @@ kernel() {
     dev=$(ns_blockdev 2)
     mkfs.ext4 -q -F "$dev" >/dev/null || fail "mkfs.ext4 $dev failed"
     mount -t ext4 "$dev" /mnt/sq
+    # Field 15 of the block device's stat: flush requests completed (the device Flushes ext4
+    # sends for the run, journal commits included).
+    stat=/sys/block/${dev#/dev/}/stat
+    f0=$(awk '{ print $15 }' "$stat")
     nvme-sqlite --kernel-file /mnt/sq/bench.db --journal-mode "$2" -n "$N" -m "$M" \
         >/tmp/sqb.out 2>&1 || { umount /mnt/sq; cat /tmp/sqb.out; fail "ext4 run failed"; }
+    f1=$(awk '{ print $15 }' "$stat")
     umount /mnt/sq
+    echo "@@SQLFLUSH ext4 $2 $1 $((f1 - f0))"
     record ext4 "$2" "$1" /tmp/sqb.out
 }
 
@@ -63,7 +71,9 @@ for mode in delete wal; do
             ours "$r" "$mode"
             kernel "$r" "$mode"
             ours "$r" "$mode" ours-nofua --no-fua
+            [ "$mode" = wal ] || ours "$r" "$mode" ours-nobatch --no-fua --no-batch-atomic
         else
+            [ "$mode" = wal ] || ours "$r" "$mode" ours-nobatch --no-fua --no-batch-atomic
             ours "$r" "$mode" ours-nofua --no-fua
             kernel "$r" "$mode"
             ours "$r" "$mode"
@@ -73,14 +83,15 @@ for mode in delete wal; do
 done
 
 echo "| journal | side | total time (s), median (range) | insert commits/s, median (range) | runs |"
+sides() { if [ "$1" = wal ]; then echo ours ours-nofua ext4; else echo ours ours-nofua ours-nobatch ext4; fi; }
 for mode in delete wal; do
-    for side in ours ours-nofua ext4; do
+    for side in $(sides $mode); do
         echo "| $mode | $side | $(summ 5 $side $mode /tmp/sqlbench) | $(summ 6 $side $mode /tmp/sqlbench) | $REPS |"
     done
 done
 echo "| journal | side | create | insert | update | delete | query | verify (ms, medians) |"
 for mode in delete wal; do
-    for side in ours ours-nofua ext4; do
+    for side in $(sides $mode); do
         row="| $mode | $side |"
         for phase in create insert update delete query verify; do
             row="$row $(summ 6 $side $mode /tmp/sqlphase $phase | cut -d' ' -f1) |"

@@ -84,6 +84,11 @@ struct Cli {
     /// measure what FUA saves.
     #[arg(long)]
     no_fua: bool,
+    /// Do not offer SQLite batch-atomic writes (SQLITE_IOCAP_BATCH_ATOMIC through the
+    /// store's redo area): DELETE mode then commits through its rollback journal, as
+    /// before; to measure what batch-atomic writes save.
+    #[arg(long)]
+    no_batch_atomic: bool,
     /// Instead of the workload: check an existing database (integrity_check) and print the
     /// rows of this SQL query, one `row: ` line each with the columns joined by `|` (as the
     /// sqlite3 shell prints them), e.g. to read back what another program wrote.
@@ -191,6 +196,9 @@ fn run_on_controller(cli: &Cli, ctrl: AnyController, format: bool) -> Result<Sum
         Format::Never
     };
     let vfs = NvmeVfs::register(&name, Box::new(dev), format)?;
+    if cli.no_batch_atomic {
+        vfs.with_store(|s| s.set_batch_atomic(false))?;
+    }
     println!(
         "vfs: {name}, sector size {bs} B, device characteristics {:#x}",
         vfs.device_characteristics()
@@ -207,12 +215,13 @@ fn run_on_controller(cli: &Cli, ctrl: AnyController, format: bool) -> Result<Sum
 
 fn print_store(vfs: &NvmeVfs, before: StoreStats, after: StoreStats) -> Result<(), ToolError> {
     println!(
-        "store: {} flushes, {} directory writes, {} relocations, {} partial-block RMW ({} without a read)",
+        "store: {} flushes, {} directory writes, {} relocations, {} partial-block RMW ({} without a read), {} batch-atomic commits",
         after.flushes - before.flushes,
         after.dir_writes - before.dir_writes,
         after.relocations - before.relocations,
         after.rmw - before.rmw,
-        after.rmw_cached - before.rmw_cached
+        after.rmw_cached - before.rmw_cached,
+        after.batches - before.batches
     );
     if let Some(io) = vfs.with_store(|s| s.io_stats())? {
         println!(

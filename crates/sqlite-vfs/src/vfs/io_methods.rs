@@ -236,14 +236,51 @@ unsafe extern "C" fn x_file_size(file: *mut ffi::sqlite3_file, out: *mut i64) ->
     })
 }
 
+/// Batch-atomic writes (`SQLITE_FCNTL_BEGIN_ATOMIC_WRITE`, `_COMMIT_`, `_ROLLBACK_`: SQLite
+/// sends them only when `xDeviceCharacteristics` has `SQLITE_IOCAP_BATCH_ATOMIC`) go to the
+/// store's redo area (`crate::redo`); every other operation is not ours (`SQLITE_NOTFOUND`).
 unsafe extern "C" fn x_file_control(
     file: *mut ffi::sqlite3_file,
-    _op: c_int,
+    op: c_int,
     _arg: *mut c_void,
 ) -> c_int {
     // SAFETY: an open file of ours.
-    let shared = unsafe { state(file) }.shared;
-    Callback::run_always("xFileControl", ffi::SQLITE_NOTFOUND).run(shared, || ffi::SQLITE_NOTFOUND)
+    let st = unsafe { state(file) };
+    Callback::run_always("xFileControl", ffi::SQLITE_NOTFOUND).run(st.shared, || {
+        let (what, code) = match op {
+            ffi::SQLITE_FCNTL_BEGIN_ATOMIC_WRITE => {
+                ("beginning a batch-atomic write", ffi::SQLITE_IOERR)
+            }
+            ffi::SQLITE_FCNTL_COMMIT_ATOMIC_WRITE => (
+                "committing a batch-atomic write",
+                ffi::SQLITE_IOERR_COMMIT_ATOMIC,
+            ),
+            ffi::SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE => {
+                ("rolling back a batch-atomic write", ffi::SQLITE_IOERR)
+            }
+            _ => return ffi::SQLITE_NOTFOUND,
+        };
+        let Kind::Disk { name, .. } = &st.kind else {
+            return ffi::SQLITE_NOTFOUND;
+        };
+        let mut inner = st.shared.lock();
+        let inner = &mut *inner;
+        let Some(store) = inner.store.as_mut() else {
+            return code;
+        };
+        let done = match op {
+            ffi::SQLITE_FCNTL_BEGIN_ATOMIC_WRITE => store.begin_batch(name),
+            ffi::SQLITE_FCNTL_COMMIT_ATOMIC_WRITE => store.commit_batch(name),
+            _ => {
+                store.rollback_batch(name);
+                Ok(())
+            }
+        };
+        match done {
+            Ok(()) => ffi::SQLITE_OK,
+            Err(e) => st.shared.fail(inner, what, &e, code),
+        }
+    })
 }
 
 unsafe extern "C" fn x_sector_size(file: *mut ffi::sqlite3_file) -> c_int {
@@ -255,5 +292,16 @@ unsafe extern "C" fn x_sector_size(file: *mut ffi::sqlite3_file) -> c_int {
 unsafe extern "C" fn x_device_characteristics(file: *mut ffi::sqlite3_file) -> c_int {
     // SAFETY: an open file of ours.
     let shared = unsafe { state(file) }.shared;
-    Callback::run_always("xDeviceCharacteristics", 0).run(shared, || shared.characteristics)
+    Callback::run_always("xDeviceCharacteristics", 0).run(shared, || {
+        let batch = shared
+            .lock()
+            .store
+            .as_ref()
+            .is_some_and(|s| s.batch_atomic());
+        if batch {
+            shared.characteristics | ffi::SQLITE_IOCAP_BATCH_ATOMIC
+        } else {
+            shared.characteristics
+        }
+    })
 }

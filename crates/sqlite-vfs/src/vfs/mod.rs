@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     /// The default VFS (randomness, sleep, time are delegated to it), as an address.
     default_vfs: usize,
     sector_size: c_int,
+    /// Without `BATCH_ATOMIC`, which `xDeviceCharacteristics` adds while the store offers
+    /// it (`Store::batch_atomic`).
     characteristics: c_int,
     /// A panic broke the VFS (see [`crate::guard`]); the details are in [`Inner`].
     broken: AtomicBool,
@@ -156,9 +158,13 @@ struct File {
 /// NVMe's AWUPF is 0-based; a smaller aligned write is one read-modify-write of one block),
 /// `SAFE_APPEND` (a file's length on the medium only changes in a directory write that
 /// follows the flush of its data) and `POWERSAFE_OVERWRITE` (a write changes no byte outside
-/// its range: a partial block is rewritten with its old contents, atomically).
-pub(crate) fn characteristics(block_size: u32) -> c_int {
+/// its range: a partial block is rewritten with its old contents, atomically), and
+/// `BATCH_ATOMIC` when `batch` (the store's redo area takes batches, `crate::redo`).
+pub(crate) fn characteristics(block_size: u32, batch: bool) -> c_int {
     let mut flags = ffi::SQLITE_IOCAP_SAFE_APPEND | ffi::SQLITE_IOCAP_POWERSAFE_OVERWRITE;
+    if batch {
+        flags |= ffi::SQLITE_IOCAP_BATCH_ATOMIC;
+    }
     let atomic = [
         (512, ffi::SQLITE_IOCAP_ATOMIC512),
         (1024, ffi::SQLITE_IOCAP_ATOMIC1K),
@@ -206,7 +212,7 @@ pub(crate) fn register(
         next_id: AtomicU64::new(1),
         default_vfs: default_vfs as usize,
         sector_size: bs as c_int,
-        characteristics: characteristics(bs),
+        characteristics: characteristics(bs, false),
         broken: AtomicBool::new(false),
     }));
     let c_name: &'static CStr = Box::leak(c_name.into_boxed_c_str());
