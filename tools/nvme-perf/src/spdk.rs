@@ -45,12 +45,13 @@ const CACHE_SLACK: usize = 64;
 const MAX_RETRIES: u8 = 16;
 
 /// Per-I/O context: what the completion needs to account for the I/O. Recycled from the
-/// cache without zeroing, so every field is written at submission.
+/// cache without zeroing, so every field is written at submission. The I/O's index (its
+/// user data) names its context, its buffer and its verifier slot alike, so the context does
+/// not carry it.
 #[derive(Debug)]
 struct IoContext {
     /// Submission time in ns since the worker's clock base (plain integers on the hot path).
     submitted: u64,
-    buffer: u32,
     lba: u64,
     is_write: bool,
     /// Resubmissions after a retryable completion error (`--reset-interval`).
@@ -61,7 +62,6 @@ impl IoContext {
     fn blank() -> Self {
         Self {
             submitted: 0,
-            buffer: 0,
             lba: 0,
             is_write: false,
             retries: 0,
@@ -532,7 +532,7 @@ fn run_worker<C: Check>(
                 } else {
                     tally.complete_untimed();
                 }
-                let slot = ctx.buffer;
+                let slot = index as u32;
                 put_back(&mut buffers[slot as usize], c.buffer);
                 settle(&mut check, &buffers, &mut free, &mut retired, slot, true);
                 if use_cache {
@@ -569,7 +569,7 @@ fn run_worker<C: Check>(
                         // Cut off by a reset: resubmit the same I/O (same buffer, so a write
                         // carries the same content and sequence number; the verifier keeps the
                         // position in flight, accepting old or new content until it is acked).
-                        let slot = ctx.buffer;
+                        let slot = index as u32;
                         let mut ctx = ctx;
                         ctx.retries += 1;
                         buffers[slot as usize] = c.buffer;
@@ -586,7 +586,7 @@ fn run_worker<C: Check>(
                         // the device gives it back; this slot gets a new one.
                         tally.reaped += 1;
                         recovery.timed_out_ios += 1;
-                        let slot = ctx.buffer;
+                        let slot = index as u32;
                         check.completed(slot, false, None);
                         match ctrl.alloc_buffer(config.block_size) {
                             Ok(b) => {
@@ -615,7 +615,7 @@ fn run_worker<C: Check>(
                         })
                     }
                 }
-                let slot = ctx.buffer;
+                let slot = index as u32;
                 buffers[slot as usize] = c.buffer;
                 settle(&mut check, &buffers, &mut free, &mut retired, slot, ok);
                 if use_cache {
@@ -652,7 +652,6 @@ fn run_worker<C: Check>(
                         Box::new(IoContext::blank())
                     };
                     ctx.submitted = now;
-                    ctx.buffer = index;
                     ctx.lba = lba;
                     ctx.is_write = is_write;
                     ctx.retries = 0;

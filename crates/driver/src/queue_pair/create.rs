@@ -116,6 +116,7 @@ impl QueuePair {
             remaining: 0,
             opcode: 0,
             sync: false,
+            simple: false,
             status: Status::SUCCESS,
             dw0: 0,
             user_data: 0,

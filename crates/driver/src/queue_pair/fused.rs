@@ -75,6 +75,7 @@ impl QueuePair {
         let slot = self.tags.get_mut(second);
         slot.head = head;
         slot.awaiting = true;
+        slot.simple = false;
         slot.expired = false;
         slot.epoch = epoch;
         self.push_command(head, compare);

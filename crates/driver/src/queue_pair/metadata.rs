@@ -106,6 +106,7 @@ impl QueuePair {
             return refuse(e, data, metadata);
         };
         fill_group_head(slot, tag, epoch, sqe.opcode(), user_data, Some(data), 1);
+        slot.simple = false;
         let old = slot.pieces.replace(metadata);
         debug_assert!(old.is_none(), "a freed request slot still held pieces");
         std::mem::forget(old);

@@ -129,6 +129,12 @@ struct Slot {
     /// The caller already got this request's completion (an error, after a timeout); the
     /// slots stay retired until the device returns every command of the group.
     reported: bool,
+    /// The request is one command in this slot (its own group head), with no vectored
+    /// pieces, no synchronous waiter and not yet reported: its successful completion takes
+    /// reap's fast path (one test instead of the head, count, flags and pieces checks).
+    /// Set by `fill_group_head` for one-command requests; cleared by every path that makes
+    /// the slot anything else (a child command, pieces, `sync`, `reported`).
+    simple: bool,
     /// First error status of the group (`Status::SUCCESS` while none): two bytes and no drop
     /// glue on the hot path; the `Error` is built only when the request fails.
     status: Status,

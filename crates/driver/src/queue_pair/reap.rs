@@ -137,14 +137,9 @@ impl QueuePair {
             let head_tag = slot.head;
             sq_head = u32::from(cqe.sq_head) << 16 | u32::from(cqe.cid);
             let status = cqe.status();
-            // A slot heads its own group exactly when its head has its index (a child's head is
-            // another slot; both tags are live, so the index decides).
-            if status.is_success()
-                && head_tag.index() == tag.index()
-                && slot.remaining == 1
-                && !(slot.reported | slot.sync)
-                && slot.pieces.is_none()
-            {
+            // `simple`: one command heading its own group, no pieces, no synchronous waiter,
+            // not reported (every path that makes a slot anything else clears it).
+            if status.is_success() && slot.simple {
                 // The common case, a successful request of one command (not vectored: its
                 // pieces go through `complete_group`): complete it from the
                 // one slot already at hand (what `finish_command` + `complete_group` do for

@@ -88,6 +88,7 @@ impl QueuePair {
             if i > 0 {
                 let slot = self.tags.get_mut(tag);
                 slot.awaiting = true;
+                slot.simple = false;
                 slot.expired = false;
                 slot.epoch = self.clock.epoch();
             }

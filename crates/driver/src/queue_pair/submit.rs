@@ -458,6 +458,7 @@ pub(super) fn fill_group_head(
     slot.opcode = op;
     slot.sync = false;
     slot.reported = false;
+    slot.simple = commands == 1;
     slot.status = Status::SUCCESS;
     slot.dw0 = 0;
     slot.user_data = user_data;

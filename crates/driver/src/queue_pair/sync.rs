@@ -49,7 +49,9 @@ impl QueuePair {
     fn mark_sync(&mut self, head: Tag) {
         // The request was submitted by this thread just now and cannot have completed yet:
         // completions are only reaped inside poll/wait.
-        self.tags.get_mut(head).sync = true;
+        let slot = self.tags.get_mut(head);
+        slot.sync = true;
+        slot.simple = false;
     }
 
     fn run_sync(

@@ -50,6 +50,7 @@ impl QueuePair {
             return;
         }
         head.reported = true;
+        head.simple = false;
         let sync = head.sync;
         let user_data = head.user_data;
         self.retired += 1;

@@ -79,7 +79,9 @@ impl QueuePair {
             Shape::Sgl => self.sgl_pointer(&mut sqe, tag.index(), &pieces),
             Shape::Prp { entries } => self.prp_pointer(&mut sqe, tag.index(), &pieces, entries),
         }
-        let old = self.tags.get_mut(tag).pieces.replace(pieces);
+        let slot = self.tags.get_mut(tag);
+        slot.simple = false;
+        let old = slot.pieces.replace(pieces);
         debug_assert!(old.is_none(), "a freed request slot still held pieces");
         std::mem::forget(old);
         self.stats.vectored_requests += 1;
