@@ -56,6 +56,9 @@ pub enum Format {
 /// A file as listed by [`Store::files`].
 pub type FileInfo = Entry;
 
+/// One write of an open batch: its offset in the file and its bytes.
+type BatchWrite = (u64, Vec<u8>);
+
 /// Counters.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct StoreStats {
@@ -97,7 +100,7 @@ pub struct Store {
     /// The redo area's slots.
     area: Area,
     /// The batch being collected: its file and writes (offset, bytes).
-    batch: Option<(String, Vec<(u64, Vec<u8>)>)>,
+    batch: Option<(String, Vec<BatchWrite>)>,
     /// Sequence number of the next redo record.
     redo_seq: u64,
     /// The file whose redo records of the current generation may be replayed at open: its
