@@ -147,6 +147,12 @@ fn assert_broken(vfs: &NvmeVfs) {
 fn a_panic_under_xwrite_is_an_io_error_and_the_vfs_refuses_io_after_it() {
     let dev = PanickingDevice::new();
     let (vfs, conn) = setup(&dev, "panic-write");
+    // WAL: the commit goes through xWrite (in rollback mode a batch-atomic commit writes
+    // from xFileControl instead).
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .expect("wal");
+    assert_eq!(mode, "wal");
     dev.switch.store(PANIC_ON_WRITE, Ordering::Release);
     io_error(conn.execute("INSERT INTO t VALUES (3)", []));
     assert_eq!(

@@ -246,7 +246,15 @@ unsafe extern "C" fn x_file_control(
 ) -> c_int {
     // SAFETY: an open file of ours.
     let st = unsafe { state(file) };
-    Callback::run_always("xFileControl", ffi::SQLITE_NOTFOUND).run(st.shared, || {
+    // A panic under a batch operation is an I/O error of that batch, not an unknown operation.
+    let on_panic = match op {
+        ffi::SQLITE_FCNTL_COMMIT_ATOMIC_WRITE => ffi::SQLITE_IOERR_COMMIT_ATOMIC,
+        ffi::SQLITE_FCNTL_BEGIN_ATOMIC_WRITE | ffi::SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE => {
+            ffi::SQLITE_IOERR
+        }
+        _ => ffi::SQLITE_NOTFOUND,
+    };
+    Callback::run_always("xFileControl", on_panic).run(st.shared, || {
         let (what, code) = match op {
             ffi::SQLITE_FCNTL_BEGIN_ATOMIC_WRITE => {
                 ("beginning a batch-atomic write", ffi::SQLITE_IOERR)
