@@ -113,13 +113,15 @@ pub enum Decoded {
     },
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
+/// Little-endian u32 at `at` (the caller bounds `at + 4` by the block).
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     let mut a = [0; 4];
     a.copy_from_slice(&b[at..at + 4]);
     u32::from_le_bytes(a)
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
+/// Little-endian u64 at `at` (the caller bounds `at + 8` by the block).
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut a = [0; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)

@@ -38,7 +38,7 @@
 //!   N+1's Flush made N's home writes durable;
 //! - formatting zeroes both slot headers (a new store starts at generation 1 again).
 
-use crate::dir::{Layout, MAX_NAME};
+use crate::dir::{u32_at, u64_at, Layout, MAX_NAME};
 use crate::error::{Error, Result};
 
 /// Magic number at the start of a record.
@@ -111,18 +111,6 @@ fn crc(header: &[u8], payload: &[u8]) -> u32 {
     h.update(&header[CRC_AT + 4..HEADER]);
     h.update(payload);
     h.finalize()
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut a = [0; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
 }
 
 /// Bytes `writes` take as a record, padded to whole blocks.
