@@ -20,13 +20,17 @@ against the tracked tree (git ls-files):
 
 The command table, `docs/commands.md`, is checked harder, by column (its tables' headings):
 in the PCIe and TCP columns every code span is a Rust path whose last segment is a `fn` (lower
-case) or an identifier (upper case) of `crates/`; in the C API column a function declared in
+case) or an identifier (upper case) of `crates/`, and `Type::fn` a `fn` declared in an
+`impl Type` / `impl Trait for Type` / `trait Type` block there; in the C API column a function declared in
 `crates/capi/include/nvme_userspace.h`; in the tool column `TOOL WORD...` with `TOOL` a
 directory of `tools/` and each word a subcommand (a clap variant in kebab case), an option
 (`--long`: a `long = "..."` or a field of that name; `-x`: `short = 'x'`) or a string literal
 of that tool's sources; in the test column `FILE::NAME` (a `fn NAME` in a tracked `FILE.rs`),
-a bare `NAME` (a `fn` anywhere) or `CASE.sh` (in `tests/qemu/cases/`). Every run first runs
-`self_test`, which feeds that check a table of made-up names and fails unless each is caught.
+a bare `NAME` (a `fn` anywhere) or `CASE.sh` (in `tests/qemu/cases/`). And the table must be
+complete: every admin and NVM opcode, Fabrics command type, feature and log page identifier of
+`crates/spec` (`pub const NAME: u8` in the modules COVERAGE names) has a row, its `NNh` in the
+first column of its section. Every run first runs `self_test`, which feeds these checks
+made-up names and a table with a row missing, and fails unless each is caught.
 
 Names from outside the tree that docs legitimately mention (environment variables of other
 tools, fio options, kernel config names) are listed in ALLOWED below; keep that list short.
@@ -77,6 +81,57 @@ def tracked():
 COMMAND_TABLE = "docs/commands.md"
 RUST_PATH = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*::)*[A-Za-z_][A-Za-z0-9_]*(?:\(\))?$")
 CAMEL = re.compile(r"[A-Z][a-z0-9]*|[a-z0-9]+")
+IMPL_HEAD = re.compile(
+    r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:unsafe\s+)?(?:impl\b(?:\s*<[^{]*?>)?\s+(?P<impl>[^{]*)"
+    r"|trait\s+(?P<trait>[A-Z][A-Za-z0-9_]*))"
+)
+FN_HEAD = re.compile(
+    r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:async\s+)?(?:unsafe\s+)?fn\s+([a-z_]\w*)"
+)
+STRIP = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])\'|//.*$')
+
+
+def impl_names(head):
+    """The type and trait names an `impl` heading (`impl<T> Tr for a::Ty<T> where ...`) names."""
+    head = re.split(r"\bwhere\b", head)[0]
+    names = set()
+    for part in re.split(r"\bfor\b", head):
+        part = re.sub(r"<.*", "", part.strip())
+        if part:
+            names.add(part.split("::")[-1].strip("&*() "))
+    return {n for n in names if re.match(r"^[A-Z][A-Za-z0-9_]*$", n)}
+
+
+def methods_by_type(text, into):
+    """Adds the `fn`s declared directly in each `impl` and `trait` block of `text` to `into`
+    (type or trait name -> fn names). Brace counting after stripping strings and comments:
+    grep-level, good enough for rustfmt'd code."""
+    depth = 0
+    stack = []  # (names, depth outside the block)
+    pending = None
+    for line in text.splitlines():
+        code = STRIP.sub("", line)
+        m = IMPL_HEAD.match(code)
+        if m:
+            head = m.group("impl")
+            pending = (impl_names(head) if head is not None else {m.group("trait")}, depth)
+        elif stack and depth == stack[-1][1] + 1:
+            f = FN_HEAD.match(code)
+            if f:
+                for n in stack[-1][0]:
+                    into.setdefault(n, set()).add(f.group(1))
+        for ch in code:
+            if ch == "{":
+                if pending is not None and depth == pending[1]:
+                    stack.append(pending)
+                    pending = None
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if stack and depth == stack[-1][1]:
+                    stack.pop()
+            elif ch == ";" and pending is not None and depth == pending[1]:
+                pending = None  # `impl Trait for T;`-like or a declaration, no block
 
 
 def kebab(ident):
@@ -95,6 +150,7 @@ class TableIndex:
         self.cases = set()
         self.tools = {}
         self.c_functions = set()
+        self.methods = {}
         for p in files:
             if p.startswith("tests/qemu/cases/") and p.endswith(".sh"):
                 self.cases.add(os.path.basename(p))
@@ -116,6 +172,7 @@ class TableIndex:
             for k in keys:
                 self.fns_by_stem.setdefault(k, set()).update(fns)
             if p.startswith("crates/"):
+                methods_by_type(text, self.methods)
                 self.crate_fns |= fns
                 self.crate_idents |= set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", text))
             if p.startswith("tools/"):
@@ -138,10 +195,17 @@ def check_table_span(column, span, idx):
     if column in ("pcie", "tcp"):
         if not RUST_PATH.match(span):
             return "not a Rust path"
-        last = span.rstrip("()").split("::")[-1]
+        segments = span.rstrip("()").split("::")
+        last = segments[-1]
+        owner = segments[-2] if len(segments) > 1 else None
         if last[0].islower():
             if last not in idx.crate_fns:
                 return f"no `fn {last}` in crates/"
+            if owner and owner[0].isupper():
+                if owner not in idx.methods:
+                    return f"no `impl {owner}` or `trait {owner}` in crates/"
+                if last not in idx.methods[owner]:
+                    return f"no `fn {last}` in an `impl {owner}` or `trait {owner}` block"
         elif last not in idx.crate_idents:
             return f"`{last}` occurs nowhere in crates/"
         return None
@@ -230,13 +294,89 @@ def check_command_table(text, idx, doc=COMMAND_TABLE):
     return problems
 
 
+# Which constants of the spec crate each section of the command table must have a row for:
+# section heading prefix -> (file, `pub mod` in it).
+COVERAGE = {
+    "## Admin commands": ("crates/spec/src/opcode.rs", "admin"),
+    "## NVM and zoned I/O commands": ("crates/spec/src/opcode.rs", "nvm"),
+    "## Fabrics commands": ("crates/spec/src/fabrics.rs", "fctype"),
+    "## Features": ("crates/spec/src/opcode.rs", "feature"),
+    "## Log pages": ("crates/spec/src/opcode.rs", "log_page"),
+}
+CONST_U8 = re.compile(r"^\s*pub const ([A-Z][A-Z0-9_]*): u8 = (0x[0-9A-Fa-f]+|[A-Za-z_:]+);")
+
+
+def spec_constants(read):
+    """(file, module) -> {value: name} of the `pub const NAME: u8` of each `pub mod` of the
+    files COVERAGE names; a constant defined as another crate path (`crate::zns::opcode::X`)
+    takes that constant's value."""
+    by_name = {}
+    mods = {}
+    for path in {f for f, _ in COVERAGE.values()} | {"crates/spec/src/zns.rs"}:
+        text = read(path) or ""
+        module = None
+        for line in text.splitlines():
+            m = re.match(r"^pub mod ([a-z_]+) \{", line)
+            if m:
+                module = m.group(1)
+                continue
+            if line.startswith("}"):
+                module = None
+                continue
+            c = CONST_U8.match(line)
+            if c and module:
+                mods.setdefault((path, module), {})[c.group(1)] = c.group(2)
+                by_name[c.group(1)] = c.group(2)
+    out = {}
+    for key, consts in mods.items():
+        values = {}
+        for name, v in consts.items():
+            v = by_name.get(v.split("::")[-1], v) if not v.startswith("0x") else v
+            if v.startswith("0x"):
+                values[int(v, 16)] = name
+        out[key] = values
+    return out
+
+
+def check_table_coverage(text, constants, extra=None, doc=COMMAND_TABLE):
+    """Every opcode, Fabrics command type, feature and log page identifier the spec crate
+    defines has a row (its `NNh` in the first column) in its section of the table."""
+    extra = extra or {}
+    problems = []
+    sections = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            current = next((h for h in COVERAGE if line.startswith(h)), None)
+            continue
+        if current and line.startswith("|"):
+            first = line.strip().strip("|").split("|")[0]
+            sections.setdefault(current, set()).update(
+                int(h, 16) for h in re.findall(r"\b([0-9A-F]{2})h\b", first)
+            )
+    for heading, key in COVERAGE.items():
+        wanted = {v: (name, key[0]) for v, name in constants.get(key, {}).items()}
+        wanted.update(extra.get(heading, {}))
+        if not wanted:
+            problems.append(f"{doc}: no constants found for `{heading}` in {key[0]}")
+        for value, (name, path) in sorted(wanted.items()):
+            if value not in sections.get(heading, set()):
+                problems.append(
+                    f"{doc}: {name} ({value:02X}h, {path}) has no row under `{heading}`"
+                )
+    return problems
+
+
 # (column, span, exists): names the command-table check must pass (real ones, kept few and
 # stable) and made-up ones it must catch, one per kind of check.
 SELF_TEST_SPANS = [
     ("pcie", "QueuePair::submit", True),
     ("pcie", "QueuePair::submit_telepathy", False),
     ("pcie", "Controller::frobnicate", False),
+    ("pcie", "AdminCommands::device_self_test", True),
+    ("pcie", "Controller::connect", False),
     ("tcp", "TcpController::connect", True),
+    ("tcp", "TcpController::submit_deallocate", False),
     ("tcp", "NoSuchTcpType", False),
     ("c", "nvme_qpair_submit_read", True),
     ("c", "nvme_qpair_submit_telepathy", False),
@@ -274,6 +414,11 @@ def self_test(idx):
             failures.append(f"self-test: real `{span}` ({column}) refused: {why}")
         if not exists and not why:
             failures.append(f"self-test: made-up `{span}` ({column}) passed the check")
+    coverage = {COVERAGE["## Admin commands"]: {0x06: "IDENTIFY", 0x08: "ABORT"}}
+    admin_table = "## Admin commands\n\n| command |\n|---|\n| Identify (06h) |\n"
+    missing = check_table_coverage(admin_table, coverage, doc="self-test")
+    if not any("ABORT" in p for p in missing) or any("IDENTIFY" in p for p in missing):
+        failures.append(f"self-test: the coverage check said {missing} for a table without Abort")
     problems = check_command_table(SELF_TEST_TABLE, idx, doc="self-test")
     if len(problems) != 1 or not problems[0].startswith("self-test:6: `unicorn.sh`"):
         failures.append(f"self-test: the table check said {problems}, not line 6's case")
@@ -326,7 +471,14 @@ def main():
     idx = TableIndex(files, read)
     problems = self_test(idx)
     if COMMAND_TABLE in docs:
-        problems += check_command_table(read(COMMAND_TABLE), idx)
+        table = read(COMMAND_TABLE)
+        problems += check_command_table(table, idx)
+        fabrics = "crates/spec/src/fabrics.rs"
+        lid = re.search(r"DISCOVERY_LOG_LID: u8 = (0x[0-9A-Fa-f]+)", read(fabrics) or "")
+        extra = {}
+        if lid:
+            extra["## Log pages"] = {int(lid.group(1), 16): ("DISCOVERY_LOG_LID", fabrics)}
+        problems += check_table_coverage(table, spec_constants(read), extra)
     for doc in docs:
         with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
             text = f.read()
