@@ -49,6 +49,10 @@ pub struct nvme_cpl_status {
     pub lba: u64,
 }
 
+// The layout C sees on 64-bit targets: 12 bytes of flags and codes, the buffer pointer, the LBA.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<nvme_cpl_status>() == 32);
+
 /// Completion callback: `cb_arg` as given at submission, `status` valid during the call only.
 /// It may submit new requests on the same queue pair, but must not poll or destroy it.
 /// It must return: leaving it any other way (`longjmp`, a C++ exception, ending the thread)
