@@ -364,7 +364,7 @@ build_guest_bins() {
             note "note: example $b is not built yet; skipped"
         fi
     done
-    for b in hello_c qd_loop; do
+    for b in hello_c qd_loop zones_c; do
         if [ -x "$target_dir/c-examples/$b" ]; then
             strip -o "$INITRD_ROOT/bin/$b" "$target_dir/c-examples/$b" 2>/dev/null ||
                 cp "$target_dir/c-examples/$b" "$INITRD_ROOT/bin/$b"

@@ -84,6 +84,59 @@
 // PRINFO bit: check the reference tag (types 1 and 2).
 #define NVME_PI_CHECK_REF_TAG (1 << 0)
 
+// Most pieces one vectored request carries.
+#define NVME_IOV_MAX_PIECES (uint32_t)IOVEC_MAX_PIECES
+
+// `nvme_qpair_submit_zone_mgmt` action: Close Zone (ZNS 1.1 §3.4.3, ZSA 01h).
+#define NVME_ZONE_ACTION_CLOSE 1
+
+// Finish Zone (ZSA 02h): the zone becomes Full.
+#define NVME_ZONE_ACTION_FINISH 2
+
+// Open Zone (ZSA 03h): Explicitly Opened.
+#define NVME_ZONE_ACTION_OPEN 3
+
+// Reset Zone (ZSA 04h): Empty, write pointer back at the zone start.
+#define NVME_ZONE_ACTION_RESET 4
+
+// Offline Zone (ZSA 05h): only from Read Only.
+#define NVME_ZONE_ACTION_OFFLINE 5
+
+// `nvme_qpair_submit_zone_mgmt` flag: Select All, the action applies to every zone it can
+// (`zslba` is then ignored).
+#define NVME_ZONE_ALL 1
+
+// `struct nvme_zone.state`: Empty (ZNS 1.1 §3.4.2.2.3, Figure 38).
+#define NVME_ZONE_STATE_EMPTY 1
+
+// Implicitly Opened.
+#define NVME_ZONE_STATE_IMPLICITLY_OPENED 2
+
+// Explicitly Opened.
+#define NVME_ZONE_STATE_EXPLICITLY_OPENED 3
+
+// Closed.
+#define NVME_ZONE_STATE_CLOSED 4
+
+// Read Only.
+#define NVME_ZONE_STATE_READ_ONLY 13
+
+// Full.
+#define NVME_ZONE_STATE_FULL 14
+
+// Offline.
+#define NVME_ZONE_STATE_OFFLINE 15
+
+// `nvme_qpair_submit_zone_report` filter: every zone (ZRASF 0h).
+#define NVME_ZONE_REPORT_ALL 0
+
+// Only Empty zones (1h). Filters 2h-7h (Implicitly Opened, Explicitly Opened, Closed, Full,
+// Read Only, Offline) are passed as their ZRASF values.
+#define NVME_ZONE_REPORT_EMPTY 1
+
+// Only Full zones (5h).
+#define NVME_ZONE_REPORT_FULL 5
+
 // Success.
 #define NVME_OK 0
 
@@ -173,6 +226,39 @@
 // `nvme_qpair_submit_pi` for extended LBA formats and PRACT.
 #define NVME_ERR_METADATA -26
 
+// A vectored request moves more bytes than one command can (MDTS, `max_transfer_bytes`): a
+// vectored request is never split; submit it as several.
+#define NVME_ERR_IOVEC_TOO_LARGE -27
+
+// A piece of a vectored request breaks a data-pointer rule (dword length and address; without
+// SGLs, pieces but the first starting and pieces but the last ending on a memory page, NVMe
+// Base 2.0 §4.1.1): the last error message names the piece and the rule.
+#define NVME_ERR_IOVEC_PIECE -28
+
+// Zone Boundary Error (ZNS 1.1 §3.3.1.1, SC B8h): the command crosses the end of its zone.
+#define NVME_ERR_ZONE_BOUNDARY -29
+
+// Zone Is Full (SC B9h): reset the zone (`NVME_ZONE_ACTION_RESET`) or write another.
+#define NVME_ERR_ZONE_FULL -30
+
+// Zone Is Read Only (SC BAh).
+#define NVME_ERR_ZONE_READ_ONLY -31
+
+// Zone Is Offline (SC BBh).
+#define NVME_ERR_ZONE_OFFLINE -32
+
+// Zone Invalid Write (SC BCh): a write not at the zone's write pointer (use Zone Append).
+#define NVME_ERR_ZONE_INVALID_WRITE -33
+
+// Too Many Active Zones (SC BDh): finish or reset an active (open or closed) zone first.
+#define NVME_ERR_ZONE_TOO_MANY_ACTIVE -34
+
+// Too Many Open Zones (SC BEh): close or finish an open zone first.
+#define NVME_ERR_ZONE_TOO_MANY_OPEN -35
+
+// Invalid Zone State Transition (SC BFh): the action is not allowed in the zone's state.
+#define NVME_ERR_ZONE_INVALID_TRANSITION -36
+
 // `nvme_format` flag: metadata inline after each block (extended LBA, Format NVM MSET 1);
 // without it, metadata goes to a separate buffer.
 #define NVME_FORMAT_EXTENDED_METADATA (1 << 0)
@@ -256,9 +342,13 @@ typedef struct nvme_cpl_status {
   int error;
   // Command-specific result (completion dword 0).
   uint32_t cdw0;
-  // The request's buffer handle (NULL for requests without data). Idle again when the
-  // callback runs, unless the request timed out (see `nvme_buf_in_flight`).
+  // The request's buffer handle (NULL for requests without data, and for vectored
+  // requests: their pieces' handles are idle again too). Idle again when the callback
+  // runs, unless the request timed out (see `nvme_buf_in_flight`).
   struct nvme_buf *buf;
+  // The LBA where a successful Zone Append's data landed (its first block, ZNS 1.1
+  // §3.4.1.1); 0 for every other request and for a failed append.
+  uint64_t lba;
 } nvme_cpl_status;
 
 // Completion callback: `cb_arg` as given at submission, `status` valid during the call only.
@@ -276,6 +366,47 @@ typedef struct nvme_lba_range {
   // Number of blocks (at least 1).
   uint32_t blocks;
 } nvme_lba_range;
+
+// One piece of a vectored read or write: `len` bytes at byte `offset` of the buffer `buf`.
+// Every piece of a request names a different buffer handle.
+typedef struct nvme_iov_piece {
+  // The buffer handle (idle; in flight with the request until its callback).
+  struct nvme_buf *buf;
+  // First byte of the piece inside the buffer.
+  size_t offset;
+  // Bytes of the piece (at least 1).
+  size_t len;
+} nvme_iov_piece;
+
+// Zone geometry of a zoned namespace (`nvme_ctrlr_get_zone_info`).
+typedef struct nvme_zone_info {
+  // Blocks per zone (ZSZE); zone `i` starts at LBA `i * zone_blocks`.
+  uint64_t zone_blocks;
+  // Zones in the namespace.
+  uint64_t zones;
+  // Most open zones at once (0: no limit).
+  uint32_t max_open;
+  // Most active (open or closed) zones at once (0: no limit).
+  uint32_t max_active;
+  // Most bytes one Zone Append moves.
+  uint32_t max_append_bytes;
+} nvme_zone_info;
+
+// One zone of a report (`nvme_zone_report_parse`), from its Zone Descriptor.
+typedef struct nvme_zone {
+  // Zone Start LBA.
+  uint64_t zslba;
+  // Write pointer (LBA of the next write; meaningless when Full, Read Only or Offline).
+  uint64_t wp;
+  // Zone capacity in blocks (writable blocks from the zone start).
+  uint64_t capacity;
+  // `NVME_ZONE_STATE_*` (the raw 4-bit Zone State; a reserved value is passed as is).
+  uint8_t state;
+  // Zone Type (2: Sequential Write Required).
+  uint8_t zone_type;
+  // Zone Attributes (byte 2 of the descriptor: ZFC, FZR, RZR, ZRWAV, ZDEV bits).
+  uint8_t attributes;
+} nvme_zone;
 
 // Where and what `nvme_probe` looks for. A zeroed struct means: every NVMe function of
 // `/sys`.
@@ -379,6 +510,14 @@ int nvme_device_parse(const char *device, char *canonical, size_t capacity);
 // # Safety
 // `out` is NULL or valid for a write.
 int nvme_ctrlr_open_emulated(struct nvme_ctrlr **out);
+
+// FOR TESTS AND EXAMPLES: `nvme_ctrlr_open_emulated` with namespace 2 a *zoned* namespace
+// (ZNS, `nvme_ctrlr_get_zone_info`): 16 zones of 1 MiB (256 blocks of 4096 bytes), at most 4
+// open and 6 active zones. Namespace 1 is the same plain one.
+//
+// # Safety
+// `out` is NULL or valid for a write.
+int nvme_ctrlr_open_emulated_zoned(struct nvme_ctrlr **out);
 
 // Closes the controller handle. Destroy its queue pairs and free its buffers first; if some
 // remain, they stay usable and the controller is shut down when the last of them is gone.
@@ -701,6 +840,116 @@ int nvme_qpair_submit_pi(struct nvme_qpair *qpair,
                          uint16_t app_mask,
                          nvme_cb_fn cb_fn,
                          void *cb_arg);
+
+// Queues one Read of the blocks from `lba` of namespace `nsid` into `npieces` (1..=32)
+// pieces, in order: the pieces' lengths add up to the transfer (a whole number of blocks).
+// Each piece is a byte range of its own buffer handle; every handle is in flight until
+// `cb_fn(cb_arg, status)` runs (`status->buf` is NULL), then idle again with the data in
+// its range. One command, never split: above `max_transfer_bytes` it fails with
+// `NVME_ERR_IOVEC_TOO_LARGE`. The pieces' shape: each is a whole number of dwords at a
+// dword-aligned address; on a controller without SGLs (or with `nvme_ctrlr_opts.sgl`
+// false) also every piece but the first starts on a memory page boundary and every piece
+// but the last ends on one (a PRP list, NVMe Base 2.0 §4.1.1), else `NVME_ERR_IOVEC_PIECE`
+// naming the piece. On failure nothing is queued and every handle stays idle
+// (`NVME_ERR_BUFFER_IN_FLIGHT` for a handle in flight or named twice). On PCIe and NVMe/TCP.
+//
+// # Safety
+// `qpair` is NULL or a live handle used only by the calling thread; `pieces` is NULL or valid
+// for `npieces` reads (when `npieces` is in 1..=32), each `buf` NULL or a live buffer handle
+// used only by the calling thread that stays live until the callback ran.
+int nvme_qpair_submit_readv(struct nvme_qpair *qpair,
+                            uint32_t nsid,
+                            uint64_t lba,
+                            const struct nvme_iov_piece *pieces,
+                            uint32_t npieces,
+                            nvme_cb_fn cb_fn,
+                            void *cb_arg);
+
+// Queues one Write of the blocks from `lba` of namespace `nsid` from `npieces` pieces, in
+// order; `flags` is 0 or `NVME_IO_FUA`. Same rules as `nvme_qpair_submit_readv`.
+//
+// # Safety
+// As `nvme_qpair_submit_readv`.
+int nvme_qpair_submit_writev(struct nvme_qpair *qpair,
+                             uint32_t nsid,
+                             uint64_t lba,
+                             const struct nvme_iov_piece *pieces,
+                             uint32_t npieces,
+                             uint32_t flags,
+                             nvme_cb_fn cb_fn,
+                             void *cb_arg);
+
+// Fills `*info` with the zone geometry of namespace `nsid`; `NVME_ERR_NAMESPACE` when it is
+// not a zoned namespace (or not active).
+//
+// # Safety
+// `ctrlr` is NULL or an open controller handle; `info` is NULL or valid for a write.
+int nvme_ctrlr_get_zone_info(const struct nvme_ctrlr *ctrlr,
+                             uint32_t nsid,
+                             struct nvme_zone_info *info);
+
+// Queues a Zone Append (ZNS 1.1 §3.4.1) of `blocks` blocks from `buf` to the zone starting
+// at `zslba` of namespace `nsid`: the controller writes them at the zone's write pointer and
+// the callback's `status->lba` is where they landed (the first block). `flags` is 0 or
+// `NVME_IO_FUA`. Refused before anything is sent when `zslba` is not a zone start or the
+// append is larger than the namespace's append limit (`NVME_ERR_INVALID_ARGUMENT`); zone
+// errors complete with `NVME_ERR_ZONE_*` (e.g. `NVME_ERR_ZONE_FULL`). Never split. Otherwise
+// as `nvme_qpair_submit_write`.
+//
+// # Safety
+// As `nvme_qpair_submit_read`.
+int nvme_qpair_submit_zone_append(struct nvme_qpair *qpair,
+                                  uint32_t nsid,
+                                  uint64_t zslba,
+                                  uint32_t blocks,
+                                  struct nvme_buf *buf,
+                                  uint32_t flags,
+                                  nvme_cb_fn cb_fn,
+                                  void *cb_arg);
+
+// Queues a Zone Management Send (ZNS 1.1 §3.4.3): `action` (`NVME_ZONE_ACTION_OPEN`,
+// `_CLOSE`, `_FINISH`, `_RESET`, `_OFFLINE`) on the zone starting at `zslba` of namespace
+// `nsid`, or with `flags` `NVME_ZONE_ALL` on every zone it applies to. A transition the
+// zone's state does not allow completes with `NVME_ERR_ZONE_INVALID_TRANSITION`, the open
+// and active limits with `NVME_ERR_ZONE_TOO_MANY_OPEN` / `_ACTIVE`.
+//
+// # Safety
+// `qpair` is NULL or a live handle used only by the calling thread.
+int nvme_qpair_submit_zone_mgmt(struct nvme_qpair *qpair,
+                                uint32_t nsid,
+                                uint64_t zslba,
+                                uint32_t action,
+                                uint32_t flags,
+                                nvme_cb_fn cb_fn,
+                                void *cb_arg);
+
+// Queues a Report Zones (Zone Management Receive, ZNS 1.1 §3.4.2) of the zones from the one
+// holding `slba` of namespace `nsid` that pass `filter` (`NVME_ZONE_REPORT_ALL`, or a ZRASF
+// value 1-7, e.g. `NVME_ZONE_REPORT_FULL`), as a partial report, into `buf`: a 64-byte
+// header and one 64-byte descriptor per zone, as many as fit (at least 128 bytes, a multiple
+// of 4). After the callback, `nvme_zone_report_parse` turns the buffer into `struct
+// nvme_zone` values. Otherwise as `nvme_qpair_submit_read`.
+//
+// # Safety
+// As `nvme_qpair_submit_read`.
+int nvme_qpair_submit_zone_report(struct nvme_qpair *qpair,
+                                  uint32_t nsid,
+                                  uint64_t slba,
+                                  uint32_t filter,
+                                  struct nvme_buf *buf,
+                                  nvme_cb_fn cb_fn,
+                                  void *cb_arg);
+
+// Parses the Report Zones in the idle buffer `buf` (filled by a completed
+// `nvme_qpair_submit_zone_report`) into `zones`, at most `max_zones` of them, and returns
+// how many it wrote (the descriptors the report holds, bounded by the buffer and by
+// `max_zones`), or a negative error code. The device's bytes are not trusted: a count larger
+// than the buffer holds is cut to what it holds.
+//
+// # Safety
+// `buf` is NULL or a live buffer handle used only by the calling thread; `zones` is NULL or
+// valid for `max_zones` writes.
+int nvme_zone_report_parse(const struct nvme_buf *buf, struct nvme_zone *zones, uint32_t max_zones);
 
 // Reaps completions and runs their callbacks on this thread, at most `max_completions` of
 // them (0 = no limit; completions beyond the limit are kept for the next call). Returns the

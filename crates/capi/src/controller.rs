@@ -18,7 +18,6 @@ use nvme_tcp::{TcpController, TcpOptions, TransportId};
 
 use crate::boundary::{fail, fail_with, guard};
 use crate::context::{nvme_dma_context, open_emulated_in, open_in};
-#[cfg(not(feature = "emulator"))]
 use crate::emulator;
 use crate::emulator::SimController;
 use crate::errors::*;
@@ -271,15 +270,42 @@ fn connect_tcp(what: &str, trid: &TransportId) -> Result<TcpController, c_int> {
 /// `out` is NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn nvme_ctrlr_open_emulated(out: *mut *mut nvme_ctrlr) -> c_int {
-    guard("nvme_ctrlr_open_emulated", || {
-        check_null!("nvme_ctrlr_open_emulated", out);
+    // SAFETY: forwarded caller contract.
+    unsafe { open_emulated("nvme_ctrlr_open_emulated", false, out) }
+}
+
+/// FOR TESTS AND EXAMPLES: `nvme_ctrlr_open_emulated` with namespace 2 a *zoned* namespace
+/// (ZNS, `nvme_ctrlr_get_zone_info`): 16 zones of 1 MiB (256 blocks of 4096 bytes), at most 4
+/// open and 6 active zones. Namespace 1 is the same plain one.
+///
+/// # Safety
+/// `out` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvme_ctrlr_open_emulated_zoned(out: *mut *mut nvme_ctrlr) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe { open_emulated("nvme_ctrlr_open_emulated_zoned", true, out) }
+}
+
+/// The emulated controller of `nvme_ctrlr_open_emulated` (`zoned`: its namespace 2 zoned).
+///
+/// # Safety
+/// `out` is NULL or valid for a write.
+unsafe fn open_emulated(name: &'static str, zoned: bool, out: *mut *mut nvme_ctrlr) -> c_int {
+    guard(name, || {
+        check_null!(name = name, out);
         #[cfg(not(feature = "emulator"))]
         {
-            emulator::missing("nvme_ctrlr_open_emulated")
+            let _ = zoned;
+            emulator::missing(name)
         }
         #[cfg(feature = "emulator")]
         {
-            let sim = SimController::start(SimConfig::default());
+            let config = if zoned {
+                emulator::zoned_config()
+            } else {
+                SimConfig::default()
+            };
+            let sim = SimController::start(config);
             match Controller::new(
                 Transport::new(sim.mmio(), sim.dma(), "emulated"),
                 ControllerOptions::default(),

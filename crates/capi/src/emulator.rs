@@ -27,3 +27,29 @@ pub(crate) fn missing(function: &str) -> std::ffi::c_int {
         format!("{function}: this build has no emulator: rebuild with --features emulator"),
     )
 }
+
+/// The emulator of `nvme_ctrlr_open_emulated_zoned`: the default namespaces, namespace 2
+/// (16 MiB of 4096-byte blocks) zoned in 16 zones of 1 MiB, the emulator's default open and
+/// active limits (4 and 6).
+#[cfg(feature = "emulator")]
+pub(crate) fn zoned_config() -> nvme_sim::SimConfig {
+    use nvme_sim::{SimConfig, SimZoned};
+    /// Zones of namespace 2.
+    const ZONES: u64 = 16;
+    let config = SimConfig::default();
+    let ns2 = config
+        .namespaces
+        .iter()
+        .find(|n| n.nsid == 2)
+        .map_or(0, |n| n.blocks);
+    let zone_blocks = ns2 / ZONES;
+    SimConfig {
+        zoned: Some(SimZoned {
+            nsid: 2,
+            zone_blocks,
+            zone_capacity: zone_blocks,
+            ..SimZoned::default()
+        }),
+        ..config
+    }
+}

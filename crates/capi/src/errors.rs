@@ -3,6 +3,7 @@
 
 use std::ffi::{c_int, CStr};
 
+use nvme_driver::spec::zns::ZoneError;
 use nvme_driver::Error;
 
 /// Success.
@@ -72,6 +73,46 @@ pub const NVME_ERR_PROTECTION: c_int = -25;
 /// `nvme_qpair_submit_pi` for extended LBA formats and PRACT.
 pub const NVME_ERR_METADATA: c_int = -26;
 
+/// A vectored request moves more bytes than one command can (MDTS, `max_transfer_bytes`): a
+/// vectored request is never split; submit it as several.
+pub const NVME_ERR_IOVEC_TOO_LARGE: c_int = -27;
+
+/// A piece of a vectored request breaks a data-pointer rule (dword length and address; without
+/// SGLs, pieces but the first starting and pieces but the last ending on a memory page, NVMe
+/// Base 2.0 §4.1.1): the last error message names the piece and the rule.
+pub const NVME_ERR_IOVEC_PIECE: c_int = -28;
+
+/// Zone Boundary Error (ZNS 1.1 §3.3.1.1, SC B8h): the command crosses the end of its zone.
+pub const NVME_ERR_ZONE_BOUNDARY: c_int = -29;
+/// Zone Is Full (SC B9h): reset the zone (`NVME_ZONE_ACTION_RESET`) or write another.
+pub const NVME_ERR_ZONE_FULL: c_int = -30;
+/// Zone Is Read Only (SC BAh).
+pub const NVME_ERR_ZONE_READ_ONLY: c_int = -31;
+/// Zone Is Offline (SC BBh).
+pub const NVME_ERR_ZONE_OFFLINE: c_int = -32;
+/// Zone Invalid Write (SC BCh): a write not at the zone's write pointer (use Zone Append).
+pub const NVME_ERR_ZONE_INVALID_WRITE: c_int = -33;
+/// Too Many Active Zones (SC BDh): finish or reset an active (open or closed) zone first.
+pub const NVME_ERR_ZONE_TOO_MANY_ACTIVE: c_int = -34;
+/// Too Many Open Zones (SC BEh): close or finish an open zone first.
+pub const NVME_ERR_ZONE_TOO_MANY_OPEN: c_int = -35;
+/// Invalid Zone State Transition (SC BFh): the action is not allowed in the zone's state.
+pub const NVME_ERR_ZONE_INVALID_TRANSITION: c_int = -36;
+
+/// The code of a zone error.
+fn zone_code(zone: ZoneError) -> c_int {
+    match zone {
+        ZoneError::Boundary => NVME_ERR_ZONE_BOUNDARY,
+        ZoneError::Full => NVME_ERR_ZONE_FULL,
+        ZoneError::ReadOnly => NVME_ERR_ZONE_READ_ONLY,
+        ZoneError::Offline => NVME_ERR_ZONE_OFFLINE,
+        ZoneError::InvalidWrite => NVME_ERR_ZONE_INVALID_WRITE,
+        ZoneError::TooManyActive => NVME_ERR_ZONE_TOO_MANY_ACTIVE,
+        ZoneError::TooManyOpen => NVME_ERR_ZONE_TOO_MANY_OPEN,
+        ZoneError::InvalidTransition => NVME_ERR_ZONE_INVALID_TRANSITION,
+    }
+}
+
 /// The code of a driver error.
 pub(crate) fn error_code(error: &Error) -> c_int {
     match error {
@@ -87,6 +128,9 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         Error::Command { .. } => NVME_ERR_COMMAND,
         Error::ProtectionCheck { .. } => NVME_ERR_PROTECTION,
         Error::MetadataMismatch { .. } => NVME_ERR_METADATA,
+        Error::Zone { zone, .. } => zone_code(*zone),
+        Error::IoVecTooLarge { .. } => NVME_ERR_IOVEC_TOO_LARGE,
+        Error::IoVecPiece { .. } => NVME_ERR_IOVEC_PIECE,
         Error::Timeout { .. } => NVME_ERR_TIMEOUT,
         Error::Reset { .. } | Error::Resetting { .. } => NVME_ERR_RESET,
         Error::Removed { .. } => NVME_ERR_REMOVED,
@@ -101,6 +145,7 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         | Error::QueueDepth { .. }
         | Error::BadRangeCount { .. }
         | Error::ForeignTransport { .. }
+        | Error::IoVecLength { .. }
         | Error::InvalidRequest(_) => NVME_ERR_INVALID_ARGUMENT,
         Error::QueueFull { .. } => NVME_ERR_QUEUE_FULL,
         Error::TransferTooLarge { .. } => NVME_ERR_TOO_LARGE,
@@ -152,6 +197,24 @@ pub(crate) fn describe(code: c_int) -> &'static CStr {
         NVME_ERR_OUTCOME_UNKNOWN => {
             c"the write may still be carried out later (association ended unconfirmed): check the data"
         }
+        NVME_ERR_IOVEC_TOO_LARGE => {
+            c"the vectored request is larger than one command (MDTS): submit it as several"
+        }
+        NVME_ERR_IOVEC_PIECE => c"a piece of the vectored request breaks a data-pointer rule",
+        NVME_ERR_ZONE_BOUNDARY => c"zone boundary error: the command crosses the end of its zone",
+        NVME_ERR_ZONE_FULL => c"the zone is full: reset it or write another zone",
+        NVME_ERR_ZONE_READ_ONLY => c"the zone is read only",
+        NVME_ERR_ZONE_OFFLINE => c"the zone is offline",
+        NVME_ERR_ZONE_INVALID_WRITE => {
+            c"zone invalid write: not at the zone's write pointer (use zone append)"
+        }
+        NVME_ERR_ZONE_TOO_MANY_ACTIVE => {
+            c"too many active zones: finish or reset an active zone first"
+        }
+        NVME_ERR_ZONE_TOO_MANY_OPEN => c"too many open zones: close or finish an open zone first",
+        NVME_ERR_ZONE_INVALID_TRANSITION => {
+            c"invalid zone state transition for the zone's current state"
+        }
         _ => c"unknown error code",
     }
 }
@@ -179,5 +242,36 @@ mod tests {
             describe(NVME_ERR_METADATA).to_bytes(),
             b"unknown error code"
         );
+    }
+
+    #[test]
+    fn zone_and_vectored_errors_have_their_own_codes() {
+        let mut codes = Vec::new();
+        for sc in 0xB8..=0xBF {
+            let e = Error::command("Zone Append", Status::new(1, sc, true));
+            let code = error_code(&e);
+            assert!((NVME_ERR_ZONE_INVALID_TRANSITION..=NVME_ERR_ZONE_BOUNDARY).contains(&code));
+            assert_ne!(describe(code).to_bytes(), b"unknown error code");
+            codes.push(code);
+        }
+        codes.dedup();
+        assert_eq!(codes.len(), 8, "one code per zone status: {codes:?}");
+        assert_eq!(
+            error_code(&Error::command("Write", Status::new(1, 0xB9, true))),
+            NVME_ERR_ZONE_FULL
+        );
+        // The same status code under another type is no zone error.
+        assert_eq!(
+            error_code(&Error::command("Write", Status::new(0, 0xB9, true))),
+            NVME_ERR_COMMAND
+        );
+        let big = Error::IoVecTooLarge {
+            bytes: 1 << 20,
+            max_per_command: 1 << 19,
+        };
+        assert_eq!(error_code(&big), NVME_ERR_IOVEC_TOO_LARGE);
+        for code in [NVME_ERR_IOVEC_TOO_LARGE, NVME_ERR_IOVEC_PIECE] {
+            assert_ne!(describe(code).to_bytes(), b"unknown error code");
+        }
     }
 }

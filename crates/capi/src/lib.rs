@@ -74,6 +74,12 @@ mod submit;
 // Read and write with protection information.
 mod protection;
 
+// Vectored read and write (a list of buffer pieces per command).
+mod vectored;
+
+// Zoned namespaces: zone append, zone management, report zones.
+mod zoned;
+
 // `nvme_qpair_poll`: completions and callbacks.
 mod poll;
 
@@ -107,3 +113,5 @@ pub use probe::*;
 pub use protection::*;
 pub use qpair::*;
 pub use submit::*;
+pub use vectored::*;
+pub use zoned::*;

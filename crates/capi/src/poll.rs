@@ -9,9 +9,10 @@ use std::ffi::c_int;
 use nvme_driver::{Completion, Error};
 
 use crate::boundary::{fail, guard};
-use crate::buffer::{nvme_buf, restore};
+use crate::buffer::nvme_buf;
 use crate::errors::*;
 use crate::qpair::{nvme_cpl_status, nvme_qpair, Pending};
+use crate::vectored::complete_request;
 
 /// Reaps completions and runs their callbacks on this thread, at most `max_completions` of
 /// them (0 = no limit; completions beyond the limit are kept for the next call). Returns the
@@ -69,11 +70,9 @@ pub unsafe extern "C" fn nvme_qpair_poll(qpair: *mut nvme_qpair, max_completions
                     // Cannot happen: a pending entry's request stays in the table until here.
                     continue;
                 };
-                if !request.buf.is_null() {
-                    // SAFETY: the buffer handle is live and in flight on this queue pair,
-                    // which this thread owns.
-                    unsafe { restore(request.buf, p.buffer) };
-                }
+                // SAFETY: the request's buffer handle(s) are live and in flight on this
+                // queue pair, which this thread owns.
+                unsafe { complete_request(&mut q.vectored, &request, p.buffer, p.pieces) };
                 (request, p.status)
             };
             done += 1;
@@ -166,6 +165,7 @@ pub(crate) fn completion_status(
             error: NVME_OK,
             cdw0: *dw0,
             buf,
+            lba: 0,
         },
         Err(e) => {
             let status = e.status();
@@ -177,6 +177,7 @@ pub(crate) fn completion_status(
                 error: error_code(e),
                 cdw0: 0,
                 buf,
+                lba: 0,
             }
         }
     }

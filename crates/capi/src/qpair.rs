@@ -10,16 +10,18 @@ use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nvme_driver::{Completion, DmaBuffer, Namespace, QueuePairOptions};
+use nvme_driver::zns::ZoneAppend;
+use nvme_driver::{Completion, DmaBuffer, IoVec, Namespace, QueuePairOptions};
 use nvme_pool::Slab;
 
 use crate::boundary::{fail, fail_with, guard};
-use crate::buffer::{nvme_buf, restore, BufState};
+use crate::buffer::{nvme_buf, BufState};
 use crate::controller::{nvme_ctrlr, CtrlShared};
 use crate::errors::*;
 use crate::lifecycle;
 use crate::poll::completion_status;
 use crate::transport::Pair;
+use crate::vectored::complete_request;
 
 /// Outcome of a request, passed to its callback.
 #[repr(C)]
@@ -38,10 +40,18 @@ pub struct nvme_cpl_status {
     pub error: c_int,
     /// Command-specific result (completion dword 0).
     pub cdw0: u32,
-    /// The request's buffer handle (NULL for requests without data). Idle again when the
-    /// callback runs, unless the request timed out (see `nvme_buf_in_flight`).
+    /// The request's buffer handle (NULL for requests without data, and for vectored
+    /// requests: their pieces' handles are idle again too). Idle again when the callback
+    /// runs, unless the request timed out (see `nvme_buf_in_flight`).
     pub buf: *mut nvme_buf,
+    /// The LBA where a successful Zone Append's data landed (its first block, ZNS 1.1
+    /// §3.4.1.1); 0 for every other request and for a failed append.
+    pub lba: u64,
 }
+
+// The layout C sees on 64-bit targets: 12 bytes of flags and codes, the buffer pointer, the LBA.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<nvme_cpl_status>() == 32);
 
 /// Completion callback: `cb_arg` as given at submission, `status` valid during the call only.
 /// It may submit new requests on the same queue pair, but must not poll or destroy it.
@@ -73,6 +83,18 @@ pub(crate) struct Request {
     pub(crate) cb: nvme_cb_fn,
     pub(crate) arg: *mut c_void,
     pub(crate) buf: *mut nvme_buf,
+    pub(crate) kind: RequestKind,
+}
+
+/// What a request needs at its completion besides its one buffer handle.
+#[derive(Clone, Copy)]
+pub(crate) enum RequestKind {
+    /// One buffer (`buf`) or none.
+    Plain,
+    /// A vectored read or write: its pieces' handles are entry `n` of `nvme_qpair::vectored`.
+    Vectored(u32),
+    /// A Zone Append to the zone starting at `zslba` (the written LBA is rebuilt from it).
+    ZoneAppend { zslba: u64 },
 }
 
 /// A completion reaped from the device whose callback has not run yet.
@@ -82,6 +104,8 @@ pub(crate) struct Pending {
     /// driver's `Error` (64 bytes) is not carried through the queue.
     pub(crate) status: nvme_cpl_status,
     pub(crate) buffer: Option<DmaBuffer>,
+    /// The pieces of a vectored request.
+    pub(crate) pieces: Option<Box<IoVec>>,
 }
 
 impl Pending {
@@ -90,13 +114,22 @@ impl Pending {
     #[inline(always)]
     pub(crate) fn reaped(requests: &Slab<Request>, c: Completion) -> Pending {
         let request = c.user_data as u32;
-        let buf = requests
+        let (buf, kind) = requests
             .get(request)
-            .map_or(std::ptr::null_mut(), |r| r.buf);
+            .map_or((std::ptr::null_mut(), RequestKind::Plain), |r| {
+                (r.buf, r.kind)
+            });
+        let mut status = completion_status(&c.result, buf);
+        if let RequestKind::ZoneAppend { zslba } = kind {
+            if status.success {
+                status.lba = ZoneAppend::new(zslba, 1).written_lba(status.cdw0);
+            }
+        }
         Pending {
             request,
-            status: completion_status(&c.result, buf),
+            status,
             buffer: c.buffer,
+            pieces: c.pieces,
         }
     }
 }
@@ -113,6 +146,8 @@ pub struct nvme_qpair {
     pub(crate) requests: Slab<Request>,
     pub(crate) pending: VecDeque<Pending>,
     pub(crate) ranges: Vec<(u64, u32)>,
+    /// The pieces' handles of the vectored requests in flight, and spare vectors to reuse.
+    pub(crate) vectored: crate::vectored::VectoredTable,
     /// Inside `nvme_qpair_poll` (callbacks may submit, but not poll or destroy).
     pub(crate) polling: bool,
     /// Between `nvme_qpair_hold_submissions` and `nvme_qpair_release_submissions`: the
@@ -159,6 +194,7 @@ pub unsafe extern "C" fn nvme_qpair_create(
                     requests: Slab::new(slots),
                     pending: VecDeque::with_capacity(slots),
                     ranges: Vec::new(),
+                    vectored: Default::default(),
                     polling: false,
                     held: false,
                     shared: Arc::clone(shared),
@@ -218,6 +254,7 @@ pub unsafe extern "C" fn nvme_qpair_destroy(qpair: *mut nvme_qpair) -> c_int {
             qp,
             mut requests,
             mut pending,
+            mut vectored,
             shared,
             ..
         } = *handle;
@@ -227,17 +264,19 @@ pub unsafe extern "C" fn nvme_qpair_destroy(qpair: *mut nvme_qpair) -> c_int {
             let Some(request) = requests.take(p.request) else {
                 continue;
             };
-            if !request.buf.is_null() {
-                // SAFETY: the request's buffer handle is live (caller contract) and this
-                // thread owns it while it is in flight.
-                unsafe { restore(request.buf, p.buffer) };
-            }
+            // SAFETY: the request's buffer handles are live (caller contract) and this
+            // thread owns them while they are in flight.
+            unsafe { complete_request(&mut vectored, &request, p.buffer, p.pieces) };
         }
         // The requests left are those still on the device.
         for (_, r) in requests.iter() {
             if !r.buf.is_null() {
                 // SAFETY: as above.
                 unsafe { (*r.buf).state = BufState::Detached };
+            }
+            if let RequestKind::Vectored(n) = r.kind {
+                // SAFETY: as above.
+                unsafe { vectored.detach(n) };
             }
         }
         drop(shared);

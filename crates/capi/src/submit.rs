@@ -15,7 +15,7 @@ use nvme_driver::{DmaBuffer, IoFailure, Namespace, NvmCommand, WriteFlags};
 use crate::boundary::{fail, guard};
 use crate::buffer::{nvme_buf, BufState};
 use crate::errors::*;
-use crate::qpair::{nvme_cb_fn, nvme_lba_range, nvme_qpair, Request};
+use crate::qpair::{nvme_cb_fn, nvme_lba_range, nvme_qpair, Request, RequestKind};
 use crate::qpair::{NVME_IO_DEALLOCATE, NVME_IO_FUA};
 
 /// Submits a data command (a typed value, `nvme_driver::command`) on `buf`, moving its
@@ -40,6 +40,36 @@ pub(crate) unsafe fn submit_data<C: NvmCommand>(
     }
 }
 
+/// [`submit_data`] for a request whose completion needs more than its buffer (`kind`).
+///
+/// # Safety
+/// As [`submit_data`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn submit_data_kind<C: NvmCommand>(
+    what: &'static str,
+    qpair: *mut nvme_qpair,
+    nsid: u32,
+    cmd: C,
+    buf: *mut nvme_buf,
+    kind: RequestKind,
+    cb: nvme_cb_fn,
+    cb_arg: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        submit_buffer_kind(
+            what,
+            qpair,
+            nsid,
+            buf,
+            kind,
+            cb,
+            cb_arg,
+            |q, ns, dma, ud| q.submit(ns, cmd, Some(dma), ud),
+        )
+    }
+}
+
 /// Moves `buf`'s `DmaBuffer` into the queue pair through `submit` (which gets the pair, the
 /// namespace, the buffer and the request index to pass as user data): the shared part of
 /// every submission with a data buffer.
@@ -51,6 +81,42 @@ unsafe fn submit_buffer(
     qpair: *mut nvme_qpair,
     nsid: u32,
     buf: *mut nvme_buf,
+    cb: nvme_cb_fn,
+    cb_arg: *mut c_void,
+    submit: impl FnOnce(
+        &mut crate::transport::Pair,
+        &Namespace,
+        DmaBuffer,
+        u64,
+    ) -> Result<(), IoFailure>,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        submit_buffer_kind(
+            what,
+            qpair,
+            nsid,
+            buf,
+            RequestKind::Plain,
+            cb,
+            cb_arg,
+            submit,
+        )
+    }
+}
+
+/// [`submit_buffer`] with the request's [`RequestKind`].
+///
+/// # Safety
+/// As [`submit_buffer`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn submit_buffer_kind(
+    what: &'static str,
+    qpair: *mut nvme_qpair,
+    nsid: u32,
+    buf: *mut nvme_buf,
+    kind: RequestKind,
     cb: nvme_cb_fn,
     cb_arg: *mut c_void,
     submit: impl FnOnce(
@@ -103,6 +169,7 @@ unsafe fn submit_buffer(
             cb,
             arg: cb_arg,
             buf,
+            kind,
         });
         let ns = &q.namespaces[ns_index];
         match submit(&mut q.qp, ns, dma, u64::from(index)) {
@@ -199,7 +266,7 @@ pub unsafe extern "C" fn nvme_qpair_submit_write(
 ///
 /// # Safety
 /// `qpair` is NULL or a live handle owned by the calling thread.
-unsafe fn submit_no_data(
+pub(crate) unsafe fn submit_no_data(
     what: &'static str,
     qpair: *mut nvme_qpair,
     nsid: u32,
@@ -225,6 +292,7 @@ unsafe fn submit_no_data(
             cb,
             arg: cb_arg,
             buf: ptr::null_mut(),
+            kind: RequestKind::Plain,
         });
         match submit(q, &ns, u64::from(index)) {
             Ok(()) => NVME_OK,

@@ -7,7 +7,7 @@
 
 use nvme_device::AnyQueuePair;
 use nvme_driver::{
-    Completion, DmaBuffer, Error, IoFailure, IoQueue, Namespace, NvmCommand, Result,
+    Completion, DmaBuffer, Error, IoFailure, IoQueue, IoVec, Namespace, NvmCommand, Result,
 };
 use nvme_tcp::TcpQueuePair;
 
@@ -39,6 +39,17 @@ impl Pair {
             AnyQueuePair::Pcie(q) => q.submit(ns, cmd, buf, user_data),
             AnyQueuePair::Tcp(q) => tcp::submit(q, ns, cmd, buf, user_data),
         }
+    }
+
+    /// Queues a vectored Read or Write (both transports; never split).
+    pub(crate) fn submit_vectored<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        pieces: Box<IoVec>,
+        user_data: u64,
+    ) -> std::result::Result<(), IoFailure> {
+        IoQueue::submit_vectored(&mut self.qp, ns, cmd, pieces, user_data)
     }
 
     pub(crate) fn submit_flush(&mut self, ns: &Namespace, user_data: u64) -> Result<()> {

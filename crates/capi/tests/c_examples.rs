@@ -254,3 +254,26 @@ fn probe_attach_detach_from_c_on_a_fake_sysfs_tree() {
     assert!(!out.contains("0000:00:07.0"), "{out}");
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn zones_runs_vectored_io_and_the_zoned_flow_on_the_emulated_controller() {
+    let exe = build_example("zones");
+    let out = run(&exe, &["emulated"]);
+    for expected in [
+        "vectored: page-aligned pieces: 3 pieces written, 2 read back, 16384 bytes equal: OK",
+        "vectored: unaligned pieces (SGL): 3 pieces written, 2 read back, 16384 bytes equal: OK",
+        "vectored: 139264 bytes above the 131072-byte transfer refused: OK",
+        "zones: namespace 2: 16 zones of 256 blocks, max open 4, max active 6",
+        "zones: report: zones 0..3 Empty: OK",
+        "zones: append: LBAs 0 2 4, write pointer 6, data read back: OK",
+        "zones: full zone: the zone is full: reset it or write another zone (sct 1 sc 0xb9): OK",
+        "zones: reset: Empty, write pointer back at 512: OK",
+        "zones: offline of an empty zone: invalid zone state transition",
+        "zones: reset all: 16 zones Empty: OK",
+        "zones: done",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    let output = Command::new(&exe).output().expect("run example");
+    assert_eq!(output.status.code(), Some(2));
+}

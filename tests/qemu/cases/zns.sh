@@ -9,9 +9,13 @@
 #     resets the controller, which closes QEMU's open zones; the open limit is therefore tested
 #     on the emulator only, crates/driver/tests/zns.rs);
 #  3. bad input refused with a message and exit 1 (a plain namespace, an append off a zone start);
+#  3b. the C API (examples/c/zones.c, zones_c): vectored writes and reads on namespace 1 read back
+#     equal (QEMU offers SGLs: unaligned pieces too; above MDTS refused), then on zones 8-11 the
+#     zone report, three Zone Appends returning consecutive LBAs (write pointer +6), a finished
+#     zone's NVME_ERR_ZONE_FULL, a reset, an invalid transition's NVME_ERR_ZONE_INVALID_TRANSITION;
 #  4. the kernel's nvme driver takes the controller back: util-linux blkzone reports the same write
-#     pointers and states, and the appended
-#     data reads back (O_DIRECT) at the LBAs the appends returned.
+#     pointers and states (zones 8-11 as the C program left them), and the appended
+#     data reads back (O_DIRECT) at the LBAs the appends returned (the C appends' too).
 # Run in the metadata boot of tests/run-all.sh, whose last namespace is
 #   --ns 4096:16M:zoned=true,zoned.zone_size=1M,zoned.max_open=4,zoned.max_active=8
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
@@ -101,6 +105,19 @@ expect_fail "namespace 1 is not a zoned namespace" nvme-admin zns report-zones "
 expect_fail "not a zone start" nvme-admin zns zone-append "$NVME_BDF" -n "$ZNS" -s 3 -z 4096 -d /tmp/c
 expect_fail "not a positive multiple" nvme-admin zns zone-append "$NVME_BDF" -n "$ZNS" -z 100 -d /tmp/c
 
+echo "== 3b: the C API (zones_c: vectored I/O on namespace 1, zones 8-11)"
+command -v zones_c >/dev/null || fail "zones_c is not in the guest (tests/qemu/build-c-guest.sh failed?)"
+zones_c "$NVME_BDF" --write 1 "$ZNS" 8 >/tmp/zones_c.out 2>&1 || { cat /tmp/zones_c.out; fail "zones_c failed"; }
+cat /tmp/zones_c.out
+for want in "vectored: page-aligned pieces: 3 pieces written, 2 read back, 16384 bytes equal: OK" \
+    "vectored: unaligned pieces (SGL): 3 pieces written, 2 read back" \
+    "bytes above the 524288-byte transfer refused: OK" \
+    "zones: append: LBAs $((8 * ZONE)) $((8 * ZONE + 2)) $((8 * ZONE + 4)), write pointer $((8 * ZONE + 6))" \
+    "zones: full zone: the zone is full" "zones: reset: Empty" \
+    "zones: offline of an empty zone: invalid zone state transition" "zones: done"; do
+    grep -qF "$want" /tmp/zones_c.out || fail "zones_c did not print '$want'"
+done
+
 echo "== 4: the kernel's view"
 bind_kernel
 dev=$(ns_blockdev "$ZNS")
@@ -123,8 +140,18 @@ kzone 3 0 em
 kzone 4 1 cl
 kzone 5 0 em
 kzone 6 0 em
+# As zones_c left them: zone 8 written 6 blocks (implicitly open, closed by the reset when the
+# kernel took the controller), 9 finished, 10 reset, 11 untouched.
+kzone 8 6 "cl|oi"
+kzone 9 "[0-9]+" fu
+kzone 10 0 em
+kzone 11 0 em
 dd if="$dev" of=/tmp/back bs=4096 count=4 skip="$ZONE" iflag=direct 2>/dev/null
 cat /tmp/a /tmp/b | cmp - /tmp/back || fail "the kernel reads other data in zone 1 than the appends wrote"
 dd if="$dev" of=/tmp/back bs=4096 count=1 skip=$((4 * ZONE)) iflag=direct 2>/dev/null
 cmp /tmp/c /tmp/back || fail "the kernel reads other data in zone 4 than the append wrote"
+# zones_c appended 2 blocks of 'a', then 'b', then 'c' to zone 8.
+for ch in a b c; do head -c 8192 /dev/zero | tr '\000' "$ch"; done >/tmp/abc
+dd if="$dev" of=/tmp/back bs=4096 count=6 skip=$((8 * ZONE)) iflag=direct 2>/dev/null
+cmp /tmp/abc /tmp/back || fail "the kernel reads other data in zone 8 than the C API's appends wrote"
 echo "zns: zone states, write pointers and appended data agree between our tools and the kernel"
