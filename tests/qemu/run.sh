@@ -92,6 +92,10 @@ TRACE_PATTERNS=()
 TRACE_LOG=$ROOT/target/qemu-trace.log
 LAYOUT=""
 VFIO_MODE=""
+# --kill-after: acknowledged commits to wait for, the seed and the largest delay after them.
+KILL_AFTER=""
+KILL_SEED=1
+KILL_MAXMS=1000
 
 usage() {
     cat <<EOF
@@ -123,6 +127,12 @@ Options:
                             blkdebug=FILE: a QEMU blkdebug config ([inject-error] sections);
                             bad=rS,wS,...: EIO (errno 5, every time) on reads (r) or writes (w)
                             touching 512-byte sector S; e.g. --ns 4096:16M:bad=r2048,w4096
+                            image=PATH: the backing file is PATH (created at SIZE if missing,
+                            reused as it is otherwise, never deleted: a second boot sees what the
+                            first left; PATH without ':' or ','), not a fresh one in the work dir
+                            write-cache=on|off: the namespace's volatile write cache (QEMU's
+                            nvme-ns write-cache; on: a write completes once it is in QEMU's
+                            backend, i.e. the host page cache, and Flush is fdatasync)
                             throttle: the image behind a QEMU throttle filter (group tg<K>, K =
                             the --ns position), unlimited until the guest prints
                             "@@HOST throttle K IOPS" (0 = unlimited again; cases/stalled-device.sh)
@@ -165,6 +175,14 @@ Options:
                             stops them, and they stop when run.sh exits in any way. Each switch
                             is logged with the host's /proc/loadavg as a "@@HOSTLOAD on|off ..."
                             line, appended to the --log file (cases/bench.sh with BENCH_LOAD)
+  --kill-after N[:SEED[:MAXMS]]
+                            SIGKILL QEMU (the whole machine model, no shutdown, no flush) at a
+                            random moment 0..MAXMS ms (default 1000; drawn from SEED, default 1)
+                            after the guest's console showed N lines 'acked K' (nvme-sqlite
+                            --commits). run.sh then passes only if it killed QEMU so (the guest
+                            did not finish first) and no case failed before; the last 'acked K'
+                            in the --log file is the last commit acknowledged before the kill
+                            (tests/sqlite-qkill.sh)
   --keep                    keep tests/qemu/work/ afterwards
   --log FILE                also write the serial log to FILE
   --trace PATTERN           enable QEMU trace events matching PATTERN (repeatable; QEMU's
@@ -235,6 +253,13 @@ while [ $# -gt 0 ]; do
     --timeout) TIMEOUT=${2:?}; shift 2 ;;
     --case-timeout) CASE_TIMEOUT=${2:?}; shift 2 ;;
     --keep) KEEP=1; shift ;;
+    --kill-after)
+        [[ "${2:-}" =~ ^([1-9][0-9]*)(:([0-9]+)(:([0-9]+))?)?$ ]] ||
+            die "--kill-after needs N[:SEED[:MAXMS]] (e.g. 40:7:500), not '${2:-}'"
+        KILL_AFTER=${BASH_REMATCH[1]}
+        KILL_SEED=${BASH_REMATCH[3]:-1}
+        KILL_MAXMS=${BASH_REMATCH[5]:-1000}
+        shift 2 ;;
     --hotplug) HOTPLUG=1; shift ;;
     --host-load)
         [[ "${2:-}" =~ ^([1-9][0-9]*)(:(-?[0-9]+))?$ ]] ||
@@ -616,11 +641,15 @@ build_namespaces() {
         lba=${fields[0]:-}
         size=${fields[1]:-}
         # After SIZE, in any order: 'null', blkdebug=FILE or bad=..., metadata options.
-        kind="" meta="" debug="" throttle="" detached=0
+        kind="" meta="" debug="" throttle="" detached=0 image=""
         for field in "${fields[@]:2}"; do
             case "$field" in
             null) kind=null ;;
             throttle) throttle=1 ;;
+            image=?*)
+                image=${field#image=}
+                [[ "$image" != *,* ]] || die "--ns $spec: the image path must not contain ':' or ','"
+                ;;
             blkdebug=* | bad=*)
                 [ -z "$debug" ] || die "--ns $spec: give blkdebug=FILE or bad=... once"
                 debug=$field
@@ -629,7 +658,7 @@ build_namespaces() {
                 [ -z "$meta" ] || die "--ns $spec: give the metadata options once"
                 meta=$field
                 ;;
-            *) die "--ns $spec: '$field' is not 'null', 'throttle', metadata options (ms=8,mset=1), blkdebug=FILE or bad=rS,wS" ;;
+            *) die "--ns $spec: '$field' is not 'null', 'throttle', metadata options (ms=8,mset=1), blkdebug=FILE, bad=rS,wS or image=PATH" ;;
             esac
         done
         nsid=$k
@@ -653,6 +682,7 @@ build_namespaces() {
                     continue
                 fi
                 [[ "$opt" =~ ^(ms|mset|pi|pil|pif|mssrl|mcl|msrc)=[0-9]+$ ||
+                    "$opt" =~ ^write-cache=(on|off)$ ||
                     "$opt" =~ ^zoned=(true|false)$ ||
                     "$opt" =~ ^zoned\.(zone_size|zone_capacity)=[0-9]+[KMG]?$ ||
                     "$opt" =~ ^zoned\.(max_open|max_active)=[0-9]+$ ]] ||
@@ -666,12 +696,26 @@ build_namespaces() {
         bytes=$(size_bytes "${size:?--ns $spec: missing SIZE}")
         [ $((bytes % lba)) -eq 0 ] || die "--ns $spec: SIZE must be a multiple of LBASIZE"
         if [ "$kind" = null ]; then
-            [ -z "$debug$throttle" ] || die "--ns $spec: blkdebug/bad=/throttle need the file backend, not 'null'"
+            [ -z "$debug$throttle$image" ] || die "--ns $spec: blkdebug/bad=/throttle/image= need the file backend, not 'null'"
             QEMU_NS_ARGS+=(-drive "driver=null-co,size=$bytes,read-zeroes=on,id=${pfx}ns$k,if=none")
         else
             local img=$WORK/${pfx}ns$k.img
-            rm -f "$img"
-            truncate -s "$bytes" "$img"
+            if [ -n "$image" ]; then
+                # A named image outlives the run: created once, then reused as it is.
+                img=$(realpath -m "$image")
+                if [ -e "$img" ]; then
+                    [ "$(stat -c %s "$img")" = "$bytes" ] ||
+                        die "--ns $spec: $img exists with $(stat -c %s "$img") bytes, not $bytes; remove it or give its size"
+                    note "namespace $k: reusing image $img"
+                else
+                    mkdir -p "$(dirname "$img")"
+                    truncate -s "$bytes" "$img"
+                    note "namespace $k: new image $img"
+                fi
+            else
+                rm -f "$img"
+                truncate -s "$bytes" "$img"
+            fi
             local file=$img
             if [ -n "$debug" ]; then
                 blkdebug_config "$spec" "$debug" "$WORK/${pfx}ns$k.blkdebug"
@@ -783,6 +827,28 @@ watch_host_requests() {
         done < <(grep -a '^@@HOST ' "$SERIAL_LOG" | tail -n +$((done + 1)))
         sleep 0.2
     done
+}
+
+# --kill-after: counts the guest's 'acked K' console lines (every 20 ms) and, N lines in, waits the seeded random delay and sends SIGKILL to QEMU: a process-level kill of the
+# whole machine model (its device, its backend's queue), not of the guest's program. The
+# marker file tells the summary that the end was ours.
+watch_kill() {
+    local n delay
+    RANDOM=$KILL_SEED
+    delay=$((RANDOM * 32768 + RANDOM))
+    delay=$((delay % (KILL_MAXMS + 1)))
+    while :; do
+        n=$(grep -ac '^acked [0-9][0-9]*$' "$SERIAL_LOG" || true)
+        [ "$n" -lt "$KILL_AFTER" ] || break
+        sleep 0.02
+    done
+    sleep "$((delay / 1000)).$(printf %03d $((delay % 1000)))"
+    local pid
+    pid=$(cat "$QEMU_PIDFILE")
+    # The mark first: once QEMU is gone run.sh stops this watcher.
+    echo "$KILL_AFTER $delay" >"$KILL_MARK"
+    kill -KILL "$pid" 2>/dev/null || { rm -f "$KILL_MARK"; return 0; }
+    note "sent SIGKILL to QEMU (pid $pid) ${delay} ms after the guest's ${KILL_AFTER}th acknowledged commit (seed $KILL_SEED)"
 }
 
 # The --host-load hog. Its process ids go to a file, so that the watcher and run.sh's exit trap
@@ -918,6 +984,8 @@ HOST_LOAD_PIDS=$WORK/host-load.pids
 : >"$HOST_EVENTS"
 : >"$HOST_LOAD_PIDS"
 QMP_SOCK=$WORK/qmp.sock
+QEMU_PIDFILE=$WORK/qemu.pid
+KILL_MARK=$WORK/killed
 NVME_BUS=""
 HOTPLUG_ARGS=()
 if [ "$HOTPLUG" = 1 ]; then
@@ -953,6 +1021,7 @@ QEMU_CMD=(
     -kernel "$KERNEL" -initrd "$WORK/initramfs.cpio"
     -append "console=ttyS0 $IOMMU_APPEND panic=-1 no_timer_check quiet $APPEND"
     -device "isa-debug-exit,iobase=$DEBUG_EXIT_PORT,iosize=0x04"
+    -pidfile "$QEMU_PIDFILE"
     "${HOTPLUG_ARGS[@]}"
     ${BRIDGE_ARGS[@]+"${BRIDGE_ARGS[@]}"}
     ${SUBSYS_ARGS[@]+"${SUBSYS_ARGS[@]}"}
@@ -974,11 +1043,14 @@ BOOT=$(date +%s)
 : >"$SERIAL_LOG"
 WATCHER=""
 { [ "$QMP" = 1 ] || [ -n "$HOST_LOAD_N" ]; } && { watch_host_requests & WATCHER=$!; }
+KILLER=""
+[ -z "$KILL_AFTER" ] || { watch_kill & KILLER=$!; }
 set +e
 timeout -k 10 "$TIMEOUT" "${QEMU_CMD[@]}" </dev/null 2>&1 | sed -u 's/\r//g' | tee "$SERIAL_LOG"
 QEMU_RC=${PIPESTATUS[0]}
 set -e
 [ -z "$WATCHER" ] || { kill "$WATCHER" 2>/dev/null || true; wait "$WATCHER" 2>/dev/null || true; }
+[ -z "$KILLER" ] || { kill "$KILLER" 2>/dev/null || true; wait "$KILLER" 2>/dev/null || true; }
 host_load_off
 END=$(date +%s)
 [ -z "$LOG" ] || cat "$SERIAL_LOG" "$HOST_EVENTS" >"$LOG"
@@ -987,24 +1059,43 @@ END=$(date +%s)
 echo
 echo "======== summary ========"
 FAILED=0
+KILLED=0
+[ ! -s "$KILL_MARK" ] || KILLED=1
 for f in "${CASE_FILES[@]}"; do
     name=$(basename "$f")
     line=$(grep -a "^@@CASE $name " "$SERIAL_LOG" | tail -n 1 || true)
     case "$line" in
     *" PASS"*) printf '  %-24s PASS%s\n' "$name" "$(echo "$line" | sed -n 's/.* PASS//p')" ;;
     *" FAIL"*) printf '  %-24s FAIL%s\n' "$name" "$(echo "$line" | sed -n 's/.* FAIL//p')"; FAILED=1 ;;
-    *) printf '  %-24s NOT RUN (no result from the guest)\n' "$name"; FAILED=1 ;;
+    *)
+        if [ "$KILLED" = 1 ]; then
+            printf '  %-24s KILLED (QEMU, by --kill-after)\n' "$name"
+        else
+            printf '  %-24s NOT RUN (no result from the guest)\n' "$name"
+            FAILED=1
+        fi
+        ;;
     esac
 done
 echo "  accel=$ACCEL build+initramfs=$((BOOT - START))s boot+tests=$((END - BOOT))s total=$((END - START))s"
-if [ "$QEMU_RC" = 124 ] || [ "$QEMU_RC" = 137 ]; then
+if [ -n "$KILL_AFTER" ]; then
+    if [ "$KILLED" = 1 ]; then
+        read -r _ delay <"$KILL_MARK"
+        echo "  QEMU killed (SIGKILL) ${delay} ms after acknowledged commit line $KILL_AFTER; last acknowledged: $(grep -a '^acked [0-9][0-9]*$' "$SERIAL_LOG" | awk '{ if ($2 > m) m = $2 } END { print m + 0 }')"
+    else
+        echo "  --kill-after $KILL_AFTER: QEMU was not killed (the guest showed $(grep -ac '^acked [0-9][0-9]*$' "$SERIAL_LOG" || true) acknowledged commits and ended first)"
+        FAILED=1
+    fi
+elif [ "$QEMU_RC" = 124 ] || [ "$QEMU_RC" = 137 ]; then
     echo "  TIMEOUT: the guest did not finish within ${TIMEOUT}s (--timeout)"
     FAILED=1
 elif ! grep -aq '^@@DONE' "$SERIAL_LOG"; then
     echo "  the guest never reported completion (QEMU exit status $QEMU_RC); see the log above"
     FAILED=1
 fi
-if [ "$FAILED" = 0 ]; then
+if [ "$FAILED" = 0 ] && [ "$KILLED" = 1 ]; then
+    echo "  RESULT: QEMU killed as asked (--kill-after), no case failed before"
+elif [ "$FAILED" = 0 ]; then
     echo "  RESULT: all ${#CASE_FILES[@]} case(s) passed"
 else
     echo "  RESULT: FAILED"

@@ -8,6 +8,8 @@
 //! nvme-sqlite --device sim -n 10000
 //! nvme-sqlite --device "trtype:TCP traddr:192.0.2.1 trsvcid:4420 subnqn:NQN" --format
 //! nvme-sqlite --kernel-file /mnt/ext4/bench.db -n 100000 -m 1000
+//! nvme-sqlite --device 0000:00:04.0 --db log.db --journal-mode wal --commits 100000  # "acked N" lines
+//! nvme-sqlite --device 0000:00:04.0 --db log.db --check-commits 517
 //! ```
 
 use std::path::PathBuf;
@@ -94,6 +96,17 @@ struct Cli {
     /// sqlite3 shell prints them), e.g. to read back what another program wrote.
     #[arg(long, value_name = "SQL", conflicts_with_all = ["verify_only", "format"])]
     query: Option<String>,
+    /// Instead of the workload: the commit log (`workload::commit_log`), COUNT more
+    /// single-row transactions with synchronous=FULL, continuing an existing log; prints
+    /// `acked N` (and flushes stdout) as soon as commit N's COMMIT has returned, for a crash
+    /// test that kills the machine and then checks with --check-commits.
+    #[arg(long, value_name = "COUNT", conflicts_with_all = ["verify_only", "query"])]
+    commits: Option<u64>,
+    /// Instead of the workload: check a commit log (integrity_check, the state after exactly
+    /// one commit) and that it holds every commit up to ACKED, the last one a crashed run
+    /// acknowledged.
+    #[arg(long, value_name = "ACKED", conflicts_with_all = ["verify_only", "query", "format", "commits"])]
+    check_commits: Option<u64>,
 }
 
 /// Why `nvme-sqlite` failed.
@@ -111,6 +124,10 @@ enum ToolError {
     Integrity(String),
     #[error("-n and -m must be at least 1")]
     Params,
+    #[error("commit {acked} was acknowledged before the crash, but the database holds only commits 1..={found}: the VFS acknowledged a commit before it was durable")]
+    Lost { acked: u64, found: u64 },
+    #[error("the database is not the state after one commit: {0} (a commit was applied halfway)")]
+    Torn(String),
     #[cfg(not(any(test, feature = "emulator")))]
     #[error("this build has no emulator: rebuild with --features emulator to use --device sim")]
     NoEmulator,
@@ -267,19 +284,56 @@ fn exercise(cli: &Cli, conn: &rusqlite::Connection) -> Result<Summary, ToolError
             range_total: 0,
         });
     }
+    if let Some(count) = cli.commits {
+        use std::io::Write;
+        let last = workload::commit_log::run(conn, journal_mode(cli), count, |i| {
+            // One line per acknowledged commit, out at once: the console is what a crash
+            // test's host watches. A failed console write must not stop the log.
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "acked {i}").and_then(|()| out.flush());
+        })?;
+        println!("commits: {count} (last {last})");
+        return Ok(Summary {
+            integrity: String::new(),
+            rows: last,
+            checksum: 0,
+            range_total: 0,
+        });
+    }
+    if let Some(acked) = cli.check_commits {
+        let found = workload::commit_log::check(conn)?;
+        println!(
+            "integrity_check: {}\ncommits: {} (acknowledged before the crash: {acked})",
+            found.integrity, found.last
+        );
+        if found.integrity != "ok" {
+            return Err(ToolError::Integrity(found.integrity));
+        }
+        if let Some(torn) = found.torn {
+            return Err(ToolError::Torn(torn));
+        }
+        if found.last < acked {
+            return Err(ToolError::Lost {
+                acked,
+                found: found.last,
+            });
+        }
+        return Ok(Summary {
+            integrity: found.integrity,
+            rows: found.last,
+            checksum: 0,
+            range_total: 0,
+        });
+    }
     let summary = if cli.verify_only {
         workload::verify(conn)?
     } else {
-        let journal = match cli.journal_mode {
-            Journal::Delete => JournalMode::Delete,
-            Journal::Wal => JournalMode::Wal,
-        };
         let (summary, timings) = workload::run(
             conn,
             Params {
                 rows: cli.rows,
                 batch: cli.batch,
-                journal,
+                journal: journal_mode(cli),
             },
         )?;
         print_timings(cli, &timings);
@@ -296,6 +350,13 @@ fn exercise(cli: &Cli, conn: &rusqlite::Connection) -> Result<Summary, ToolError
         return Err(ToolError::Integrity(summary.integrity));
     }
     Ok(summary)
+}
+
+fn journal_mode(cli: &Cli) -> JournalMode {
+    match cli.journal_mode {
+        Journal::Delete => JournalMode::Delete,
+        Journal::Wal => JournalMode::Wal,
+    }
 }
 
 /// The rows of `sql`, each as its columns joined by `|` (NULL empty, blobs in hex).
@@ -416,6 +477,32 @@ mod tests {
             query_rows(&conn, "SELECT count(*), 'x', NULL, x'0aff' FROM kv").unwrap(),
             [format!("{}|x||0aff", w.rows)]
         );
+    }
+
+    #[test]
+    fn commits_continue_and_check_commits_finds_lost_ones() {
+        for (mode, bs) in [("wal", 4096u32), ("delete", 512)] {
+            let sim = SimController::start(sim_config(bs));
+            let run = |args: &[&str], format| {
+                let base = ["--device", "sim", "--db", "log.db", "--journal-mode", mode];
+                run_on_sim(&cli(&[&base[..], args].concat()), &sim, format)
+            };
+            assert_eq!(run(&["--commits", "7"], true).unwrap().rows, 7);
+            assert_eq!(run(&["--commits", "5"], false).unwrap().rows, 12);
+            assert_eq!(run(&["--check-commits", "12"], false).unwrap().rows, 12);
+            assert_eq!(run(&["--check-commits", "3"], false).unwrap().rows, 12);
+            let err = run(&["--check-commits", "13"], false).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    ToolError::Lost {
+                        acked: 13,
+                        found: 12
+                    }
+                ),
+                "{err}"
+            );
+        }
     }
 
     #[test]
