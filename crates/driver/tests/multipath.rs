@@ -17,6 +17,7 @@ fn subsystem() -> (SimController, SimController, Controller, Controller) {
     let config = |cntlid| SimConfig {
         cntlid,
         shared_namespaces: true,
+        subnqn: nvme_sim::SIM_SUBNQN.into(),
         ..SimConfig::default()
     };
     let sim_a = SimController::start(config(0));
@@ -138,10 +139,14 @@ fn other_subsystems_and_private_namespaces_stay_apart() {
         ControllerOptions::default(),
         false,
     );
-    // Two default (single-controller, private namespace) emulators: the same NQN and CNTLID,
+    // Two single-controller emulators (private namespaces) with the same NQN and CNTLID,
     // i.e. indistinguishable from one controller reached twice.
-    let (_sim_d, d) = common::start_sim(SimConfig::default(), ControllerOptions::default(), false);
-    let (_sim_e, e) = common::start_sim(SimConfig::default(), ControllerOptions::default(), false);
+    let lone = || SimConfig {
+        subnqn: nvme_sim::SIM_SUBNQN.into(),
+        ..SimConfig::default()
+    };
+    let (_sim_d, d) = common::start_sim(lone(), ControllerOptions::default(), false);
+    let (_sim_e, e) = common::start_sim(lone(), ControllerOptions::default(), false);
     let (_sim_a, _sim_b, a, _b) = subsystem();
     let id_a = NamespaceIdentity::read(&a, 1).unwrap();
     let id_c = NamespaceIdentity::read(&c, 1).unwrap();
@@ -164,4 +169,12 @@ fn other_subsystems_and_private_namespaces_stay_apart() {
         .kept_apart()
         .iter()
         .all(|k| matches!(k.reason, NotSameNamespace::SameController { cntlid: 0, .. })));
+    // A controller reporting no NQN (the emulator's default) is never matched.
+    let (_sim_f, f) = common::start_sim(SimConfig::default(), ControllerOptions::default(), false);
+    let id_f = NamespaceIdentity::read(&f, 1).unwrap();
+    assert_eq!(id_f.subnqn, "");
+    assert_eq!(
+        id_d.same_namespace(&id_f),
+        Err(NotSameNamespace::NoSubsystemNqn { cntlid: 0 })
+    );
 }

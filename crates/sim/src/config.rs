@@ -195,7 +195,8 @@ pub struct SimConfig {
     /// §3.4.2) of up to [`SIM_ACWU_BLOCKS`] blocks (ACWU). QEMU 7.2 does not offer it; `false`
     /// completes a fused entry with Invalid Field in Command.
     pub compare_and_write: bool,
-    /// Identify Controller SUBNQN: the NVM subsystem's NQN (at most 223 bytes).
+    /// Identify Controller SUBNQN: the NVM subsystem's NQN (at most 223 bytes); empty by
+    /// default (no NQN reported, as before NVMe 1.2.1), [`SIM_SUBNQN`] is one to use.
     pub subnqn: String,
     /// Identify Controller CNTLID (default [`crate::SIM_CNTLID`]); a second controller of the
     /// subsystem ([`crate::SimController::start_sibling`]) needs another one.
@@ -206,7 +207,7 @@ pub struct SimConfig {
     pub shared_namespaces: bool,
 }
 
-/// Default [`SimConfig::subnqn`].
+/// A subsystem NQN for [`SimConfig::subnqn`] (needed by two controllers of one subsystem).
 pub const SIM_SUBNQN: &str = "nqn.2026-01.io.example.nvme-sim:subsys0";
 /// Longest SUBNQN the emulator takes (NVMe Base 2.0 §4.5: 223 bytes).
 const MAX_NQN_BYTES: usize = 223;
@@ -272,7 +273,7 @@ impl Default for SimConfig {
             copy_format_1: true,
             write_uncorrectable: true,
             compare_and_write: true,
-            subnqn: SIM_SUBNQN.to_string(),
+            subnqn: String::new(),
             cntlid: crate::SIM_CNTLID,
             shared_namespaces: false,
         }

@@ -137,7 +137,7 @@ impl SimController {
     /// 2.0 §2.4.1): the same IOMMU address space and the same namespaces (one medium, what
     /// one controller writes the other reads), with its own registers, queues and CNTLID.
     /// Both report the subsystem NQN, CMIC bit 1 and shared namespaces (NMIC bit 0), so both
-    /// configs need [`SimConfig::shared_namespaces`]. Limits: attachment state belongs to the
+    /// configs need [`SimConfig::shared_namespaces`] and the same [`SimConfig::subnqn`]. Limits: attachment state belongs to the
     /// shared medium (attaching or detaching through one controller does it for both), each
     /// controller's Changed Namespace List and Namespace Attribute notices are its own, and
     /// neither may have a write cache or a zoned namespace (their state is per controller).
@@ -149,9 +149,9 @@ impl SimController {
             first.shared_namespaces && config.shared_namespaces,
             "start_sibling: both controllers need SimConfig::shared_namespaces"
         );
-        assert_eq!(
-            config.subnqn, first.subnqn,
-            "start_sibling: a sibling reports the same SimConfig::subnqn"
+        assert!(
+            !first.subnqn.is_empty() && config.subnqn == first.subnqn,
+            "start_sibling: both controllers report the same, non-empty, SimConfig::subnqn"
         );
         assert_ne!(
             config.cntlid, first.cntlid,

@@ -196,6 +196,7 @@ mod tests {
         let shared = |cntlid| SimConfig {
             cntlid,
             shared_namespaces: true,
+            subnqn: nvme_sim::SIM_SUBNQN.into(),
             ..SimConfig::default()
         };
         let sim_a = SimController::start(shared(0));
@@ -241,7 +242,10 @@ mod tests {
 
     #[test]
     fn one_controller_given_twice_is_one_path() {
-        let sim = SimController::start(SimConfig::default());
+        let sim = SimController::start(SimConfig {
+            subnqn: nvme_sim::SIM_SUBNQN.into(),
+            ..SimConfig::default()
+        });
         let ctrl = open(&sim);
         let view = ControllerView::read(&ctrl, 0, "pcie", "0000:00:04.0".into()).unwrap();
         let mut again = view.clone();

@@ -178,6 +178,7 @@ mod tests {
         let config = |cntlid| SimConfig {
             cntlid,
             shared_namespaces: true,
+            subnqn: nvme_sim::SIM_SUBNQN.into(),
             ..SimConfig::default()
         };
         let sim_a = SimController::start(config(0));
