@@ -8,6 +8,8 @@
 //! real controller except by speed; tests additionally get [`Faults`] to inject errors,
 //! [`SimStats`] to see what the device observed, and direct access to the medium
 //! ([`SimController::read_disk`] / [`SimController::write_disk`]).
+//! [`SimController::start_sibling`] adds a second controller of the same NVM subsystem on the
+//! same medium (shared namespaces, multipath tests).
 //!
 //! Limits (by design): 4 KiB to 64 KiB memory pages, SGLs for I/O commands with Data Block,
 //! Segment and Last Segment descriptors only (no Bit Bucket, no metadata SGLs; see
