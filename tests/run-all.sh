@@ -144,6 +144,7 @@ qemu_layouts() {
 }
 step "qemu guest (layouts)" qemu_layouts
 # Its own short boot: two controllers of one NVMe subsystem (layout subsys): nvme-admin
+# list-subsys and nvme-dd --verify-through (one namespace, two paths), nvme-admin
 # list-ctrl, attach-ns / detach-ns of the detached namespace 3 with I/O through both
 # controllers, format of namespace 2, and nvme-cli on the kernel driver as the witness.
 step "qemu guest (NVMe subsystem)" tests/qemu/run.sh --no-build --layout subsys subsys.sh

@@ -738,6 +738,12 @@ build_namespaces() {
                 QEMU_NS_ARGS+=(-drive "file=$file,if=none,id=${pfx}ns$k,format=raw")
             fi
         fi
+        # A namespace of the --subsys subsystem reports a UUID and an EUI64 (made from the
+        # NSID), as real shared namespaces do: QEMU 7.2 reports none by default, and a namespace
+        # without a unique identifier cannot be recognised through two controllers.
+        if [ "$SUBSYS" = 1 ]; then
+            meta="$meta,uuid=$(printf '4e564d65-0000-4000-8000-%012x' "$nsid"),eui64=$(printf '0x52540000%08x' "$nsid")"
+        fi
         QEMU_NS_ARGS+=(-device "nvme-ns,drive=${pfx}ns$k,bus=$bus,nsid=$nsid,logical_block_size=$lba,physical_block_size=$lba$meta")
         if [ "$detached" = 1 ]; then
             BUILT_DETACHED="$BUILT_DETACHED $nsid:$lba:$bytes"

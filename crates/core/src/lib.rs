@@ -16,6 +16,9 @@
 //!   monomorphic copy per transport); nothing here puts an indirect call on an I/O path.
 //! - Shared policy: one definition of the timeout epoch clock ([`TIMEOUT_EPOCHS`],
 //!   [`TimeoutAction`]) and of the controller state word's flags ([`state`]).
+//! - Multipath basics: [`multipath`] tells whether two controllers reach one namespace
+//!   ([`NamespaceIdentity::same_namespace`], typed reasons when not) and groups the namespaces
+//!   of several controllers into paths ([`Multipath`]).
 //! - Shared request layer: [`split`] cuts a request larger than one command into pieces and
 //!   collects their completions into one (the NVMe/TCP pair's MDTS splitting).
 //! - Buffers for CPU-copy transports: [`HostMemory`], an identity "mapper" of process memory
@@ -53,6 +56,7 @@ pub mod fused;
 mod host_memory;
 mod io_queue;
 pub mod iovec;
+pub mod multipath;
 mod namespace;
 mod nano_clock;
 mod options;
@@ -73,6 +77,10 @@ pub use flags::WriteFlags;
 pub use host_memory::HostMemory;
 pub use io_queue::IoQueue;
 pub use iovec::{IoVec, PieceRule, IOVEC_MAX_PIECES};
+pub use multipath::{
+    KeptApart, Multipath, MultipathNamespace, NamespaceIdentity, NamespaceIds, NamespacePath,
+    NotSameNamespace,
+};
 pub use namespace::{Namespace, NamespaceChange, NamespaceChanges, NamespaceSet};
 pub use nano_clock::NanoClock;
 pub use options::QueuePairOptions;

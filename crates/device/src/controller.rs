@@ -7,7 +7,7 @@ use nvme_driver::spec::regs::{Cap, Version};
 use nvme_driver::spec::{ErrorLogEntry, IdentifyController, SmartLog};
 use nvme_driver::{
     AdminCommands, Controller, ControllerOptions, DmaBuffer, DmaMapper, Error, Namespace,
-    NamespaceChanges, QueuePairOptions, Result,
+    NamespaceChanges, NamespaceIdentity, QueuePairOptions, Result,
 };
 use nvme_tcp::{TcpController, TcpOptions};
 
@@ -153,6 +153,24 @@ impl AnyController {
     /// Namespace Attachment (§5.19): detaches `nsid` from `controllers`, then a rescan.
     pub fn detach_namespace(&self, nsid: u32, controllers: &[u16]) -> Result<NamespaceChanges> {
         both!(self, c => c.detach_namespace(nsid, controllers))
+    }
+
+    /// Who namespace `nsid` is as this controller reports it (subsystem NQN, CNTLID,
+    /// sharing, identifiers): compare two with
+    /// [`NamespaceIdentity::same_namespace`] to know whether two controllers reach one
+    /// namespace ([`nvme_driver::multipath`]).
+    pub fn namespace_identity(&self, nsid: u32) -> Result<NamespaceIdentity> {
+        both!(self, c => NamespaceIdentity::read(c, nsid))
+    }
+
+    /// The identities of all active namespaces ([`NamespaceIdentity::read_active`]).
+    pub fn namespace_identities(&self) -> Result<Vec<NamespaceIdentity>> {
+        both!(self, c => NamespaceIdentity::read_active(c))
+    }
+
+    /// Whether the controller failed and was stopped (it must be reset or re-opened).
+    pub fn is_failed(&self) -> bool {
+        both!(self, c => nvme_driver::NvmeController::is_failed(c))
     }
 
     /// Resets the controller (PCIe: through CC.EN; NVMe/TCP: a new association); queue

@@ -61,6 +61,7 @@ pub use controller::{
     DEFAULT_IO_QUEUES, HOST_PAGE_SIZE,
 };
 pub use nvme_core::fused;
+pub use nvme_core::multipath::{self, Multipath, NamespaceIdentity, NotSameNamespace};
 pub use nvme_core::protection::{
     self, LbaFormatInfo, MetadataLayout, PiCheck, PiType, Prinfo, ProtectableCommand, Protected,
     Protection,

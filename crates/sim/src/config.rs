@@ -195,7 +195,22 @@ pub struct SimConfig {
     /// §3.4.2) of up to [`SIM_ACWU_BLOCKS`] blocks (ACWU). QEMU 7.2 does not offer it; `false`
     /// completes a fused entry with Invalid Field in Command.
     pub compare_and_write: bool,
+    /// Identify Controller SUBNQN: the NVM subsystem's NQN (at most 223 bytes); empty by
+    /// default (no NQN reported, as before NVMe 1.2.1), [`SIM_SUBNQN`] is one to use.
+    pub subnqn: String,
+    /// Identify Controller CNTLID (default [`crate::SIM_CNTLID`]); a second controller of the
+    /// subsystem ([`crate::SimController::start_sibling`]) needs another one.
+    pub cntlid: u16,
+    /// The subsystem may have several controllers and its namespaces are shared: Identify
+    /// Controller CMIC bit 1 and every namespace's NMIC bit 0 are set. Needed by
+    /// [`crate::SimController::start_sibling`].
+    pub shared_namespaces: bool,
 }
+
+/// A subsystem NQN for [`SimConfig::subnqn`] (needed by two controllers of one subsystem).
+pub const SIM_SUBNQN: &str = "nqn.2026-01.io.example.nvme-sim:subsys0";
+/// Longest SUBNQN the emulator takes (NVMe Base 2.0 §4.5: 223 bytes).
+const MAX_NQN_BYTES: usize = 223;
 
 /// Atomic Compare & Write Unit of the emulated controller in blocks (Identify Controller ACWU
 /// + 1) when [`SimConfig::compare_and_write`] is set.
@@ -258,6 +273,9 @@ impl Default for SimConfig {
             copy_format_1: true,
             write_uncorrectable: true,
             compare_and_write: true,
+            subnqn: String::new(),
+            cntlid: crate::SIM_CNTLID,
+            shared_namespaces: false,
         }
     }
 }
@@ -284,6 +302,10 @@ impl SimConfig {
                 "SimZoned: not with a write cache (the zone state is not cut by power loss)"
             );
         }
+        assert!(
+            self.subnqn.len() <= MAX_NQN_BYTES,
+            "SimConfig::subnqn must be at most {MAX_NQN_BYTES} bytes"
+        );
         assert!(
             self.io_queue_pairs >= 1,
             "SimConfig::io_queue_pairs must be >= 1"

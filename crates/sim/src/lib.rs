@@ -8,6 +8,8 @@
 //! real controller except by speed; tests additionally get [`Faults`] to inject errors,
 //! [`SimStats`] to see what the device observed, and direct access to the medium
 //! ([`SimController::read_disk`] / [`SimController::write_disk`]).
+//! [`SimController::start_sibling`] adds a second controller of the same NVM subsystem on the
+//! same medium (shared namespaces, multipath tests).
 //!
 //! Limits (by design): 4 KiB to 64 KiB memory pages, SGLs for I/O commands with Data Block,
 //! Segment and Last Segment descriptors only (no Bit Bucket, no metadata SGLs; see
@@ -68,6 +70,7 @@ use nvme_vfio::{DmaMapper, FunctionControl, InterruptController, InterruptEvent,
 
 pub use config::{
     SimConfig, SimCopy, SimNamespace, SimZoned, MAX_MSIX_VECTORS, PI_FIRST, SIM_ACWU_BLOCKS,
+    SIM_SUBNQN,
 };
 pub use device::{ERROR_LOG_ENTRIES, LBA_FORMATS, SIM_CNTLID, SIM_TEMPERATURE_K};
 pub use dma::{SimDma, IOVA_BASE};
@@ -110,7 +113,7 @@ impl SimController {
     /// joined one VFIO container): a buffer mapped once is reachable by all of them.
     pub fn start_in(config: SimConfig, dma: Arc<SimDma>) -> SimController {
         let disks = Disks::new(&config.namespaces);
-        Self::start_with(config, dma, disks)
+        Self::start_with(config, dma, Arc::new(disks))
     }
 
     /// Powers a controller on with `medium` (what [`SimController::medium`] took from a
@@ -129,10 +132,47 @@ impl SimController {
             );
         }
         let disks = Disks::from_medium(&config.namespaces, |nsid| medium.bytes(nsid).to_vec());
-        Self::start_with(config, Arc::new(SimDma::new()), disks)
+        Self::start_with(config, Arc::new(SimDma::new()), Arc::new(disks))
     }
 
-    fn start_with(config: SimConfig, dma: Arc<SimDma>, disks: Disks) -> SimController {
+    /// Starts a second controller of this controller's NVM subsystem (multi-path, NVMe Base
+    /// 2.0 §2.4.1): the same IOMMU address space and the same namespaces (one medium, what
+    /// one controller writes the other reads), with its own registers, queues and CNTLID.
+    /// Both report the subsystem NQN, CMIC bit 1 and shared namespaces (NMIC bit 0), so both
+    /// configs need [`SimConfig::shared_namespaces`] and the same [`SimConfig::subnqn`]. Limits: attachment state belongs to the
+    /// shared medium (attaching or detaching through one controller does it for both), each
+    /// controller's Changed Namespace List and Namespace Attribute notices are its own, and
+    /// neither may have a write cache or a zoned namespace (their state is per controller).
+    ///
+    /// Panics if `config` does not fit (same SUBNQN and namespaces, another CNTLID).
+    pub fn start_sibling(&self, config: SimConfig) -> SimController {
+        let first = &self.shared.config;
+        assert!(
+            first.shared_namespaces && config.shared_namespaces,
+            "start_sibling: both controllers need SimConfig::shared_namespaces"
+        );
+        assert!(
+            !first.subnqn.is_empty() && config.subnqn == first.subnqn,
+            "start_sibling: both controllers report the same, non-empty, SimConfig::subnqn"
+        );
+        assert_ne!(
+            config.cntlid, first.cntlid,
+            "start_sibling: a sibling needs its own SimConfig::cntlid"
+        );
+        assert_eq!(
+            config.namespaces, first.namespaces,
+            "start_sibling: a sibling has the same namespaces"
+        );
+        for c in [first, &config] {
+            assert!(
+                c.write_cache.is_none() && c.zoned.is_none(),
+                "start_sibling: no write cache or zoned namespace (per-controller state)"
+            );
+        }
+        Self::start_with(config, self.shared.dma.clone(), self.shared.disks.clone())
+    }
+
+    fn start_with(config: SimConfig, dma: Arc<SimDma>, disks: Arc<Disks>) -> SimController {
         config.validate();
         let regs = RegisterBlock::new();
         let (cap, version) = device::capabilities(&config);

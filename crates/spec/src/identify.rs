@@ -337,6 +337,55 @@ impl IdentifyController {
     }
 }
 
+impl IdentifyController {
+    /// The NVM Subsystem NVMe Qualified Name (SUBNQN, bytes 1023:768): the UTF-8 text up to
+    /// the first NUL (invalid bytes replaced), surrounding blanks trimmed; empty when the
+    /// controller reports none (before NVMe 1.2.1 the field was reserved).
+    pub fn subsystem_nqn(&self) -> String {
+        let end = self
+            .subnqn
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.subnqn.len());
+        String::from_utf8_lossy(&self.subnqn[..end])
+            .trim()
+            .to_string()
+    }
+
+    /// Controller Multi-Path I/O and Namespace Sharing Capabilities (CMIC), known bits.
+    pub fn cmic_flags(&self) -> Cmic {
+        Cmic::from_bits_truncate(self.cmic)
+    }
+}
+
+bitflags! {
+    /// Controller Multi-Path I/O and Namespace Sharing Capabilities (Identify Controller CMIC,
+    /// byte 76; NVMe Base 2.0 §5.17.2.1, Figure 275).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct Cmic: u8 {
+        /// Bit 0: the NVM subsystem may have two or more ports.
+        const MULTI_PORT = 1 << 0;
+        /// Bit 1: the NVM subsystem may have two or more controllers (namespaces can be
+        /// shared between them).
+        const MULTI_CONTROLLER = 1 << 1;
+        /// Bit 2: the controller is associated with an SR-IOV Virtual Function.
+        const SRIOV = 1 << 2;
+        /// Bit 3: Asymmetric Namespace Access Reporting.
+        const ANA_REPORTING = 1 << 3;
+    }
+}
+
+bitflags! {
+    /// Namespace Multi-path I/O and Namespace Sharing Capabilities (Identify Namespace NMIC,
+    /// byte 30; NVM CS 1.0 Figure 97, NVMe Base 2.0 §5.17.2.1).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct Nmic: u8 {
+        /// Bit 0: the namespace may be attached to two or more controllers of the subsystem
+        /// at once (a shared namespace).
+        const SHARED = 1 << 0;
+    }
+}
+
 bitflags! {
     /// Optional Admin Command Support (Identify Controller OACS, bytes 257:256).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -644,6 +693,16 @@ impl IdentifyNamespace {
         u16::from(self.msrc) + 1
     }
 
+    /// Namespace Multi-path I/O and Namespace Sharing Capabilities (NMIC), known bits.
+    pub fn nmic_flags(&self) -> Nmic {
+        Nmic::from_bits_truncate(self.nmic)
+    }
+
+    /// The namespace may be attached to several controllers at once (NMIC bit 0).
+    pub fn is_shared(&self) -> bool {
+        self.nmic_flags().contains(Nmic::SHARED)
+    }
+
     /// Protection information type the namespace is formatted with (DPS bits 2:0): 0 for
     /// none, 1..=3 for PI types 1-3 (NVM Command Set §4.1.5.1).
     pub fn protection_type(&self) -> u8 {
@@ -683,6 +742,25 @@ mod tests {
     /// Deterministic, position-dependent test pattern so misplaced fields are caught.
     fn pattern() -> [u8; IDENTIFY_DATA_SIZE] {
         core::array::from_fn(|i| (i as u8).wrapping_mul(31).wrapping_add((i >> 8) as u8))
+    }
+
+    #[test]
+    fn subsystem_nqn_and_sharing_bits() {
+        let mut c = IdentifyController::default();
+        assert_eq!(c.subsystem_nqn(), "");
+        let nqn = b"nqn.2019-08.org.qemu:subsys0";
+        c.subnqn[..nqn.len()].copy_from_slice(nqn);
+        // Bytes after the terminating NUL are not part of the name.
+        c.subnqn[nqn.len() + 1] = b'x';
+        assert_eq!(c.subsystem_nqn(), "nqn.2019-08.org.qemu:subsys0");
+        c.cmic = 0b1010 | 0x80;
+        assert_eq!(c.cmic_flags(), Cmic::MULTI_CONTROLLER | Cmic::ANA_REPORTING);
+        let mut ns = IdentifyNamespace::default();
+        assert!(!ns.is_shared());
+        ns.nmic = 0x01;
+        assert!(ns.is_shared());
+        ns.nmic = 0x02;
+        assert!(!ns.is_shared());
     }
 
     #[test]

@@ -201,9 +201,7 @@ impl NvmeDevice {
 /// handles to one PCIe function) reports the same value, and a namespace ID names one
 /// namespace across the subsystem (§3.2.1), so the pair identifies a namespace.
 fn subsystem_identity(id: &nvme_driver::spec::identify::IdentifyController) -> String {
-    let nqn = id.subnqn.split(|&b| b == 0).next().unwrap_or_default();
-    let nqn = String::from_utf8_lossy(nqn);
-    let nqn = nqn.trim();
+    let nqn = id.subsystem_nqn();
     if nqn.is_empty() {
         format!(
             "subsystem vid {:04x} ssvid {:04x} serial `{}` model `{}`",

@@ -1,5 +1,8 @@
 # Namespace management on two controllers of one NVMe subsystem (layout subsys: QEMU nvme-subsys,
-# CNTLID 0 and 1, namespaces 1 and 2 shared, namespace 3 detached): nvme-admin list-ctrl;
+# CNTLID 0 and 1, namespaces 1 and 2 shared, namespace 3 detached): nvme-admin list-subsys (one
+# subsystem, namespaces 1 and 2 with two paths each; nvme-cli's list-subsys the witness of the
+# NQN and addresses) and nvme-dd --verify-through (written through controller 0, read back
+# through controller 1 by the same process); nvme-admin list-ctrl;
 # attach-ns of namespace 3 to controller 0 (list-ns, id-ns, nvme-dd writes and reads it), then to
 # controller 1 (the same bytes read through it: one namespace, two paths); detach-ns from both
 # (gone from list-ns, nvme-dd refused); format of namespace 2 to LBA format 0 (512 B), refused
@@ -19,6 +22,20 @@ mkdir -p "$d"
 # formatting: ours and nvme-cli's).
 jvals() {
     tr -d ' \t\n' <"$1" | grep -o "\"$2\":[0-9]*" | sed 's/.*://' | tr '\n' ' ' | sed 's/ $//'
+}
+# jstrs FILE KEY: the values of every "KEY": "string" in a JSON file, blank-separated.
+jstrs() {
+    tr -d ' \t\n' <"$1" | grep -o "\"$2\":\"[^\"]*\"" | sed 's/^"[^"]*":"//; s/"$//' | tr '\n' ' ' |
+        sed 's/ $//'
+}
+# jpaths FILE NSID: namespace NSID's "Paths" in nvme-admin list-subsys's JSON ('"NSID":N,
+# "Paths":[...]', keys in serde_json's sorted order).
+jpaths() {
+    tr -d ' \t\n' <"$1" | grep -o "\"NSID\":$2,\"Paths\":\[[^]]*\]" | sed 's/.*"Paths"://'
+}
+# jpath_ns FILE NAME: the namespaces path NAME reaches in nvme-admin list-subsys's JSON.
+jpath_ns() {
+    tr -d ' \t\n' <"$1" | grep -o "\"Name\":\"$2\",\"Namespaces\":\[[0-9,]*\]" | sed 's/.*://'
 }
 # expect_eq WHAT GOT WANT
 expect_eq() {
@@ -53,6 +70,32 @@ cat "$d/descs1-a.json"
 cmp "$d/descs1-a.json" "$d/descs1-b.json" || fail "namespace 1's identifiers differ between the controllers"
 echo "   ok: namespace 1 has the same Identify data and identifiers through both controllers"
 
+# list-subsys: the driver recognises the two controllers as one subsystem and namespaces 1 and
+# 2 as one namespace each with two paths (SUBNQN, CNTLID, CMIC, NMIC, NGUID/EUI64/UUID).
+echo "== list-subsys: one subsystem, two paths, shared namespaces as one"
+admin list-subsys "$NVME_BDF" "$NVME2_BDF" >"$d/ours-subsys.json"
+cat "$d/ours-subsys.json"
+nqn=$(jstrs "$d/ours-subsys.json" NQN)
+expect_eq "subsystems listed" "$(echo "$nqn" | wc -w)" 1
+case $nqn in *subsys0) ;; *) fail "list-subsys NQN '$nqn' is not the QEMU subsystem's" ;; esac
+expect_eq "path addresses" "$(jstrs "$d/ours-subsys.json" Address)" "$NVME_BDF $NVME2_BDF"
+expect_eq "path CNTLIDs" "$(jvals "$d/ours-subsys.json" CNTLID)" "0 1"
+expect_eq "namespaces of the subsystem" "$(jvals "$d/ours-subsys.json" NSID)" "1 2"
+expect_eq "namespace 1's paths" "$(jpaths "$d/ours-subsys.json" 1)" '["nvme0","nvme1"]'
+expect_eq "namespace 2's paths" "$(jpaths "$d/ours-subsys.json" 2)" '["nvme0","nvme1"]'
+! grep -q KeptApart "$d/ours-subsys.json" || fail "list-subsys kept a namespace apart"
+
+echo "== a write through controller 0 read back through controller 1, in one process"
+dd if=/dev/urandom of="$d/mp-pattern" bs=4096 count=16 2>/dev/null
+nvme-dd --device "$NVME_BDF" --verify-through "$NVME2_BDF" if="$d/mp-pattern" of=nvme:1 \
+    bs=4096 count=16 seek=64 </dev/null 2>"$d/verify.err" || { cat "$d/verify.err"; fail "nvme-dd --verify-through failed"; }
+grep "verified" "$d/verify.err"
+grep -q "verified: 65536 bytes read back through $NVME2_BDF (controller 1)" "$d/verify.err" ||
+    fail "nvme-dd --verify-through did not report the read-back through controller 1"
+nvme-dd --device "$NVME2_BDF" if=nvme:1 of="$d/mp-back" bs=4096 count=16 skip=64 </dev/null
+cmp "$d/mp-pattern" "$d/mp-back" || fail "namespace 1 read through controller 1 differs"
+echo "   ok: 64 KiB written through controller 0, read back through controller 1"
+
 # The raw Firmware Slot log (03h) as bytes, for nvme-cli's get-log below; QEMU 7.2 has no
 # Device Self-test (OACS bit 4 clear): refused before anything is sent.
 nvme-admin get-log "$NVME_BDF" --log-id 3 --log-len 512 --raw-binary >"$d/ours-fw.bin"
@@ -73,6 +116,14 @@ expect_eq "namespace 3 size (4 KiB blocks)" "$(jvals "$d/id-ns3.json" nsze)" $((
 admin list-ctrl "$NVME_BDF" -n 3 >"$d/ns3-ctrls.json"
 expect_eq "controllers of namespace 3" "$(jvals "$d/ns3-ctrls.json" ctrl_id)" 0
 expect_fail "Namespace Already Attached" nvme-admin attach-ns "$NVME_BDF" -n 3 -c 0
+# Namespace 3 is reachable through controller 0 only; --verify-through controller 1 refuses it
+# before anything is written (controller 1 reports it inactive: zeroed Identify data, NMIC 0).
+admin list-subsys "$NVME_BDF" "$NVME2_BDF" >"$d/subsys-ns3.json"
+expect_eq "namespace 3's paths" "$(jpaths "$d/subsys-ns3.json" 3)" '["nvme0"]'
+expect_eq "namespaces through nvme0" "$(jpath_ns "$d/subsys-ns3.json" nvme0)" "[1,2,3]"
+expect_eq "namespaces through nvme1" "$(jpath_ns "$d/subsys-ns3.json" nvme1)" "[1,2]"
+expect_fail "does not reach the namespace 3;nothing was written" nvme-dd --device "$NVME_BDF" \
+    --verify-through "$NVME2_BDF" if="$d/mp-pattern" of=nvme:3 bs=4096 count=1
 
 echo "== I/O on namespace 3 through controller 0"
 dd if=/dev/urandom of="$d/pattern" bs=4096 count=8 2>/dev/null
@@ -124,6 +175,20 @@ echo "   ok: 8 blocks of 512 B read back"
 
 echo "== the kernel driver (nvme-cli) as the witness"
 bind_kernel
+# Both controllers on the kernel: nvme-cli's list-subsys shows our subsystem and paths.
+PCI_ALLOWED="$NVME2_BDF" hugepage-setup.sh reset >/dev/null
+i=0
+until [ "$(nvme list-subsys -o json 2>/dev/null | tr -d ' \n' | grep -o '"Address":"[^"]*"' | wc -l)" -ge 2 ]; do
+    i=$((i + 1))
+    [ "$i" -lt 100 ] || fail "nvme-cli list-subsys did not show both controllers within 10 s"
+    sleep 0.1
+done
+nvme list-subsys -o json >"$d/kernel-subsys.json"
+cat "$d/kernel-subsys.json"
+expect_eq "nvme-cli list-subsys NQN" "$(jstrs "$d/kernel-subsys.json" NQN)" "$nqn"
+sorted() { tr ' ' '\n' | sort | tr '\n' ' ' | sed 's/ $//'; }
+expect_eq "nvme-cli list-subsys addresses" "$(jstrs "$d/kernel-subsys.json" Address | sorted)" \
+    "$(jstrs "$d/ours-subsys.json" Address | sorted)"
 command -v nvme >/dev/null 2>&1 || fail "nvme-cli is not in the guest (run.sh copies the host's /usr/sbin/nvme)"
 dev=/dev/$(ls "/sys/bus/pci/devices/$NVME_BDF/nvme")
 echo "   nvme-cli: $(nvme version | head -1), device $dev"

@@ -4,7 +4,7 @@
 //!
 //! Subcommands (nvme-cli's names and options): `list`, `id-ctrl`, `id-ns -n NSID`,
 //! `list-ns [-n NSID]`, `ns-descs -n NSID`, `smart-log [-n NSID]`, `error-log [-e N]`,
-//! `fw-log`, `effects-log`, `get-feature -f FID [-s SEL] [-c CDW11]`,
+//! `fw-log`, `effects-log`, `list-subsys DEVICE...` (see [`subsys`]), `get-feature -f FID [-s SEL] [-c CDW11]`,
 //! `set-feature -f FID -v VALUE [-s]`, `get-log -i LID -l LEN [-n NSID] [-b]`, `list-ctrl
 //! [-n NSID] [-c CNTID]`, `attach-ns`/`detach-ns -n NSID [-c CNTLID,...]` and `format -n NSID
 //! [--lbaf N | --block-size B] [--ses N] [--pi N] [--pil N] [--ms N] [--force]` (see
@@ -22,6 +22,7 @@ pub mod manage;
 mod output;
 pub mod passthru;
 pub mod selftest;
+pub mod subsys;
 pub mod zns;
 
 use std::io::Write;
@@ -152,6 +153,9 @@ enum Command {
     /// The controllers of the subsystem (Identify CNS 13h), or those a namespace is
     /// attached to (-n: CNS 12h).
     ListCtrl(manage::ListCtrlArgs),
+    /// The subsystems of the controllers named (each argument one controller), their paths
+    /// and which namespaces each path reaches (shared namespaces as one, with two paths).
+    ListSubsys(Device),
     /// Namespace Attachment: attach a namespace to controllers.
     AttachNs(manage::AttachArgs),
     /// Namespace Attachment: detach a namespace from controllers.
@@ -172,7 +176,11 @@ enum Command {
 impl Command {
     fn device(&self) -> &Device {
         match self {
-            Command::List(d) | Command::IdCtrl(d) | Command::FwLog(d) | Command::EffectsLog(d) => d,
+            Command::List(d)
+            | Command::IdCtrl(d)
+            | Command::FwLog(d)
+            | Command::EffectsLog(d)
+            | Command::ListSubsys(d) => d,
             Command::IdNs { dev, .. }
             | Command::ListNs { dev, .. }
             | Command::NsDescs { dev, .. }
@@ -313,6 +321,12 @@ fn execute<C: NvmeController>(ctrl: &C, command: &Command) -> Result<Output, Adm
             });
         }
         Command::ListCtrl(args) => manage::list_ctrl(ctrl, args)?,
+        Command::ListSubsys(_) => subsys::list_subsys(&[subsys::ControllerView::read(
+            ctrl,
+            0,
+            "pcie",
+            ctrl.name().to_string(),
+        )?]),
         Command::AttachNs(args) => manage::attachment(ctrl, args, true)?,
         Command::DetachNs(args) => manage::attachment(ctrl, args, false)?,
         Command::Format(args) => manage::format(ctrl, args)?,
@@ -441,6 +455,7 @@ fn execute_remote(path: &std::path::Path, command: &Command) -> Result<String, A
         Command::SetFeature { .. } => return Err(AdminError::NotRemote("set-feature")),
         Command::GetLog(_) => return Err(AdminError::NotRemote("get-log")),
         Command::ListCtrl(_) => return Err(AdminError::NotRemote("list-ctrl")),
+        Command::ListSubsys(_) => return Err(AdminError::NotRemote("list-subsys")),
         Command::AttachNs(_) => return Err(AdminError::NotRemote("attach-ns")),
         Command::DetachNs(_) => return Err(AdminError::NotRemote("detach-ns")),
         Command::Format(_) => return Err(AdminError::NotRemote("format")),
@@ -462,6 +477,17 @@ pub fn run(cli: &Cli) -> Result<(), AdminError> {
     let dev = cli.command.device();
     if let Some(path) = &cli.socket {
         let text = execute_remote(path, &cli.command)?;
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())?;
+        out.flush()?;
+        return Ok(());
+    }
+    if let Command::ListSubsys(d) = &cli.command {
+        let value = subsys::list_subsys(&subsys::read_all(&d.device)?);
+        let text = match d.output {
+            Format::Json => serde_json::to_string_pretty(&value)? + "\n",
+            Format::Normal => output::to_text(&value),
+        };
         let mut out = std::io::stdout().lock();
         out.write_all(text.as_bytes())?;
         out.flush()?;

@@ -37,7 +37,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     })
 }
 
-fn uuid(bytes: &[u8; 16]) -> String {
+pub(crate) fn uuid(bytes: &[u8; 16]) -> String {
     let mut s = String::with_capacity(36);
     for (i, b) in bytes.iter().enumerate() {
         if UUID_GROUPS.contains(&i) {

@@ -6,12 +6,15 @@
 //! Order of work, so that a failure leaves nothing behind: operands (including every byte
 //! offset), then the controller, the namespace and the plan against it, then the queue pair and
 //! DMA buffers, and only then is the output opened (and a regular file truncated). The input is
-//! only read. The copy itself (see [`copy`]) keeps `--qd` requests in flight. Errors go to stderr as
+//! only read. The copy itself (see [`copy`]) keeps `--qd` requests in flight. With
+//! `--verify-through DEVICE2` (see [`verify`]) a write is read back through a second
+//! controller of the same subsystem and compared with the input. Errors go to stderr as
 //! `error: <message>` (with the chain of causes) and exit with status 1; bad input never panics.
 
 mod copy;
 mod operands;
 mod pi;
+mod verify;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
@@ -78,6 +81,11 @@ struct Cli {
     /// With --pi: the application tag written and expected (checked in full).
     #[arg(long, default_value_t = 0, requires = "pi")]
     app_tag: u16,
+    /// After writing of=nvme:NSID from a regular file: read the written range back through
+    /// this second controller (another path to the same shared namespace, checked before
+    /// anything is written) and compare it with the input.
+    #[arg(long, value_name = "DEVICE", conflicts_with = "pi")]
+    verify_through: Option<String>,
     /// dd operands: if=, of=, bs=, count=, skip=, seek=.
     #[arg(value_name = "OPERAND")]
     operands: Vec<String>,
@@ -104,6 +112,8 @@ enum DdError {
     Summary(io::Error),
     #[error(transparent)]
     Pi(#[from] pi::PiError),
+    #[error(transparent)]
+    Verify(#[from] verify::VerifyError),
     #[error(
         "namespace {nsid} is formatted with metadata ({format}): copy it with --pi \
          insert|generate|check|pass"
@@ -260,7 +270,41 @@ fn run(cli: &Cli) -> Result<(), DdError> {
         Direction::ToNvme { nsid, .. } => *nsid,
     };
 
+    // --verify-through: the input must be a regular file (read again to compare).
+    let verify_input = match (&cli.verify_through, &transfer.direction) {
+        (None, _) => None,
+        (
+            Some(_),
+            Direction::ToNvme {
+                from: Stream::Path(path),
+                ..
+            },
+        ) if std::fs::metadata(path).is_ok_and(|m| m.is_file()) => Some(path.clone()),
+        (Some(_), d) => {
+            let what = match d {
+                Direction::FromNvme { nsid, .. } => format!("a read of if=nvme:{nsid}"),
+                Direction::ToNvme {
+                    from: Stream::Stdio,
+                    ..
+                } => "standard input".to_string(),
+                Direction::ToNvme {
+                    from: Stream::Path(p),
+                    ..
+                } => format!("{} (not a regular file)", p.display()),
+            };
+            return Err(verify::VerifyError::NotAFile { what }.into());
+        }
+    };
+
     let ctrl = AnyController::open(&target, ControllerOptions::default())?;
+    // The second path is checked before anything is written.
+    let verify_path = match &cli.verify_through {
+        Some(device) => {
+            let other = AnyController::open(&parse_target(device)?, ControllerOptions::default())?;
+            Some(verify::VerifyPath::check(&ctrl, other, device, nsid)?)
+        }
+        None => None,
+    };
     if let Some(mode) = cli.pi {
         let opts = pi::PiOptions {
             mode,
@@ -343,10 +387,19 @@ fn run(cli: &Cli) -> Result<(), DdError> {
     }
     err.write_all(stats.summary().as_bytes())
         .map_err(DdError::Summary)?;
-    match error {
-        Some(e) => Err(e.into()),
-        None => Ok(()),
+    if let Some(e) = error {
+        return Err(e.into());
     }
+    if let (Some(path), Some(input)) = (&verify_path, &verify_input) {
+        path.read_back(nsid, plan.start_lba, stats.bytes, bs, input, skip_bytes)?;
+        writeln!(
+            err,
+            "verified: {} bytes read back through {} (controller {})",
+            stats.bytes, path.device, path.cntlid
+        )
+        .map_err(DdError::Summary)?;
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {

@@ -17,7 +17,7 @@ use std::time::Instant;
 use nvme_spec::admin_log::NsIdDescriptor;
 use nvme_spec::command::{self as cmd, Cns};
 use nvme_spec::identify::{
-    fill_ascii_field, CopyFormats, Fuses, IdentifyController, NamespaceList, Oacs, Oncs,
+    fill_ascii_field, Cmic, CopyFormats, Fuses, IdentifyController, NamespaceList, Oacs, Oncs,
     IDENTIFY_DATA_SIZE, NAMESPACE_LIST_ENTRIES,
 };
 use nvme_spec::log::{ErrorLogEntry, SmartLog, ERROR_LOG_ENTRY_SIZE, SMART_LOG_SIZE};
@@ -191,9 +191,15 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
         } else {
             0
         },
-        cntlid: super::manage::SIM_CNTLID,
+        cntlid: config.cntlid,
+        cmic: if config.shared_namespaces {
+            Cmic::MULTI_CONTROLLER.bits()
+        } else {
+            0
+        },
         ..IdentifyController::default()
     };
+    id.subnqn[..config.subnqn.len()].copy_from_slice(config.subnqn.as_bytes());
     fill_ascii_field(&mut id.sn, &config.serial);
     fill_ascii_field(&mut id.mn, &config.model);
     fill_ascii_field(&mut id.fr, &config.firmware);

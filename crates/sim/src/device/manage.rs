@@ -2,13 +2,16 @@
 //! and 11h), Format NVM (§5.23), Namespace Attachment (§5.19) and the allocated namespace and
 //! controller lists (CNS 10h-13h, §5.17.2.10-§5.17.2.13).
 //!
-//! The controller is the only one of its subsystem (controller ID [`SIM_CNTLID`]); every
+//! The controller is the only one of its subsystem (controller ID [`SIM_CNTLID`], or
+//! `SimConfig::cntlid`) as far as the controller lists and Namespace Attachment go, also when
+//! a sibling shares its namespaces (`SimController::start_sibling`: attachment state then
+//! belongs to the shared medium, so both controllers see it change); every
 //! configured namespace is allocated, and attached or not. The LBA formats offered are QEMU
 //! 7.2's eight ([`LBA_FORMATS`]); a namespace configured with a format outside them reports
 //! that one format alone, and Format NVM can only select it again.
 
 use nvme_spec::command::Cns;
-use nvme_spec::identify::{nsfeat, IdentifyNamespace, LbaFormat, IDENTIFY_DATA_SIZE};
+use nvme_spec::identify::{nsfeat, IdentifyNamespace, LbaFormat, Nmic, IDENTIFY_DATA_SIZE};
 use nvme_spec::manage::{identify_cntid, Attach, ControllerList, FormatNvm};
 use nvme_spec::protection::{DPC_PI_FIRST, DPC_PI_LAST, DPS_PI_FIRST, PI_TUPLE_BYTES};
 use nvme_spec::queue::SubmissionEntry;
@@ -114,6 +117,9 @@ impl Device {
             ns.dpc = DPC_ALL_TYPES | DPC_PI_FIRST | DPC_PI_LAST;
         }
         ns.dps = disk.protection;
+        if self.shared.config.shared_namespaces {
+            ns.nmic = Nmic::SHARED.bits();
+        }
         ns.to_bytes()
     }
 
@@ -126,11 +132,8 @@ impl Device {
         let disks = &self.shared.disks;
         let cntid = identify_cntid(sqe.cdw10);
         // The lists start at CNTID: ours (the lowest, 0) is in them only from 0.
-        let ours = if cntid == SIM_CNTLID {
-            vec![SIM_CNTLID]
-        } else {
-            Vec::new()
-        };
+        let own = self.shared.config.cntlid;
+        let ours = if cntid <= own { vec![own] } else { Vec::new() };
         if cns == Cns::AllocatedNamespaceList as u8 {
             super::admin::namespace_list_after(disks.configured_ids(), sqe.nsid)
         } else if cns == Cns::AllocatedNamespace as u8 {
@@ -181,7 +184,7 @@ impl Device {
             |iova, len, at| view.read(iova, &mut page[at..at + len]).map_err(Fail::from),
         )?;
         let list = ControllerList::from_bytes(&page);
-        if list.0 != [SIM_CNTLID] {
+        if list.0 != [self.shared.config.cntlid] {
             return Err(fail(command_specific_status(
                 command_specific::CONTROLLER_LIST_INVALID,
             )));

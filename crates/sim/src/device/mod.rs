@@ -64,7 +64,8 @@ pub(crate) struct Shared {
     pub dma: Arc<SimDma>,
     pub faults: Faults,
     pub counters: Counters,
-    pub disks: Disks,
+    /// The medium; shared with sibling controllers of the subsystem.
+    pub disks: Arc<Disks>,
     pub msix: Arc<MsixTable>,
     pub config: SimConfig,
     pub stop: AtomicBool,
