@@ -84,7 +84,7 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         | Error::UnsupportedOption { .. }
         | Error::CommandNotSupported { .. } => NVME_ERR_UNSUPPORTED,
         Error::CopyLimitExceeded { .. } => NVME_ERR_COPY_LIMIT,
-        Error::Command { .. } => NVME_ERR_COMMAND,
+        Error::Command { .. } | Error::Firmware { .. } => NVME_ERR_COMMAND,
         Error::ProtectionCheck { .. } => NVME_ERR_PROTECTION,
         Error::MetadataMismatch { .. } => NVME_ERR_METADATA,
         Error::Timeout { .. } => NVME_ERR_TIMEOUT,
@@ -101,6 +101,7 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         | Error::QueueDepth { .. }
         | Error::BadRangeCount { .. }
         | Error::ForeignTransport { .. }
+        | Error::FirmwareImage(_)
         | Error::InvalidRequest(_) => NVME_ERR_INVALID_ARGUMENT,
         Error::QueueFull { .. } => NVME_ERR_QUEUE_FULL,
         Error::TransferTooLarge { .. } => NVME_ERR_TOO_LARGE,
