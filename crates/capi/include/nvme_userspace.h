@@ -259,6 +259,24 @@
 // Invalid Zone State Transition (SC BFh): the action is not allowed in the zone's state.
 #define NVME_ERR_ZONE_INVALID_TRANSITION -36
 
+// `nvme_fw_commit` outcome: the image is stored in the slot, not activated (action 0 or 6).
+#define NVME_FW_STORED 0
+
+// `nvme_fw_commit` outcome: the slot runs after the next Controller Level Reset.
+#define NVME_FW_ACTIVATES_AT_RESET 1
+
+// `nvme_fw_commit` outcome: the image runs now (action 3).
+#define NVME_FW_ACTIVATED 2
+
+// `nvme_fw_commit` outcome: committed; it runs after a Conventional Reset (status 0Bh).
+#define NVME_FW_REQUIRES_CONVENTIONAL_RESET 3
+
+// `nvme_fw_commit` outcome: committed; it runs after an NVM Subsystem Reset (status 10h).
+#define NVME_FW_REQUIRES_NVM_SUBSYSTEM_RESET 4
+
+// `nvme_fw_commit` outcome: committed; it runs after a Controller Level Reset (status 11h).
+#define NVME_FW_REQUIRES_CONTROLLER_RESET 5
+
 // `nvme_format` flag: metadata inline after each block (extended LBA, Format NVM MSET 1);
 // without it, metadata goes to a separate buffer.
 #define NVME_FORMAT_EXTENDED_METADATA (1 << 0)
@@ -986,6 +1004,39 @@ int nvme_qpair_release_submissions(struct nvme_qpair *qpair);
 // # Safety
 // `qpair` is NULL or a live handle used only by the calling thread.
 uint32_t nvme_qpair_outstanding(const struct nvme_qpair *qpair);
+
+// Downloads `len` bytes at `image` as the part of a firmware image that starts at byte
+// `offset`, in pieces of at most `xfer` bytes (0: the controller's largest transfer, MDTS),
+// each within MDTS and the controller's update granularity (FWUG). `len`, `offset` and a
+// non-zero `xfer` must be multiples of 4 (and `offset`, `xfer` of FWUG where the controller
+// states one): else `NVME_ERR_INVALID_ARGUMENT`, nothing sent. `NVME_ERR_UNSUPPORTED` when
+// the controller lacks the command (OACS bit 2), `NVME_ERR_COMMAND` with the controller's
+// status otherwise (Overlapping Range). Commit the image with `nvme_fw_commit`.
+//
+// # Safety
+// `ctrlr` is NULL or an open controller handle; `image` is NULL or valid for `len` reads.
+int nvme_fw_download(const struct nvme_ctrlr *ctrlr,
+                     const uint8_t *image,
+                     size_t len,
+                     uint64_t offset,
+                     uint32_t xfer);
+
+// Firmware Commit: commit action `action` (0 replace, 1 replace and activate at the next
+// reset, 2 activate the slot at the next reset, 3 replace and activate now, 6 replace boot
+// partition `bpid`, 7 mark it active) on firmware slot `slot` (1..=7; 0: the controller
+// chooses). On `NVME_OK`, `*outcome` (when not NULL) is one of `NVME_FW_*`: the statuses
+// that mean "committed, activation requires a reset" are outcomes, not errors.
+// `NVME_ERR_INVALID_ARGUMENT` for a reserved action, a slot above 7 or `bpid` above 1
+// (nothing sent), `NVME_ERR_UNSUPPORTED` as `nvme_fw_download`, `NVME_ERR_COMMAND` with
+// the controller's status otherwise (Invalid Firmware Slot, Invalid Firmware Image, ...).
+//
+// # Safety
+// `ctrlr` is NULL or an open controller handle; `outcome` is NULL or valid for one write.
+int nvme_fw_commit(const struct nvme_ctrlr *ctrlr,
+                   uint8_t slot,
+                   uint8_t action,
+                   uint8_t bpid,
+                   int *outcome);
 
 // Formats namespace `nsid` with LBA format `lbaf` (an index into Identify Namespace's LBA
 // formats, as `nvme-admin id-ns` lists them; QEMU's and the emulator's 4 is 4096-byte blocks

@@ -125,7 +125,7 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         | Error::UnsupportedOption { .. }
         | Error::CommandNotSupported { .. } => NVME_ERR_UNSUPPORTED,
         Error::CopyLimitExceeded { .. } => NVME_ERR_COPY_LIMIT,
-        Error::Command { .. } => NVME_ERR_COMMAND,
+        Error::Command { .. } | Error::Firmware { .. } => NVME_ERR_COMMAND,
         Error::ProtectionCheck { .. } => NVME_ERR_PROTECTION,
         Error::MetadataMismatch { .. } => NVME_ERR_METADATA,
         Error::Zone { zone, .. } => zone_code(*zone),
@@ -146,6 +146,7 @@ pub(crate) fn error_code(error: &Error) -> c_int {
         | Error::BadRangeCount { .. }
         | Error::ForeignTransport { .. }
         | Error::IoVecLength { .. }
+        | Error::FirmwareImage(_)
         | Error::InvalidRequest(_) => NVME_ERR_INVALID_ARGUMENT,
         Error::QueueFull { .. } => NVME_ERR_QUEUE_FULL,
         Error::TransferTooLarge { .. } => NVME_ERR_TOO_LARGE,

@@ -87,6 +87,7 @@ mod poll;
 // attach, detach), namespace rescan, the two transports.
 mod emulator;
 mod errors;
+mod firmware;
 mod manage;
 mod namespaces;
 mod transport;
@@ -105,6 +106,7 @@ pub use buffer::*;
 pub use context::*;
 pub use controller::*;
 pub use errors::*;
+pub use firmware::*;
 pub use lifecycle::nvme_qpair_recover;
 pub use manage::*;
 pub use namespaces::*;

@@ -167,3 +167,102 @@ fn format_attach_and_detach() {
         assert_eq!(nvme_ctrlr_close(ctrlr), NVME_OK);
     }
 }
+
+/// `nvme_fw_download` / `nvme_fw_commit` on the emulator (3 slots, slot 1 read only, FWUG
+/// 4 KiB): an image in 8 KiB pieces committed and activated, activation at the next reset,
+/// the controller's refusals as `NVME_ERR_COMMAND` with the status named, bad arguments
+/// refused before anything is sent.
+#[test]
+fn firmware_download_and_commit() {
+    // SAFETY: every call below is made with live handles owned by this thread.
+    unsafe {
+        let mut ctrlr = ptr::null_mut();
+        assert_eq!(nvme_ctrlr_open_emulated(&mut ctrlr), NVME_OK);
+        let image = nvme_sim::sim_firmware_image("7.7", 20 << 10);
+        assert_eq!(
+            nvme_fw_download(ctrlr, image.as_ptr(), image.len(), 0, 8192),
+            NVME_OK,
+            "{}",
+            last_error()
+        );
+        let mut outcome = -1;
+        assert_eq!(
+            nvme_fw_commit(ctrlr, 2, 3, 0, &mut outcome),
+            NVME_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!(outcome, NVME_FW_ACTIVATED);
+        assert_eq!(nvme_fw_commit(ctrlr, 1, 2, 0, &mut outcome), NVME_OK);
+        assert_eq!(outcome, NVME_FW_ACTIVATES_AT_RESET);
+        // Outcome pointer optional.
+        assert_eq!(nvme_fw_commit(ctrlr, 2, 2, 0, ptr::null_mut()), NVME_OK);
+
+        // The controller's statuses: slot 1 is read only; nothing downloaded to store.
+        assert_eq!(
+            nvme_fw_download(ctrlr, image.as_ptr(), image.len(), 0, 0),
+            NVME_OK
+        );
+        assert_eq!(
+            nvme_fw_commit(ctrlr, 1, 0, 0, &mut outcome),
+            NVME_ERR_COMMAND
+        );
+        assert!(
+            last_error().contains("Invalid Firmware Slot"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(nvme_fw_commit(ctrlr, 3, 0, 0, &mut outcome), NVME_OK);
+        assert_eq!(outcome, NVME_FW_STORED);
+        assert_eq!(
+            nvme_fw_commit(ctrlr, 3, 1, 0, &mut outcome),
+            NVME_ERR_COMMAND
+        );
+        assert!(
+            last_error().contains("Invalid Firmware Image"),
+            "{}",
+            last_error()
+        );
+
+        // Refused before sending: not dwords, off FWUG, reserved action, bpid, NULLs.
+        assert_eq!(
+            nvme_fw_download(ctrlr, image.as_ptr(), 4094, 0, 0),
+            NVME_ERR_INVALID_ARGUMENT
+        );
+        assert!(
+            last_error().contains("not a multiple of 4"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(
+            nvme_fw_download(ctrlr, image.as_ptr(), 4096, 1024, 0),
+            NVME_ERR_INVALID_ARGUMENT
+        );
+        assert!(last_error().contains("FWUG"), "{}", last_error());
+        assert_eq!(
+            nvme_fw_commit(ctrlr, 2, 4, 0, &mut outcome),
+            NVME_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            nvme_fw_commit(ctrlr, 2, 6, 2, &mut outcome),
+            NVME_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            nvme_fw_commit(ctrlr, 9, 2, 0, &mut outcome),
+            NVME_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            nvme_fw_download(ctrlr, ptr::null(), 4096, 0, 0),
+            NVME_ERR_NULL_POINTER
+        );
+        assert_eq!(
+            nvme_fw_download(ptr::null(), image.as_ptr(), 4096, 0, 0),
+            NVME_ERR_NULL_POINTER
+        );
+        assert_eq!(
+            nvme_fw_commit(ptr::null(), 2, 2, 0, &mut outcome),
+            NVME_ERR_NULL_POINTER
+        );
+        nvme_ctrlr_close(ctrlr);
+    }
+}

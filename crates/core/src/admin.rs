@@ -8,7 +8,9 @@
 //! Format NVM (§5.23), Namespace Attachment (§5.19), the allocated namespace and controller
 //! lists (CNS 10h-13h, §5.17.2.10-§5.17.2.13), each refused before anything is sent when
 //! Identify Controller OACS says the controller lacks it, and followed by a namespace rescan;
-//! Device Self-test (§5.9, refused from OACS bit 4 too) and its log page (06h, §5.16.1.7).
+//! Device Self-test (§5.9, refused from OACS bit 4 too) and its log page (06h, §5.16.1.7);
+//! Firmware Image Download and Firmware Commit (§5.13, §5.12; refused from OACS bit 2,
+//! pieces planned in `firmware.rs`).
 //!
 //! INVARIANT: an [`AdminCommand`] is built only here, from a typed command whose transfer is
 //! at most its [`AdminData`] length in the direction given, so executing one is safe; raw
@@ -343,6 +345,65 @@ pub trait AdminCommands: NvmeController {
         Ok(SelfTestLog::from_bytes(
             page.as_slice().try_into().expect("the page's size"),
         ))
+    }
+
+    /// Firmware Image Download (§5.13): sends `image` as the part of a firmware image that
+    /// starts at byte `offset`, in pieces no larger than the controller's largest transfer
+    /// (MDTS) and aligned to its update granularity (FWUG); returns the pieces sent. A bad
+    /// layout (not whole dwords, an offset off FWUG) is [`Error::FirmwareImage`], a firmware
+    /// status from the controller (Overlapping Range) [`Error::Firmware`]. Refused with
+    /// [`Error::CommandNotSupported`] when OACS bit 2 is clear (QEMU 7.2's controller).
+    fn firmware_download(&self, offset: u64, image: &[u8]) -> Result<usize> {
+        self.firmware_download_chunked(offset, image, None)
+    }
+
+    /// [`AdminCommands::firmware_download`] with at most `chunk` bytes per piece (a multiple
+    /// of 4; of FWUG too where the controller states one).
+    fn firmware_download_chunked(
+        &self,
+        offset: u64,
+        image: &[u8],
+        chunk: Option<usize>,
+    ) -> Result<usize> {
+        require_oacs(
+            self,
+            Oacs::FIRMWARE_DOWNLOAD_COMMIT,
+            "Firmware Image Download",
+            "Identify Controller OACS bit 2 clear",
+        )?;
+        let pieces = crate::firmware::plan_pieces(
+            offset,
+            image.len(),
+            self.max_transfer_bytes(),
+            self.identify().firmware_update_granularity(),
+            chunk,
+        )?;
+        for piece in &pieces {
+            let start = (piece.offset - offset) as usize;
+            let data = &image[start..start + piece.len];
+            self.admin(AdminCommand::firmware_image_download(piece.offset, data)?)
+                .map_err(|e| crate::firmware::typed_error("Firmware Image Download", e))?;
+        }
+        Ok(pieces.len())
+    }
+
+    /// Firmware Commit (§5.12): `commit.action` on `commit.slot` (0: the controller
+    /// chooses). The outcome says whether the image is stored, runs now, runs after the next
+    /// reset, or needs a particular reset (statuses 0Bh, 10h, 11h: committed, not running);
+    /// the other firmware statuses (Invalid Firmware Slot or Image, ...) are
+    /// [`Error::Firmware`]. Refused like [`AdminCommands::firmware_download`].
+    fn firmware_commit(
+        &self,
+        commit: nvme_spec::firmware::FirmwareCommit,
+    ) -> Result<nvme_spec::firmware::CommitOutcome> {
+        require_oacs(
+            self,
+            Oacs::FIRMWARE_DOWNLOAD_COMMIT,
+            "Firmware Commit",
+            "Identify Controller OACS bit 2 clear",
+        )?;
+        let command = AdminCommand::firmware_commit(&commit)?;
+        crate::firmware::commit_outcome(&commit, self.admin(command))
     }
 
     /// Log page `lid` (controller-wide), `bytes` long, as read from offset 0.

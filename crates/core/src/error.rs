@@ -423,6 +423,21 @@ pub enum Error {
         /// The underlying I/O error.
         source: std::io::Error,
     },
+    /// A firmware image, its offset or the transfer size cannot be sent as Firmware Image
+    /// Download pieces (dwords, MDTS, FWUG; NVMe Base 2.0 §5.13): nothing was sent.
+    #[error("firmware download refused: {0}; nothing was sent")]
+    FirmwareImage(#[from] crate::firmware::FirmwareImageError),
+    /// Firmware Image Download or Firmware Commit completed with one of the firmware command
+    /// specific statuses (NVMe Base 2.0 §5.12.1, §5.13.1), typed.
+    #[error("{command} failed: {kind} ({status}): {hint}", hint = kind.hint())]
+    Firmware {
+        /// The command's name.
+        command: &'static str,
+        /// The NVMe status it completed with.
+        status: Status,
+        /// The status, typed.
+        kind: nvme_spec::firmware::FirmwareStatus,
+    },
     /// A command that does not fit the request API (e.g. a raw command without a namespace).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
@@ -456,7 +471,8 @@ impl Error {
             Error::Reset { .. } | Error::Resetting { .. } | Error::QueueFull { .. } => true,
             Error::Command { status, .. }
             | Error::ProtectionCheck { status, .. }
-            | Error::Zone { status, .. } => !status.dnr(),
+            | Error::Zone { status, .. }
+            | Error::Firmware { status, .. } => !status.dnr(),
             _ => false,
         }
     }
@@ -466,7 +482,8 @@ impl Error {
         match self {
             Error::Command { status, .. }
             | Error::ProtectionCheck { status, .. }
-            | Error::Zone { status, .. } => Some(*status),
+            | Error::Zone { status, .. }
+            | Error::Firmware { status, .. } => Some(*status),
             _ => None,
         }
     }

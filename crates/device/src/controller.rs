@@ -173,6 +173,25 @@ impl AnyController {
         both!(self, c => nvme_driver::NvmeController::is_failed(c))
     }
 
+    /// Firmware Image Download (NVMe Base 2.0 §5.13, [`AdminCommands::firmware_download`]) of
+    /// `image` at byte `offset`, pieces of at most `chunk` bytes (None: MDTS); the pieces sent.
+    pub fn firmware_download_chunked(
+        &self,
+        offset: u64,
+        image: &[u8],
+        chunk: Option<usize>,
+    ) -> Result<usize> {
+        both!(self, c => c.firmware_download_chunked(offset, image, chunk))
+    }
+
+    /// Firmware Commit (§5.12, [`AdminCommands::firmware_commit`]).
+    pub fn firmware_commit(
+        &self,
+        commit: nvme_driver::spec::firmware::FirmwareCommit,
+    ) -> Result<nvme_driver::spec::firmware::CommitOutcome> {
+        both!(self, c => c.firmware_commit(commit))
+    }
+
     /// Resets the controller (PCIe: through CC.EN; NVMe/TCP: a new association); queue
     /// pairs re-create or reconnect their queues at their next submission or poll.
     pub fn reset(&self) -> Result<()> {

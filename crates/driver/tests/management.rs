@@ -20,20 +20,6 @@ fn start(config: SimConfig) -> (SimController, Controller) {
     common::start_sim(config, ControllerOptions::default(), true)
 }
 
-/// The device's admin command count once it has stopped changing for 20 ms (at most 2 s).
-fn settled_admin_commands(sim: &SimController) -> u64 {
-    let mut last = sim.stats().admin_commands;
-    for _ in 0..100 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let now = sim.stats().admin_commands;
-        if now == last {
-            break;
-        }
-        last = now;
-    }
-    last
-}
-
 fn command_specific(e: &Error) -> u8 {
     match e {
         Error::Command { status, .. } if status.sct() == StatusCodeType::CommandSpecific => {
@@ -207,7 +193,7 @@ fn commands_the_controller_lacks_are_refused_before_sending() {
     });
     // Bring-up leaves commands (Asynchronous Event Requests) that the device thread may
     // fetch a little later: count from a quiet device.
-    let before = settled_admin_commands(&sim);
+    let before = common::settled_admin_commands(&sim);
     fn refused<T: std::fmt::Debug>(r: Result<T, Error>, name: &str) {
         match r {
             Err(Error::CommandNotSupported { command, .. }) => assert_eq!(command, name),
@@ -219,7 +205,7 @@ fn commands_the_controller_lacks_are_refused_before_sending() {
     refused(ctrl.detach_namespace(1, &[0]), "Namespace Attachment");
     refused(ctrl.allocated_namespace_ids(0), "Identify CNS 10h");
     assert_eq!(
-        settled_admin_commands(&sim),
+        common::settled_admin_commands(&sim),
         before,
         "nothing reached the device"
     );

@@ -77,6 +77,59 @@ impl Default for SimCopy {
     }
 }
 
+/// Firmware update (NVMe Base 2.0 §5.12, §5.13) of an emulated controller: advertised in
+/// Identify Controller (OACS bit 2, FRMW, FWUG) with these slots. Slot 1 holds
+/// [`SimConfig::firmware`] and is active at power-on. An image the emulator accepts is
+/// [`sim_firmware_image`]'s: bytes 0..4 [`SIM_FIRMWARE_MAGIC`], bytes 4..12 the revision
+/// (ASCII), which the Firmware Slot log and Identify Controller FR then report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimFirmware {
+    /// Firmware slots (1..=7; FRMW bits 3:1).
+    pub slots: u8,
+    /// Slot 1 is read only (FRMW bit 0): a commit that replaces it gets Invalid Firmware Slot.
+    pub slot1_read_only: bool,
+    /// Commit Action 011b activates at once (FRMW bit 4); without it the image is committed
+    /// and the command completes with Firmware Activation Requires Controller Level Reset.
+    pub activation_without_reset: bool,
+    /// FWUG in 4 KiB units (0: no information, FFh: no restriction): a download piece whose
+    /// offset is not a multiple of it gets Invalid Field in Command.
+    pub fwug: u8,
+}
+
+impl Default for SimFirmware {
+    /// Three slots, slot 1 read only, activation without reset, FWUG 4 KiB.
+    fn default() -> Self {
+        Self {
+            slots: 3,
+            slot1_read_only: true,
+            activation_without_reset: true,
+            fwug: 1,
+        }
+    }
+}
+
+/// The first bytes of a firmware image the emulator accepts.
+pub const SIM_FIRMWARE_MAGIC: [u8; 4] = *b"NVSF";
+/// Where the revision sits in an emulator firmware image, and its length (as FR).
+pub const SIM_FIRMWARE_REVISION: std::ops::Range<usize> = 4..12;
+/// Largest image the emulator keeps: a piece ending beyond it gets Invalid Field in Command.
+pub const SIM_FIRMWARE_MAX_BYTES: u64 = 1 << 20;
+
+/// A firmware image of `len` bytes (at least [`SIM_FIRMWARE_REVISION`]`.end`, rounded up to
+/// dwords) that the emulator accepts, carrying `revision` (up to 8 ASCII characters, space
+/// padded); the rest is a pattern, so pieces sent in the wrong place are noticed.
+pub fn sim_firmware_image(revision: &str, len: usize) -> Vec<u8> {
+    let len = len.max(SIM_FIRMWARE_REVISION.end).next_multiple_of(4);
+    let mut image: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+    image[..SIM_FIRMWARE_MAGIC.len()].copy_from_slice(&SIM_FIRMWARE_MAGIC);
+    let rev = &mut image[SIM_FIRMWARE_REVISION];
+    rev.fill(b' ');
+    for (d, s) in rev.iter_mut().zip(revision.bytes()) {
+        *d = s;
+    }
+    image
+}
+
 /// A zoned namespace (ZNS CS 1.1, CSI 02h) of an emulated controller: namespace `nsid` is
 /// cut into zones of `zone_blocks` blocks (the last partial zone is not used), each with a
 /// write pointer and the zone state machine of ZNS §2.1.1; Write must land at the write
@@ -205,6 +258,10 @@ pub struct SimConfig {
     /// Controller CMIC bit 1 and every namespace's NMIC bit 0 are set. Needed by
     /// [`crate::SimController::start_sibling`].
     pub shared_namespaces: bool,
+    /// Firmware Image Download and Firmware Commit with the Firmware Slot log they change
+    /// ([`SimFirmware`]); `None`: not offered (OACS bit 2 clear, FRMW 3h: one read-only slot,
+    /// as QEMU 7.2; both commands complete with Invalid Command Opcode).
+    pub firmware_update: Option<SimFirmware>,
 }
 
 /// A subsystem NQN for [`SimConfig::subnqn`] (needed by two controllers of one subsystem).
@@ -276,6 +333,7 @@ impl Default for SimConfig {
             subnqn: String::new(),
             cntlid: crate::SIM_CNTLID,
             shared_namespaces: false,
+            firmware_update: Some(SimFirmware::default()),
         }
     }
 }
@@ -284,6 +342,13 @@ impl SimConfig {
     /// Checks the configuration; panics with a message naming the bad field (the config is
     /// written by test code, so a mistake there is a bug in the test).
     pub(crate) fn validate(&self) {
+        if let Some(f) = &self.firmware_update {
+            assert!(
+                (1..=nvme_spec::firmware::MAX_FIRMWARE_SLOT).contains(&f.slots),
+                "SimConfig::firmware_update.slots must be 1..=7, not {}",
+                f.slots
+            );
+        }
         if let Some(z) = &self.zoned {
             assert!(
                 self.namespaces

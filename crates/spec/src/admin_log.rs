@@ -62,6 +62,11 @@ impl FirmwareSlotLog {
         self.afi = slot & AFI_SLOT_MASK;
     }
 
+    /// Sets the slot activated at the next reset (1..=7), or none.
+    pub fn set_next_slot(&mut self, slot: Option<u8>) {
+        self.afi = self.afi & AFI_SLOT_MASK | (slot.unwrap_or(0) & AFI_SLOT_MASK) << AFI_NEXT_SHIFT;
+    }
+
     /// The revision in `slot` (1..=7) as text, trailing spaces and NULs removed; `None` for an
     /// empty slot or one out of range.
     pub fn revision(&self, slot: usize) -> Option<String> {
@@ -256,6 +261,14 @@ mod tests {
         let mut b = b;
         b[0] = 0x21;
         assert_eq!(FirmwareSlotLog::from_bytes(&b).next_slot(), Some(2));
+        let mut log = FirmwareSlotLog::from_bytes(&b);
+        log.set_next_slot(Some(3));
+        assert_eq!(
+            (log.afi, log.active_slot(), log.next_slot()),
+            (0x31, 1, Some(3))
+        );
+        log.set_next_slot(None);
+        assert_eq!((log.afi, log.next_slot()), (0x01, None));
     }
 
     #[test]

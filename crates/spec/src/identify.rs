@@ -301,6 +301,16 @@ impl IdentifyController {
         crate::sgl::SglSupport::from_sgls(self.sgls)
     }
 
+    /// Firmware Updates (FRMW, byte 260): slots, slot 1 read only, activation without reset.
+    pub fn firmware_updates(&self) -> crate::firmware::Frmw {
+        crate::firmware::Frmw::from_raw(self.frmw)
+    }
+
+    /// Firmware Update Granularity (FWUG, byte 319).
+    pub fn firmware_update_granularity(&self) -> crate::firmware::Fwug {
+        crate::firmware::Fwug::from_raw(self.fwug)
+    }
+
     /// Optional Admin Command Support.
     pub fn oacs_flags(&self) -> Oacs {
         Oacs::from_bits_retain(self.oacs)

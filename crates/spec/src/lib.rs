@@ -36,6 +36,7 @@ pub mod command;
 pub mod event;
 pub mod fabrics;
 pub mod feature;
+pub mod firmware;
 pub mod identify;
 pub mod log;
 pub mod manage;
@@ -54,6 +55,7 @@ pub use admin_log::{CommandEffects, CommandsEffectsLog, FirmwareSlotLog, NsIdDes
 pub use command::Cns;
 pub use event::{AsyncEvent, AsyncEventType};
 pub use feature::{Feature, FeatureCapabilities, FeatureId, Select};
+pub use firmware::{CommitAction, CommitOutcome, FirmwareCommit, FirmwareStatus, Frmw, Fwug};
 pub use identify::{
     CopyFormats, Fuses, IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, Oacs, Oncs,
 };

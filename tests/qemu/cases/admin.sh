@@ -31,6 +31,19 @@ nvme-admin set-feature "$NVME_BDF" -f 6 -v 1
 # Bad input: a feature nvme-admin does not type, a value too wide for it.
 expect_fail "not one nvme-admin types" nvme-admin get-feature "$NVME_BDF" -f 3
 expect_fail "does not fit" nvme-admin set-feature "$NVME_BDF" -f 6 -v 0x100000000
+# Firmware Image Download / Firmware Commit (issue 21 item 5): QEMU 7.2's controller lacks
+# them (Identify Controller OACS bit 2 clear), so both are refused before anything is sent,
+# with a non-zero exit status, and the Firmware Slot log is unchanged.
+dd if=/dev/zero of="$d/fw.bin" bs=4096 count=4 2>/dev/null
+expect_fail "Firmware Image Download;OACS bit 2;nothing was sent" \
+    nvme-admin fw-download "$NVME_BDF" -f "$d/fw.bin" -x 4096
+expect_fail "Firmware Commit;OACS bit 2;nothing was sent" \
+    nvme-admin fw-commit "$NVME_BDF" -s 1 -a 2
+expect_fail "Firmware Commit;OACS bit 2" nvme-admin fw-commit "$NVME_BDF" -s 2 -a 3 -o json
+nvme-admin fw-log "$NVME_BDF" -o json >"$d/ours-fw-log-after.json"
+cmp "$d/ours-fw-log.json" "$d/ours-fw-log-after.json" ||
+    fail "fw-log changed after the refused firmware commands"
+echo "admin.sh: fw-download and fw-commit refused (OACS bit 2 clear), fw-log unchanged"
 head -20 "$d/ours-id-ctrl.json"
 # admin-passthru: Identify Controller and the SMART log (Get Log Page 02h, 128 dwords) as raw
 # bytes, compared with nvme-cli's admin-passthru on the kernel driver below.

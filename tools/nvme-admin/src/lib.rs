@@ -9,7 +9,8 @@
 //! [-n NSID] [-c CNTID]`, `attach-ns`/`detach-ns -n NSID [-c CNTLID,...]` and `format -n NSID
 //! [--lbaf N | --block-size B] [--ses N] [--pi N] [--pil N] [--ms N] [--force]` (see
 //! [`manage`]), `device-self-test -s CODE [-n NSID]` and `self-test-log [-e N]` (see
-//! [`selftest`]), and nvme-cli's zns plugin: `zns id-ns`, `zns id-ctrl`, `zns report-zones`,
+//! [`selftest`]), `fw-download -f FILE [-x XFER] [-O OFFSET]` and `fw-commit -a ACTION [-s
+//! SLOT] [-b BPID]` (see [`firmware`]), and nvme-cli's zns plugin: `zns id-ns`, `zns id-ctrl`, `zns report-zones`,
 //! `zns reset-zone`/`open-zone`/`close-zone`/`finish-zone`/`offline-zone`/`zone-mgmt-send`,
 //! `zns zone-append` (see [`zns`]), and `admin-passthru` (see [`passthru`]). `-o json` prints nvme-cli 2.x's JSON keys, the default
 //! (`-o normal`) a `key : value` list of the same fields.
@@ -18,6 +19,7 @@
 //! does not type, a value that does not fit it, or a status from the controller (named).
 
 mod emulator;
+pub mod firmware;
 pub mod manage;
 mod output;
 pub mod passthru;
@@ -166,6 +168,10 @@ enum Command {
     DeviceSelfTest(selftest::SelfTestArgs),
     /// Device Self-test log: the test in progress and the last results.
     SelfTestLog(selftest::SelfTestLogArgs),
+    /// Firmware Image Download: send a firmware image file in pieces.
+    FwDownload(firmware::FwDownloadArgs),
+    /// Firmware Commit: store the downloaded image in a slot and/or activate a slot.
+    FwCommit(firmware::FwCommitArgs),
     /// A raw admin command through the driver's safe passthrough (nvme-cli's options).
     AdminPassthru(passthru::PassthruArgs),
     /// Zoned namespaces (nvme-cli's `nvme zns` plugin).
@@ -194,6 +200,8 @@ impl Command {
             Command::Format(a) => &a.dev,
             Command::DeviceSelfTest(a) => &a.dev,
             Command::SelfTestLog(a) => &a.dev,
+            Command::FwDownload(a) => &a.dev,
+            Command::FwCommit(a) => &a.dev,
             Command::AdminPassthru(a) => &a.dev,
             Command::Zns(z) => z.device(),
         }
@@ -332,6 +340,8 @@ fn execute<C: NvmeController>(ctrl: &C, command: &Command) -> Result<Output, Adm
         Command::Format(args) => manage::format(ctrl, args)?,
         Command::DeviceSelfTest(args) => selftest::start(ctrl, args)?,
         Command::SelfTestLog(args) => selftest::log(ctrl, args)?,
+        Command::FwDownload(args) => firmware::download(ctrl, args)?,
+        Command::FwCommit(args) => firmware::commit(ctrl, args)?,
         Command::List(_) => output::list(ctrl),
         Command::IdCtrl(_) => output::id_ctrl(ctrl.identify()),
         Command::IdNs { nsid, .. } => output::id_ns(&ctrl.identify_namespace(*nsid)?),
@@ -461,6 +471,8 @@ fn execute_remote(path: &std::path::Path, command: &Command) -> Result<String, A
         Command::Format(_) => return Err(AdminError::NotRemote("format")),
         Command::DeviceSelfTest(_) => return Err(AdminError::NotRemote("device-self-test")),
         Command::SelfTestLog(_) => return Err(AdminError::NotRemote("self-test-log")),
+        Command::FwDownload(_) => return Err(AdminError::NotRemote("fw-download")),
+        Command::FwCommit(_) => return Err(AdminError::NotRemote("fw-commit")),
         Command::AdminPassthru(_) => return Err(AdminError::NotRemote("admin-passthru")),
         // Zone commands are I/O: the socket's server owns the queue pairs.
         Command::Zns(_) => return Err(AdminError::NotRemote("zns")),

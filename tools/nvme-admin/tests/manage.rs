@@ -210,3 +210,54 @@ fn device_self_test_and_its_log() {
     assert!(e.contains("Invalid Namespace or Format"), "{e}");
     fails(&["device-self-test", "sim"]);
 }
+
+/// `fw-download` / `fw-commit` on a fresh emulator each run (nothing persists between runs):
+/// a download reports its pieces, activating the running slot succeeds, committing without a
+/// download is the controller's typed status, bad input is refused with exit status 1.
+#[test]
+fn firmware_download_and_commit() {
+    let dir = std::env::temp_dir().join(format!("nvme-admin-cli-fw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fw = dir.join("fw.bin");
+    std::fs::write(&fw, nvme_sim::sim_firmware_image("5.0", 24 << 10)).unwrap();
+    let fw = fw.to_str().unwrap();
+    let v = json(&["fw-download", "sim", "-f", fw, "-x", "8192", "-O", "4096"]);
+    assert_eq!(v["fw-download"], "Success");
+    assert_eq!(
+        (v["offset"].as_u64(), v["pieces"].as_u64()),
+        (Some(4096), Some(3))
+    );
+    let out = run_with(&["fw-download", "sim", "--fw", fw], b"");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("fw-download") && text.contains("Success"),
+        "{text}"
+    );
+    assert!(text.contains("pieces") && text.contains(": 1"), "{text}");
+
+    let v = json(&["fw-commit", "sim", "-s", "1", "-a", "2"]);
+    assert_eq!(v["outcome"], "activated at the next reset");
+    assert_eq!(
+        (v["slot"].as_u64(), v["action"].as_u64()),
+        (Some(1), Some(2))
+    );
+    let e = fails(&["fw-commit", "sim", "--slot", "2", "--action", "1"]);
+    assert!(
+        e.contains("Invalid Firmware Image") && e.contains("download"),
+        "{e}"
+    );
+    let e = fails(&["fw-commit", "sim", "-s", "4", "-a", "2"]);
+    assert!(e.contains("Invalid Firmware Slot"), "{e}");
+
+    let odd = dir.join("odd.bin");
+    std::fs::write(&odd, [1u8; 10]).unwrap();
+    let e = fails(&["fw-download", "sim", "-f", odd.to_str().unwrap()]);
+    assert!(e.contains("10 bytes, not a multiple of 4"), "{e}");
+    let e = fails(&["fw-download", "sim", "-f", fw, "-x", "6"]);
+    assert!(e.contains("transfer size 6"), "{e}");
+    // A reserved commit action is a usage error.
+    let e = fails(&["fw-commit", "sim", "-a", "4"]);
+    assert!(e.contains("commit action 4 is not"), "{e}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

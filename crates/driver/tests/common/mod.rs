@@ -54,3 +54,18 @@ pub fn queue_pair(ctrl: &Controller) -> nvme_driver::QueuePair {
     })
     .expect("queue pair")
 }
+
+/// The device's admin command count once it has stopped changing for 20 ms (at most 2 s).
+#[allow(dead_code)] // not every test binary uses it
+pub fn settled_admin_commands(sim: &SimController) -> u64 {
+    let mut last = sim.stats().admin_commands;
+    for _ in 0..100 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let now = sim.stats().admin_commands;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    last
+}

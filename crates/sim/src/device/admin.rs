@@ -3,9 +3,9 @@
 //! Supported: Identify (controller, namespace, active namespace list, namespace identification
 //! descriptors; allocated namespaces and controller lists, see `manage.rs`), Format NVM and
 //! Namespace Attachment (`manage.rs`), Set/Get Features, Create/Delete I/O Submission/Completion Queue, Doorbell
-//! Buffer Config, Abort (only commands deferred by the delay_execution fault), Get Log Page
+//! Buffer Config, Firmware Image Download and Firmware Commit (`firmware.rs`), Abort (only commands deferred by the delay_execution fault), Get Log Page
 //! (Error Information: the last [`ERROR_LOG_ENTRIES`] failed commands, newest first; SMART /
-//! Health Information from the controller's counters; Firmware Slot: slot 1 active; Changed
+//! Health Information from the controller's counters; Firmware Slot: see `firmware.rs`; Changed
 //! Namespace List; Commands Supported and Effects; see `features.rs`),
 //! Asynchronous Event Request (kept outstanding), Keep Alive. Anything else completes with
 //! Invalid Command Opcode.
@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use nvme_spec::admin_log::NsIdDescriptor;
 use nvme_spec::command::{self as cmd, Cns};
+use nvme_spec::firmware::Frmw;
 use nvme_spec::identify::{
     fill_ascii_field, Cmic, CopyFormats, Fuses, IdentifyController, NamespaceList, Oacs, Oncs,
     IDENTIFY_DATA_SIZE, NAMESPACE_LIST_ENTRIES,
@@ -27,7 +28,8 @@ use nvme_spec::regs::{Cap, Version};
 use nvme_spec::sgl::SglSupport;
 use nvme_spec::status::{command_specific, generic, Status, StatusCodeType};
 
-use super::features::{commands_effects_page, firmware_slot_page, FeatureStore};
+use super::features::{commands_effects_page, FeatureStore};
+use super::firmware::FirmwareState;
 use super::{CqInterrupt, Device, Outcome, ShadowBuffers};
 use crate::config::SimConfig;
 use crate::dma::GuestView;
@@ -120,6 +122,9 @@ pub(crate) struct AdminState {
     health: Health,
     /// Device self-test results, newest first (at most 20; survive resets).
     pub(super) self_tests: VecDeque<nvme_spec::selftest::SelfTestResult>,
+    /// Firmware slots and the download buffer (survive resets; a reset activates the
+    /// pending slot).
+    pub(super) firmware: FirmwareState,
 }
 
 /// What the SMART / Health Information and Error Information log pages report.
@@ -142,6 +147,29 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
     oacs.set(Oacs::FORMAT_NVM, config.format_nvm);
     oacs.set(Oacs::NAMESPACE_MANAGEMENT, config.namespace_management);
     oacs.set(Oacs::DEVICE_SELF_TEST, config.device_self_test);
+    oacs.set(
+        Oacs::FIRMWARE_DOWNLOAD_COMMIT,
+        config.firmware_update.is_some(),
+    );
+    let (frmw, fwug) = match config.firmware_update {
+        Some(f) => (
+            Frmw {
+                slots: f.slots,
+                slot1_read_only: f.slot1_read_only,
+                activation_without_reset: f.activation_without_reset,
+            },
+            f.fwug,
+        ),
+        // As QEMU 7.2: one slot, read only; no granularity information.
+        None => (
+            Frmw {
+                slots: 1,
+                slot1_read_only: true,
+                activation_without_reset: false,
+            },
+            0,
+        ),
+    };
     let mut oncs = Oncs::COMPARE
         | Oncs::DATASET_MANAGEMENT
         | Oncs::WRITE_ZEROES
@@ -160,6 +188,8 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
         mdts: config.mdts,
         ver: VERSION.0,
         oacs: oacs.bits(),
+        frmw: frmw.raw(),
+        fwug,
         sgls: if config.sgl {
             SglSupport::Byte.to_sgls()
         } else {
@@ -225,6 +255,7 @@ impl AdminState {
                 errors: VecDeque::with_capacity(ERROR_LOG_ENTRIES),
             },
             self_tests: VecDeque::new(),
+            firmware: FirmwareState::new(config),
         };
         state.reset(config);
         state
@@ -242,6 +273,16 @@ impl AdminState {
         self.features.reset();
         self.aers_outstanding = 0;
         self.aer_cids.clear();
+        if let Some(rev) = self.firmware.reset() {
+            self.set_running_revision(rev);
+        }
+    }
+
+    /// Identify Controller FR after a firmware activation.
+    pub(super) fn set_running_revision(&mut self, rev: [u8; 8]) {
+        let mut id = IdentifyController::from_bytes(&self.id_ctrl);
+        id.fr = rev;
+        *self.id_ctrl = id.to_bytes();
     }
 
     /// Records a command that completed with an error status in the Error Information log.
@@ -375,6 +416,8 @@ impl Device {
             admin::FORMAT_NVM => self.format_nvm(sqe),
             admin::NAMESPACE_ATTACHMENT => self.namespace_attachment(view, sqe),
             admin::DEVICE_SELF_TEST => self.device_self_test(sqe),
+            admin::FIRMWARE_IMAGE_DOWNLOAD => self.firmware_image_download(view, sqe),
+            admin::FIRMWARE_COMMIT => self.firmware_commit(sqe),
             op => {
                 log::debug!(
                     "sim: unsupported admin opcode {op:#04x} ({})",
@@ -702,10 +745,11 @@ impl Device {
                 }
                 self.smart_log_page().to_vec()
             }
-            log_page::FIRMWARE_SLOT => firmware_slot_page(&self.shared.config.firmware),
+            log_page::FIRMWARE_SLOT => self.admin.firmware.log_page(),
             log_page::COMMANDS_SUPPORTED_AND_EFFECTS => commands_effects_page(
                 self.shared.config.shadow_doorbells,
                 self.shared.config.copy.is_some(),
+                self.shared.config.firmware_update.is_some(),
             ),
             log_page::DEVICE_SELF_TEST if self.shared.config.device_self_test => {
                 self.self_test_log_page()

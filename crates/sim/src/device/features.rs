@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use nvme_spec::admin_log::{CommandEffects, CommandsEffectsLog, FirmwareSlotLog};
+use nvme_spec::admin_log::{CommandEffects, CommandsEffectsLog};
 use nvme_spec::feature::{
     FeatureCapabilities, Timestamp, SELECT_SHIFT, SELECT_SUPPORTED_CAPABILITIES, SET_FEATURES_SAVE,
     TIMESTAMP_DATA_SIZE,
@@ -42,8 +42,6 @@ const DEFAULT_ASYNC_EVENT_CONFIG: u32 = 0;
 const DEFAULT_VOLATILE_WRITE_CACHE: u32 = 1;
 /// Timestamp Origin 1: set by the host through Set Features.
 const TIMESTAMP_ORIGIN_HOST: u8 = 1;
-/// The one firmware slot, active.
-const ACTIVE_FIRMWARE_SLOT: u8 = 1;
 
 /// The standard features the emulated controller implements, whether each is saveable.
 const SUPPORTED: [(u8, bool); 10] = [
@@ -214,20 +212,8 @@ impl Device {
     }
 }
 
-/// The Firmware Slot Information log: slot 1 active, holding `firmware`.
-pub(super) fn firmware_slot_page(firmware: &str) -> Vec<u8> {
-    let mut log = FirmwareSlotLog::default();
-    log.set_active_slot(ACTIVE_FIRMWARE_SLOT);
-    let slot = &mut log.frs[usize::from(ACTIVE_FIRMWARE_SLOT) - 1];
-    slot.fill(b' ');
-    for (d, s) in slot.iter_mut().zip(firmware.bytes()) {
-        *d = s;
-    }
-    log.to_bytes().to_vec()
-}
-
 /// The Commands Supported and Effects log: the commands the emulator executes.
-pub(super) fn commands_effects_page(shadow_doorbells: bool, copy: bool) -> Vec<u8> {
+pub(super) fn commands_effects_page(shadow_doorbells: bool, copy: bool, firmware: bool) -> Vec<u8> {
     let mut log = CommandsEffectsLog::default();
     let supported = CommandEffects::CSUPP;
     let mut admin_ops = vec![
@@ -245,6 +231,9 @@ pub(super) fn commands_effects_page(shadow_doorbells: bool, copy: bool) -> Vec<u
     ];
     if shadow_doorbells {
         admin_ops.push(admin::DOORBELL_BUFFER_CONFIG);
+    }
+    if firmware {
+        admin_ops.extend([admin::FIRMWARE_COMMIT, admin::FIRMWARE_IMAGE_DOWNLOAD]);
     }
     for op in admin_ops {
         log.acs[usize::from(op)] = supported.bits();

@@ -35,6 +35,7 @@ pub use manage::{LBA_FORMATS, SIM_CNTLID};
 pub(crate) mod pi;
 mod power;
 pub(crate) use power::{cut as cut_power, lock as power_lock};
+mod firmware;
 mod queues;
 mod selftest;
 mod uncorrectable;
