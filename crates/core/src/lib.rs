@@ -86,7 +86,7 @@ pub use multipath::{
 pub use namespace::{Namespace, NamespaceChange, NamespaceChanges, NamespaceSet};
 pub use nano_clock::NanoClock;
 pub use options::QueuePairOptions;
-pub use passthru::{PassthruData, PassthruError};
+pub use passthru::{IoPassthruCommand, PassthruData, PassthruError, PassthruQueue};
 pub use protection::{
     LbaFormatInfo, MetadataLayout, PiCheck, PiType, Prinfo, Protected, Protection,
 };

@@ -69,9 +69,9 @@ pub use nvme_core::protection::{
 pub use nvme_core::zns;
 pub use nvme_core::{
     command, AdminCommand, AdminCommands, AdminData, AdminReply, CopyLimit, Error, IoCommand,
-    IoFailure, IoQueue, IoVec, LbaRange, Namespace, NamespaceChange, NamespaceChanges, NanoClock,
-    NvmCommand, NvmeController, PassthruData, PassthruError, PieceRule, Result, WriteFlags,
-    IOVEC_MAX_PIECES,
+    IoFailure, IoPassthruCommand, IoQueue, IoVec, LbaRange, Namespace, NamespaceChange,
+    NamespaceChanges, NanoClock, NvmCommand, NvmeController, PassthruData, PassthruError,
+    PassthruQueue, PieceRule, Result, WriteFlags, IOVEC_MAX_PIECES,
 };
 pub use platform::CpuPlatform;
 pub use queue_pair::{

@@ -657,7 +657,8 @@ impl Default for IdentifyNamespace {
 
 impl IdentifyNamespace {
     const FLBAS_INDEX_LO_MASK: u8 = 0x0F;
-    const FLBAS_EXTENDED_BIT: u8 = 1 << 4;
+    /// FLBAS bit 4: metadata is transferred at the end of each block's data (extended LBA).
+    pub const FLBAS_EXTENDED_BIT: u8 = 1 << 4;
     const DPS_PI_TYPE_MASK: u8 = 0b111;
     const FLBAS_INDEX_HI_SHIFT: u8 = 5;
     const FLBAS_INDEX_HI_MASK: u8 = 0b11;

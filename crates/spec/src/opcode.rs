@@ -211,6 +211,27 @@ pub enum DataDirection {
 }
 
 impl NvmOpcode {
+    /// Every opcode of the enum.
+    pub const ALL: [NvmOpcode; 12] = [
+        NvmOpcode::Flush,
+        NvmOpcode::Write,
+        NvmOpcode::Read,
+        NvmOpcode::WriteUncorrectable,
+        NvmOpcode::Compare,
+        NvmOpcode::WriteZeroes,
+        NvmOpcode::DatasetManagement,
+        NvmOpcode::Verify,
+        NvmOpcode::Copy,
+        NvmOpcode::ZoneMgmtSend,
+        NvmOpcode::ZoneMgmtRecv,
+        NvmOpcode::ZoneAppend,
+    ];
+
+    /// The opcode of byte `op`, `None` for one not listed (reservations, vendor specific...).
+    pub fn from_byte(op: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.byte() == op)
+    }
+
     /// The opcode byte of the submission entry.
     #[inline(always)]
     pub const fn byte(self) -> u8 {

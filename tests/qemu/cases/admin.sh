@@ -1,7 +1,8 @@
 # nvme-admin (ours, through vfio-pci) against nvme-cli (on the kernel nvme driver) on the same
 # controller: id-ctrl, id-ns, smart-log, list-ns, ns-descs, fw-log, effects-log and get-feature
-# values compared field by field by guest-check admin. Without nvme-cli in the guest (run.sh
-# copies the host's /usr/sbin/nvme when installed), the comparison falls back to sysfs.
+# values compared field by field by guest-check admin; admin-passthru and io-passthru bytes
+# compared with nvme-cli's admin-passthru and io-passthru. Without nvme-cli in the guest
+# (run.sh copies the host's /usr/sbin/nvme when installed), the comparison falls back to sysfs.
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
 
@@ -52,6 +53,22 @@ nvme-admin admin-passthru "$NVME_BDF" -O 2 -n 0xffffffff --cdw10 0x007f0002 -l 5
     >"$d/ours-pt-smart.bin"
 expect_fail "refused" nvme-admin admin-passthru "$NVME_BDF" -O 1
 expect_fail "at least 4096" nvme-admin admin-passthru "$NVME_BDF" -O 6 --cdw10 1 -l 512
+# io-passthru: a 4 KiB pattern written at LBA $pt_lba of namespace 1 (Write, opcode 1) and read
+# back (Read, opcode 2) through our passthrough; nvme-cli's io-passthru reads it on the kernel
+# driver below.
+pt_lba=200
+bs=$(nvme-admin list "$NVME_BDF" -o json | grep -m1 '"SectorSize"' | tr -dc 0-9)
+pt_nlb0=$((4096 / bs - 1))
+head -c 4096 /dev/urandom >"$d/pt-pattern.bin"
+nvme-admin io-passthru "$NVME_BDF" -O 1 -n 1 --cdw10 "$pt_lba" --cdw12 "$pt_nlb0" -l 4096 -w \
+    -i "$d/pt-pattern.bin"
+nvme-admin io-passthru "$NVME_BDF" -O 2 -n 1 --cdw10 "$pt_lba" --cdw12 "$pt_nlb0" -l 4096 -r -b \
+    >"$d/ours-pt-read.bin"
+cmp "$d/pt-pattern.bin" "$d/ours-pt-read.bin" ||
+    fail "io-passthru Read did not return what io-passthru Write wrote"
+expect_fail "at least 4096" nvme-admin io-passthru "$NVME_BDF" -O 2 -n 1 --cdw12 "$pt_nlb0" -l 4095
+expect_fail "submit_raw" nvme-admin io-passthru "$NVME_BDF" -O 0x0d -n 1 -l 4096
+echo "admin.sh: io-passthru Write/Read round trip of $((pt_nlb0 + 1)) blocks of $bs bytes"
 
 bind_kernel
 if command -v nvme >/dev/null 2>&1; then
@@ -90,7 +107,17 @@ if command -v nvme >/dev/null 2>&1; then
             fail "admin-passthru SMART log ($part) differs from nvme-cli's outside the counters"
     done
     echo "admin.sh: admin-passthru Identify and SMART match nvme-cli's"
+    nvme io-passthru "$(ns_blockdev 1)" --opcode 2 --namespace-id 1 --cdw10 "$pt_lba" \
+        --cdw12 "$pt_nlb0" --data-len 4096 --read --raw-binary >"$d/kernel-pt-read.bin"
+    cmp "$d/pt-pattern.bin" "$d/kernel-pt-read.bin" ||
+        fail "nvme-cli io-passthru on the kernel driver does not read what our io-passthru wrote"
+    echo "admin.sh: nvme-cli io-passthru reads the bytes our io-passthru wrote"
 else
     echo "admin.sh: nvme-cli is not in the guest; comparing with sysfs"
     guest-check admin "$d" --sysfs /sys
 fi
+# The kernel's block device holds the same bytes at the same LBA.
+dd if="$(ns_blockdev 1)" bs="$bs" skip="$pt_lba" count=$((pt_nlb0 + 1)) 2>/dev/null \
+    >"$d/kernel-dd-read.bin"
+cmp "$d/pt-pattern.bin" "$d/kernel-dd-read.bin" ||
+    fail "the kernel block device does not hold what our io-passthru wrote"

@@ -12,7 +12,8 @@
 //! [`selftest`]), `fw-download -f FILE [-x XFER] [-O OFFSET]` and `fw-commit -a ACTION [-s
 //! SLOT] [-b BPID]` (see [`firmware`]), and nvme-cli's zns plugin: `zns id-ns`, `zns id-ctrl`, `zns report-zones`,
 //! `zns reset-zone`/`open-zone`/`close-zone`/`finish-zone`/`offline-zone`/`zone-mgmt-send`,
-//! `zns zone-append` (see [`zns`]), and `admin-passthru` (see [`passthru`]). `-o json` prints nvme-cli 2.x's JSON keys, the default
+//! `zns zone-append` (see [`zns`]), and `admin-passthru` and `io-passthru` (see [`passthru`]).
+//! `-o json` prints nvme-cli 2.x's JSON keys, the default
 //! (`-o normal`) a `key : value` list of the same fields.
 //!
 //! Errors go to stderr as `error: <message>` and exit with status 1: a feature nvme-admin
@@ -174,6 +175,8 @@ enum Command {
     FwCommit(firmware::FwCommitArgs),
     /// A raw admin command through the driver's safe passthrough (nvme-cli's options).
     AdminPassthru(passthru::PassthruArgs),
+    /// A raw NVM or ZNS I/O command through the driver's safe passthrough (nvme-cli's options).
+    IoPassthru(passthru::PassthruArgs),
     /// Zoned namespaces (nvme-cli's `nvme zns` plugin).
     #[command(subcommand)]
     Zns(zns::ZnsCommand),
@@ -202,7 +205,7 @@ impl Command {
             Command::SelfTestLog(a) => &a.dev,
             Command::FwDownload(a) => &a.dev,
             Command::FwCommit(a) => &a.dev,
-            Command::AdminPassthru(a) => &a.dev,
+            Command::AdminPassthru(a) | Command::IoPassthru(a) => &a.dev,
             Command::Zns(z) => z.device(),
         }
     }
@@ -281,9 +284,9 @@ pub enum AdminError {
     BadZoneAction(u8),
     #[error("the controller's zone report is malformed: {0}")]
     BadReport(String),
-    #[error("admin-passthru: {0}")]
-    BadPassthru(String),
-    #[error("admin-passthru: {0}")]
+    #[error("{cmd}: {why}")]
+    BadPassthru { cmd: &'static str, why: String },
+    #[error("passthru: {0}")]
     Passthru(#[from] nvme_driver::PassthruError),
     #[error("cannot encode JSON: {0}")]
     Json(#[from] serde_json::Error),
@@ -317,8 +320,11 @@ fn execute<C: NvmeController>(ctrl: &C, command: &Command) -> Result<Output, Adm
                 (false, Format::Normal) => Output::Text(manage::log_text(ctrl.name(), args, &page)),
             });
         }
-        Command::AdminPassthru(args) => {
-            let out = passthru::admin(ctrl, args)?;
+        Command::AdminPassthru(args) | Command::IoPassthru(args) => {
+            let out = match command {
+                Command::AdminPassthru(_) => passthru::admin(ctrl, args)?,
+                _ => passthru::io(ctrl, args)?,
+            };
             return Ok(match out.raw {
                 Some(mut bytes) => {
                     let mut all = out.text.into_bytes();
@@ -474,6 +480,7 @@ fn execute_remote(path: &std::path::Path, command: &Command) -> Result<String, A
         Command::FwDownload(_) => return Err(AdminError::NotRemote("fw-download")),
         Command::FwCommit(_) => return Err(AdminError::NotRemote("fw-commit")),
         Command::AdminPassthru(_) => return Err(AdminError::NotRemote("admin-passthru")),
+        Command::IoPassthru(_) => return Err(AdminError::NotRemote("io-passthru")),
         // Zone commands are I/O: the socket's server owns the queue pairs.
         Command::Zns(_) => return Err(AdminError::NotRemote("zns")),
     };

@@ -1,23 +1,37 @@
-//! `nvme-admin admin-passthru`: nvme-cli's raw admin command, through the driver's safe
-//! passthrough ([`AdminCommand::passthru`]): the driver fills the command id and the data
-//! pointer, and refuses commands that would reach host memory or queues it owns, or whose
-//! transfer it cannot bound (vendor specific opcodes stay behind the unsafe raw interface).
-//! Output as nvme-cli: `NVMe command result:XXXXXXXX` and a hex dump of the data read, or
+//! `nvme-admin admin-passthru` and `nvme-admin io-passthru`: nvme-cli's raw admin and I/O
+//! commands, through the driver's safe passthrough ([`AdminCommand::passthru`],
+//! [`IoPassthruCommand`]): the driver fills the command id and the data pointer, and refuses
+//! commands that would reach host memory or queues it owns, or whose transfer it cannot bound
+//! (vendor specific and reservation opcodes stay behind the unsafe raw interfaces). Both take
+//! nvme-cli's options ([`PassthruArgs`], parsed and checked once in [`prepare`]) and print as
+//! nvme-cli ([`finish`]): `NVMe command result:XXXXXXXX` and a hex dump of the data read, or
 //! with `--raw-binary` the data's bytes unchanged (the result line then goes to stderr).
+//!
+//! The opcode is `-O` / `--opcode`: `-o` is the output format, as in every nvme-admin
+//! subcommand (nvme-cli 2.x spells the opcode `-o`).
+//!
+//! `io-passthru` runs on a queue pair of its own, with `--timeout` as its command timeout;
+//! `--metadata-len` must be 0 (separate metadata is refused; an extended-LBA namespace's
+//! inline metadata is part of `--data-len`).
 
 use clap::Args;
+use std::time::{Duration, Instant};
+
 use nvme_driver::spec::opcode::DataDirection;
 use nvme_driver::spec::SubmissionEntry;
-use nvme_driver::{AdminCommand, NvmeController, PassthruData};
+use nvme_driver::{
+    AdminCommand, IoPassthruCommand, IoQueue, NvmCommand, NvmeController, PassthruData,
+    QueuePairOptions,
+};
 
 use crate::{parse_u32, parse_u8, AdminError, Device};
 
-/// nvme-cli's `admin-passthru` options.
+/// nvme-cli's `admin-passthru` / `io-passthru` options (the same set in nvme-cli).
 #[derive(Debug, Args)]
 pub struct PassthruArgs {
     #[command(flatten)]
     pub dev: Device,
-    /// Opcode (decimal or 0x hex).
+    /// Opcode (decimal or 0x hex). `-O`: nvme-cli's `-o` is the output format here.
     #[arg(short = 'O', long = "opcode", value_parser = parse_u8)]
     pub opcode: u8,
     /// CDW0 bits 15:8 (fused operation, PSDT): must be 0, the driver builds the data pointer.
@@ -32,10 +46,12 @@ pub struct PassthruArgs {
     /// Data buffer length in bytes.
     #[arg(short = 'l', long = "data-len", default_value = "0", value_parser = parse_u32)]
     pub data_len: u32,
-    /// Metadata buffer length (admin commands have none: must be 0).
+    /// Metadata buffer length (must be 0: admin commands have none, and io-passthru carries
+    /// no separate metadata buffer).
     #[arg(short = 'm', long = "metadata-len", default_value = "0", value_parser = parse_u32)]
     pub metadata_len: u32,
-    /// Timeout in ms (0: the driver's admin timeout, the only one it applies).
+    /// Timeout in ms (admin-passthru: must be 0, the driver's admin timeout applies;
+    /// io-passthru: the queue pair's command timeout, 0 for the default).
     #[arg(short = 't', long = "timeout", default_value = "0", value_parser = parse_u32)]
     pub timeout: u32,
     #[arg(short = '2', long = "cdw2", default_value = "0", value_parser = parse_u32)]
@@ -54,6 +70,9 @@ pub struct PassthruArgs {
     pub cdw14: u32,
     #[arg(short = '9', long = "cdw15", default_value = "0", value_parser = parse_u32)]
     pub cdw15: u32,
+    /// Byte the data buffer is filled with before the command (and past the input file).
+    #[arg(short = 'p', long = "prefill", default_value = "0", value_parser = parse_u8)]
+    pub prefill: u8,
     /// File with the data to send (write commands).
     #[arg(short = 'i', long = "input-file")]
     pub input_file: Option<String>,
@@ -83,8 +102,8 @@ pub struct PassthruOutput {
     pub raw: Option<Vec<u8>>,
 }
 
-fn bad(why: String) -> AdminError {
-    AdminError::BadPassthru(why)
+fn bad(cmd: &'static str, why: String) -> AdminError {
+    AdminError::BadPassthru { cmd, why }
 }
 
 fn sqe(args: &PassthruArgs) -> SubmissionEntry {
@@ -123,29 +142,28 @@ fn show(args: &PassthruArgs) -> String {
     s
 }
 
-/// Runs `admin-passthru` on `ctrl`.
-pub fn admin<C: NvmeController>(
-    ctrl: &C,
-    args: &PassthruArgs,
-) -> Result<PassthruOutput, AdminError> {
+/// What both subcommands take from the command line, checked: the entry, the opcode's
+/// direction, the data length and the data to send.
+struct Prepared {
+    sqe: SubmissionEntry,
+    direction: DataDirection,
+    len: usize,
+    data: PassthruData,
+}
+
+/// The checks and the data both subcommands share: `--flags`/`--rsvd` zero, `--read` /
+/// `--write` matching the opcode's bits 1:0, the input file (or `--prefill`) as the data of a
+/// command that sends.
+fn prepare(cmd: &'static str, args: &PassthruArgs) -> Result<Prepared, AdminError> {
     if args.flags != 0 || args.rsvd != 0 {
-        return Err(bad(format!(
-            "--flags {:#x} / --rsvd {:#x}: the driver builds the data pointer (PRPs, not fused): give 0",
-            args.flags, args.rsvd
-        )));
-    }
-    if args.metadata_len != 0 {
         return Err(bad(
-            "--metadata-len: admin commands carry no metadata: give 0".into(),
+            cmd,
+            format!(
+                "--flags {:#x} / --rsvd {:#x}: the driver builds the data pointer (PRPs, not fused): give 0",
+                args.flags, args.rsvd
+            ),
         ));
     }
-    if args.timeout != 0 {
-        return Err(bad(
-            "--timeout: the driver's admin timeout applies to every admin command: leave it out"
-                .into(),
-        ));
-    }
-    let sqe = sqe(args);
     let direction = match args.opcode & 0b11 {
         0b01 => DataDirection::ToDevice,
         0b10 => DataDirection::FromDevice,
@@ -155,10 +173,13 @@ pub fn admin<C: NvmeController>(
     if (args.read && direction != DataDirection::FromDevice)
         || (args.write && direction != DataDirection::ToDevice)
     {
-        return Err(bad(format!(
-            "opcode {:#04x} moves data {direction:?} (opcode bits 1:0), not as --read/--write say",
-            args.opcode
-        )));
+        return Err(bad(
+            cmd,
+            format!(
+                "opcode {:#04x} moves data {direction:?} (opcode bits 1:0), not as --read/--write say",
+                args.opcode
+            ),
+        ));
     }
     let len = args.data_len as usize;
     let data = match (&args.input_file, direction) {
@@ -168,24 +189,89 @@ pub fn admin<C: NvmeController>(
                 source,
             })?;
             if bytes.len() < len {
-                return Err(bad(format!(
-                    "--input-file {path} holds {} bytes, fewer than --data-len {len}",
-                    bytes.len()
-                )));
+                return Err(bad(
+                    cmd,
+                    format!(
+                        "--input-file {path} holds {} bytes, fewer than --data-len {len}",
+                        bytes.len()
+                    ),
+                ));
             }
             bytes.truncate(len);
             PassthruData::Send(bytes)
         }
         (Some(_), _) => {
-            return Err(bad(format!(
-                "--input-file: opcode {:#04x} does not send data to the controller",
-                args.opcode
-            )))
+            return Err(bad(
+                cmd,
+                format!(
+                    "--input-file: opcode {:#04x} does not send data to the controller",
+                    args.opcode
+                ),
+            ))
         }
-        (None, DataDirection::ToDevice) => PassthruData::Send(vec![0; len]),
+        (None, DataDirection::ToDevice) => PassthruData::Send(vec![args.prefill; len]),
         (None, _) => PassthruData::Receive(len),
     };
-    let command = AdminCommand::passthru(sqe, data)?;
+    Ok(Prepared {
+        sqe: sqe(args),
+        direction,
+        len,
+        data,
+    })
+}
+
+/// nvme-cli's output of a finished command: `text` so far, the latency (`--latency`), the
+/// result line and the data read (hex dump, or `--raw-binary` bytes).
+fn finish(
+    cmd: &'static str,
+    args: &PassthruArgs,
+    mut text: String,
+    elapsed: Duration,
+    dw0: u32,
+    direction: DataDirection,
+    mut data: Vec<u8>,
+) -> PassthruOutput {
+    if args.latency {
+        text += &format!("  latency: {cmd}: {} us\n", elapsed.as_micros());
+    }
+    data.truncate(args.data_len as usize);
+    let result = format!("NVMe command result:{dw0:08x}\n");
+    if args.raw {
+        eprint!("{result}");
+        return PassthruOutput {
+            text,
+            raw: Some(data),
+        };
+    }
+    text += &result;
+    if direction == DataDirection::FromDevice && !data.is_empty() {
+        text += "       0  1  2  3  4  5  6  7  8  9  a  b  c  d  e  f\n";
+        crate::manage::hex_dump(&mut text, &data);
+    }
+    PassthruOutput { text, raw: None }
+}
+
+/// Runs `admin-passthru` on `ctrl`.
+pub fn admin<C: NvmeController>(
+    ctrl: &C,
+    args: &PassthruArgs,
+) -> Result<PassthruOutput, AdminError> {
+    const CMD: &str = "admin-passthru";
+    if args.metadata_len != 0 {
+        return Err(bad(
+            CMD,
+            "--metadata-len: admin commands carry no metadata: give 0".into(),
+        ));
+    }
+    if args.timeout != 0 {
+        return Err(bad(
+            CMD,
+            "--timeout: the driver's admin timeout applies to every admin command: leave it out"
+                .into(),
+        ));
+    }
+    let p = prepare(CMD, args)?;
+    let command = AdminCommand::passthru(p.sqe, p.data)?;
     let mut text = String::new();
     if args.show || args.dry_run {
         text += &show(args);
@@ -193,26 +279,73 @@ pub fn admin<C: NvmeController>(
     if args.dry_run {
         return Ok(PassthruOutput { text, raw: None });
     }
-    let start = std::time::Instant::now();
+    let start = Instant::now();
     let reply = ctrl.admin(command)?;
     let elapsed = start.elapsed();
-    if args.latency {
-        text += &format!("  latency: admin-passthru: {} us\n", elapsed.as_micros());
+    Ok(finish(
+        CMD,
+        args,
+        text,
+        elapsed,
+        reply.dw0,
+        p.direction,
+        reply.data,
+    ))
+}
+
+/// Runs `io-passthru` on `ctrl`: on namespace `--namespace-id`, through a queue pair of its
+/// own whose command timeout is `--timeout` (when not 0).
+pub fn io<C: NvmeController>(ctrl: &C, args: &PassthruArgs) -> Result<PassthruOutput, AdminError> {
+    const CMD: &str = "io-passthru";
+    if args.metadata_len != 0 {
+        return Err(bad(
+            CMD,
+            "--metadata-len: the passthrough carries no separate metadata buffer: give 0 (an \
+             extended-LBA namespace's metadata is part of --data-len)"
+                .into(),
+        ));
     }
-    let mut data = reply.data;
-    data.truncate(len);
-    let result = format!("NVMe command result:{:08x}\n", reply.dw0);
-    if args.raw {
-        eprint!("{result}");
-        return Ok(PassthruOutput {
-            text,
-            raw: Some(data),
-        });
+    if args.nsid == 0 {
+        return Err(bad(
+            CMD,
+            "--namespace-id: give the namespace the command goes to (`nvme-admin list` shows them)"
+                .into(),
+        ));
     }
-    text += &result;
-    if direction == DataDirection::FromDevice && !data.is_empty() {
-        text += "       0  1  2  3  4  5  6  7  8  9  a  b  c  d  e  f\n";
-        crate::manage::hex_dump(&mut text, &data);
+    let p = prepare(CMD, args)?;
+    let ns = ctrl.namespace(args.nsid)?;
+    let command = IoPassthruCommand::new(p.sqe, &ns, p.len)?;
+    let mut text = String::new();
+    if args.show || args.dry_run {
+        text += &show(args);
     }
-    Ok(PassthruOutput { text, raw: None })
+    if args.dry_run {
+        return Ok(PassthruOutput { text, raw: None });
+    }
+    let mut options = QueuePairOptions::default();
+    if args.timeout != 0 {
+        options.timeout = Duration::from_millis(u64::from(args.timeout));
+    }
+    let mut q = ctrl.create_queue_pair(options)?;
+    let buf = if command.direction() == DataDirection::None {
+        None
+    } else {
+        let mut buf = ctrl.alloc_buffer(p.len)?;
+        match &p.data {
+            PassthruData::Send(bytes) => buf[..bytes.len()].copy_from_slice(bytes),
+            PassthruData::Receive(_) => buf.fill(args.prefill),
+        }
+        Some(buf)
+    };
+    let start = Instant::now();
+    q.submit(&ns, command, buf, 0).map_err(|f| f.error)?;
+    let mut done = None;
+    while done.is_none() {
+        q.poll(|c| done = Some(c));
+    }
+    let elapsed = start.elapsed();
+    let c = done.expect("polled until done");
+    let dw0 = c.result?;
+    let data = c.buffer.map(|b| b[..p.len].to_vec()).unwrap_or_default();
+    Ok(finish(CMD, args, text, elapsed, dw0, p.direction, data))
 }

@@ -460,3 +460,105 @@ fn admin_passthru_identify_dump_and_refusals() {
         fails(&["admin-passthru", "sim", "-O", "6", "-l", "4096", "-w"]).contains("--read/--write")
     );
 }
+
+#[test]
+fn io_passthru_reads_writes_and_refuses() {
+    // Read one 512-byte block of namespace 1 (NLB 0 in CDW12): the emulator's fresh blocks.
+    let out = run(&[
+        "io-passthru",
+        "sim",
+        "-O",
+        "2",
+        "-n",
+        "1",
+        "-l",
+        "512",
+        "-r",
+        "-b",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, vec![0; 512]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NVMe command result:00000000"));
+    // A write of a prefilled block, and its dry run (nothing sent, the command shown).
+    let w = run(&[
+        "io-passthru",
+        "sim",
+        "-O",
+        "1",
+        "-n",
+        "1",
+        "-l",
+        "1024",
+        "--cdw12",
+        "1",
+        "-p",
+        "0xab",
+        "-w",
+    ]);
+    assert!(w.status.success(), "{}", String::from_utf8_lossy(&w.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&w.stdout),
+        "NVMe command result:00000000\n"
+    );
+    let dry = run(&[
+        "io-passthru",
+        "sim",
+        "-O",
+        "1",
+        "-n",
+        "1",
+        "-l",
+        "512",
+        "-d",
+    ]);
+    let text = String::from_utf8_lossy(&dry.stdout);
+    assert!(text.starts_with("opcode       : 01\n"), "{text}");
+    assert!(!text.contains("NVMe command result"), "{text}");
+    // Two blocks need 1024 bytes; one byte short is refused before anything is sent.
+    let e = fails(&[
+        "io-passthru",
+        "sim",
+        "-O",
+        "2",
+        "-n",
+        "1",
+        "--cdw12",
+        "1",
+        "-l",
+        "1023",
+    ]);
+    assert!(e.contains("at least 1024"), "{e}");
+    assert!(
+        fails(&["io-passthru", "sim", "-O", "0x81", "-n", "1", "-l", "512"]).contains("submit_raw")
+    );
+    assert!(fails(&[
+        "io-passthru",
+        "sim",
+        "-O",
+        "2",
+        "-n",
+        "1",
+        "-l",
+        "512",
+        "-m",
+        "8"
+    ])
+    .contains("--metadata-len"));
+    assert!(fails(&["io-passthru", "sim", "-O", "2", "-l", "512"]).contains("--namespace-id"));
+    assert!(fails(&[
+        "io-passthru",
+        "sim",
+        "-O",
+        "2",
+        "-n",
+        "1",
+        "-l",
+        "512",
+        "-w"
+    ])
+    .contains("--read/--write"));
+}
