@@ -122,7 +122,12 @@ impl QueuePair {
             let Some(cqe) = self.cq.pop() else { break };
             consumed += 1;
             if cqe.sq_id != self.qid {
-                self.reject(cqe.cid, cqe.sq_id, cqe.status(), "wrong submission queue id");
+                self.reject(
+                    cqe.cid,
+                    cqe.sq_id,
+                    cqe.status(),
+                    "wrong submission queue id",
+                );
                 continue;
             }
             let Some((tag, slot)) = self.tags.lookup_mut(cqe.cid) else {
@@ -130,7 +135,12 @@ impl QueuePair {
                 continue;
             };
             if !slot.awaiting {
-                self.reject(cqe.cid, cqe.sq_id, cqe.status(), "command already completed");
+                self.reject(
+                    cqe.cid,
+                    cqe.sq_id,
+                    cqe.status(),
+                    "command already completed",
+                );
                 continue;
             }
             slot.awaiting = false;
