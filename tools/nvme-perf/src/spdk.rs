@@ -3,12 +3,14 @@
 //! Hot loop per round: check the phase; `poll_deferred()` reaps up to `--complete-batch`
 //! completions without writing the CQ head doorbell; `plug(n)` (reserves the batch's request
 //! slots at once, or `plug(0)` with `--no-batch-prefetch`: no reservation, doorbell still
-//! deferred); submit up to `--submit-batch` I/Os, each with a per-I/O context from the
-//! `ObjectCache` (or `Box::new` with `--no-request-cache`); `unplug()` writes the CQ head and the
-//! SQ tail doorbells back to back, as SPDK's and libvfn's perf tools do from their completion
-//! callbacks. One clock read per round (the first completion's; the submissions of the round
-//! are stamped with it), and the progress counters are published only in rounds that changed
-//! them (and then on every 16th such round, `Pacer::publish`).
+//! deferred; a batch of one single-command I/O is submitted unplugged, since its submission
+//! writes the same two doorbells); submit up to `--submit-batch` I/Os, each with a per-I/O
+//! context from the `ObjectCache` (or `Box::new` with `--no-request-cache`); `unplug()`
+//! writes the CQ head and the SQ tail doorbells back to back, as SPDK's and libvfn's perf
+//! tools do from their completion callbacks. One clock read per round (the first
+//! completion's; the submissions of the round are stamped with it), and the progress counters
+//! are published only in rounds that changed them (and then on every 16th such round,
+//! `Pacer::publish`).
 //!
 //! INVARIANT: `free` holds exactly the context/buffer indices with no I/O in flight, and for
 //! each such index `buffers[i]` is `Some` (or the buffer was lost to a timed-out command and
@@ -628,12 +630,17 @@ fn run_worker<C: Check>(
         let room = (qd - in_flight - retired).min(config.submit_batch);
         let want = pacer.allowance(room, &tally);
         if want > 0 {
+            // A batch of one I/O of one command needs neither a reservation nor a deferred
+            // doorbell: submitted unplugged, its submission writes the CQ head and the SQ tail
+            // doorbells itself, back to back, as `unplug` would (the QD1 loop then skips the
+            // plug's room checks and the unplug).
+            let single = want == 1 && commands_per_io == 1;
             let reserve = if prefetch {
                 want as u16 * commands_per_io
             } else {
                 0
             };
-            if qp.plug(reserve).is_ok() {
+            if single || qp.plug(reserve).is_ok() {
                 // One clock read per round: the submission time is the completion time read
                 // while reaping this round (so a latency includes the resubmission work), or
                 // a fresh read when nothing was reaped. None without latency timing.
@@ -699,7 +706,9 @@ fn run_worker<C: Check>(
                         }
                     }
                 }
-                qp.unplug();
+                if !single {
+                    qp.unplug();
+                }
                 in_flight += issued;
                 tally.submitted += u64::from(issued);
                 tally.submit_calls += 1;
