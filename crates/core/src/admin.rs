@@ -5,10 +5,10 @@
 //! Identify Namespace, the Active Namespace ID list (CNS 02h) and Namespace Identification
 //! Descriptors (CNS 03h, §5.17.2), and the Firmware Slot (03h), Changed Namespace List (04h)
 //! and Commands Supported and Effects (05h) log pages (§5.16.1); and namespace management:
-//! Format NVM (§5.23), Namespace Attachment (§5.19), the allocated namespace and controller
+//! Format NVM (§5.14), Namespace Attachment (§5.20), the allocated namespace and controller
 //! lists (CNS 10h-13h, §5.17.2.10-§5.17.2.13), each refused before anything is sent when
 //! Identify Controller OACS says the controller lacks it, and followed by a namespace rescan;
-//! Device Self-test (§5.9, refused from OACS bit 4 too) and its log page (06h, §5.16.1.7);
+//! Device Self-test (§5.8, refused from OACS bit 4 too) and its log page (06h, §5.16.1.7);
 //! Firmware Image Download and Firmware Commit (§5.13, §5.12; refused from OACS bit 2,
 //! pieces planned in `firmware.rs`).
 //!
@@ -118,7 +118,7 @@ impl AdminCommand {
         }
     }
 
-    /// Format NVM `nsid` with `format` (§5.23): no data.
+    /// Format NVM `nsid` with `format` (§5.14): no data.
     pub fn format_nvm(nsid: u32, format: &FormatNvm) -> Self {
         AdminCommand {
             sqe: manage::format_nvm(nsid, format),
@@ -126,7 +126,7 @@ impl AdminCommand {
         }
     }
 
-    /// Namespace Attachment (§5.19): attach `nsid` to, or detach it from, `controllers`
+    /// Namespace Attachment (§5.20): attach `nsid` to, or detach it from, `controllers`
     /// (a Controller List, 4096 bytes to the device).
     pub fn namespace_attachment(nsid: u32, select: Attach, controllers: &ControllerList) -> Self {
         AdminCommand {
@@ -135,7 +135,7 @@ impl AdminCommand {
         }
     }
 
-    /// Device Self-test (§5.9) of `nsid` with `code`: no data.
+    /// Device Self-test (§5.8) of `nsid` with `code`: no data.
     pub fn device_self_test(nsid: u32, code: SelfTestCode) -> Self {
         AdminCommand {
             sqe: selftest::device_self_test(nsid, code),
@@ -317,7 +317,7 @@ pub trait AdminCommands: NvmeController {
         ))
     }
 
-    /// Device Self-test (§5.9): starts a short or extended self-test of `nsid` (0: no
+    /// Device Self-test (§5.8): starts a short or extended self-test of `nsid` (0: no
     /// namespace, 0xFFFF_FFFF: all), or aborts the one in progress. Refused with
     /// [`Error::CommandNotSupported`] when OACS bit 4 is clear; the controller refuses a second
     /// test while one runs (Device Self-test In Progress).
@@ -420,7 +420,7 @@ pub trait AdminCommands: NvmeController {
         Ok(data)
     }
 
-    /// Format NVM (§5.23) of `nsid` with `format`, then a namespace rescan (the block size
+    /// Format NVM (§5.14) of `nsid` with `format`, then a namespace rescan (the block size
     /// may have changed: handles of the namespace go stale, take fresh ones). Refused with
     /// [`Error::CommandNotSupported`] when OACS bit 1 is clear. User data is lost.
     fn format_nvm(&self, nsid: u32, format: FormatNvm) -> Result<NamespaceChanges> {
@@ -434,13 +434,13 @@ pub trait AdminCommands: NvmeController {
         self.rescan_namespaces()
     }
 
-    /// Namespace Attachment (§5.19): attaches `nsid` to `controllers`, then a rescan.
+    /// Namespace Attachment (§5.20): attaches `nsid` to `controllers`, then a rescan.
     /// Refused with [`Error::CommandNotSupported`] when OACS bit 3 is clear.
     fn attach_namespace(&self, nsid: u32, controllers: &[u16]) -> Result<NamespaceChanges> {
         self.namespace_attachment(nsid, Attach::Attach, controllers)
     }
 
-    /// Namespace Attachment (§5.19): detaches `nsid` from `controllers`, then a rescan
+    /// Namespace Attachment (§5.20): detaches `nsid` from `controllers`, then a rescan
     /// (handles of the namespace go stale on a controller it left).
     fn detach_namespace(&self, nsid: u32, controllers: &[u16]) -> Result<NamespaceChanges> {
         self.namespace_attachment(nsid, Attach::Detach, controllers)

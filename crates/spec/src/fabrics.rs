@@ -210,7 +210,7 @@ pub fn connect_kato_ms(sqe: &SubmissionEntry) -> u32 {
     sqe.cdw12
 }
 
-/// Keep Alive (§5.15): an admin command without data, sent at least once per KATO.
+/// Keep Alive (§5.18): an admin command without data, sent at least once per KATO.
 pub fn keep_alive() -> SubmissionEntry {
     SubmissionEntry::new(crate::opcode::admin::KEEP_ALIVE)
 }

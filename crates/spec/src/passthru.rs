@@ -69,7 +69,7 @@ pub fn classify_admin(sqe: &SubmissionEntry) -> AdminPassthru {
         admin::CREATE_IO_SQ | admin::CREATE_IO_CQ | admin::DELETE_IO_SQ | admin::DELETE_IO_CQ => {
             AdminPassthru::Refused("it creates or deletes I/O queues, which the driver owns")
         }
-        // §5.8: PRP1/PRP2 are the Shadow Doorbell and EventIdx buffers the controller writes.
+        // §5.11: PRP1/PRP2 are the Shadow Doorbell and EventIdx buffers the controller writes.
         admin::DOORBELL_BUFFER_CONFIG => AdminPassthru::Refused(
             "Doorbell Buffer Config points the controller at shadow doorbell memory, which the driver owns",
         ),
@@ -89,7 +89,7 @@ pub fn classify_admin(sqe: &SubmissionEntry) -> AdminPassthru {
                 "Set Features Host Memory Buffer gives the controller host memory (the driver's typed HostMemory does)",
             )
         }
-        // §5.23, §5.24, §5.19, §5.20: they change or erase namespaces the driver has open;
+        // §5.14, §5.24, §5.20, §5.21: they change or erase namespaces the driver has open;
         // the typed commands (format, attach-ns/detach-ns) rescan afterwards.
         admin::FORMAT_NVM
         | admin::SANITIZE
@@ -101,7 +101,7 @@ pub fn classify_admin(sqe: &SubmissionEntry) -> AdminPassthru {
         admin::FIRMWARE_COMMIT => {
             AdminPassthru::Refused("Firmware Commit may reset the controller under the driver")
         }
-        // §5.22: it can take controller resources (queues, interrupts) away.
+        // §5.28: it can take controller resources (queues, interrupts) away.
         admin::VIRTUALIZATION_MANAGEMENT => {
             AdminPassthru::Refused("Virtualization Management moves controller resources")
         }
@@ -113,13 +113,13 @@ pub fn classify_admin(sqe: &SubmissionEntry) -> AdminPassthru {
         admin::GET_FEATURES | admin::SET_FEATURES => transfer(FEATURE_DATA_MAX),
         // §5.13: CDW10 NUMD, 0's based dwords.
         admin::FIRMWARE_IMAGE_DOWNLOAD => transfer(dwords(sqe.cdw10)),
-        // §5.10, §5.11: CDW10 NUMD, 0's based dwords.
+        // §5.9, §5.10: CDW10 NUMD, 0's based dwords.
         admin::DIRECTIVE_SEND | admin::DIRECTIVE_RECEIVE => transfer(dwords(sqe.cdw10)),
         // §5.25, §5.26: CDW11 Transfer Length in bytes.
         admin::SECURITY_SEND | admin::SECURITY_RECEIVE => transfer(u64::from(sqe.cdw11)),
-        // §5.14: CDW11 MNDW, 0's based dwords.
+        // NVM CS 1.0 §4.2: CDW11 MNDW, 0's based dwords.
         admin::GET_LBA_STATUS => transfer(dwords(sqe.cdw11)),
-        // §5.9, §5.18: no data.
+        // §5.8, §5.18: no data.
         admin::DEVICE_SELF_TEST | admin::KEEP_ALIVE => transfer(0),
         _ => AdminPassthru::Unknown,
     }

@@ -1,4 +1,4 @@
-//! Device Self-test (NVMe Base 2.0 §5.9) and the Device Self-test log page (Log Identifier
+//! Device Self-test (NVMe Base 2.0 §5.8) and the Device Self-test log page (Log Identifier
 //! 06h, §5.16.1.7, Figures 213-214).
 //!
 //! The command carries a Self-test Code in CDW10 bits 3:0 and a namespace: 0 for no namespace,
@@ -22,7 +22,7 @@ pub const SELF_TEST_RESULTS: usize = 20;
 /// Byte size of the log page.
 pub const SELF_TEST_LOG_SIZE: usize = 564;
 
-/// Self-test Code (§5.9, Figure 176).
+/// Self-test Code (§5.8, Figure 176).
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SelfTestCode {
@@ -51,7 +51,7 @@ impl SelfTestCode {
     }
 }
 
-/// Device Self-test (§5.9) of `nsid` (0: no namespace; FFFFFFFFh: all) with `code`: no data.
+/// Device Self-test (§5.8) of `nsid` (0: no namespace; FFFFFFFFh: all) with `code`: no data.
 #[must_use = "a built command does nothing until it is submitted"]
 pub fn device_self_test(nsid: u32, code: SelfTestCode) -> SubmissionEntry {
     SubmissionEntry {
