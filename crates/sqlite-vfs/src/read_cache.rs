@@ -166,6 +166,40 @@ impl BlockCache {
         Ok(self.next_seq)
     }
 
+    /// Read-modify-writes block `lba` in its slot: `data` at byte `within`, the rest as the
+    /// device holds it (read when not cached) or, when `fresh` (nothing of the block is ever
+    /// read back) and not cached, zeroes; then writes the block to the device from the slot.
+    /// Returns whether the block was cached.
+    pub(crate) fn patch(
+        &mut self,
+        dev: &mut dyn BlockDevice,
+        lba: u64,
+        within: usize,
+        data: &[u8],
+        fresh: bool,
+    ) -> Result<bool> {
+        let bs = self.bs;
+        let slot = self.slot(lba);
+        let hit = self.tags[slot] == lba;
+        if !hit {
+            if fresh {
+                self.data[slot * bs..(slot + 1) * bs].fill(0);
+                self.tags[slot] = lba;
+            } else {
+                self.fill(dev, lba, lba + 1)?;
+            }
+        } else {
+            self.stats.hits += 1;
+        }
+        let block = &mut self.data[slot * bs..(slot + 1) * bs];
+        block[within..within + data.len()].copy_from_slice(data);
+        let r = dev.write(lba, block);
+        if r.is_err() {
+            self.clear();
+        }
+        r.map(|()| hit)
+    }
+
     /// Writes whole blocks at `lba` through the cache to the device.
     pub(crate) fn write(&mut self, dev: &mut dyn BlockDevice, lba: u64, data: &[u8]) -> Result<()> {
         let bs = self.bs;
@@ -325,6 +359,37 @@ mod tests {
         let mut back = vec![0; big.len()];
         c.read(&mut d, 100, &mut back).unwrap();
         assert_eq!(back, big);
+    }
+
+    #[test]
+    fn a_patch_keeps_the_rest_of_the_block() {
+        let mut d = device(64);
+        let mut c = BlockCache::new(512, 64, 16 * 512);
+        let before = medium(&mut d, 3 * 512, 512);
+        assert!(!c.patch(&mut d, 3, 100, &[9; 24], false).unwrap());
+        assert_eq!(d.reads, 1);
+        let mut want = before;
+        want[100..124].fill(9);
+        assert_eq!(medium(&mut d, 3 * 512, 512), want);
+        assert!(c.patch(&mut d, 3, 0, &[8; 4], false).unwrap());
+        assert_eq!(d.reads, 1, "the second patch found the block cached");
+        want[..4].fill(8);
+        let mut buf = vec![0; 512];
+        c.read(&mut d, 3, &mut buf).unwrap();
+        assert_eq!((&buf, d.reads), (&want, 1));
+        // Fresh: no read, zeroes around the data, on the device and in the cache.
+        assert!(!c.patch(&mut d, 40, 10, &[7; 2], true).unwrap());
+        assert_eq!(d.reads, 1);
+        let mut want = vec![0; 512];
+        want[10..12].fill(7);
+        assert_eq!(medium(&mut d, 40 * 512, 512), want);
+        c.read(&mut d, 40, &mut buf).unwrap();
+        assert_eq!(buf, want);
+        // A failed patch empties the cache.
+        d.fail_next = true;
+        assert!(c.patch(&mut d, 3, 0, &[1; 4], false).is_err());
+        c.read(&mut d, 3, &mut buf).unwrap();
+        assert_eq!((buf, d.reads), (medium(&mut d, 3 * 512, 512), 2));
     }
 
     #[test]

@@ -98,12 +98,9 @@ pub struct Store {
     /// ([`on_medium`]): a change of `entries` that leaves these alone needs no directory
     /// write.
     persisted: Vec<Entry>,
-    /// One block of scratch space; when `cached` is `Some(lba)` it holds exactly what the
-    /// device holds at `lba` (the last block read or read-modify-written), so appending
-    /// records that straddle blocks (journal, WAL) costs no extra read.
-    block: Vec<u8>,
-    cached: Option<u64>,
-    /// Every device read and write goes through it (`crate::read_cache`).
+    /// Every device read and write goes through it (`crate::read_cache`); a partial-block
+    /// write is read-modify-written in its slot, so appending records that straddle blocks
+    /// (journal, WAL) costs no extra read and no extra copy.
     cache: BlockCache,
     stats: StoreStats,
     /// The redo area's slots.
@@ -138,8 +135,6 @@ impl Store {
     pub fn open(dev: Box<dyn BlockDevice>, format: Format) -> Result<Self> {
         let layout = Layout::new(dev.block_size(), dev.blocks())?;
         let mut store = Self {
-            block: vec![0; layout.block_size as usize],
-            cached: None,
             cache: BlockCache::new(layout.block_size, dev.blocks(), CACHE_BYTES),
             dev,
             layout,
@@ -404,7 +399,6 @@ impl Store {
             done += n;
             left -= n;
         }
-        self.cached = None;
         self.entries[i].start = start;
         self.entries[i].alloc = alloc;
         self.dir_dirty = true;
@@ -553,7 +547,6 @@ impl Store {
         let bs = u64::from(self.layout.block_size);
         let medium: Vec<Entry> = self.entries.iter().map(|e| on_medium(e, bs)).collect();
         let copy = dir::encode(&self.layout, generation, &medium);
-        self.cached = None;
         self.cache
             .write(&mut *self.dev, self.layout.dir_lba(generation % 2), &copy)?;
         self.stats.dir_writes += 1;
@@ -564,16 +557,6 @@ impl Store {
         // The flush before the directory made the home writes of every redo record durable;
         // records of older generations are never replayed.
         self.redo_file = None;
-        Ok(())
-    }
-
-    /// Puts block `lba` into the one-block cache.
-    fn load(&mut self, lba: u64) -> Result<()> {
-        if self.cached != Some(lba) {
-            self.cached = None;
-            self.cache.read(&mut *self.dev, lba, &mut self.block)?;
-            self.cached = Some(lba);
-        }
         Ok(())
     }
 
@@ -609,30 +592,19 @@ impl Store {
             if within != 0 || rest < bs {
                 let n = (bs - within).min(rest);
                 let block_start = pos - within as u64;
-                if self.cached == Some(lba) {
+                // Past the old end nothing is ever read back: no device read for it.
+                let fresh = block_start >= valid_end;
+                let hit =
+                    self.cache
+                        .patch(&mut *self.dev, lba, within, &data[done..done + n], fresh)?;
+                if hit || fresh {
                     self.stats.rmw_cached += 1;
-                } else if block_start >= valid_end {
-                    self.block.fill(0);
-                    self.stats.rmw_cached += 1;
-                } else {
-                    self.load(lba)?;
                 }
-                self.block[within..within + n].copy_from_slice(&data[done..done + n]);
-                // Until the write succeeds the device may hold either version.
-                self.cached = None;
-                self.cache.write(&mut *self.dev, lba, &self.block)?;
-                self.cached = Some(lba);
                 self.stats.rmw += 1;
                 done += n;
                 pos += n as u64;
             } else {
                 let n = rest / bs * bs;
-                if self
-                    .cached
-                    .is_some_and(|c| c >= lba && c < lba + (n / bs) as u64)
-                {
-                    self.cached = None;
-                }
                 self.cache
                     .write(&mut *self.dev, lba, &data[done..done + n])?;
                 done += n;
