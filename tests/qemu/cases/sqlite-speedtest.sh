@@ -5,7 +5,8 @@
 # speedtest1 keeps), SQLITE_SPEEDTEST_REPS runs each (default 3) in alternating order,
 # ours twice per repetition: `ours` (FUA barriers, the default) and `ours-nofua` (URI
 # parameter fua=off: every barrier Write + Flush, the durability of ext4's fsync on an
-# emulated controller that ignores FUA, docs/sqlite.md),
+# emulated controller that ignores FUA, docs/sqlite.md), and once `memdb` (speedtest1
+# --memdb: no file I/O at all, the CPU floor any VFS could reach in this guest),
 # --size SQLITE_SPEEDTEST_SIZE (default 5). Prints "@@SPEEDTEST side mode rep total_s" per run,
 # "@@SPEEDPHASE side mode rep test seconds" per test, then medians with ranges.
 # Run with: GUEST_EXTRA_BINS=speedtest1=target/speedtest1/speedtest1 tests/qemu/run.sh \
@@ -53,6 +54,12 @@ ours() {
     grep -q "^integrity_check: ok" /tmp/stq.out || { cat /tmp/stq.out; fail "integrity_check not ok"; }
 }
 
+memdb() {
+    NVME_SQLITE_EXT=$EXT speedtest1 --memdb --journal "$2" --size "$SIZE" >/tmp/st.out 2>&1 ||
+        { cat /tmp/st.out; fail "speedtest1 --memdb failed"; }
+    record memdb "$2" "$1" /tmp/st.out
+}
+
 kernel() {
     bind_kernel
     dev=$(ns_blockdev 2)
@@ -73,7 +80,9 @@ for mode in delete wal; do
             ours "$r" "$mode"
             kernel "$r" "$mode"
             ours "$r" "$mode" ours-nofua off
+            memdb "$r" "$mode"
         else
+            memdb "$r" "$mode"
             ours "$r" "$mode" ours-nofua off
             kernel "$r" "$mode"
             ours "$r" "$mode"
@@ -84,13 +93,13 @@ done
 
 echo "| journal | side | speedtest1 total (s), median (range) | runs |"
 for mode in delete wal; do
-    for side in ours ours-nofua ext4; do
+    for side in memdb ours ours-nofua ext4; do
         echo "| $mode | $side | $(summ 5 $side $mode /tmp/speed) | $REPS |"
     done
 done
-echo "| journal | test | ours (s) | ours-nofua (s) | ext4 (s) |"
+echo "| journal | test | memdb (s) | ours (s) | ours-nofua (s) | ext4 (s) |"
 for mode in delete wal; do
     for t in $(awk '{ print $5 }' /tmp/speedphase | sort -un); do
-        echo "| $mode | $t | $(summ 6 ours $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ours-nofua $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ext4 $mode /tmp/speedphase "$t" | cut -d' ' -f1) |"
+        echo "| $mode | $t | $(summ 6 memdb $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ours $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ours-nofua $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ext4 $mode /tmp/speedphase "$t" | cut -d' ' -f1) |"
     done
 done
