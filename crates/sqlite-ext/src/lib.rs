@@ -9,7 +9,8 @@
 //! `file:app.db?vfs=nvme&device=0000:01:00.0&nsid=1` (device strings as the tools take them,
 //! parsed by `nvme_device::parse_target`: a PCI address, a PCIe or NVMe/TCP transport id, or
 //! `sim` in a build with the `emulator` feature), plus `format=ifblank` to write an empty
-//! store on a namespace that holds none. See [`router`] and [`namespaces`], and
+//! store on a namespace that holds none, and `fua=off` for Write + Flush at every barrier
+//! (no FUA writes; `nvme-sqlite --no-fua`). See [`router`] and [`namespaces`], and
 //! `docs/sqlite.md` ("From unmodified programs").
 //!
 //! No SQLite inside: every SQLite function is called through the `sqlite3_api_routines`

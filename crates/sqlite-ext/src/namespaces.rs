@@ -96,14 +96,21 @@ pub struct Place {
     /// URI `format`: `never` (default: a namespace without a store is refused) or `ifblank`
     /// (write an empty store when the namespace holds none, dropping whatever else is on it).
     pub format: Format,
+    /// URI `fua`: `on` (default) lets a barrier send its lone pending write with FUA instead
+    /// of Write + Flush; `off` always sends Write + Flush (`nvme-sqlite --no-fua`: on an
+    /// emulated controller that ignores FUA, such as QEMU 7.2's, only `off` is durable like
+    /// a file system's fsync; docs/sqlite.md). Set by the first database opened on the
+    /// namespace: the VFS is kept for the process.
+    pub fua: bool,
 }
 
 impl Place {
-    /// From the URI parameters `device`, `nsid` and `format`.
+    /// From the URI parameters `device`, `nsid`, `format` and `fua`.
     pub fn parse(
         device: Option<&str>,
         nsid: Option<&str>,
         format: Option<&str>,
+        fua: Option<&str>,
     ) -> Result<Self, OpenError> {
         let device = device.ok_or(OpenError::NoDevice)?;
         let target = parse_target(device).map_err(|source| OpenError::BadDevice {
@@ -134,10 +141,22 @@ impl Place {
                 })
             }
         };
+        let fua = match fua.map(str::trim) {
+            None | Some("on" | "1" | "yes" | "true") => true,
+            Some("off" | "0" | "no" | "false") => false,
+            Some(v) => {
+                return Err(OpenError::BadParameter {
+                    key: "fua",
+                    value: v.to_owned(),
+                    expected: "`on` (the default) or `off` (every barrier is Write + Flush)",
+                })
+            }
+        };
         Ok(Self {
             target,
             nsid,
             format,
+            fua,
         })
     }
 }
@@ -169,7 +188,8 @@ pub fn open(place: &Place) -> Result<*mut ffi::sqlite3_vfs, OpenError> {
         nsid: place.nsid,
         source,
     };
-    let dev = NvmeDevice::new(ctrl, place.nsid).map_err(store_error)?;
+    let mut dev = NvmeDevice::new(ctrl, place.nsid).map_err(store_error)?;
+    dev.set_fua(place.fua);
     let name = format!("nvme:{device}:{}", place.nsid);
     let vfs =
         NvmeVfs::register_through_api(&name, Box::new(dev), place.format).map_err(store_error)?;
@@ -247,30 +267,45 @@ mod tests {
 
     #[test]
     fn uri_parameters() {
-        let p = Place::parse(Some("sim"), None, None).unwrap();
+        let p = Place::parse(Some("sim"), None, None, None).unwrap();
         assert_eq!(
-            (p.target, p.nsid, p.format),
-            (Target::Emulator, 1, Format::Never)
+            (p.target, p.nsid, p.format, p.fua),
+            (Target::Emulator, 1, Format::Never, true)
         );
-        let p = Place::parse(Some("0000:01:00.0"), Some("2"), Some("ifblank")).unwrap();
+        let p = Place::parse(
+            Some("0000:01:00.0"),
+            Some("2"),
+            Some("ifblank"),
+            Some("off"),
+        )
+        .unwrap();
         assert!(matches!(p.target, Target::Pcie(_)));
-        assert_eq!((p.nsid, p.format), (2, Format::IfBlank));
+        assert_eq!((p.nsid, p.format, p.fua), (2, Format::IfBlank, false));
+        assert!(
+            Place::parse(Some("sim"), None, None, Some("on"))
+                .unwrap()
+                .fua
+        );
         assert!(matches!(
-            Place::parse(None, None, None),
+            Place::parse(Some("sim"), None, None, Some("sometimes")),
+            Err(OpenError::BadParameter { key: "fua", .. })
+        ));
+        assert!(matches!(
+            Place::parse(None, None, None, None),
             Err(OpenError::NoDevice)
         ));
         assert!(matches!(
-            Place::parse(Some("nonsense"), None, None),
+            Place::parse(Some("nonsense"), None, None, None),
             Err(OpenError::BadDevice { .. })
         ));
         for nsid in ["0", "x", "4294967295"] {
             assert!(matches!(
-                Place::parse(Some("sim"), Some(nsid), None),
+                Place::parse(Some("sim"), Some(nsid), None, None),
                 Err(OpenError::BadParameter { key: "nsid", .. })
             ));
         }
         assert!(matches!(
-            Place::parse(Some("sim"), None, Some("always")),
+            Place::parse(Some("sim"), None, Some("always"), None),
             Err(OpenError::BadParameter { key: "format", .. })
         ));
     }

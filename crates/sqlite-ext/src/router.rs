@@ -165,7 +165,12 @@ unsafe extern "C" fn x_open(
                 // SAFETY: SQLite passed `name` to xOpen for a main database, journal or WAL:
                 // the names that carry the URI parameters.
                 let param = |key: &CStr| unsafe { api::uri_parameter(name, key) };
-                let place = match Place::parse(param(c"device"), param(c"nsid"), param(c"format")) {
+                let place = match Place::parse(
+                    param(c"device"),
+                    param(c"nsid"),
+                    param(c"format"),
+                    param(c"fua"),
+                ) {
                     Ok(p) => p,
                     Err(e) => {
                         return router.fail(e.sqlite_code(), format!("`{db}`: {}", chain(&e)))

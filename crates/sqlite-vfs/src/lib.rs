@@ -41,6 +41,7 @@ mod device;
 pub mod dir;
 mod error;
 mod guard;
+mod read_cache;
 mod redo;
 mod store;
 mod vfs;

@@ -16,6 +16,7 @@
 use crate::device::BlockDevice;
 use crate::dir::{self, Decoded, Entry, Layout, MAX_FILES, MAX_NAME};
 use crate::error::{Error, Result};
+use crate::read_cache::{BlockCache, CACHE_BYTES};
 use crate::redo::Area;
 
 mod batch;
@@ -77,6 +78,12 @@ pub struct StoreStats {
     pub batches: u64,
     /// Redo records replayed when the store was opened.
     pub replayed: u64,
+    /// Blocks the block cache served without a device read.
+    pub cache_hits: u64,
+    /// Device reads the block cache issued (one command run each, possibly many blocks).
+    pub cache_fills: u64,
+    /// Blocks read ahead of a request (a sequential miss).
+    pub read_ahead_blocks: u64,
 }
 
 /// The files of one namespace.
@@ -91,11 +98,10 @@ pub struct Store {
     /// ([`on_medium`]): a change of `entries` that leaves these alone needs no directory
     /// write.
     persisted: Vec<Entry>,
-    /// One block of scratch space; when `cached` is `Some(lba)` it holds exactly what the
-    /// device holds at `lba` (the last block read or read-modify-written), so appending
-    /// records that straddle blocks (journal, WAL) costs no extra read.
-    block: Vec<u8>,
-    cached: Option<u64>,
+    /// Every device read and write goes through it (`crate::read_cache`); a partial-block
+    /// write is read-modify-written in its slot, so appending records that straddle blocks
+    /// (journal, WAL) costs no extra read and no extra copy.
+    cache: BlockCache,
     stats: StoreStats,
     /// The redo area's slots.
     area: Area,
@@ -129,8 +135,7 @@ impl Store {
     pub fn open(dev: Box<dyn BlockDevice>, format: Format) -> Result<Self> {
         let layout = Layout::new(dev.block_size(), dev.blocks())?;
         let mut store = Self {
-            block: vec![0; layout.block_size as usize],
-            cached: None,
+            cache: BlockCache::new(layout.block_size, dev.blocks(), CACHE_BYTES),
             dev,
             layout,
             generation: 0,
@@ -153,7 +158,9 @@ impl Store {
         let mut copies = Vec::with_capacity(2);
         for slot in 0..2 {
             let mut b = vec![0; layout.dir_bytes()];
-            store.dev.read(layout.dir_lba(slot), &mut b)?;
+            store
+                .cache
+                .read(&mut *store.dev, layout.dir_lba(slot), &mut b)?;
             copies.push(dir::decode(&layout, &b));
         }
         let best = copies
@@ -207,7 +214,8 @@ impl Store {
             let blank = self.area.blank_header();
             self.data_dirty = true;
             for slot in 0..2 {
-                self.dev.write(self.area.slot_lba(slot), &blank)?;
+                self.cache
+                    .write(&mut *self.dev, self.area.slot_lba(slot), &blank)?;
             }
         }
         // Two persists: both slots then hold an empty directory (generations 1 and 2).
@@ -222,7 +230,13 @@ impl Store {
 
     /// Counters.
     pub fn stats(&self) -> StoreStats {
-        self.stats
+        let c = self.cache.stats();
+        StoreStats {
+            cache_hits: c.hits,
+            cache_fills: c.fills,
+            read_ahead_blocks: c.ahead,
+            ..self.stats
+        }
     }
 
     /// The device's I/O counters ([`crate::BlockDevice::io_stats`]), when it keeps any.
@@ -380,12 +394,11 @@ impl Store {
         while left > 0 {
             let n = step.min(left);
             let b = &mut buf[..(n * bs) as usize];
-            self.dev.read(old + done, b)?;
-            self.dev.write(start + done, b)?;
+            self.cache.read(&mut *self.dev, old + done, b)?;
+            self.cache.write(&mut *self.dev, start + done, b)?;
             done += n;
             left -= n;
         }
-        self.cached = None;
         self.entries[i].start = start;
         self.entries[i].alloc = alloc;
         self.dir_dirty = true;
@@ -518,7 +531,7 @@ impl Store {
     }
 
     fn flush(&mut self) -> Result<()> {
-        self.dev.flush()?;
+        self.cache.flush(&mut *self.dev)?;
         self.stats.flushes += 1;
         self.data_dirty = false;
         self.unflushed_apply = [false; 2];
@@ -534,8 +547,8 @@ impl Store {
         let bs = u64::from(self.layout.block_size);
         let medium: Vec<Entry> = self.entries.iter().map(|e| on_medium(e, bs)).collect();
         let copy = dir::encode(&self.layout, generation, &medium);
-        self.cached = None;
-        self.dev.write(self.layout.dir_lba(generation % 2), &copy)?;
+        self.cache
+            .write(&mut *self.dev, self.layout.dir_lba(generation % 2), &copy)?;
         self.stats.dir_writes += 1;
         self.flush()?;
         self.generation = generation;
@@ -547,39 +560,13 @@ impl Store {
         Ok(())
     }
 
-    /// Puts block `lba` into the one-block cache.
-    fn load(&mut self, lba: u64) -> Result<()> {
-        if self.cached != Some(lba) {
-            self.cached = None;
-            self.dev.read(lba, &mut self.block)?;
-            self.cached = Some(lba);
-        }
-        Ok(())
-    }
-
-    /// Reads `buf.len()` bytes at byte `offset` of the extent starting at `base`.
+    /// Reads `buf.len()` bytes at byte `offset` of the extent starting at `base`, through
+    /// the block cache (one device read for the blocks of the span it misses).
     fn read_blocks(&mut self, base: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let bs = self.layout.block_size as usize;
-        let mut pos = offset;
-        let mut done = 0;
-        while done < buf.len() {
-            let lba = base + pos / bs as u64;
-            let within = (pos % bs as u64) as usize;
-            let rest = buf.len() - done;
-            if within != 0 || rest < bs {
-                let n = (bs - within).min(rest);
-                self.load(lba)?;
-                buf[done..done + n].copy_from_slice(&self.block[within..within + n]);
-                done += n;
-                pos += n as u64;
-            } else {
-                let n = rest / bs * bs;
-                self.dev.read(lba, &mut buf[done..done + n])?;
-                done += n;
-                pos += n as u64;
-            }
-        }
-        Ok(())
+        let bs = u64::from(self.layout.block_size);
+        let within = (offset % bs) as usize;
+        self.cache
+            .read_at(&mut *self.dev, base + offset / bs, within, buf)
     }
 
     /// Writes `data` at byte `offset` of the extent at `base`; partial blocks are
@@ -605,31 +592,21 @@ impl Store {
             if within != 0 || rest < bs {
                 let n = (bs - within).min(rest);
                 let block_start = pos - within as u64;
-                if self.cached == Some(lba) {
+                // Past the old end nothing is ever read back: no device read for it.
+                let fresh = block_start >= valid_end;
+                let hit =
+                    self.cache
+                        .patch(&mut *self.dev, lba, within, &data[done..done + n], fresh)?;
+                if hit || fresh {
                     self.stats.rmw_cached += 1;
-                } else if block_start >= valid_end {
-                    self.block.fill(0);
-                    self.stats.rmw_cached += 1;
-                } else {
-                    self.load(lba)?;
                 }
-                self.block[within..within + n].copy_from_slice(&data[done..done + n]);
-                // Until the write succeeds the device may hold either version.
-                self.cached = None;
-                self.dev.write(lba, &self.block)?;
-                self.cached = Some(lba);
                 self.stats.rmw += 1;
                 done += n;
                 pos += n as u64;
             } else {
                 let n = rest / bs * bs;
-                if self
-                    .cached
-                    .is_some_and(|c| c >= lba && c < lba + (n / bs) as u64)
-                {
-                    self.cached = None;
-                }
-                self.dev.write(lba, &data[done..done + n])?;
+                self.cache
+                    .write(&mut *self.dev, lba, &data[done..done + n])?;
                 done += n;
                 pos += n as u64;
             }

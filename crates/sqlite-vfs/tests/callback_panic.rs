@@ -179,11 +179,26 @@ fn a_panic_under_xwrite_is_an_io_error_and_the_vfs_refuses_io_after_it() {
 fn a_panic_under_xread_is_an_io_error_too() {
     let dev = PanickingDevice::new();
     let (vfs, conn) = setup(&dev, "panic-read");
+    // 1 MiB more than the first reads after a reopen bring in (the directory, and what the
+    // block cache reads ahead of it).
+    conn.execute_batch(
+        "CREATE TABLE big(b);
+         WITH RECURSIVE n(i) AS (VALUES(1) UNION ALL SELECT i + 1 FROM n WHERE i < 256)
+         INSERT INTO big SELECT randomblob(4000) FROM n;",
+    )
+    .expect("big");
     drop(conn);
-    // A new connection has an empty page cache: its first query reads the device.
+    drop(vfs);
+    // A new VFS has an empty block cache and a new connection an empty page cache: a scan
+    // of `big` reads the device.
+    let vfs =
+        NvmeVfs::register("panic-read-cold", Box::new(dev.clone()), Format::Never).expect("reopen");
     let conn = vfs.open("p.db").expect("open");
+    let scan = |c: &rusqlite::Connection| {
+        c.query_row("SELECT sum(length(b)) FROM big", [], |r| r.get::<_, i64>(0))
+    };
     dev.switch.store(PANIC_ON_READ, Ordering::Release);
-    io_error(count(&conn));
+    io_error(scan(&conn));
     assert_eq!(
         dev.switch.load(Ordering::Acquire),
         OFF,

@@ -31,7 +31,7 @@ record() {
     sed -n 's/^phase \([a-z]*\) *\([0-9.]*\) ms.*/\1 \2/p' "$4" | while read -r phase ms; do
         echo "@@SQLPHASE $1 $2 $3 $phase $ms" >>/tmp/sqlphase
     done
-    grep '^io:' "$4" | sed "s/^/@@SQLIO $1 $2 $3 /" || true
+    grep -E '^(io|cache):' "$4" | sed "s/^/@@SQLIO $1 $2 $3 /" || true
 }
 
 # ours REP MODE [SIDE FLAGS...]

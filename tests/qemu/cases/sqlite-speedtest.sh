@@ -3,6 +3,10 @@
 # namespace 2 bound to vfio-pci, and with the default VFS on a fresh ext4 over the kernel's nvme
 # driver. DELETE and WAL journals, synchronous=FULL (the distribution's default for both, which
 # speedtest1 keeps), SQLITE_SPEEDTEST_REPS runs each (default 3) in alternating order,
+# ours twice per repetition: `ours` (FUA barriers, the default) and `ours-nofua` (URI
+# parameter fua=off: every barrier Write + Flush, the durability of ext4's fsync on an
+# emulated controller that ignores FUA, docs/sqlite.md), and once `memdb` (speedtest1
+# --memdb: no file I/O at all, the CPU floor any VFS could reach in this guest),
 # --size SQLITE_SPEEDTEST_SIZE (default 5). Prints "@@SPEEDTEST side mode rep total_s" per run,
 # "@@SPEEDPHASE side mode rep test seconds" per test, then medians with ranges.
 # Run with: GUEST_EXTRA_BINS=speedtest1=target/speedtest1/speedtest1 tests/qemu/run.sh \
@@ -33,16 +37,27 @@ record() {
     done
 }
 
+# ours REP MODE [SIDE FUA]
 ours() {
+    side=${3:-ours} fua=${4:-on}
     bind_vfio
+    # An empty store for each run (twice the runs of one database each would not fit in 64M).
+    nvme-sqlite --device "$NVME_BDF" --nsid 2 --format -n 1 -m 1 >/tmp/stf.out 2>&1 ||
+        { cat /tmp/stf.out; fail "formatting namespace 2 failed"; }
     NVME_SQLITE_EXT=$EXT speedtest1 --vfs nvme --journal "$2" --size "$SIZE" \
-        "file:speed-$2-$1.db?vfs=nvme&device=$NVME_BDF&nsid=2&format=ifblank" >/tmp/st.out 2>&1 ||
+        "file:speed-$2-$1-$fua.db?vfs=nvme&device=$NVME_BDF&nsid=2&format=ifblank&fua=$fua" >/tmp/st.out 2>&1 ||
         { cat /tmp/st.out; fail "speedtest1 on our VFS failed"; }
-    record ours "$2" "$1" /tmp/st.out
+    record "$side" "$2" "$1" /tmp/st.out
     # The database is readable through the Rust tool, integrity ok.
-    nvme-sqlite --device "$NVME_BDF" --nsid 2 --db "speed-$2-$1.db" --query 'SELECT count(*) FROM t3' \
+    nvme-sqlite --device "$NVME_BDF" --nsid 2 --db "speed-$2-$1-$fua.db" --query 'SELECT count(*) FROM t3' \
         >/tmp/stq.out 2>&1 || { cat /tmp/stq.out; fail "nvme-sqlite could not read speedtest1's database"; }
     grep -q "^integrity_check: ok" /tmp/stq.out || { cat /tmp/stq.out; fail "integrity_check not ok"; }
+}
+
+memdb() {
+    NVME_SQLITE_EXT=$EXT speedtest1 --memdb --journal "$2" --size "$SIZE" >/tmp/st.out 2>&1 ||
+        { cat /tmp/st.out; fail "speedtest1 --memdb failed"; }
+    record memdb "$2" "$1" /tmp/st.out
 }
 
 kernel() {
@@ -64,7 +79,11 @@ for mode in delete wal; do
         if [ $((r % 2)) = 1 ]; then
             ours "$r" "$mode"
             kernel "$r" "$mode"
+            ours "$r" "$mode" ours-nofua off
+            memdb "$r" "$mode"
         else
+            memdb "$r" "$mode"
+            ours "$r" "$mode" ours-nofua off
             kernel "$r" "$mode"
             ours "$r" "$mode"
         fi
@@ -74,13 +93,13 @@ done
 
 echo "| journal | side | speedtest1 total (s), median (range) | runs |"
 for mode in delete wal; do
-    for side in ours ext4; do
+    for side in memdb ours ours-nofua ext4; do
         echo "| $mode | $side | $(summ 5 $side $mode /tmp/speed) | $REPS |"
     done
 done
-echo "| journal | test | ours (s) | ext4 (s) |"
+echo "| journal | test | memdb (s) | ours (s) | ours-nofua (s) | ext4 (s) |"
 for mode in delete wal; do
     for t in $(awk '{ print $5 }' /tmp/speedphase | sort -un); do
-        echo "| $mode | $t | $(summ 6 ours $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ext4 $mode /tmp/speedphase "$t" | cut -d' ' -f1) |"
+        echo "| $mode | $t | $(summ 6 memdb $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ours $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ours-nofua $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ext4 $mode /tmp/speedphase "$t" | cut -d' ' -f1) |"
     done
 done

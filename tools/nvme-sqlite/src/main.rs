@@ -240,6 +240,12 @@ fn print_store(vfs: &NvmeVfs, before: StoreStats, after: StoreStats) -> Result<(
         after.rmw_cached - before.rmw_cached,
         after.batches - before.batches
     );
+    println!(
+        "cache: {} block hits, {} fills, {} blocks read ahead",
+        after.cache_hits - before.cache_hits,
+        after.cache_fills - before.cache_fills,
+        after.read_ahead_blocks - before.read_ahead_blocks
+    );
     if let Some(io) = vfs.with_store(|s| s.io_stats())? {
         println!(
             "io: {} writes ({} merged) in {} write commands ({} FUA), {} flushes, {} reads, at most {} writes in flight, {} overlap waits, {} failed",

@@ -105,7 +105,8 @@ impl Store {
         self.data_dirty = true;
         self.redo_file = Some(name.to_owned());
         self.redo_seq += 1;
-        self.dev.write(self.area.slot_lba(rec.seq), &bytes)?;
+        self.cache
+            .write(&mut *self.dev, self.area.slot_lba(rec.seq), &bytes)?;
         self.flush()?;
         self.stats.batches += 1;
         if !cfg!(feature = "broken-batch-early-apply") {
@@ -131,12 +132,12 @@ impl Store {
         for slot in 0..2 {
             let lba = self.area.slot_lba(slot);
             let mut head = vec![0; bs];
-            self.dev.read(lba, &mut head)?;
+            self.cache.read(&mut *self.dev, lba, &mut head)?;
             let redo::Header::Some { bytes } = redo::header(&self.area, &head) else {
                 continue;
             };
             let mut b = vec![0; bytes as usize];
-            self.dev.read(lba, &mut b)?;
+            self.cache.read(&mut *self.dev, lba, &mut b)?;
             if let Some(rec) = redo::decode(&b)? {
                 self.redo_seq = self.redo_seq.max(rec.seq.saturating_add(1));
                 if rec.generation == self.generation {
