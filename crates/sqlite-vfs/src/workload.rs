@@ -59,8 +59,15 @@ pub struct Timings {
 }
 
 fn value(i: u64) -> Vec<u8> {
-    let len = 50 + (i % 200) as usize;
-    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    xorshift_bytes(
+        i.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        50 + (i % 200) as usize,
+    )
+}
+
+/// `len` pseudo-random bytes from `seed` (xorshift64; the same bytes for the same arguments).
+fn xorshift_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
     (0..len)
         .map(|_| {
             x ^= x << 13;
@@ -217,15 +224,7 @@ pub mod commit_log {
     /// Row `i`'s payload: 1000 to 2999 bytes, a function of `i` only.
     pub fn payload(i: u64) -> Vec<u8> {
         let len = 1000 + (i.wrapping_mul(7919) % 2000) as usize;
-        let mut x = i.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
+        super::xorshift_bytes(i.wrapping_mul(0xD1B5_4A32_D192_ED03), len)
     }
 
     /// Commits `count` more single-row transactions (continuing after the last row an
