@@ -335,6 +335,10 @@ fn every_layout_type_and_pract_round_trips_and_checks() {
                 assert!(d == data && m == md, "{what}: unchecked read back");
             }
         }
+        // The queue pair and the controller first, while the emulator still answers their
+        // Delete I/O SQ/CQ and shutdown (the other way round each waits out its timeouts).
+        drop(q);
+        drop(ctrl);
         drop(sim);
     }
 }

@@ -127,6 +127,10 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
     let (sim, ctrl) = open(config)?;
     let sim = sim.map(Arc::new);
     let inline = sim.as_ref().filter(|_| config.inline_device).cloned();
+    // Bound after the emulator's handles: locals drop in reverse order, so an early return
+    // (a bad -n, -b or -q) shuts the controller down while its emulator still runs, instead of
+    // waiting out the shutdown and disable timeouts (7 s) and leaking its DMA memory.
+    let ctrl = ctrl;
     let ns = match config.nsid {
         Some(nsid) => ctrl
             .namespace(nsid)
