@@ -16,7 +16,7 @@
 #
 # Environment:
 #   QKILL_SEED=N       the seed of the kill points (default: from the clock; printed)
-#   QKILL_MODES="..."  the journal mode killed in each round (default "wal delete wal")
+#   QKILL_MODES="..."  the journal mode killed in each round (default "wal delete")
 #   QKILL_BROKEN=FEATURE  run a build of nvme-sqlite with this test-only feature of the VFS
 #                      (broken-batch-early-apply, broken-skip-flush) to see whether the case
 #                      catches it (docs/sqlite.md says what a kill of QEMU can catch)
@@ -26,7 +26,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 D=$ROOT/target/qkill
 SEED=${QKILL_SEED:-$(date +%s)}
-read -r -a MODES <<<"${QKILL_MODES:-wal delete wal}"
+read -r -a MODES <<<"${QKILL_MODES:-wal delete}"
 # The number of acknowledged commits before the kill, and the largest delay after it (ms).
 MIN_ACKS=15
 SPREAD_ACKS=60
