@@ -241,24 +241,34 @@ pub unsafe extern "C" fn nvme_qpair_submit_write(
     cb_fn: nvme_cb_fn,
     cb_arg: *mut c_void,
 ) -> c_int {
-    if flags & !NVME_IO_FUA != 0 {
-        return fail(
-            NVME_ERR_INVALID_ARGUMENT,
-            format!("nvme_qpair_submit_write: unknown flags {flags:#x} (only NVME_IO_FUA)"),
-        );
-    }
+    let fua = match fua_flag("nvme_qpair_submit_write", flags) {
+        Ok(fua) => fua,
+        Err(code) => return code,
+    };
     // SAFETY: forwarded caller contract.
     unsafe {
         submit_data(
             "nvme_qpair_submit_write",
             qpair,
             nsid,
-            Write::new(lba, blocks).flags(WriteFlags::NONE.with_fua(flags & NVME_IO_FUA != 0)),
+            Write::new(lba, blocks).flags(WriteFlags::NONE.with_fua(fua)),
             buf,
             cb_fn,
             cb_arg,
         )
     }
+}
+
+/// The Force Unit Access bit of a write-like call's `flags`, `NVME_IO_FUA` being the only flag
+/// they take; any other bit is refused (the code to return, its message set).
+pub(crate) fn fua_flag(what: &str, flags: u32) -> Result<bool, c_int> {
+    if flags & !NVME_IO_FUA != 0 {
+        return Err(fail(
+            NVME_ERR_INVALID_ARGUMENT,
+            format!("{what}: unknown flags {flags:#x} (only NVME_IO_FUA)"),
+        ));
+    }
+    Ok(flags & NVME_IO_FUA != 0)
 }
 
 /// Submits a command without data through `submit`, which gets the queue pair, the namespace
@@ -453,14 +463,12 @@ pub unsafe extern "C" fn nvme_qpair_submit_compare_and_write(
     cb_arg: *mut c_void,
 ) -> c_int {
     const WHAT: &str = "nvme_qpair_submit_compare_and_write";
-    if flags & !NVME_IO_FUA != 0 {
-        return fail(
-            NVME_ERR_INVALID_ARGUMENT,
-            format!("{WHAT}: unknown flags {flags:#x} (only NVME_IO_FUA)"),
-        );
-    }
+    let fua = match fua_flag(WHAT, flags) {
+        Ok(fua) => fua,
+        Err(code) => return code,
+    };
     let mut cmd = CompareAndWrite::new(lba, blocks);
-    if flags & NVME_IO_FUA != 0 {
+    if fua {
         cmd = cmd.fua();
     }
     // SAFETY: forwarded caller contract.
@@ -570,12 +578,10 @@ pub unsafe extern "C" fn nvme_qpair_submit_copy(
             format!("{WHAT}: {count} ranges: a Copy carries 1..={COPY_MAX_RANGES}"),
         );
     }
-    if flags & !NVME_IO_FUA != 0 {
-        return fail(
-            NVME_ERR_INVALID_ARGUMENT,
-            format!("{WHAT}: unknown flags {flags:#x} (only NVME_IO_FUA)"),
-        );
-    }
+    let fua = match fua_flag(WHAT, flags) {
+        Ok(fua) => fua,
+        Err(code) => return code,
+    };
     // A buffer in flight keeps this placeholder: the submission below refuses the buffer.
     let mut cmd = Copy::new(dest_lba, count as u16, 0);
     let written = guard(WHAT, || {
@@ -598,7 +604,7 @@ pub unsafe extern "C" fn nvme_qpair_submit_copy(
     if written != NVME_OK {
         return written;
     }
-    if flags & NVME_IO_FUA != 0 {
+    if fua {
         cmd = cmd.fua();
     }
     // SAFETY: forwarded caller contract.

@@ -22,7 +22,8 @@ use nvme_pool::Slab;
 use crate::boundary::{fail, guard};
 use crate::buffer::{nvme_buf, restore, BufState};
 use crate::errors::*;
-use crate::qpair::{nvme_cb_fn, nvme_qpair, Request, RequestKind, NVME_IO_FUA};
+use crate::qpair::{nvme_cb_fn, nvme_qpair, Request, RequestKind};
+use crate::submit::fua_flag;
 
 /// One piece of a vectored read or write: `len` bytes at byte `offset` of the buffer `buf`.
 /// Every piece of a request names a different buffer handle.
@@ -406,13 +407,11 @@ pub unsafe extern "C" fn nvme_qpair_submit_writev(
     cb_arg: *mut c_void,
 ) -> c_int {
     const WHAT: &str = "nvme_qpair_submit_writev";
-    if flags & !NVME_IO_FUA != 0 {
-        return fail(
-            NVME_ERR_INVALID_ARGUMENT,
-            format!("{WHAT}: unknown flags {flags:#x} (only NVME_IO_FUA)"),
-        );
-    }
-    let flags = WriteFlags::NONE.with_fua(flags & NVME_IO_FUA != 0);
+    let fua = match fua_flag(WHAT, flags) {
+        Ok(fua) => fua,
+        Err(code) => return code,
+    };
+    let flags = WriteFlags::NONE.with_fua(fua);
     // SAFETY: forwarded caller contract.
     unsafe {
         submit_vectored(

@@ -19,8 +19,8 @@ use crate::boundary::{fail, fail_with, guard};
 use crate::buffer::{nvme_buf, BufState};
 use crate::controller::nvme_ctrlr;
 use crate::errors::*;
-use crate::qpair::{nvme_cb_fn, nvme_qpair, RequestKind, NVME_IO_FUA};
-use crate::submit::{submit_data_kind, submit_no_data};
+use crate::qpair::{nvme_cb_fn, nvme_qpair, RequestKind};
+use crate::submit::{fua_flag, submit_data_kind, submit_no_data};
 
 /// `nvme_qpair_submit_zone_mgmt` action: Close Zone (ZNS 1.1 §3.4.3, ZSA 01h).
 pub const NVME_ZONE_ACTION_CLOSE: u32 = 0x01;
@@ -187,14 +187,12 @@ pub unsafe extern "C" fn nvme_qpair_submit_zone_append(
     cb_arg: *mut c_void,
 ) -> c_int {
     const WHAT: &str = "nvme_qpair_submit_zone_append";
-    if flags & !NVME_IO_FUA != 0 {
-        return fail(
-            NVME_ERR_INVALID_ARGUMENT,
-            format!("{WHAT}: unknown flags {flags:#x} (only NVME_IO_FUA)"),
-        );
-    }
+    let fua = match fua_flag(WHAT, flags) {
+        Ok(fua) => fua,
+        Err(code) => return code,
+    };
     let mut cmd = ZoneAppend::new(zslba, blocks);
-    if flags & NVME_IO_FUA != 0 {
+    if fua {
         cmd = cmd.fua();
     }
     let kind = RequestKind::ZoneAppend { zslba };
