@@ -7,14 +7,16 @@
 # parameter fua=off: every barrier Write + Flush, the durability of ext4's fsync on an
 # emulated controller that ignores FUA, docs/sqlite.md), and once `memdb` (speedtest1
 # --memdb: no file I/O at all, the CPU floor any VFS could reach in this guest),
-# --size SQLITE_SPEEDTEST_SIZE (default 5). Prints "@@SPEEDTEST side mode rep total_s" per run,
-# "@@SPEEDPHASE side mode rep test seconds" per test, then medians with ranges.
+# --size SQLITE_SPEEDTEST_SIZE (default 5; a list such as 5,10 runs every size in turn: at 5
+# the run is mostly SQLite's own CPU time under TCG, docs/sqlite.md). Prints
+# "@@SPEEDTEST side mode@size rep total_s" per run, "@@SPEEDPHASE side mode@size rep test
+# seconds" per test, then medians with ranges.
 # Run with: GUEST_EXTRA_BINS=speedtest1=target/speedtest1/speedtest1 tests/qemu/run.sh \
 #   --ns 512:64M --ns 4096:64M sqlite-speedtest.sh
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
 
-SIZE=${SQLITE_SPEEDTEST_SIZE:-5}
+SIZES=$(echo "${SQLITE_SPEEDTEST_SIZE:-5}" | tr , ' ')
 REPS=${SQLITE_SPEEDTEST_REPS:-3}
 EXT=/usr/local/bin/libnvme_sqlite.so
 
@@ -31,9 +33,9 @@ record() {
     total=$(sed -n 's/^ *TOTAL\.* *\([0-9.]*\)s$/\1/p' "$4")
     [ -n "$total" ] || { cat "$4"; fail "$1 $2 run $3: no TOTAL line"; }
     grep -q "integrity_check" "$4" || { cat "$4"; fail "$1 $2 run $3: no integrity_check test"; }
-    echo "@@SPEEDTEST $1 $2 $3 $total" | tee -a /tmp/speed
+    echo "@@SPEEDTEST $1 $2@$SIZE $3 $total" | tee -a /tmp/speed
     sed -n 's/^ *\([0-9][0-9]*\) - .*\.\.\. *\([0-9.]*\)s$/\1 \2/p' "$4" | while read -r t s; do
-        echo "@@SPEEDPHASE $1 $2 $3 $t $s" >>/tmp/speedphase
+        echo "@@SPEEDPHASE $1 $2@$SIZE $3 $t $s" >>/tmp/speedphase
     done
 }
 
@@ -45,11 +47,11 @@ ours() {
     nvme-sqlite --device "$NVME_BDF" --nsid 2 --format -n 1 -m 1 >/tmp/stf.out 2>&1 ||
         { cat /tmp/stf.out; fail "formatting namespace 2 failed"; }
     NVME_SQLITE_EXT=$EXT speedtest1 --vfs nvme --journal "$2" --size "$SIZE" \
-        "file:speed-$2-$1-$fua.db?vfs=nvme&device=$NVME_BDF&nsid=2&format=ifblank&fua=$fua" >/tmp/st.out 2>&1 ||
+        "file:speed-$2-$SIZE-$1-$fua.db?vfs=nvme&device=$NVME_BDF&nsid=2&format=ifblank&fua=$fua" >/tmp/st.out 2>&1 ||
         { cat /tmp/st.out; fail "speedtest1 on our VFS failed"; }
     record "$side" "$2" "$1" /tmp/st.out
     # The database is readable through the Rust tool, integrity ok.
-    nvme-sqlite --device "$NVME_BDF" --nsid 2 --db "speed-$2-$1-$fua.db" --query 'SELECT count(*) FROM t3' \
+    nvme-sqlite --device "$NVME_BDF" --nsid 2 --db "speed-$2-$SIZE-$1-$fua.db" --query 'SELECT count(*) FROM t3' \
         >/tmp/stq.out 2>&1 || { cat /tmp/stq.out; fail "nvme-sqlite could not read speedtest1's database"; }
     grep -q "^integrity_check: ok" /tmp/stq.out || { cat /tmp/stq.out; fail "integrity_check not ok"; }
 }
@@ -73,32 +75,36 @@ kernel() {
 
 : >/tmp/speed
 : >/tmp/speedphase
-for mode in delete wal; do
-    r=1
-    while [ "$r" -le "$REPS" ]; do
-        if [ $((r % 2)) = 1 ]; then
-            ours "$r" "$mode"
-            kernel "$r" "$mode"
-            ours "$r" "$mode" ours-nofua off
-            memdb "$r" "$mode"
-        else
-            memdb "$r" "$mode"
-            ours "$r" "$mode" ours-nofua off
-            kernel "$r" "$mode"
-            ours "$r" "$mode"
-        fi
-        r=$((r + 1))
+for SIZE in $SIZES; do
+    for mode in delete wal; do
+        r=1
+        while [ "$r" -le "$REPS" ]; do
+            if [ $((r % 2)) = 1 ]; then
+                ours "$r" "$mode"
+                kernel "$r" "$mode"
+                ours "$r" "$mode" ours-nofua off
+                memdb "$r" "$mode"
+            else
+                memdb "$r" "$mode"
+                ours "$r" "$mode" ours-nofua off
+                kernel "$r" "$mode"
+                ours "$r" "$mode"
+            fi
+            r=$((r + 1))
+        done
     done
 done
 
-echo "| journal | side | speedtest1 total (s), median (range) | runs |"
-for mode in delete wal; do
+modes=
+for SIZE in $SIZES; do modes="$modes delete@$SIZE wal@$SIZE"; done
+echo "| journal@size | side | speedtest1 total (s), median (range) | runs |"
+for mode in $modes; do
     for side in memdb ours ours-nofua ext4; do
-        echo "| $mode | $side | $(summ 5 $side $mode /tmp/speed) | $REPS |"
+        echo "| $mode | $side | $(summ 5 $side "$mode" /tmp/speed) | $REPS |"
     done
 done
-echo "| journal | test | memdb (s) | ours (s) | ours-nofua (s) | ext4 (s) |"
-for mode in delete wal; do
+echo "| journal@size | test | memdb (s) | ours (s) | ours-nofua (s) | ext4 (s) |"
+for mode in $modes; do
     for t in $(awk '{ print $5 }' /tmp/speedphase | sort -un); do
         echo "| $mode | $t | $(summ 6 memdb $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ours $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ours-nofua $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ext4 $mode /tmp/speedphase "$t" | cut -d' ' -f1) |"
     done
