@@ -69,7 +69,8 @@ fi
 step "qemu guest" tests/qemu/run.sh --cmb 16 bind.sh vfio-mode.sh identify.sh bad-input.sh hello.sh integrity.sh in-use.sh perf-smoke.sh recovery.sh sqlite.sh sqlite-ext.sh c-api.sh admin.sh control.sh
 # Its own boot: namespaces with metadata formats (2: 8 bytes inline, extended LBA; 3: 16 bytes in a
 # separate buffer; 4: protection information type 1 in 8 separate bytes; 5: PI type 3 with the
-# 64-bit guard, for copy.sh's Copy descriptor format 1h) next to a plain one,
+# 64-bit guard, for metadata.sh's 64-bit guard round trips and copy.sh's Copy descriptor format
+# 1h) next to a plain one,
 # which carries Copy limits other than QEMU's defaults for copy.sh (MSSRL 16, MCL 64, MSRC 7),
 # and vectored.sh; namespace 6 is zoned (1 MiB zones, MOR 4, MAR 8) for zns.sh. The first qemu
 # step built the guest binaries.

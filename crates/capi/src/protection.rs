@@ -23,7 +23,7 @@ pub const NVME_PI_READ: u32 = 0;
 pub const NVME_PI_WRITE: u32 = 1;
 /// PRINFO bit: PRACT, the controller inserts (writes) / strips (reads) the PI.
 pub const NVME_PI_PRACT: u32 = 1 << 3;
-/// PRINFO bit: check the guard (CRC-16 T10-DIF).
+/// PRINFO bit: check the guard (CRC-16 T10-DIF; CRC-64 NVMe on a 64-bit guard format).
 pub const NVME_PI_CHECK_GUARD: u32 = 1 << 2;
 /// PRINFO bit: check the application tag under its mask.
 pub const NVME_PI_CHECK_APP_TAG: u32 = 1 << 1;
@@ -33,7 +33,8 @@ pub const NVME_PI_CHECK_REF_TAG: u32 = 1 << 0;
 /// Queues a Read (`op` `NVME_PI_READ`) or Write (`NVME_PI_WRITE`) of `blocks` blocks at `lba`
 /// with protection information: `prinfo` is a combination of `NVME_PI_PRACT` and the
 /// `NVME_PI_CHECK_*` bits, `ref_tag` the first block's (expected) reference tag (type 1: the
-/// LBA's low 32 bits), `app_tag`/`app_mask` the (expected) application tag and the bits
+/// LBA's low 32 bits; on a 64-bit guard format, whose tag has 48 bits, its bits 47:32 are
+/// zero, so type 1 there reaches LBAs below 2^32), `app_tag`/`app_mask` the (expected) application tag and the bits
 /// checked. `buf` holds what the format moves (see the module text); one command, never split
 /// (`NVME_ERR_INVALID_ARGUMENT` above `max_transfer_bytes`). Otherwise as
 /// `nvme_qpair_submit_read`.
@@ -66,7 +67,7 @@ pub unsafe extern "C" fn nvme_qpair_submit_pi(
     }
     let protection = Protection {
         prinfo: Prinfo::from_bits(prinfo as u8),
-        ref_tag,
+        ref_tag: ref_tag.into(),
         app_tag,
         app_mask,
     };

@@ -97,6 +97,14 @@ pub trait NvmCommand: core::marker::Copy {
     /// data pointer stay zero.
     fn sqe(&self, nsid: u32) -> SubmissionEntry;
 
+    /// The submission entry for namespace `ns`, what transports send: [`NvmCommand::sqe`]
+    /// for every command but the [`Protected`] ones, whose reference tag's upper bits (CDW3)
+    /// only a 64-bit guard format has.
+    #[inline(always)]
+    fn sqe_on(&self, ns: &Namespace) -> SubmissionEntry {
+        self.sqe(ns.nsid())
+    }
+
     /// The direction of the command's data.
     #[inline(always)]
     fn direction(&self) -> DataDirection {
@@ -431,9 +439,7 @@ impl NvmCommand for IoCommand {
         if self.protected {
             if let Some(old) = self.range {
                 // The reference tag follows the blocks skipped (types 1 and 2).
-                sqe.cdw14 = sqe
-                    .cdw14
-                    .wrapping_add(range.lba.wrapping_sub(old.lba) as u32);
+                erased::advance_ref_tag(&mut sqe, range.lba.wrapping_sub(old.lba));
             }
         }
         Self {
@@ -445,6 +451,14 @@ impl NvmCommand for IoCommand {
     #[inline]
     fn sqe(&self, nsid: u32) -> SubmissionEntry {
         SubmissionEntry { nsid, ..self.sqe }
+    }
+    #[inline]
+    fn sqe_on(&self, ns: &Namespace) -> SubmissionEntry {
+        let mut sqe = self.sqe(ns.nsid());
+        if self.protected {
+            erased::place(ns, &mut sqe);
+        }
+        sqe
     }
     #[inline]
     fn data_bytes(&self, ns: &Namespace) -> usize {

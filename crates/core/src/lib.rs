@@ -88,7 +88,8 @@ pub use nano_clock::NanoClock;
 pub use options::QueuePairOptions;
 pub use passthru::{IoPassthruCommand, PassthruData, PassthruError, PassthruQueue};
 pub use protection::{
-    LbaFormatInfo, MetadataLayout, PiCheck, PiType, Prinfo, Protected, Protection,
+    HostPiUnsupported, LbaFormatInfo, MetadataLayout, PiCheck, PiError, PiFormat, PiType, Prinfo,
+    Protected, Protection,
 };
 pub use timeout::{AbortStats, EpochClock, TimeoutAction, TIMEOUT_EPOCHS};
 pub use zns::{ZoneAppend, ZoneGeometry, ZoneMgmtRecv, ZoneMgmtSend, ZrwaGeometry};

@@ -178,6 +178,27 @@ impl Namespace {
         })
     }
 
+    /// The same namespace with its current format's Extended LBA Format (the NVM command
+    /// set's Identify Namespace, CNS 05h CSI 00h, read when the controller sets CTRATT.ELBAS):
+    /// the PI format (16-, 32- or 64-bit guard) and storage tag size. `Err(reason)` for the
+    /// reserved PI format or PI larger than the metadata. Transports call it after
+    /// [`Namespace::from_identify`].
+    pub fn with_extended_format(
+        self,
+        elbaf: nvme_spec::ExtendedLbaFormat,
+    ) -> std::result::Result<Self, String> {
+        let format = self.format.with_extended_format(elbaf)?;
+        if format.pi_type().is_some() && usize::from(format.metadata_size()) < format.pi_bytes() {
+            return Err(format!(
+                "its format ({format}) has protection information but {} B of metadata, less \
+                 than the {} B of its PI tuple",
+                format.metadata_size(),
+                format.pi_bytes()
+            ));
+        }
+        Ok(Self { format, ..self })
+    }
+
     /// The same namespace as a zoned one (Zoned Namespace Command Set, CSI 02h) with `zones`.
     /// Transports call it once the ZNS Identify Namespace is read.
     pub fn with_zones(self, zones: ZoneGeometry) -> Self {

@@ -14,6 +14,11 @@
 //!   controller inserts and strips the PI.
 //! - [`generate_pi`] / [`verify_pi`]: host-side PI (PRACT = 0): guard CRC, application tag,
 //!   reference tag seeded by the command's initial tag and advanced per block (types 1, 2).
+//!   Both PI formats a host can compute without storage tags: the 16-bit guard (8-byte tuple,
+//!   CRC-16 T10-DIF, 32-bit reference tag) and the 64-bit guard (NVM CS §5.2.1.3: 16-byte
+//!   tuple, CRC-64 NVMe, 48-bit reference tag in CDW14 and CDW3 15:0) with STS = 0; the
+//!   32-bit guard format and storage tags are refused ([`HostPiUnsupported`]), PRACT = 1
+//!   commands still work on them.
 //!
 //! The plain commands do not change: their range check, byte count and entry are the same
 //! code as before this module (the wrapper is a separate type, monomorphised on its own).
@@ -21,12 +26,17 @@
 use std::fmt;
 
 use nvme_spec::opcode::NvmOpcode;
-use nvme_spec::protection::{cdw15, crc16_t10dif, PI_TUPLE_BYTES};
+use nvme_spec::protection::{
+    cdw15, cdw3_ref_tag, crc16_t10dif, crc64_nvme, ExtendedLbaFormat, Pi64Tuple, PI64_TUPLE_BYTES,
+    PI_TUPLE_BYTES, REF_TAG48_ESCAPE, REF_TAG48_MASK,
+};
 use nvme_spec::queue::SubmissionEntry;
 use nvme_spec::status::{media, StatusCodeType};
 use nvme_spec::{IdentifyNamespace, Status};
 
-pub use nvme_spec::protection::{PiTuple, PiType, Prinfo, APP_TAG_ESCAPE, REF_TAG_ESCAPE};
+pub use nvme_spec::protection::{
+    PiFormat, PiTuple, PiType, Prinfo, APP_TAG_ESCAPE, REF_TAG_ESCAPE,
+};
 
 use crate::command::{CommandContext, Compare, LbaRange, NvmCommand, Read, Verify, Write};
 use crate::error::{Error, Result};
@@ -96,7 +106,45 @@ pub struct LbaFormatInfo {
     layout: MetadataLayout,
     pi: Option<PiType>,
     pi_first: bool,
+    /// The PI format (ELBAF PIF; 16-bit guard without ELBAF).
+    pi_format: PiFormat,
+    /// Storage Tag Size in bits (ELBAF STS; 0 without ELBAF).
+    storage_tag_bits: u8,
 }
+
+/// Why host-side PI ([`generate_pi`], [`verify_pi`]) is not computed for a format. PRACT = 1
+/// commands, where the controller computes the PI, still work on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HostPiUnsupported {
+    /// The 32-bit guard format (CRC-32C guard, 80-bit storage and reference space).
+    Guard32,
+    /// A format with a storage tag (STS > 0): the reference tag is what the storage tag
+    /// leaves of the tuple's storage and reference space.
+    StorageTag {
+        /// The Storage Tag Size in bits.
+        bits: u8,
+    },
+}
+
+impl fmt::Display for HostPiUnsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Guard32 => f.write_str(
+                "host-side protection information is not supported for the 32-bit guard \
+                 format: let the controller insert and check it (PRACT = 1, `--pi insert`) or \
+                 reformat the namespace with a 16-bit or 64-bit guard LBA format",
+            ),
+            Self::StorageTag { bits } => write!(
+                f,
+                "host-side protection information is not supported with a {bits}-bit storage \
+                 tag (STS > 0): let the controller insert and check it (PRACT = 1, `--pi \
+                 insert`) or reformat the namespace with an LBA format whose STS is 0"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for HostPiUnsupported {}
 
 impl LbaFormatInfo {
     /// The current format of `data` (not validated: `Namespace::from_identify` does that).
@@ -114,6 +162,74 @@ impl LbaFormatInfo {
             layout,
             pi: data.pi_type(),
             pi_first: data.pi_first(),
+            pi_format: PiFormat::Guard16,
+            storage_tag_bits: 0,
+        }
+    }
+
+    /// The same format with the PI format and storage tag size of its Extended LBA Format
+    /// (NVM CS §4.1.5.2, read when CTRATT.ELBAS is set); `Err` for the reserved PIF value.
+    pub fn with_extended_format(
+        self,
+        elbaf: ExtendedLbaFormat,
+    ) -> std::result::Result<Self, String> {
+        let Some(pi_format) = elbaf.pif() else {
+            return Err(format!(
+                "its extended LBA format ({:#x}) has the reserved protection information \
+                 format 11b",
+                elbaf.0
+            ));
+        };
+        Ok(self.with_pi_format(pi_format, elbaf.sts()))
+    }
+
+    /// The same format with this PI format and Storage Tag Size.
+    pub const fn with_pi_format(self, pi_format: PiFormat, storage_tag_bits: u8) -> Self {
+        Self {
+            pi_format,
+            storage_tag_bits,
+            ..self
+        }
+    }
+
+    /// The protection information format (guard size; 16-bit guard without ELBAF).
+    pub const fn pi_format(&self) -> PiFormat {
+        self.pi_format
+    }
+
+    /// The Storage Tag Size in bits (ELBAF STS).
+    pub const fn storage_tag_bits(&self) -> u8 {
+        self.storage_tag_bits
+    }
+
+    /// Bytes of the PI tuple: 8 for the 16-bit guard, 16 for the 32- and 64-bit guards.
+    pub const fn pi_bytes(&self) -> usize {
+        self.pi_format.tuple_bytes()
+    }
+
+    /// Whether [`generate_pi`] and [`verify_pi`] compute this format's PI: a format without
+    /// PI or with the 16- or 64-bit guard and no storage tag.
+    pub const fn host_pi_support(&self) -> std::result::Result<(), HostPiUnsupported> {
+        if self.pi.is_none() {
+            return Ok(());
+        }
+        if matches!(self.pi_format, PiFormat::Guard32) {
+            return Err(HostPiUnsupported::Guard32);
+        }
+        if self.storage_tag_bits != 0 {
+            return Err(HostPiUnsupported::StorageTag {
+                bits: self.storage_tag_bits,
+            });
+        }
+        Ok(())
+    }
+
+    /// The reference tag as the format stores it: the low 32 bits (16-bit guard) or 48 bits
+    /// (64-bit guard; the 32-bit guard's 80-bit space keeps the low 48 bits here).
+    pub const fn ref_tag_bits(&self, ref_tag: u64) -> u64 {
+        match self.pi_format {
+            PiFormat::Guard16 => ref_tag & u32::MAX as u64,
+            PiFormat::Guard32 | PiFormat::Guard64 => ref_tag & REF_TAG48_MASK,
         }
     }
 
@@ -136,6 +252,8 @@ impl LbaFormatInfo {
             layout,
             pi,
             pi_first,
+            pi_format: PiFormat::Guard16,
+            storage_tag_bits: 0,
         }
     }
 
@@ -159,7 +277,7 @@ impl LbaFormatInfo {
         self.pi
     }
 
-    /// Whether the PI is the first 8 bytes of the metadata (else the last 8).
+    /// Whether the PI is the first bytes of the metadata (else the last ones).
     pub const fn pi_first(&self) -> bool {
         self.pi_first
     }
@@ -174,7 +292,7 @@ impl LbaFormatInfo {
         if self.pi_first {
             0
         } else {
-            self.metadata_size as usize - PI_TUPLE_BYTES
+            self.metadata_size as usize - self.pi_bytes()
         }
     }
 
@@ -182,7 +300,7 @@ impl LbaFormatInfo {
     /// set and the metadata is exactly the PI (the controller inserts / strips it, NVM CS
     /// §5.2.2.1), all of them otherwise.
     pub const fn moved_metadata(&self, pract: bool) -> usize {
-        if pract && self.pi.is_some() && self.metadata_size as usize == PI_TUPLE_BYTES {
+        if pract && self.pi.is_some() && self.metadata_size as usize == self.pi_bytes() {
             0
         } else {
             self.metadata_size as usize
@@ -209,7 +327,8 @@ impl LbaFormatInfo {
 }
 
 impl fmt::Display for LbaFormatInfo {
-    /// As `512+8 extended, PI type 1 (last 8 bytes)`.
+    /// As `512+8 extended, PI type 1 (last 8 bytes)`, `4096+16 separate, PI type 3 (last 16
+    /// bytes, 64-bit guard)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.block_size)?;
         match self.layout {
@@ -219,23 +338,34 @@ impl fmt::Display for LbaFormatInfo {
         }
         if let Some(pi) = self.pi {
             let at = if self.pi_first { "first" } else { "last" };
-            write!(f, ", PI type {} ({at} 8 bytes)", pi as u8)?;
+            write!(f, ", PI type {} ({at} {} bytes", pi as u8, self.pi_bytes())?;
+            match self.pi_format {
+                PiFormat::Guard16 => {}
+                PiFormat::Guard32 => f.write_str(", 32-bit guard")?,
+                PiFormat::Guard64 => f.write_str(", 64-bit guard")?,
+            }
+            if self.storage_tag_bits != 0 {
+                write!(f, ", {}-bit storage tag", self.storage_tag_bits)?;
+            }
+            f.write_str(")")?;
         }
         Ok(())
     }
 }
 
 /// The protection fields of one command: PRINFO (CDW12 29:26), the initial (expected)
-/// reference tag (CDW14) and the (expected) application tag and its mask (CDW15); NVM CS
-/// §3.3.4 Figures 39-41.
+/// reference tag (CDW14, and CDW3 15:0 for its bits 47:32 on a 64-bit guard format) and the
+/// (expected) application tag and its mask (CDW15); NVM CS §3.3.4 Figures 39-41.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Protection {
     /// PRACT and the PRCHK checks.
     pub prinfo: Prinfo,
     /// Initial Logical Block Reference Tag (writes) / Expected Initial LBRT (reads): the
     /// first block's reference tag, +1 per block for types 1 and 2 (type 1: the LBA's low
-    /// 32 bits).
-    pub ref_tag: u32,
+    /// 32 bits with the 16-bit guard, its low 48 bits with the 64-bit guard). The namespace's
+    /// format keeps the bits it has ([`LbaFormatInfo::ref_tag_bits`]): bits 31:0 go in CDW14,
+    /// bits 47:32 in CDW3 on a 64-bit guard format.
+    pub ref_tag: u64,
     /// (Expected) Logical Block Application Tag.
     pub app_tag: u16,
     /// Application Tag Mask: the bits of the application tag that are checked.
@@ -244,11 +374,11 @@ pub struct Protection {
 
 impl Protection {
     /// PRACT = 1 (the controller inserts / strips PI) with `checks`, reference tag seeded by
-    /// `lba` (its low 32 bits, as type 1 needs).
+    /// `lba` (its low 48 bits; a 16-bit guard format uses the low 32, as type 1 needs).
     pub const fn pract(lba: u64, checks: Prinfo) -> Self {
         Self {
             prinfo: Prinfo::PRACT.union(checks),
-            ref_tag: lba as u32,
+            ref_tag: lba & REF_TAG48_MASK,
             app_tag: 0,
             app_mask: 0,
         }
@@ -258,7 +388,7 @@ impl Protection {
     pub const fn pass(lba: u64, checks: Prinfo) -> Self {
         Self {
             prinfo: checks,
-            ref_tag: lba as u32,
+            ref_tag: lba & REF_TAG48_MASK,
             app_tag: 0,
             app_mask: 0,
         }
@@ -273,8 +403,8 @@ impl Protection {
         }
     }
 
-    /// With this initial reference tag.
-    pub const fn ref_tag(self, ref_tag: u32) -> Self {
+    /// With this initial reference tag (bits beyond the format's are dropped).
+    pub const fn ref_tag(self, ref_tag: u64) -> Self {
         Self { ref_tag, ..self }
     }
 
@@ -283,20 +413,22 @@ impl Protection {
         self.prinfo.pract()
     }
 
-    /// The reference tag of block `index` of the command (types 1 and 2 advance by one per
-    /// block, type 3 keeps it).
-    pub const fn ref_tag_of(&self, pi: PiType, index: u64) -> u32 {
+    /// The reference tag of block `index` of the command on `format` (types 1 and 2 advance
+    /// by one per block, type 3 keeps it), in the format's width.
+    pub const fn ref_tag_of(&self, format: &LbaFormatInfo, pi: PiType, index: u64) -> u64 {
         if pi.ref_tag_increments() {
-            self.ref_tag.wrapping_add(index as u32)
+            format.ref_tag_bits(self.ref_tag.wrapping_add(index))
         } else {
-            self.ref_tag
+            format.ref_tag_bits(self.ref_tag)
         }
     }
 
-    /// Writes the fields into `sqe` (CDW12 PRINFO, CDW14, CDW15).
+    /// Writes the fields into `sqe` (CDW12 PRINFO, CDW14, CDW3 15:0, CDW15). CDW3 holds the
+    /// reference tag's bits 47:32 until [`place_for`] clears them for a 16-bit guard format.
     fn encode(&self, sqe: &mut SubmissionEntry) {
         sqe.cdw12 |= self.prinfo.cdw12();
-        sqe.cdw14 = self.ref_tag;
+        sqe.cdw14 = self.ref_tag as u32;
+        sqe.cdw3 = cdw3_ref_tag(self.ref_tag);
         sqe.cdw15 = cdw15(self.app_tag, self.app_mask);
     }
 
@@ -304,10 +436,20 @@ impl Protection {
     fn decode(sqe: &SubmissionEntry) -> Self {
         Self {
             prinfo: Prinfo::from_cdw12(sqe.cdw12),
-            ref_tag: sqe.cdw14,
+            ref_tag: u64::from(sqe.cdw14) | u64::from(sqe.cdw3 & 0xFFFF) << 32,
             app_tag: sqe.cdw15 as u16,
             app_mask: (sqe.cdw15 >> 16) as u16,
         }
+    }
+}
+
+/// A protected command's entry made for `ns`: on a 16-bit guard format the reference tag is
+/// CDW14 alone and CDW3 is reserved (NVM CS §3.2.4), so the bits [`Protection::encode`] put
+/// there are cleared.
+#[inline]
+fn place_for(ns: &Namespace, sqe: &mut SubmissionEntry) {
+    if matches!(ns.format().pi_format(), PiFormat::Guard16) {
+        sqe.cdw3 = 0;
     }
 }
 
@@ -397,7 +539,7 @@ impl<C: ProtectableCommand> NvmCommand for Protected<C> {
             .range()
             .map_or(0, |r| range.lba.wrapping_sub(r.lba));
         let protection = Protection {
-            ref_tag: self.protection.ref_tag.wrapping_add(skipped as u32),
+            ref_tag: self.protection.ref_tag.wrapping_add(skipped) & REF_TAG48_MASK,
             ..self.protection
         };
         Self {
@@ -409,6 +551,12 @@ impl<C: ProtectableCommand> NvmCommand for Protected<C> {
     fn sqe(&self, nsid: u32) -> SubmissionEntry {
         let mut sqe = self.cmd.sqe(nsid);
         self.protection.encode(&mut sqe);
+        sqe
+    }
+    #[inline]
+    fn sqe_on(&self, ns: &Namespace) -> SubmissionEntry {
+        let mut sqe = self.sqe(ns.nsid());
+        place_for(ns, &mut sqe);
         sqe
     }
     #[inline]
@@ -452,6 +600,20 @@ pub(crate) mod erased {
         protected_data_bytes(ns, range, p)
     }
 
+    /// Advances the reference tag of a built entry by `blocks` (48 bits over CDW14 and
+    /// CDW3 15:0; [`place_for`] drops the upper bits on a 16-bit guard format).
+    pub fn advance_ref_tag(sqe: &mut SubmissionEntry, blocks: u64) {
+        let p = Protection::decode(sqe);
+        let tag = p.ref_tag.wrapping_add(blocks) & REF_TAG48_MASK;
+        sqe.cdw14 = tag as u32;
+        sqe.cdw3 = cdw3_ref_tag(tag);
+    }
+
+    /// See [`place_for`].
+    pub fn place(ns: &Namespace, sqe: &mut SubmissionEntry) {
+        place_for(ns, sqe)
+    }
+
     /// See [`check_no_metadata_buffer`].
     pub fn check(ns: &Namespace, range: Option<LbaRange>, p: &Protection) -> Result<()> {
         check_no_metadata_buffer(ns, range, p)
@@ -466,9 +628,9 @@ pub struct PiMismatch {
     /// Which check failed.
     pub check: PiCheck,
     /// The value expected (guard CRC, application tag, reference tag).
-    pub expected: u32,
+    pub expected: u64,
     /// The value found in the PI.
-    pub found: u32,
+    pub found: u64,
 }
 
 impl fmt::Display for PiMismatch {
@@ -478,6 +640,43 @@ impl fmt::Display for PiMismatch {
             "block {}: {} {:#x} expected, {:#x} found",
             self.block, self.check, self.expected, self.found
         )
+    }
+}
+
+/// Why [`verify_pi`] failed: a block's PI does not match, or the format's PI is not computed
+/// host-side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PiError {
+    /// A block's PI does not match.
+    Mismatch(PiMismatch),
+    /// The format's PI is not computed host-side.
+    Unsupported(HostPiUnsupported),
+}
+
+impl PiError {
+    /// The mismatch, if that is the error.
+    pub const fn mismatch(&self) -> Option<&PiMismatch> {
+        match self {
+            Self::Mismatch(m) => Some(m),
+            Self::Unsupported(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for PiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Mismatch(m) => m.fmt(f),
+            Self::Unsupported(u) => u.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for PiError {}
+
+impl From<HostPiUnsupported> for PiError {
+    fn from(u: HostPiUnsupported) -> Self {
+        Self::Unsupported(u)
     }
 }
 
@@ -499,11 +698,73 @@ fn block_parts<'a>(
     }
 }
 
-/// The guard of a block: CRC-16 T10-DIF over its data and, when the PI is the last bytes of
-/// the metadata, over the metadata bytes before it (NVM CS §5.2.1.1).
-fn guard_of(format: &LbaFormatInfo, data: &[u8], metadata: &[u8]) -> u16 {
-    let crc = crc16_t10dif(0, data);
-    crc16_t10dif(crc, &metadata[..format.pi_offset()])
+/// The guard of a block: the format's CRC (CRC-16 T10-DIF, or CRC-64 NVMe for the 64-bit
+/// guard) over its data and, when the PI is the last bytes of the metadata, over the metadata
+/// bytes before it (NVM CS §5.2.1.1, §5.2.1.3).
+fn guard_of(format: &LbaFormatInfo, data: &[u8], metadata: &[u8]) -> u64 {
+    let before = &metadata[..format.pi_offset()];
+    match format.pi_format {
+        PiFormat::Guard64 => crc64_nvme(crc64_nvme(0, data), before),
+        // Guard32 never gets here (refused by host_pi_support).
+        PiFormat::Guard16 | PiFormat::Guard32 => {
+            u64::from(crc16_t10dif(crc16_t10dif(0, data), before))
+        }
+    }
+}
+
+/// The PI tuple of a host-computed format, whatever its size: guard, application tag,
+/// reference tag (both widths widened).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tuple {
+    guard: u64,
+    app_tag: u16,
+    ref_tag: u64,
+}
+
+impl Tuple {
+    /// Decodes the tuple at the start of `b` in `format`'s PI format.
+    fn read(format: &LbaFormatInfo, b: &[u8]) -> Self {
+        match format.pi_format {
+            PiFormat::Guard64 => {
+                let t = Pi64Tuple::from_bytes(b);
+                Self {
+                    guard: t.guard(),
+                    app_tag: t.app_tag(),
+                    ref_tag: t.ref_tag(),
+                }
+            }
+            PiFormat::Guard16 | PiFormat::Guard32 => {
+                let t = PiTuple::from_bytes(b);
+                Self {
+                    guard: t.guard().into(),
+                    app_tag: t.app_tag(),
+                    ref_tag: t.ref_tag().into(),
+                }
+            }
+        }
+    }
+
+    /// Encodes it at the start of `out` in `format`'s PI format.
+    fn write(&self, format: &LbaFormatInfo, out: &mut [u8]) {
+        match format.pi_format {
+            PiFormat::Guard64 => out[..PI64_TUPLE_BYTES].copy_from_slice(
+                &Pi64Tuple::new(self.guard, self.app_tag, self.ref_tag).to_bytes(),
+            ),
+            PiFormat::Guard16 | PiFormat::Guard32 => out[..PI_TUPLE_BYTES].copy_from_slice(
+                &PiTuple::new(self.guard as u16, self.app_tag, self.ref_tag as u32).to_bytes(),
+            ),
+        }
+    }
+
+    /// Whether the tags disable the checks of the block (NVM CS §5.2.1.3): application tag
+    /// FFFFh, for type 3 also the reference tag all ones.
+    fn escaped(&self, format: &LbaFormatInfo, pi: PiType) -> bool {
+        let all_ones = match format.pi_format {
+            PiFormat::Guard16 => u64::from(REF_TAG_ESCAPE),
+            PiFormat::Guard32 | PiFormat::Guard64 => REF_TAG48_ESCAPE,
+        };
+        self.app_tag == APP_TAG_ESCAPE && (pi != PiType::Type3 || self.ref_tag == all_ones)
+    }
 }
 
 /// How many whole blocks of `format` the buffers hold (data bytes / per-block stride).
@@ -517,85 +778,87 @@ fn blocks_in(format: &LbaFormatInfo, data: &[u8], metadata: &[u8]) -> usize {
 
 /// Host-generated PI (PRACT = 0): fills the PI tuple of every whole block in the buffers —
 /// guard CRC, `protection.app_tag`, reference tag from `protection.ref_tag` (+1 per block
-/// for types 1 and 2). `data` holds the blocks in `format`'s layout; `metadata` is the
-/// separate metadata buffer (ignored for an extended format). Returns the blocks filled
-/// (0 for a format without PI).
+/// for types 1 and 2) — in the format's PI format (16- or 64-bit guard). `data` holds the
+/// blocks in `format`'s layout; `metadata` is the separate metadata buffer (ignored for an
+/// extended format). Returns the blocks filled (0 for a format without PI), or why the
+/// format's PI is not computed host-side ([`LbaFormatInfo::host_pi_support`]).
 pub fn generate_pi(
     format: &LbaFormatInfo,
     protection: &Protection,
     data: &mut [u8],
     metadata: &mut [u8],
-) -> usize {
-    let Some(pi) = format.pi else { return 0 };
+) -> std::result::Result<usize, HostPiUnsupported> {
+    let Some(pi) = format.pi else { return Ok(0) };
+    format.host_pi_support()?;
     let (bs, ms) = (format.block_size as usize, format.metadata_size as usize);
     let blocks = blocks_in(format, data, metadata);
     let at = format.pi_offset();
     for i in 0..blocks {
         let (d, m) = block_parts(format, data, metadata, i);
-        let tuple = PiTuple::new(
-            guard_of(format, d, m),
-            protection.app_tag,
-            protection.ref_tag_of(pi, i as u64),
-        );
+        let tuple = Tuple {
+            guard: guard_of(format, d, m),
+            app_tag: protection.app_tag,
+            ref_tag: protection.ref_tag_of(format, pi, i as u64),
+        };
         let md = match format.layout {
             MetadataLayout::Extended => &mut data[i * (bs + ms) + bs..(i + 1) * (bs + ms)],
             _ => &mut metadata[i * ms..(i + 1) * ms],
         };
-        md[at..at + PI_TUPLE_BYTES].copy_from_slice(&tuple.to_bytes());
+        tuple.write(format, &mut md[at..]);
     }
-    blocks
+    Ok(blocks)
 }
 
 /// Checks host-side the PI of every whole block in the buffers, as a controller would with
 /// PRCHK `checks` (NVM CS §5.2.1): guard, application tag under `protection.app_mask`,
 /// reference tag from `protection.ref_tag` (types 1 and 2; type 3 has no reference tag to
 /// check). Blocks whose application tag is FFFFh (types 1, 2), or with both tags all ones
-/// (type 3), are not checked. The first mismatch is returned.
+/// (type 3), are not checked. The first mismatch is returned; a format whose PI is not
+/// computed host-side is [`PiError::Unsupported`].
 pub fn verify_pi(
     format: &LbaFormatInfo,
     protection: &Protection,
     checks: Prinfo,
     data: &[u8],
     metadata: &[u8],
-) -> std::result::Result<(), PiMismatch> {
+) -> std::result::Result<(), PiError> {
     let Some(pi) = format.pi else { return Ok(()) };
+    format.host_pi_support()?;
     let at = format.pi_offset();
     for i in 0..blocks_in(format, data, metadata) {
         let (d, m) = block_parts(format, data, metadata, i);
-        let tuple = PiTuple::from_bytes(&m[at..at + PI_TUPLE_BYTES]);
-        let escaped = match pi {
-            PiType::Type3 => tuple.app_tag() == APP_TAG_ESCAPE && tuple.ref_tag() == REF_TAG_ESCAPE,
-            _ => tuple.app_tag() == APP_TAG_ESCAPE,
-        };
-        if escaped {
+        let tuple = Tuple::read(format, &m[at..]);
+        if tuple.escaped(format, pi) {
             continue;
         }
-        let mismatch = |check, expected: u32, found: u32| PiMismatch {
-            block: i as u64,
-            check,
-            expected,
-            found,
+        let mismatch = |check, expected: u64, found: u64| {
+            PiError::Mismatch(PiMismatch {
+                block: i as u64,
+                check,
+                expected,
+                found,
+            })
         };
         let guard = guard_of(format, d, m);
-        if checks.contains(Prinfo::CHECK_GUARD) && guard != tuple.guard() {
-            return Err(mismatch(PiCheck::Guard, guard.into(), tuple.guard().into()));
+        if checks.contains(Prinfo::CHECK_GUARD) && guard != tuple.guard {
+            return Err(mismatch(PiCheck::Guard, guard, tuple.guard));
         }
         let mask = protection.app_mask;
         if checks.contains(Prinfo::CHECK_APP_TAG)
-            && (tuple.app_tag() ^ protection.app_tag) & mask != 0
+            && (tuple.app_tag ^ protection.app_tag) & mask != 0
         {
             return Err(mismatch(
                 PiCheck::AppTag,
                 protection.app_tag.into(),
-                tuple.app_tag().into(),
+                tuple.app_tag.into(),
             ));
         }
-        let expected = protection.ref_tag_of(pi, i as u64);
+        let expected = protection.ref_tag_of(format, pi, i as u64);
         if checks.contains(Prinfo::CHECK_REF_TAG)
             && pi != PiType::Type3
-            && tuple.ref_tag() != expected
+            && tuple.ref_tag != expected
         {
-            return Err(mismatch(PiCheck::RefTag, expected, tuple.ref_tag()));
+            return Err(mismatch(PiCheck::RefTag, expected, tuple.ref_tag));
         }
     }
     Ok(())

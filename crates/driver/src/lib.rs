@@ -63,8 +63,8 @@ pub use controller::{
 pub use nvme_core::fused;
 pub use nvme_core::multipath::{self, Multipath, NamespaceIdentity, NotSameNamespace};
 pub use nvme_core::protection::{
-    self, LbaFormatInfo, MetadataLayout, PiCheck, PiType, Prinfo, ProtectableCommand, Protected,
-    Protection,
+    self, HostPiUnsupported, LbaFormatInfo, MetadataLayout, PiCheck, PiFormat, PiType, Prinfo,
+    ProtectableCommand, Protected, Protection,
 };
 pub use nvme_core::zns;
 pub use nvme_core::{

@@ -1,8 +1,10 @@
 //! Metadata and end-to-end protection information against the emulator (NVM CS §5.2): every
 //! combination of layout (extended LBA, separate metadata of PI size and larger, PI first or
 //! last) x PI type 1/2/3 x PRACT 0/1 x a corrupted guard / application tag / reference tag,
-//! through the typed `Protected` commands; data and PI read back are compared with what was
-//! written, and the check errors come back typed (`Error::ProtectionCheck`).
+//! through the typed `Protected` commands, in the 16-bit guard format and the 64-bit guard one
+//! (NVM CS §5.2.1.3: CRC-64 NVMe, 48-bit reference tag in CDW14 + CDW3, read from the Extended
+//! LBA Formats); data and PI read back are compared with what was written, and the check
+//! errors come back typed (`Error::ProtectionCheck`).
 
 mod common;
 
@@ -10,21 +12,35 @@ use nvme_driver::protection::{generate_pi, verify_pi};
 use nvme_driver::{
     command::{Compare, Read, Verify, Write},
     Controller, ControllerOptions, Error, IoQueue, IoVec, MetadataLayout, Namespace, NvmCommand,
-    PiCheck, PiType, Prinfo, ProtectableCommand, Protected, Protection, QueuePair,
+    PiCheck, PiFormat, PiType, Prinfo, ProtectableCommand, Protected, Protection, QueuePair,
     QueuePairOptions,
 };
 use nvme_sim::{SimConfig, SimController, SimNamespace, PI_FIRST};
 
+type Layout = (u32, u16, bool, bool);
+
 /// (block size, metadata size, extended, PI first) of the namespaces each PI type is tried on.
-const LAYOUTS: [(u32, u16, bool, bool); 4] = [
+const LAYOUTS: [Layout; 4] = [
     (512, 8, true, false),
     (512, 8, false, false),
     (4096, 16, false, false),
     (4096, 16, true, true),
 ];
 
+/// The same for the 64-bit guard format (16-byte PI: metadata of 16 bytes or more).
+const LAYOUTS_64: [Layout; 4] = [
+    (512, 16, true, false),
+    (512, 16, false, false),
+    (4096, 64, false, false),
+    (4096, 64, true, true),
+];
+
 fn start(pi: u8) -> (SimController, Controller) {
-    let namespaces = LAYOUTS
+    start_with(pi, PiFormat::Guard16, &LAYOUTS)
+}
+
+fn start_with(pi: u8, pi_format: PiFormat, layouts: &[Layout]) -> (SimController, Controller) {
+    let namespaces = layouts
         .iter()
         .enumerate()
         .map(|(i, &(block_size, ms, extended, first))| SimNamespace {
@@ -34,6 +50,7 @@ fn start(pi: u8) -> (SimController, Controller) {
             metadata_size: ms,
             extended,
             protection: pi | if first { PI_FIRST } else { 0 },
+            pi_format,
         })
         .collect();
     common::start_sim(
@@ -96,11 +113,12 @@ fn checks_for(pi: PiType) -> Prinfo {
 }
 
 /// The initial reference tag of a command at `lba`: type 1 must use the LBA, type 2 may use
-/// any seed (this proves CDW14 is honoured), type 3's is opaque.
-fn ref_seed(pi: PiType, lba: u64) -> u32 {
+/// any seed (this proves CDW14, and on the 64-bit guard CDW3's bits 47:32, are honoured; the
+/// 16-bit guard drops those bits on both sides), type 3's is opaque.
+fn ref_seed(pi: PiType, lba: u64) -> u64 {
     match pi {
-        PiType::Type1 => lba as u32,
-        _ => 0x5A00_0000 | lba as u32,
+        PiType::Type1 => lba,
+        _ => 0x35_5A00_0000 | lba,
     }
 }
 
@@ -119,14 +137,29 @@ fn pi_byte(ns: &Namespace, block: usize, field: usize) -> (bool, usize) {
 
 #[test]
 fn every_layout_type_and_pract_round_trips_and_checks() {
+    round_trips_and_checks(PiFormat::Guard16, &LAYOUTS);
+}
+
+#[test]
+fn the_64_bit_guard_format_round_trips_and_checks() {
+    round_trips_and_checks(PiFormat::Guard64, &LAYOUTS_64);
+}
+
+fn round_trips_and_checks(pi_format: PiFormat, layouts: &[Layout]) {
+    // Where the application and reference tags sit in the tuple.
+    let (app_at, ref_at) = match pi_format {
+        PiFormat::Guard64 => (8, 10),
+        _ => (2, 4),
+    };
     for pi in [PiType::Type1, PiType::Type2, PiType::Type3] {
-        let (sim, ctrl) = start(pi as u8);
+        let (sim, ctrl) = start_with(pi as u8, pi_format, layouts);
         let mut q = qp(&ctrl);
-        for nsid in 1..=LAYOUTS.len() as u32 {
+        for nsid in 1..=layouts.len() as u32 {
             let ns = ctrl.namespace(nsid).unwrap();
             let f = ns.format();
             let what = format!("ns {nsid} {f}");
             assert_eq!(f.pi_type(), Some(pi), "{what}");
+            assert_eq!(f.pi_format(), pi_format, "{what}: read from the ELBAF");
             let checks = checks_for(pi);
             let blocks = 4u32;
             let bs = f.block_size() as usize;
@@ -203,7 +236,7 @@ fn every_layout_type_and_pract_round_trips_and_checks() {
                 .app_tag(0xA5A5, 0xFFFF);
             let mut data = pattern(f.data_bytes(u64::from(blocks), false), 7 + u64::from(nsid));
             let mut md = pattern(f.metadata_bytes(u64::from(blocks), false), 8);
-            assert_eq!(generate_pi(&f, &p, &mut data, &mut md), blocks as usize);
+            assert_eq!(generate_pi(&f, &p, &mut data, &mut md), Ok(blocks as usize));
             run(
                 &mut q,
                 &ctrl,
@@ -237,8 +270,8 @@ fn every_layout_type_and_pract_round_trips_and_checks() {
             // unchecked one, then found by a checked read and by Verify.
             for (field, check) in [
                 (0, PiCheck::Guard),
-                (2, PiCheck::AppTag),
-                (4, PiCheck::RefTag),
+                (app_at, PiCheck::AppTag),
+                (ref_at, PiCheck::RefTag),
             ] {
                 let lba = 64 + 8 * field as u64;
                 let p = Protection::pass(lba, checks)
@@ -246,7 +279,7 @@ fn every_layout_type_and_pract_round_trips_and_checks() {
                     .app_tag(0x0F0F, 0xFFFF);
                 let mut data = pattern(f.data_bytes(u64::from(blocks), false), lba);
                 let mut md = pattern(f.metadata_bytes(u64::from(blocks), false), lba + 1);
-                generate_pi(&f, &p, &mut data, &mut md);
+                generate_pi(&f, &p, &mut data, &mut md).unwrap();
                 let (inline, at) = pi_byte(&ns, 2, field);
                 if inline {
                     data[at] ^= 0x10;
@@ -261,7 +294,12 @@ fn every_layout_type_and_pract_round_trips_and_checks() {
                         check: c, status, ..
                     }) if expect_error => {
                         assert_eq!(c, check, "{what}");
-                        assert_eq!((status.sct_raw(), status.sc()), (2, 0x82 + field as u8 / 2));
+                        let sc = match check {
+                            PiCheck::Guard => 0x82,
+                            PiCheck::AppTag => 0x83,
+                            PiCheck::RefTag => 0x84,
+                        };
+                        assert_eq!((status.sct_raw(), status.sc()), (2, sc));
                     }
                     Ok(_) if !expect_error => {}
                     other => panic!("{what}: checked write with bad {check}: {other:?}"),

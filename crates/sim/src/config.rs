@@ -1,5 +1,7 @@
 //! Configuration of an emulated controller.
 
+pub use nvme_spec::protection::PiFormat;
+
 /// One namespace of the emulated controller, backed by zero-filled memory.
 ///
 /// Metadata (`metadata_size > 0`) is reported by Identify Namespace (LBAF0.MS, FLBAS bit 4,
@@ -36,6 +38,11 @@ pub struct SimNamespace {
     /// none, 1..=3 = PI type 1..3; needs `metadata_size >= 8`), bit 3 the PI in the first 8
     /// metadata bytes (else the last 8), [`PI_FIRST`].
     pub protection: u8,
+    /// The PI format of the namespace's LBA formats (its Extended LBA Formats, reported with
+    /// CTRATT.ELBAS when a namespace has PI): the 16-bit guard (8-byte PI) or the 64-bit guard
+    /// (16-byte PI, CRC-64 NVMe, 48-bit reference tag; needs `metadata_size >= 16`), as
+    /// QEMU's `nvme-ns` `pif=0` / `pif=2`. The 32-bit guard is not emulated.
+    pub pi_format: PiFormat,
 }
 
 impl Default for SimNamespace {
@@ -48,6 +55,7 @@ impl Default for SimNamespace {
             metadata_size: 0,
             extended: false,
             protection: 0,
+            pi_format: PiFormat::Guard16,
         }
     }
 }
@@ -291,8 +299,6 @@ const LARGE_BLOCK: u32 = 4096;
 const MAX_DSTRD: u8 = 15;
 /// Highest protection information type (DPS bits 2:0).
 pub(crate) const MAX_PI_TYPE: u8 = 3;
-/// Bytes of protection information in each block's metadata.
-const PI_BYTES: u16 = nvme_spec::protection::PI_TUPLE_BYTES as u16;
 /// [`SimNamespace::protection`] bit 3 (DPS bit 3): the PI is the first 8 metadata bytes.
 pub const PI_FIRST: u8 = nvme_spec::protection::DPS_PI_FIRST;
 
@@ -415,9 +421,16 @@ impl SimConfig {
                 ns.protection
             );
             assert!(
-                ns.protection == 0 || ns.metadata_size >= PI_BYTES,
-                "namespace {}: protection information needs metadata_size >= {PI_BYTES}",
+                ns.pi_format != PiFormat::Guard32,
+                "namespace {}: the 32-bit guard PI format is not emulated",
                 ns.nsid
+            );
+            let pi_bytes = ns.pi_format.tuple_bytes() as u16;
+            assert!(
+                ns.protection == 0 || ns.metadata_size >= pi_bytes,
+                "namespace {}: protection information ({:?}) needs metadata_size >= {pi_bytes}",
+                ns.nsid,
+                ns.pi_format
             );
             assert!(
                 ns.nsid != 0 && ns.nsid != u32::MAX,

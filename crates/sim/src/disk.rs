@@ -25,6 +25,8 @@ pub(crate) struct Disk {
     /// End-to-end protection settings as DPS: bits 2:0 the PI type (0: none), bit 3 PI in
     /// the first metadata bytes.
     pub protection: u8,
+    /// The PI format (16- or 64-bit guard).
+    pub pi_format: nvme_spec::protection::PiFormat,
     /// Attached to the controller: listed as active and served. A detached namespace keeps
     /// its bytes (re-attaching brings them back), as a namespace management detach would.
     attached: AtomicBool,
@@ -134,6 +136,7 @@ impl Disk {
             metadata_size: ns.metadata_size,
             extended: ns.extended,
             protection: ns.protection,
+            pi_format: ns.pi_format,
             attached: AtomicBool::new(attached),
             data: Mutex::new(Vec::new()),
             uncorrectable: Mutex::new(BTreeSet::new()),
@@ -156,6 +159,7 @@ impl Disk {
             metadata_size: self.metadata_size,
             extended: self.extended,
             protection: self.protection,
+            pi_format: self.pi_format,
         }
     }
 }

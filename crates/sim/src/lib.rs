@@ -69,9 +69,9 @@ use nvme_spec::regs::{Cc, Csts, CAP, CC, CSTS, VS};
 use nvme_vfio::{DmaMapper, FunctionControl, InterruptController, InterruptEvent, Mmio, VfioError};
 
 pub use config::{
-    sim_firmware_image, SimConfig, SimCopy, SimFirmware, SimNamespace, SimZoned, MAX_MSIX_VECTORS,
-    PI_FIRST, SIM_ACWU_BLOCKS, SIM_FIRMWARE_MAGIC, SIM_FIRMWARE_MAX_BYTES, SIM_FIRMWARE_REVISION,
-    SIM_SUBNQN,
+    sim_firmware_image, PiFormat, SimConfig, SimCopy, SimFirmware, SimNamespace, SimZoned,
+    MAX_MSIX_VECTORS, PI_FIRST, SIM_ACWU_BLOCKS, SIM_FIRMWARE_MAGIC, SIM_FIRMWARE_MAX_BYTES,
+    SIM_FIRMWARE_REVISION, SIM_SUBNQN,
 };
 pub use device::{ERROR_LOG_ENTRIES, LBA_FORMATS, SIM_CNTLID, SIM_TEMPERATURE_K};
 pub use dma::{SimDma, IOVA_BASE};

@@ -61,7 +61,9 @@ pub use identify::{
 };
 pub use log::{CriticalWarning, ErrorLogEntry, ShortLogPage, SmartLog};
 pub use manage::{Attach, ControllerList, FormatNvm, SecureErase};
-pub use protection::{PiTuple, PiType, Prinfo};
+pub use protection::{
+    ExtendedLbaFormat, NvmIdentifyNamespace, Pi64Tuple, PiFormat, PiTuple, PiType, Prinfo,
+};
 pub use queue::{
     CompletionEntry, CopySourceRange, CopySourceRangeFormat1, DsmRange, SubmissionEntry,
 };

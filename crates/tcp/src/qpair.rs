@@ -455,14 +455,9 @@ impl TcpQueuePair {
                 if let Err(e) = cmd.check(ns, &self.command_context(), None) {
                     return fail(e, None);
                 }
-                return self.q.submit(
-                    cmd.sqe(ns.nsid()),
-                    None,
-                    0,
-                    false,
-                    user_data,
-                    Waiter::of(sync),
-                );
+                return self
+                    .q
+                    .submit(cmd.sqe_on(ns), None, 0, false, user_data, Waiter::of(sync));
             }
             DataDirection::ToDevice => true,
             DataDirection::FromDevice => false,
@@ -509,7 +504,7 @@ impl TcpQueuePair {
             return self.submit_split(ns, cmd, buf, user_data, sync);
         }
         self.q.submit(
-            cmd.sqe(ns.nsid()),
+            cmd.sqe_on(ns),
             Some(buf),
             len,
             to_device,

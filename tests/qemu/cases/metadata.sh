@@ -1,7 +1,7 @@
 # Namespaces with metadata and end-to-end protection information (NVM CS §5.2) through us and
 # through the kernel, next to a plain namespace that must keep working.
 # Run with: --ns 512:16M --ns 512:16M:ms=8,mset=1 --ns 4096:16M:ms=16,mset=0
-#           --ns 512:16M:ms=8,mset=0,pi=1
+#           --ns 512:16M:ms=8,mset=0,pi=1 [--ns 512:16M:ms=16,mset=0,pi=3,pif=2]
 # (namespace 2: 8 bytes of metadata inline after each block (extended LBA); 3: 16 bytes in a
 # separate buffer; 4: 8 bytes of PI type 1 in a separate buffer, which the kernel's block
 # integrity layer generates and verifies (T10-DIF-TYPE1-CRC)).
@@ -11,7 +11,14 @@
 #     generate), read back with the checks on; a corrupted guard, reference tag and a wrong
 #     application tag come back as the typed check errors;
 #  4. the kernel reads what we wrote with PI (its integrity layer verifies it), fails the
-#     block with the corrupted guard, and writes PI that we check host-side.
+#     block with the corrupted guard, and writes PI that we check host-side;
+#  5. with a fifth namespace (16 bytes of PI type 3 with the 64-bit guard, NVM CS §5.2.1.3,
+#     read by the driver from the Extended LBA Formats): the same round trips (controller-
+#     inserted PI checked host-side with CRC-64 NVMe, host-generated PI checked by QEMU), a
+#     corrupted first and last guard byte (bytes 0 and 7: a 16-bit guard reading would take
+#     byte 7 for the reference tag) as the Guard Check Error, a wrong application tag; the
+#     kernel (crc64-nvme integrity) reads our PI, fails the corrupted block, and its PI passes
+#     our host check.
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
 
@@ -145,6 +152,65 @@ bind_vfio
 ndd --pi check if=nvme:4 of=/tmp/r bs=4096 count=1 skip=30
 cmp /tmp/pi.k /tmp/r || fail "namespace 4: the kernel's write read back through us differs"
 echo "ok: PI the kernel generated passes our controller and host checks"
+
+if [ "$NVME_NS_COUNT" -ge 5 ]; then
+    echo "== 64-bit guard (namespace 5: 512+16 separate, PI type 3, pif=2)"
+    random /tmp/g.ins 4096
+    ndd --pi insert if=/tmp/g.ins of=nvme:5 bs=4096 count=1 seek=10
+    grep -q "PI type 3 (last 16 bytes, 64-bit guard)" /tmp/ndd.err ||
+        fail "nvme-dd does not describe namespace 5 as the 64-bit guard format: $(cat /tmp/ndd.err)"
+    ndd --pi insert if=nvme:5 of=/tmp/r bs=4096 count=1 skip=10
+    cmp /tmp/g.ins /tmp/r || fail "namespace 5: PRACT read of a PRACT write differs"
+    ndd --pi check if=nvme:5 of=/tmp/r bs=4096 count=1 skip=10
+    cmp /tmp/g.ins /tmp/r || fail "namespace 5: host-checked read of a PRACT write differs"
+    echo "ok: QEMU's 64-bit guard PI passes our CRC-64 NVMe check host-side"
+    random /tmp/g.gen 4096
+    ndd --pi generate if=/tmp/g.gen of=nvme:5 bs=4096 count=1 seek=11
+    ndd --pi insert if=nvme:5 of=/tmp/r bs=4096 count=1 skip=11
+    cmp /tmp/g.gen /tmp/r || fail "namespace 5: host-generated PI read back differs"
+    echo "ok: our host-generated 64-bit guard PI passes QEMU's checks"
+    corrupt5() { # RECORD OFFSET: flips byte OFFSET of block 0's 16-byte PI (0-7 the guard)
+        random /tmp/c.d 4096
+        ndd --pi generate if=/tmp/c.d of=nvme:5 bs=4096 count=1 seek="$1"
+        ndd --pi pass --metadata /tmp/c.m if=nvme:5 of=/tmp/c.raw bs=4096 count=1 skip="$1"
+        flip /tmp/c.m "$2"
+        ndd --pi pass --metadata /tmp/c.m if=/tmp/c.raw of=nvme:5 bs=4096 count=1 seek="$1"
+    }
+    corrupt5 20 0
+    expect_fail "guard check;SC 0x82" nvme-dd --device "$NVME_BDF" --pi insert if=nvme:5 of=/tmp/x bs=4096 count=1 skip=20
+    expect_fail "guard check" nvme-dd --device "$NVME_BDF" --pi check if=nvme:5 of=/tmp/x bs=4096 count=1 skip=20
+    corrupt5 21 7
+    expect_fail "guard check;SC 0x82" nvme-dd --device "$NVME_BDF" --pi insert if=nvme:5 of=/tmp/x bs=4096 count=1 skip=21
+    expect_fail "application tag check;SC 0x83" nvme-dd --device "$NVME_BDF" --pi insert --app-tag 7 if=nvme:5 of=/tmp/x bs=4096 count=1 skip=10
+    echo "ok: corrupted guard bytes 0 and 7: Guard Check Error; a wrong application tag: its check error"
+
+    bind_kernel
+    dev5=$(ns_blockdev 5)
+    if [ -f "/sys/block/${dev5#/dev/}/integrity/format" ]; then
+        echo "kernel integrity profile of $dev5: $(cat "/sys/block/${dev5#/dev/}/integrity/format")"
+    fi
+    dd if="$dev5" of=/tmp/k bs=4096 count=1 skip=10 iflag=direct 2>/dev/null ||
+        fail "kernel read of namespace 5 record 10 (PI inserted through us) failed"
+    cmp /tmp/g.ins /tmp/k || fail "kernel read of namespace 5 record 10 differs from what we wrote"
+    dd if="$dev5" of=/tmp/k bs=4096 count=1 skip=11 iflag=direct 2>/dev/null ||
+        fail "kernel read of namespace 5 record 11 (our 64-bit guard PI) failed"
+    cmp /tmp/g.gen /tmp/k || fail "kernel read of namespace 5 record 11 differs from what we wrote"
+    echo "ok: the kernel reads (and its integrity layer accepts) our 64-bit guard PI"
+    if dd if="$dev5" of=/tmp/k bs=4096 count=1 skip=20 iflag=direct 2>/tmp/k.err; then
+        fail "the kernel read namespace 5's block with the corrupted guard without an error"
+    fi
+    echo "ok: the kernel fails the corrupted 64-bit guard too ($(head -1 /tmp/k.err))"
+    random /tmp/g.k 4096
+    dd if=/tmp/g.k of="$dev5" bs=4096 count=1 seek=30 oflag=direct conv=notrunc,fsync 2>/dev/null ||
+        fail "kernel write to namespace 5 failed"
+    bind_vfio
+    ndd --pi check if=nvme:5 of=/tmp/r bs=4096 count=1 skip=30
+    cmp /tmp/g.k /tmp/r || fail "namespace 5: the kernel's write read back through us differs"
+    echo "ok: the kernel's 64-bit guard PI passes our controller and host checks"
+    # Leave no corrupted blocks behind for the later cases on namespace 5.
+    ndd --pi insert if=/tmp/g.k of=nvme:5 bs=4096 count=1 seek=20
+    ndd --pi insert if=/tmp/g.k of=nvme:5 bs=4096 count=1 seek=21
+fi
 roundtrip 7 "after"
 
 # nvme-identify lists every namespace as usable, with its metadata size.

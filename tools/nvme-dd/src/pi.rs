@@ -10,8 +10,11 @@
 //! | `pass`     | 0     | none           | the transfer as it is: extended blocks (data + metadata) for an extended LBA format; separate metadata goes to/from `--metadata FILE` |
 //!
 //! Type 3 has no reference tag to check: its PRCHK leaves that bit clear. The reference tag
-//! is seeded with the LBA (type 1's rule), the application tag is `--app-tag` (checked in
-//! full). A check error from the controller is reported typed (guard, application tag,
+//! is seeded with the LBA (type 1's rule: its low 32 bits with the 16-bit guard, 48 with the
+//! 64-bit guard), the application tag is `--app-tag` (checked in full). `generate` and
+//! `check` compute the 16-bit guard (CRC-16 T10-DIF) and the 64-bit guard (CRC-64 NVMe)
+//! formats; on a 32-bit guard or storage tag format they are refused before anything moves
+//! (use `insert` or `pass`). A check error from the controller is reported typed (guard, application tag,
 //! reference tag) and the copy stops there; what was copied before stays.
 
 use std::fs::File;
@@ -19,10 +22,12 @@ use std::io::{self, Read, Write};
 use std::path::PathBuf;
 
 use nvme_driver::command::{Read as ReadCmd, Write as WriteCmd};
-use nvme_driver::protection::{generate_pi, mismatch_error, verify_pi, PiMismatch};
+use nvme_driver::protection::{
+    generate_pi, mismatch_error, verify_pi, PiError as CheckError, PiMismatch,
+};
 use nvme_driver::{
-    IoQueue, IoVec, LbaFormatInfo, MetadataLayout, Namespace, PiType, Prinfo, ProtectableCommand,
-    Protected, Protection, QueuePairOptions,
+    HostPiUnsupported, IoQueue, IoVec, LbaFormatInfo, MetadataLayout, Namespace, PiType, Prinfo,
+    ProtectableCommand, Protected, Protection, QueuePairOptions,
 };
 use nvme_tool_support::AnyController;
 
@@ -54,6 +59,12 @@ pub enum PiError {
         nsid: u32,
         format: LbaFormatInfo,
         why: &'static str,
+    },
+    #[error("namespace {nsid} ({format}): {why}")]
+    HostPi {
+        nsid: u32,
+        format: LbaFormatInfo,
+        why: HostPiUnsupported,
     },
     #[error("--pi: {0}")]
     Usage(String),
@@ -143,6 +154,13 @@ pub fn run(ctrl: &AnyController, transfer: &Transfer, opts: &PiOptions<'_>) -> R
             "has no protection information to generate or check: use --pi pass",
         ));
     }
+    if matches!(opts.mode, PiMode::Generate | PiMode::Check) {
+        f.host_pi_support().map_err(|why| PiError::HostPi {
+            nsid,
+            format: f,
+            why,
+        })?;
+    }
     let separate = f.metadata_bytes(1, pract) != 0;
     let raw = opts.mode == PiMode::Pass;
     if raw && separate && opts.metadata.is_none() {
@@ -204,7 +222,11 @@ pub fn run(ctrl: &AnyController, transfer: &Transfer, opts: &PiOptions<'_>) -> R
                 } else {
                     place_data(&f, pract, chunk, buf);
                     if !pract {
-                        generate_pi(&f, &p, buf, md_buf);
+                        generate_pi(&f, &p, buf, md_buf).map_err(|why| PiError::HostPi {
+                            nsid,
+                            format: f,
+                            why,
+                        })?;
                     }
                 }
                 let cmd = Protected::new(WriteCmd::new(lba, per_record as u32), p);
@@ -242,12 +264,17 @@ pub fn run(ctrl: &AnyController, transfer: &Transfer, opts: &PiOptions<'_>) -> R
                     meta_out.extend_from_slice(md_buf);
                 } else {
                     if !pract {
-                        verify_pi(&f, &p, prinfo, buf, md_buf).map_err(|mismatch| {
-                            PiError::HostCheck {
+                        verify_pi(&f, &p, prinfo, buf, md_buf).map_err(|e| match e {
+                            CheckError::Mismatch(mismatch) => PiError::HostCheck {
                                 lba: lba + mismatch.block,
                                 mismatch,
                                 error: mismatch_error("Read", &mismatch),
-                            }
+                            },
+                            CheckError::Unsupported(why) => PiError::HostPi {
+                                nsid,
+                                format: f,
+                                why,
+                            },
                         })?;
                     }
                     extract_data(&f, pract, buf, &mut out);

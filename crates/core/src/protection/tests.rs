@@ -1,5 +1,6 @@
 use super::*;
 use crate::command::IoCommand;
+use nvme_spec::protection::{crc16_t10dif, crc64_nvme};
 use nvme_spec::LbaFormat;
 
 fn namespace(lbads: u8, ms: u16, extended: bool, dps: u8) -> Namespace {
@@ -31,6 +32,10 @@ fn protected_commands_encode_prinfo_and_tags() {
     assert_eq!(
         sqe.cdw14, 0x10,
         "the LBA's low 32 bits seed the reference tag"
+    );
+    assert_eq!(
+        sqe.cdw3, 1,
+        "bits 47:32, until placed for a 16-bit guard namespace"
     );
     assert_eq!(sqe.cdw15, 0xFF00_BEEF);
     let w = Protected::new(Write::new(5, 1).fua(), Protection::pract(5, Prinfo::NONE)).sqe(1);
@@ -99,78 +104,249 @@ fn data_and_metadata_bytes_follow_the_format() {
         .is_err());
 }
 
-/// Every layout and PI type: generated PI verifies, and each corruption is found by its check.
+/// The mismatch of a failed [`verify_pi`] (panics on any other result).
+fn mismatch(r: std::result::Result<(), PiError>) -> PiMismatch {
+    match r {
+        Err(PiError::Mismatch(m)) => m,
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+}
+
+/// Every layout, PI type and host-computed PI format (16- and 64-bit guard): generated PI
+/// verifies, and each corruption is found by its check.
 #[test]
 fn host_pi_generates_and_verifies_every_format() {
-    for pi in [PiType::Type1, PiType::Type2, PiType::Type3] {
-        for (bs, ms, extended, first) in [
-            (512u32, 8u16, true, false),
-            (512, 8, false, false),
-            (4096, 16, false, false),
-            (4096, 16, true, true),
-            (512, 64, false, true),
-        ] {
-            let format = LbaFormatInfo::new(bs, ms, extended, Some(pi), first);
-            let blocks = 4;
-            let p = Protection::pass(0x20, Prinfo::CHECK_ALL).app_tag(0x1234, 0xFFFF);
-            let mut data = pattern(format.data_bytes(blocks, false), pi as u8);
-            let mut md = pattern(format.metadata_bytes(blocks, false), 7);
-            assert_eq!(generate_pi(&format, &p, &mut data, &mut md), 4);
-            let what = format!("{format}");
-            assert_eq!(
-                verify_pi(&format, &p, Prinfo::CHECK_ALL, &data, &md),
-                Ok(()),
-                "{what}"
-            );
-            // The tuple holds what the spec says.
-            let tuple = {
+    let layouts16 = [
+        (512u32, 8u16, true, false),
+        (512, 8, false, false),
+        (4096, 16, false, false),
+        (4096, 16, true, true),
+        (512, 64, false, true),
+    ];
+    let layouts64 = [
+        (512u32, 16u16, true, false),
+        (4096, 16, false, false),
+        (4096, 64, true, true),
+        (512, 64, false, false),
+    ];
+    for (pif, layouts) in [
+        (PiFormat::Guard16, &layouts16[..]),
+        (PiFormat::Guard64, &layouts64[..]),
+    ] {
+        // Where the tags sit in the tuple.
+        let (app_at, ref_at) = match pif {
+            PiFormat::Guard64 => (8, 10),
+            _ => (2, 4),
+        };
+        for pi in [PiType::Type1, PiType::Type2, PiType::Type3] {
+            for &(bs, ms, extended, first) in layouts {
+                let format =
+                    LbaFormatInfo::new(bs, ms, extended, Some(pi), first).with_pi_format(pif, 0);
+                let blocks = 4;
+                // A reference tag above 32 bits: the 64-bit guard keeps 48 of them.
+                let p = Protection::pass(0x7_0000_0020, Prinfo::CHECK_ALL).app_tag(0x1234, 0xFFFF);
+                let mut data = pattern(format.data_bytes(blocks, false), pi as u8);
+                let mut md = pattern(format.metadata_bytes(blocks, false), 7);
+                assert_eq!(generate_pi(&format, &p, &mut data, &mut md), Ok(4));
+                let what = format!("{format}");
+                assert_eq!(
+                    verify_pi(&format, &p, Prinfo::CHECK_ALL, &data, &md),
+                    Ok(()),
+                    "{what}"
+                );
+                // The tuple holds what the spec says.
                 let (d, m) = block_parts(&format, &data, &md, 1);
-                let t = PiTuple::from_bytes(&m[format.pi_offset()..]);
-                assert_eq!(t.guard(), guard_of(&format, d, m));
-                t
-            };
-            assert_eq!(tuple.app_tag(), 0x1234);
-            let ref1 = if pi == PiType::Type3 { 0x20 } else { 0x21 };
-            assert_eq!(tuple.ref_tag(), ref1, "{what}");
+                let raw = &m[format.pi_offset()..format.pi_offset() + format.pi_bytes()];
+                let (guard, app, reft) = match pif {
+                    PiFormat::Guard64 => {
+                        let t = Pi64Tuple::from_bytes(raw);
+                        (t.guard(), t.app_tag(), t.ref_tag())
+                    }
+                    _ => {
+                        let t = PiTuple::from_bytes(raw);
+                        (u64::from(t.guard()), t.app_tag(), u64::from(t.ref_tag()))
+                    }
+                };
+                let before = &m[..format.pi_offset()];
+                let crc = match pif {
+                    PiFormat::Guard64 => crc64_nvme(crc64_nvme(0, d), before),
+                    _ => u64::from(crc16_t10dif(crc16_t10dif(0, d), before)),
+                };
+                assert_eq!(guard, crc, "{what}");
+                assert_eq!(app, 0x1234);
+                let ref1 = if pi == PiType::Type3 {
+                    0x7_0000_0020
+                } else {
+                    0x7_0000_0021
+                };
+                let ref1 = match pif {
+                    PiFormat::Guard64 => ref1,
+                    _ => ref1 & 0xFFFF_FFFF,
+                };
+                assert_eq!(reft, ref1, "{what}");
 
-            let pi_at = |i: usize| match format.layout() {
-                MetadataLayout::Extended => {
-                    i * (bs + u32::from(ms)) as usize + bs as usize + format.pi_offset()
+                let pi_at = |i: usize| match format.layout() {
+                    MetadataLayout::Extended => {
+                        i * (bs + u32::from(ms)) as usize + bs as usize + format.pi_offset()
+                    }
+                    _ => i * ms as usize + format.pi_offset(),
+                };
+                let corrupt = |offset: usize| {
+                    let (mut d, mut m) = (data.clone(), md.clone());
+                    let at = pi_at(2) + offset;
+                    match format.layout() {
+                        MetadataLayout::Extended => d[at] ^= 0x40,
+                        _ => m[at] ^= 0x40,
+                    }
+                    verify_pi(&format, &p, Prinfo::CHECK_ALL, &d, &m)
+                };
+                assert_eq!(mismatch(corrupt(0)).check, PiCheck::Guard, "{what}");
+                assert_eq!(mismatch(corrupt(0)).block, 2);
+                // The last guard byte too (64-bit: byte 7 of the tuple).
+                let last = app_at - 1;
+                assert_eq!(mismatch(corrupt(last)).check, PiCheck::Guard, "{what}");
+                assert_eq!(mismatch(corrupt(app_at)).check, PiCheck::AppTag, "{what}");
+                if pi == PiType::Type3 {
+                    assert_eq!(corrupt(ref_at), Ok(()), "type 3: no reference tag check");
+                } else {
+                    assert_eq!(mismatch(corrupt(ref_at)).check, PiCheck::RefTag, "{what}");
                 }
-                _ => i * ms as usize + format.pi_offset(),
-            };
-            let corrupt = |offset: usize| {
-                let (mut d, mut m) = (data.clone(), md.clone());
-                let at = pi_at(2) + offset;
-                match format.layout() {
-                    MetadataLayout::Extended => d[at] ^= 0x40,
-                    _ => m[at] ^= 0x40,
-                }
-                verify_pi(&format, &p, Prinfo::CHECK_ALL, &d, &m)
-            };
-            assert_eq!(corrupt(0).unwrap_err().check, PiCheck::Guard, "{what}");
-            assert_eq!(corrupt(0).unwrap_err().block, 2);
-            assert_eq!(corrupt(2).unwrap_err().check, PiCheck::AppTag, "{what}");
-            if pi == PiType::Type3 {
-                assert_eq!(corrupt(4), Ok(()), "type 3: no reference tag check");
-            } else {
-                assert_eq!(corrupt(4).unwrap_err().check, PiCheck::RefTag, "{what}");
+                // A flipped data bit is a guard error; without the guard check it passes.
+                let mut d = data.clone();
+                d[3] ^= 1;
+                let e = mismatch(verify_pi(&format, &p, Prinfo::CHECK_ALL, &d, &md));
+                assert_eq!((e.check, e.block), (PiCheck::Guard, 0));
+                let no_guard = Prinfo::CHECK_APP_TAG.union(Prinfo::CHECK_REF_TAG);
+                assert_eq!(verify_pi(&format, &p, no_guard, &d, &md), Ok(()));
+                // A masked-out application tag difference passes.
+                let other = p.app_tag(0x12FF, 0xFF00);
+                assert_eq!(
+                    verify_pi(&format, &other, Prinfo::CHECK_APP_TAG, &data, &md),
+                    Ok(())
+                );
             }
-            // A flipped data bit is a guard error; without the guard check it passes.
-            let mut d = data.clone();
-            d[3] ^= 1;
-            let e = verify_pi(&format, &p, Prinfo::CHECK_ALL, &d, &md).unwrap_err();
-            assert_eq!((e.check, e.block), (PiCheck::Guard, 0));
-            let no_guard = Prinfo::CHECK_APP_TAG.union(Prinfo::CHECK_REF_TAG);
-            assert_eq!(verify_pi(&format, &p, no_guard, &d, &md), Ok(()));
-            // A masked-out application tag difference passes.
-            let other = p.app_tag(0x12FF, 0xFF00);
-            assert_eq!(
-                verify_pi(&format, &other, Prinfo::CHECK_APP_TAG, &data, &md),
-                Ok(())
-            );
         }
     }
+}
+
+/// The 64-bit guard of a 4 KiB block of zeros is the spec's test vector, in the tuple's
+/// first 8 bytes, big-endian.
+#[test]
+fn the_64_bit_guard_is_the_crc64_test_vector() {
+    let format = LbaFormatInfo::new(4096, 16, true, Some(PiType::Type1), false)
+        .with_pi_format(PiFormat::Guard64, 0);
+    let mut data = vec![0u8; 4096 + 16];
+    let p = Protection::pass(5, Prinfo::CHECK_ALL);
+    assert_eq!(generate_pi(&format, &p, &mut data, &mut []), Ok(1));
+    assert_eq!(data[4096..4104], 0x6482_D367_EB22_B64Eu64.to_be_bytes());
+    assert_eq!(data[4096 + 10..], [0, 0, 0, 0, 0, 5]);
+    assert_eq!(
+        format.to_string(),
+        "4096+16 extended, PI type 1 (last 16 bytes, 64-bit guard)"
+    );
+}
+
+/// The 32-bit guard format and storage tags are refused host-side with why; PRACT still
+/// encodes.
+#[test]
+fn guard32_and_storage_tags_are_refused_host_side() {
+    let base = LbaFormatInfo::new(512, 16, true, Some(PiType::Type1), false);
+    let g32 = base.with_pi_format(PiFormat::Guard32, 0);
+    let sts = base.with_pi_format(PiFormat::Guard64, 8);
+    let p = Protection::pass(0, Prinfo::CHECK_ALL);
+    let mut data = pattern(2 * 528, 3);
+    let before = data.clone();
+    assert_eq!(
+        generate_pi(&g32, &p, &mut data, &mut []),
+        Err(HostPiUnsupported::Guard32)
+    );
+    assert_eq!(
+        generate_pi(&sts, &p, &mut data, &mut []),
+        Err(HostPiUnsupported::StorageTag { bits: 8 })
+    );
+    assert_eq!(data, before, "nothing written");
+    assert_eq!(
+        verify_pi(&g32, &p, Prinfo::CHECK_ALL, &data, &[]),
+        Err(PiError::Unsupported(HostPiUnsupported::Guard32))
+    );
+    let msg = HostPiUnsupported::StorageTag { bits: 8 }.to_string();
+    assert!(
+        msg.contains("8-bit storage tag") && msg.contains("PRACT"),
+        "{msg}"
+    );
+    assert!(HostPiUnsupported::Guard32
+        .to_string()
+        .contains("32-bit guard"));
+    assert_eq!(
+        sts.to_string(),
+        "512+16 extended, PI type 1 (last 16 bytes, 64-bit guard, 8-bit storage tag)"
+    );
+    // A format without PI has nothing to refuse.
+    let none = LbaFormatInfo::new(512, 8, true, None, false).with_pi_format(PiFormat::Guard32, 0);
+    assert_eq!(generate_pi(&none, &p, &mut data, &mut []), Ok(0));
+}
+
+/// The 48-bit reference tag goes in CDW14 and CDW3 15:0 on a 64-bit guard namespace, CDW14
+/// alone on a 16-bit one; the erased form and split parts keep it.
+#[test]
+fn the_48_bit_reference_tag_is_placed_per_format() {
+    let id = |ms: u16| {
+        let mut lbaf = [LbaFormat::default(); 64];
+        lbaf[0] = LbaFormat::new(12, ms);
+        IdentifyNamespace {
+            nsze: 64,
+            ncap: 64,
+            dps: 1,
+            lbaf,
+            ..IdentifyNamespace::default()
+        }
+    };
+    let ns16 = Namespace::from_identify(1, id(16), 1 << 20).unwrap();
+    let ns64 = Namespace::from_identify(1, id(16), 1 << 20)
+        .unwrap()
+        .with_extended_format(ExtendedLbaFormat::new(0, PiFormat::Guard64))
+        .unwrap();
+    assert_eq!(ns64.format().pi_format(), PiFormat::Guard64);
+    assert_eq!(
+        ns64.format().moved_metadata(true),
+        0,
+        "metadata = the 16-byte PI"
+    );
+    assert_eq!(
+        ns16.format().moved_metadata(true),
+        16,
+        "8-byte PI in 16 bytes"
+    );
+    let lba = 0x1234_5678_9ABCu64;
+    let cmd = Protected::new(Read::new(lba, 2), Protection::pract(lba, Prinfo::CHECK_ALL));
+    let s64 = cmd.sqe_on(&ns64);
+    assert_eq!((s64.cdw14, s64.cdw3), (0x5678_9ABC, 0x1234));
+    let s16 = cmd.sqe_on(&ns16);
+    assert_eq!(
+        (s16.cdw14, s16.cdw3),
+        (0x5678_9ABC, 0),
+        "CDW3 reserved on 16-bit guard"
+    );
+    let erased = IoCommand::of(cmd);
+    assert_eq!(erased.sqe_on(&ns64), s64);
+    assert_eq!(erased.sqe_on(&ns16), s16);
+    assert_eq!(erased.protection(), Some(cmd.protection));
+    // A split part's tag carries into the upper bits.
+    let c = Protected::new(Read::new(0, 8), Protection::pass(0xFFFF_FFFE, Prinfo::NONE));
+    let part = LbaRange::new(4, 4);
+    let s = c.with_range(part).sqe_on(&ns64);
+    assert_eq!((s.cdw14, s.cdw3), (2, 1));
+    assert_eq!(IoCommand::of(c).with_range(part).sqe_on(&ns64), s);
+    // The reserved PIF and a PI larger than the metadata are refused with why.
+    let ns8 = Namespace::from_identify(1, id(8), 1 << 20).unwrap();
+    let e = ns8
+        .with_extended_format(ExtendedLbaFormat::new(0, PiFormat::Guard64))
+        .unwrap_err();
+    assert!(e.contains("8 B of metadata") && e.contains("16 B"), "{e}");
+    let e = ns16
+        .with_extended_format(ExtendedLbaFormat(3 << 7))
+        .unwrap_err();
+    assert!(e.contains("reserved"), "{e}");
 }
 
 #[test]
@@ -178,20 +354,35 @@ fn escape_tags_disable_the_checks() {
     let f1 = LbaFormatInfo::new(512, 8, true, Some(PiType::Type1), false);
     let mut data = pattern(2 * 520, 1);
     let p = Protection::pass(0, Prinfo::CHECK_ALL).app_tag(APP_TAG_ESCAPE, 0xFFFF);
-    generate_pi(&f1, &p, &mut data, &mut []);
+    generate_pi(&f1, &p, &mut data, &mut []).unwrap();
     data[0] ^= 0xFF; // bad guard, but the block is escaped
     assert_eq!(verify_pi(&f1, &p, Prinfo::CHECK_ALL, &data, &[]), Ok(()));
     // Type 3 needs both tags all ones.
     let f3 = LbaFormatInfo::new(512, 8, true, Some(PiType::Type3), false);
     let p3 = p.ref_tag(7);
-    generate_pi(&f3, &p3, &mut data, &mut []);
+    generate_pi(&f3, &p3, &mut data, &mut []).unwrap();
     data[0] ^= 0xFF;
-    let e = verify_pi(&f3, &p3, Prinfo::CHECK_ALL, &data, &[]).unwrap_err();
+    let e = mismatch(verify_pi(&f3, &p3, Prinfo::CHECK_ALL, &data, &[]));
     assert_eq!(e.check, PiCheck::Guard);
-    let p3 = p.ref_tag(REF_TAG_ESCAPE);
-    generate_pi(&f3, &p3, &mut data, &mut []);
+    let p3 = p.ref_tag(REF_TAG_ESCAPE.into());
+    generate_pi(&f3, &p3, &mut data, &mut []).unwrap();
     data[0] ^= 0xFF;
     assert_eq!(verify_pi(&f3, &p3, Prinfo::CHECK_ALL, &data, &[]), Ok(()));
+    // 64-bit guard, type 3: the 48-bit all-ones reference tag escapes, 32 bits of ones not.
+    let f64 = LbaFormatInfo::new(512, 16, true, Some(PiType::Type3), false)
+        .with_pi_format(PiFormat::Guard64, 0);
+    let mut data = pattern(2 * 528, 1);
+    let p = p.ref_tag(REF_TAG_ESCAPE.into());
+    generate_pi(&f64, &p, &mut data, &mut []).unwrap();
+    data[0] ^= 0xFF;
+    assert_eq!(
+        mismatch(verify_pi(&f64, &p, Prinfo::CHECK_ALL, &data, &[])).check,
+        PiCheck::Guard
+    );
+    let p = p.ref_tag(REF_TAG48_ESCAPE);
+    generate_pi(&f64, &p, &mut data, &mut []).unwrap();
+    data[0] ^= 0xFF;
+    assert_eq!(verify_pi(&f64, &p, Prinfo::CHECK_ALL, &data, &[]), Ok(()));
 }
 
 #[test]

@@ -12,6 +12,7 @@ use nvme_core::zns::ZoneGeometry;
 use nvme_core::{Error, Namespace, Result};
 use nvme_spec::command::{self, Cns};
 use nvme_spec::identify::IDENTIFY_DATA_SIZE;
+use nvme_spec::protection::{NvmIdentifyNamespace, CTRATT_ELBAS};
 use nvme_spec::regs::{Cc, CC_CSS_ALL_IO};
 use nvme_spec::zns::{self, IoCommandSetVectors, ZnsIdentifyController, ZnsIdentifyNamespace};
 use nvme_spec::{regs, NsIdDescriptor};
@@ -114,6 +115,40 @@ impl Inner {
             return Ok(());
         };
         self.admin(profile_command(index), None).map(|_| ())
+    }
+
+    /// `ns` with the PI format and storage tag size of its current LBA format, from the
+    /// Extended LBA Formats of the NVM command set's Identify Namespace (CNS 05h, CSI 00h;
+    /// NVM CS §4.1.5.2), read when the controller sets CTRATT.ELBAS. Without ELBAS every
+    /// format has the 16-bit guard. A controller that sets ELBAS but refuses the Identify (a
+    /// status) leaves a namespace without PI as it is and makes one with PI unsupported: its
+    /// guard size is unknown. `Err(reason)` for an unusable extended format.
+    pub(super) fn with_extended_format(
+        &self,
+        ns: Namespace,
+        page: &mut DmaBuffer,
+    ) -> Result<std::result::Result<Namespace, String>> {
+        if self.identify.ctratt & CTRATT_ELBAS == 0 {
+            return Ok(Ok(ns));
+        }
+        let nsid = ns.nsid();
+        let bytes = match self.identify_csi_page(zns::CNS_CSI_NAMESPACE, zns::CSI_NVM, nsid, page) {
+            Ok(bytes) => bytes,
+            Err(e @ Error::Command { .. }) => {
+                if ns.format().pi_type().is_none() {
+                    return Ok(Ok(ns));
+                }
+                return Ok(Err(format!(
+                    "it has protection information and the controller sets CTRATT.ELBAS, but \
+                     refused the NVM command set's Identify Namespace (CNS 05h, CSI 00h) that \
+                     says its guard size: {e}"
+                )));
+            }
+            Err(e) => return Err(e),
+        };
+        let id = NvmIdentifyNamespace::parse(&bytes);
+        let elbaf = id.extended_format(ns.identify().lba_format_index());
+        Ok(ns.with_extended_format(elbaf))
     }
 
     /// The namespace `ns` as a zoned one when its Command Set Identifier (CNS 03h) is 02h and

@@ -85,7 +85,10 @@ impl Inner {
             let data =
                 IdentifyNamespace::from_bytes(&self.identify_page(Cns::Namespace, nsid, page)?);
             let ns = match Namespace::from_identify(nsid, data, self.max_transfer) {
-                Ok(ns) => self.with_command_set(ns, page)?,
+                Ok(ns) => match self.with_extended_format(ns, page)? {
+                    Ok(ns) => self.with_command_set(ns, page)?,
+                    Err(reason) => Err(reason),
+                },
                 Err(reason) => Err(reason),
             };
             match ns {

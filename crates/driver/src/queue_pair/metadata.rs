@@ -98,7 +98,7 @@ impl QueuePair {
         if let Err(e) = self.check_room() {
             return refuse(e, data, metadata);
         }
-        let mut sqe = cmd.sqe(ns.nsid());
+        let mut sqe = cmd.sqe_on(ns);
         let addr = data.iova().0;
         let epoch = self.clock.epoch();
         let Some((tag, slot)) = self.tags.alloc_mut() else {

@@ -64,7 +64,7 @@ impl QueuePair {
         let mut sqes = [SubmissionEntry::default(); MAX_COMMANDS_PER_REQUEST];
         for (i, &tag) in tags[..commands].iter().enumerate() {
             let part = plan.part(i as u32);
-            let mut sqe = cmd.with_range(part).sqe(ns.nsid());
+            let mut sqe = cmd.with_range(part).sqe_on(ns);
             let offset = (part.lba - range.lba) * block_size as u64;
             self.set_data_pointer(
                 &mut sqe,

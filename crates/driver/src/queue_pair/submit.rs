@@ -295,7 +295,7 @@ impl QueuePair {
         if let Err(e) = cmd.check(ns, &self.command_context(), None) {
             return Err(IoFailure::new(e, None));
         }
-        self.submit_single(cmd.sqe(ns.nsid()), None, 0, user_data)
+        self.submit_single(cmd.sqe_on(ns), None, 0, user_data)
     }
 
     /// What a command's own check ([`NvmCommand::check`]) may look at: two pointers, read only
@@ -331,7 +331,7 @@ impl QueuePair {
             return Err(IoFailure::new(e, Some(buf)));
         }
         if bytes <= self.max_transfer {
-            let sqe = cmd.sqe(ns.nsid());
+            let sqe = cmd.sqe_on(ns);
             return self.submit_single(sqe, Some(buf), bytes, user_data);
         }
         if !cmd.splittable() {

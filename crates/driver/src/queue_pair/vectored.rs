@@ -73,7 +73,7 @@ impl QueuePair {
         let Some((tag, slot)) = self.tags.alloc_mut() else {
             return Err(IoFailure::vectored(self.queue_full(), pieces));
         };
-        let mut sqe = cmd.sqe(ns.nsid());
+        let mut sqe = cmd.sqe_on(ns);
         fill_group_head(slot, tag, epoch, sqe.opcode(), user_data, None, 1);
         match shape {
             Shape::Sgl => self.sgl_pointer(&mut sqe, tag.index(), &pieces),

@@ -19,10 +19,11 @@ use nvme_spec::command::{self as cmd, Cns};
 use nvme_spec::firmware::Frmw;
 use nvme_spec::identify::{
     fill_ascii_field, Cmic, CopyFormats, Fuses, IdentifyController, NamespaceList, Oacs, Oncs,
-    IDENTIFY_DATA_SIZE, NAMESPACE_LIST_ENTRIES,
+    IDENTIFY_DATA_SIZE, MAX_LBA_FORMATS, NAMESPACE_LIST_ENTRIES,
 };
 use nvme_spec::log::{ErrorLogEntry, SmartLog, ERROR_LOG_ENTRY_SIZE, SMART_LOG_SIZE};
 use nvme_spec::opcode::{admin, log_page, nvm};
+use nvme_spec::protection::{ExtendedLbaFormat, NvmIdentifyNamespace, CTRATT_ELBAS};
 use nvme_spec::queue::{SubmissionEntry, CQES_LOG2, CQE_SIZE, SQES_LOG2, SQE_SIZE};
 use nvme_spec::regs::{Cap, Version};
 use nvme_spec::sgl::SglSupport;
@@ -204,6 +205,13 @@ fn identify_controller(config: &SimConfig) -> IdentifyController {
         cctemp: CCTEMP_K,
         nn: config.namespaces.iter().map(|n| n.nsid).max().unwrap_or(0),
         oncs: oncs.bits(),
+        // Extended LBA Formats (the PI format of each LBA format) when a namespace has PI,
+        // as QEMU reports (it always sets the bit).
+        ctratt: if config.namespaces.iter().any(|ns| ns.protection != 0) {
+            CTRATT_ELBAS
+        } else {
+            0
+        },
         fuses: fuses.bits(),
         acwu,
         ocfs: if config.copy.is_some() {
@@ -482,6 +490,21 @@ impl Device {
                 Some(z) => z.identify(),
                 None => return Err(fail(generic_status(generic::INVALID_FIELD))),
             }
+        } else if cns == nvme_spec::zns::CNS_CSI_NAMESPACE
+            && cmd::identify_csi_of(sqe) == nvme_spec::zns::CSI_NVM
+        {
+            // The NVM command set's Identify Namespace (NVM CS §4.1.5.2): every LBA format's
+            // Extended LBA Format carries the namespace's PI format, STS 0.
+            let disk = self
+                .shared
+                .disks
+                .get(sqe.nsid)
+                .ok_or(fail(generic_status(generic::INVALID_NAMESPACE_OR_FORMAT)))?;
+            NvmIdentifyNamespace {
+                elbaf: [ExtendedLbaFormat::new(0, disk.pi_format).0; MAX_LBA_FORMATS],
+                ..NvmIdentifyNamespace::default()
+            }
+            .encode()
         } else if cns == nvme_spec::zns::CNS_CSI_CONTROLLER
             && cmd::identify_csi_of(sqe) == nvme_spec::zns::CSI_ZNS
         {

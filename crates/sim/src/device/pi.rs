@@ -12,6 +12,9 @@
 //!   block reads in QEMU; Write Zeroes and Deallocate restore that.
 //! - Type 1 with PRCHK reference tag requires CDW14 = the SLBA's low 32 bits, and type 3 does
 //!   not take the reference tag check: Invalid Protection Information (SCT 1h, SC 81h).
+//! - The 64-bit guard format (`pif=2` in QEMU, NVM CS §5.2.1.3): a 16-byte tuple with a
+//!   CRC-64 NVMe guard and a 48-bit reference tag, CDW14 its bits 31:0 and CDW3 15:0 its bits
+//!   47:32 (type 1: the SLBA's low 48 bits).
 //!
 //! The check errors are Media and Data Integrity statuses 82h (guard), 83h (application
 //! tag), 84h (reference tag). The data moves through staging vectors: the emulator is not a
@@ -20,7 +23,8 @@
 use nvme_spec::command::{nlb, slba};
 use nvme_spec::opcode::nvm;
 use nvme_spec::protection::{
-    crc16_t10dif, PiTuple, PiType, Prinfo, APP_TAG_ESCAPE, PI_TUPLE_BYTES, REF_TAG_ESCAPE,
+    crc16_t10dif, crc64_nvme, Pi64Tuple, PiFormat, PiTuple, PiType, Prinfo, APP_TAG_ESCAPE,
+    REF_TAG48_ESCAPE, REF_TAG48_MASK, REF_TAG_ESCAPE,
 };
 use nvme_spec::queue::SubmissionEntry;
 use nvme_spec::status::{command_specific, media, Status, StatusCodeType};
@@ -46,8 +50,13 @@ fn pi_offset(disk: &Disk) -> usize {
     if disk.protection & PI_FIRST != 0 {
         0
     } else {
-        usize::from(disk.metadata_size) - PI_TUPLE_BYTES
+        usize::from(disk.metadata_size) - pi_bytes(disk)
     }
+}
+
+/// Bytes of the namespace's PI tuple.
+fn pi_bytes(disk: &Disk) -> usize {
+    disk.pi_format.tuple_bytes()
 }
 
 fn media_error(sc: u8) -> Fail {
@@ -67,7 +76,7 @@ pub(crate) fn reset_pi(disk: &Disk, data: &mut [u8], first: u64, count: u64) {
     let at = pi_offset(disk);
     for lba in first..first + count {
         let md = medium_metadata_offset(disk, lba);
-        data[md + at..md + at + PI_TUPLE_BYTES].fill(0xFF);
+        data[md + at..md + at + pi_bytes(disk)].fill(0xFF);
     }
 }
 
@@ -83,8 +92,10 @@ fn medium_metadata_offset(disk: &Disk, lba: u64) -> usize {
 /// The PI fields of one command.
 struct PiCommand {
     pi: PiType,
+    format: PiFormat,
     prinfo: Prinfo,
-    ref_tag: u32,
+    /// 32 bits (16-bit guard) or 48 (64-bit guard, CDW3 15:0 above CDW14).
+    ref_tag: u64,
     app_tag: u16,
     app_mask: u16,
     /// Offset of the PI in a block's metadata.
@@ -94,17 +105,23 @@ struct PiCommand {
 impl PiCommand {
     fn of(sqe: &SubmissionEntry, pi: PiType, disk: &Disk) -> Result<Self, Fail> {
         let prinfo = Prinfo::from_cdw12(sqe.cdw12);
+        let format = disk.pi_format;
+        let ref_tag = match format {
+            PiFormat::Guard64 => u64::from(sqe.cdw14) | u64::from(sqe.cdw3 & 0xFFFF) << 32,
+            _ => u64::from(sqe.cdw14),
+        };
         let cmd = Self {
             pi,
+            format,
             prinfo,
-            ref_tag: sqe.cdw14,
+            ref_tag,
             app_tag: sqe.cdw15 as u16,
             app_mask: (sqe.cdw15 >> 16) as u16,
             at: pi_offset(disk),
         };
         if prinfo.contains(Prinfo::CHECK_REF_TAG) {
             let bad = match pi {
-                PiType::Type1 => cmd.ref_tag != slba(sqe) as u32,
+                PiType::Type1 => cmd.ref_tag != cmd.mask(slba(sqe)),
                 PiType::Type2 => false,
                 PiType::Type3 => true,
             };
@@ -119,48 +136,82 @@ impl PiCommand {
         Ok(cmd)
     }
 
-    fn ref_tag_of(&self, index: usize) -> u32 {
+    /// A reference tag in the format's width.
+    fn mask(&self, tag: u64) -> u64 {
+        match self.format {
+            PiFormat::Guard64 => tag & REF_TAG48_MASK,
+            _ => tag & u64::from(u32::MAX),
+        }
+    }
+
+    fn ref_tag_of(&self, index: usize) -> u64 {
         if self.pi.ref_tag_increments() {
-            self.ref_tag.wrapping_add(index as u32)
+            self.mask(self.ref_tag.wrapping_add(index as u64))
         } else {
             self.ref_tag
         }
     }
 
-    fn guard(&self, data: &[u8], md: &[u8]) -> u16 {
-        let crc = crc16_t10dif(0, data);
-        if self.at == 0 {
-            crc
-        } else {
-            crc16_t10dif(crc, &md[..self.at])
+    fn guard(&self, data: &[u8], md: &[u8]) -> u64 {
+        let before = &md[..self.at];
+        match self.format {
+            PiFormat::Guard64 => crc64_nvme(crc64_nvme(0, data), before),
+            _ => u64::from(crc16_t10dif(crc16_t10dif(0, data), before)),
         }
     }
 
     /// Writes block `index`'s PI into `md`.
     fn generate(&self, index: usize, data: &[u8], md: &mut [u8]) {
-        let tuple = PiTuple::new(self.guard(data, md), self.app_tag, self.ref_tag_of(index));
-        md[self.at..self.at + PI_TUPLE_BYTES].copy_from_slice(&tuple.to_bytes());
+        let (guard, app, reft) = (self.guard(data, md), self.app_tag, self.ref_tag_of(index));
+        let out = &mut md[self.at..];
+        match self.format {
+            PiFormat::Guard64 => {
+                let t = Pi64Tuple::new(guard, app, reft).to_bytes();
+                out[..t.len()].copy_from_slice(&t);
+            }
+            _ => {
+                let t = PiTuple::new(guard as u16, app, reft as u32).to_bytes();
+                out[..t.len()].copy_from_slice(&t);
+            }
+        }
+    }
+
+    /// Block `index`'s stored guard, application tag and reference tag.
+    fn tuple(&self, md: &[u8]) -> (u64, u16, u64) {
+        match self.format {
+            PiFormat::Guard64 => {
+                let t = Pi64Tuple::from_bytes(&md[self.at..]);
+                (t.guard(), t.app_tag(), t.ref_tag())
+            }
+            _ => {
+                let t = PiTuple::from_bytes(&md[self.at..]);
+                (t.guard().into(), t.app_tag(), t.ref_tag().into())
+            }
+        }
     }
 
     /// Checks block `index` per PRCHK (escaped blocks pass).
     fn check(&self, index: usize, data: &[u8], md: &[u8]) -> Result<(), Fail> {
-        let t = PiTuple::from_bytes(&md[self.at..]);
+        let (guard, app, reft) = self.tuple(md);
+        let ones = match self.format {
+            PiFormat::Guard64 => REF_TAG48_ESCAPE,
+            _ => u64::from(REF_TAG_ESCAPE),
+        };
         let escaped = match self.pi {
-            PiType::Type3 => t.app_tag() == APP_TAG_ESCAPE && t.ref_tag() == REF_TAG_ESCAPE,
-            _ => t.app_tag() == APP_TAG_ESCAPE,
+            PiType::Type3 => app == APP_TAG_ESCAPE && reft == ones,
+            _ => app == APP_TAG_ESCAPE,
         };
         if escaped {
             return Ok(());
         }
-        if self.prinfo.contains(Prinfo::CHECK_GUARD) && self.guard(data, md) != t.guard() {
+        if self.prinfo.contains(Prinfo::CHECK_GUARD) && self.guard(data, md) != guard {
             return Err(media_error(media::END_TO_END_GUARD_CHECK_ERROR));
         }
-        if self.prinfo.contains(Prinfo::CHECK_APP_TAG)
-            && (t.app_tag() ^ self.app_tag) & self.app_mask != 0
+        if self.prinfo.contains(Prinfo::CHECK_APP_TAG) && (app ^ self.app_tag) & self.app_mask != 0
         {
             return Err(media_error(media::END_TO_END_APPLICATION_TAG_CHECK_ERROR));
         }
-        if self.prinfo.contains(Prinfo::CHECK_REF_TAG) && t.ref_tag() != self.ref_tag_of(index) {
+        if self.prinfo.contains(Prinfo::CHECK_REF_TAG) && reft != self.ref_tag_of(index) {
             return Err(media_error(media::END_TO_END_REFERENCE_TAG_CHECK_ERROR));
         }
         Ok(())
@@ -200,7 +251,7 @@ impl Device {
         let (bs, ms) = (disk.block_size as usize, usize::from(disk.metadata_size));
         let n = count as usize;
         // Metadata bytes per block the host moves: none with PRACT when it is only the PI.
-        let host_ms = if cmd.prinfo.pract() && ms == PI_TUPLE_BYTES {
+        let host_ms = if cmd.prinfo.pract() && ms == pi_bytes(disk) {
             0
         } else {
             ms

@@ -28,7 +28,7 @@ impl TcpQueuePair {
             Err(e) => return Err(IoFailure::vectored(e, pieces)),
         };
         let len = pieces.total_bytes();
-        let sqe = cmd.sqe(ns.nsid());
+        let sqe = cmd.sqe_on(ns);
         self.q
             .submit_vectored(sqe, pieces, len, to_device, user_data, Waiter::Poll)
     }
