@@ -55,17 +55,29 @@ pub fn queue_pair(ctrl: &Controller) -> nvme_driver::QueuePair {
     .expect("queue pair")
 }
 
-/// The device's admin command count once it has stopped changing for 20 ms (at most 2 s).
+/// The device's admin command count once it has stopped changing for 100 ms (at most 5 s).
+///
+/// The driver's background admin commands (the Asynchronous Event Requests posted at start)
+/// are counted when the emulator's thread fetches them, which on a loaded host can come tens of
+/// milliseconds after the call that submitted them returned: one quiet 20 ms sample was not
+/// enough there, five in a row are.
 #[allow(dead_code)] // not every test binary uses it
 pub fn settled_admin_commands(sim: &SimController) -> u64 {
+    const QUIET_SAMPLES: u32 = 5;
     let mut last = sim.stats().admin_commands;
-    for _ in 0..100 {
+    let mut quiet = 0;
+    for _ in 0..250 {
         std::thread::sleep(std::time::Duration::from_millis(20));
         let now = sim.stats().admin_commands;
         if now == last {
-            break;
+            quiet += 1;
+            if quiet == QUIET_SAMPLES {
+                break;
+            }
+        } else {
+            quiet = 0;
+            last = now;
         }
-        last = now;
     }
     last
 }
