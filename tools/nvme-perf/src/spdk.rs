@@ -532,18 +532,29 @@ fn run_worker<C: Check>(
                     pieces,
                 } = c;
                 let index = user_data as usize;
+                // `result` is moved on every path (no drop check of it left for the end).
                 let ctx = match result {
-                    Ok(_) => contexts.get_mut(index).and_then(Option::take),
-                    Err(_) => None,
-                };
-                let Some(ctx) = ctx else {
-                    failed.push(Completion {
-                        user_data,
-                        result,
-                        buffer,
-                        pieces,
-                    });
-                    return;
+                    Ok(dw0) => match contexts.get_mut(index).and_then(Option::take) {
+                        Some(ctx) => ctx,
+                        None => {
+                            failed.push(Completion {
+                                user_data,
+                                result: Ok(dw0),
+                                buffer,
+                                pieces,
+                            });
+                            return;
+                        }
+                    },
+                    Err(e) => {
+                        failed.push(Completion {
+                            user_data,
+                            result: Err(e),
+                            buffer,
+                            pieces,
+                        });
+                        return;
+                    }
                 };
                 // A successful completion of one buffer has no pieces; were there any, they
                 // are dropped here (returned to nobody: nvme-perf submits no vectored I/O).
