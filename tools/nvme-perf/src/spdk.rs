@@ -658,8 +658,14 @@ fn run_worker<C: Check>(
         }
         let mut changed = reaped > 0;
         // ----- submit one batch -----
-        let room = (qd - in_flight - retired).min(config.submit_batch);
-        let want = pacer.allowance(room, &tally);
+        // A full queue (every round of a QD1 loop that waits for its I/O) is decided by one
+        // compare: no batch cap or `--ios` allowance to work out.
+        let free_slots = qd - in_flight - retired;
+        let want = if free_slots == 0 {
+            0
+        } else {
+            pacer.allowance(free_slots.min(config.submit_batch), &tally)
+        };
         if want > 0 {
             // A batch of one I/O of one command needs neither a reservation nor a deferred
             // doorbell: submitted unplugged, its submission writes the CQ head and the SQ tail
