@@ -432,33 +432,38 @@ impl CqRing {
     /// The head doorbell is not written here (see [`CqRing::publish`]).
     #[inline(always)]
     pub(crate) fn pop(&mut self) -> Option<CompletionEntry> {
+        if !self.ready() {
+            return None;
+        }
+        Some(self.take_ready())
+    }
+
+    /// The entry at the head, which [`CqRing::ready`] has just found posted (its phase tag
+    /// loaded, nothing taken since); advances the head. Lets a reaping loop test each phase
+    /// tag once: `ready` before the first entry and after each one, `take_ready` for the entry.
+    #[inline(always)]
+    pub(crate) fn take_ready(&mut self) -> CompletionEntry {
         debug_assert!(self.head < self.entries);
+        debug_assert!(self.ready(), "take_ready without a posted entry");
+        // Orders the phase-tag load (in `ready`) before the loads of the rest of the entry, so
+        // we never combine a new phase with stale contents.
+        barrier::dma_rmb();
         // SAFETY: `head < entries`; the region holds `entries` 16-byte CQEs. The controller may
-        // be writing this slot concurrently, so it is read with volatile loads only: first the
-        // dword holding the phase tag, then (after the fence) the whole entry.
+        // be writing this slot concurrently, so it is read with a volatile load only.
         let entry = unsafe {
-            let slot = self
-                .region
+            self.region
                 .as_ptr()
                 .as_ptr()
                 .cast::<CompletionEntry>()
-                .add(self.head as usize);
-            let status_dword = slot.cast::<u32>().add(3).read_volatile();
-            let phase = status_dword & CQE_PHASE_BIT != 0;
-            if phase != self.phase {
-                return None;
-            }
-            // Orders the phase-tag load before the loads of the rest of the entry, so we never
-            // combine a new phase with stale contents.
-            barrier::dma_rmb();
-            slot.read_volatile()
+                .add(self.head as usize)
+                .read_volatile()
         };
         self.head += 1;
         if self.head == self.entries {
             self.head = 0;
             self.phase = !self.phase;
         }
-        Some(entry)
+        entry
     }
 
     /// Publishes the head if it moved (once per reaped batch). Returns `None` if there was
