@@ -317,24 +317,19 @@ impl SqRing {
     #[inline(always)]
     pub(crate) fn update_head(&mut self, head: u16) -> bool {
         let head = head as u32;
-        let moved = self.distance(self.head, head);
-        if head < self.entries && moved <= self.distance(self.head, self.published_tail) {
+        let (from, to) = (self.head, self.published_tail);
+        // Compares against the window's two ends instead of computing two ring distances.
+        let inside = if from <= to {
+            // `[from, to]`, not wrapped (`to < entries`, so `head` is in range).
+            from <= head && head <= to
+        } else {
+            // Wrapped: `[from, entries)` then `[0, to]`.
+            (from <= head && head < self.entries) || head <= to
+        };
+        if inside {
             self.head = head;
-            true
-        } else {
-            false
         }
-    }
-
-    /// Entries from `from` forward to `to` in ring order (`to` may be out of range: then the
-    /// result is at least `entries`, which no valid window contains).
-    #[inline(always)]
-    fn distance(&self, from: u32, to: u32) -> u32 {
-        if to >= from {
-            to - from
-        } else {
-            to + self.entries - from
-        }
+        inside
     }
 }
 
@@ -589,6 +584,39 @@ mod tests {
         assert!(q.update_head(0));
         assert!(!q.update_head(2), "past the tail at 1");
         assert!(q.update_head(1));
+    }
+
+    /// `update_head`'s window test against its definition (the head moves forward, in ring
+    /// order, by at most as many entries as lie between it and the published tail), for every
+    /// head, published tail and reported value of small rings, out-of-range values included.
+    #[test]
+    fn sq_head_window_matches_ring_distances() {
+        for entries in [2u32, 3, 8] {
+            let distance = |from: u32, to: u32| {
+                if to >= from {
+                    to - from
+                } else {
+                    to + entries - from
+                }
+            };
+            for head in 0..entries {
+                for tail in 0..entries {
+                    for reported in 0..entries + 3 {
+                        let mut q = sq(entries);
+                        q.head = head;
+                        q.published_tail = tail;
+                        let want = reported < entries
+                            && distance(head, reported) <= distance(head, tail);
+                        assert_eq!(
+                            q.update_head(reported as u16),
+                            want,
+                            "entries {entries}, head {head}, tail {tail}, reported {reported}"
+                        );
+                        assert_eq!(q.head, if want { reported } else { head });
+                    }
+                }
+            }
+        }
     }
 
     #[test]
