@@ -605,8 +605,8 @@ mod tests {
                         let mut q = sq(entries);
                         q.head = head;
                         q.published_tail = tail;
-                        let want = reported < entries
-                            && distance(head, reported) <= distance(head, tail);
+                        let want =
+                            reported < entries && distance(head, reported) <= distance(head, tail);
                         assert_eq!(
                             q.update_head(reported as u16),
                             want,
