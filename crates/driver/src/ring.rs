@@ -317,24 +317,19 @@ impl SqRing {
     #[inline(always)]
     pub(crate) fn update_head(&mut self, head: u16) -> bool {
         let head = head as u32;
-        let moved = self.distance(self.head, head);
-        if head < self.entries && moved <= self.distance(self.head, self.published_tail) {
+        let (from, to) = (self.head, self.published_tail);
+        // Compares against the window's two ends instead of computing two ring distances.
+        let inside = if from <= to {
+            // `[from, to]`, not wrapped (`to < entries`, so `head` is in range).
+            from <= head && head <= to
+        } else {
+            // Wrapped: `[from, entries)` then `[0, to]`.
+            (from <= head && head < self.entries) || head <= to
+        };
+        if inside {
             self.head = head;
-            true
-        } else {
-            false
         }
-    }
-
-    /// Entries from `from` forward to `to` in ring order (`to` may be out of range: then the
-    /// result is at least `entries`, which no valid window contains).
-    #[inline(always)]
-    fn distance(&self, from: u32, to: u32) -> u32 {
-        if to >= from {
-            to - from
-        } else {
-            to + self.entries - from
-        }
+        inside
     }
 }
 
@@ -432,33 +427,38 @@ impl CqRing {
     /// The head doorbell is not written here (see [`CqRing::publish`]).
     #[inline(always)]
     pub(crate) fn pop(&mut self) -> Option<CompletionEntry> {
+        if !self.ready() {
+            return None;
+        }
+        Some(self.take_ready())
+    }
+
+    /// The entry at the head, which [`CqRing::ready`] has just found posted (its phase tag
+    /// loaded, nothing taken since); advances the head. Lets a reaping loop test each phase
+    /// tag once: `ready` before the first entry and after each one, `take_ready` for the entry.
+    #[inline(always)]
+    pub(crate) fn take_ready(&mut self) -> CompletionEntry {
         debug_assert!(self.head < self.entries);
+        debug_assert!(self.ready(), "take_ready without a posted entry");
+        // Orders the phase-tag load (in `ready`) before the loads of the rest of the entry, so
+        // we never combine a new phase with stale contents.
+        barrier::dma_rmb();
         // SAFETY: `head < entries`; the region holds `entries` 16-byte CQEs. The controller may
-        // be writing this slot concurrently, so it is read with volatile loads only: first the
-        // dword holding the phase tag, then (after the fence) the whole entry.
+        // be writing this slot concurrently, so it is read with a volatile load only.
         let entry = unsafe {
-            let slot = self
-                .region
+            self.region
                 .as_ptr()
                 .as_ptr()
                 .cast::<CompletionEntry>()
-                .add(self.head as usize);
-            let status_dword = slot.cast::<u32>().add(3).read_volatile();
-            let phase = status_dword & CQE_PHASE_BIT != 0;
-            if phase != self.phase {
-                return None;
-            }
-            // Orders the phase-tag load before the loads of the rest of the entry, so we never
-            // combine a new phase with stale contents.
-            barrier::dma_rmb();
-            slot.read_volatile()
+                .add(self.head as usize)
+                .read_volatile()
         };
         self.head += 1;
         if self.head == self.entries {
             self.head = 0;
             self.phase = !self.phase;
         }
-        Some(entry)
+        entry
     }
 
     /// Publishes the head if it moved (once per reaped batch). Returns `None` if there was
@@ -584,6 +584,39 @@ mod tests {
         assert!(q.update_head(0));
         assert!(!q.update_head(2), "past the tail at 1");
         assert!(q.update_head(1));
+    }
+
+    /// `update_head`'s window test against its definition (the head moves forward, in ring
+    /// order, by at most as many entries as lie between it and the published tail), for every
+    /// head, published tail and reported value of small rings, out-of-range values included.
+    #[test]
+    fn sq_head_window_matches_ring_distances() {
+        for entries in [2u32, 3, 8] {
+            let distance = |from: u32, to: u32| {
+                if to >= from {
+                    to - from
+                } else {
+                    to + entries - from
+                }
+            };
+            for head in 0..entries {
+                for tail in 0..entries {
+                    for reported in 0..entries + 3 {
+                        let mut q = sq(entries);
+                        q.head = head;
+                        q.published_tail = tail;
+                        let want =
+                            reported < entries && distance(head, reported) <= distance(head, tail);
+                        assert_eq!(
+                            q.update_head(reported as u16),
+                            want,
+                            "entries {entries}, head {head}, tail {tail}, reported {reported}"
+                        );
+                        assert_eq!(q.head, if want { reported } else { head });
+                    }
+                }
+            }
+        }
     }
 
     #[test]

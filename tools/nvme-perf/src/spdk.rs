@@ -523,15 +523,42 @@ fn run_worker<C: Check>(
         let reaped = qp.poll_deferred(
             #[inline(always)]
             |c| {
-                let index = c.user_data as usize;
-                let ctx = match c.result {
-                    Ok(_) => contexts.get_mut(index).and_then(Option::take),
-                    Err(_) => None,
+                // Taken apart at once: only the failure path below puts it together again, so
+                // the fast path's completion (result known `Ok`, no pieces) never reaches memory.
+                let Completion {
+                    user_data,
+                    result,
+                    buffer,
+                    pieces,
+                } = c;
+                let index = user_data as usize;
+                // `result` is moved on every path (no drop check of it left for the end).
+                let ctx = match result {
+                    Ok(dw0) => match contexts.get_mut(index).and_then(Option::take) {
+                        Some(ctx) => ctx,
+                        None => {
+                            failed.push(Completion {
+                                user_data,
+                                result: Ok(dw0),
+                                buffer,
+                                pieces,
+                            });
+                            return;
+                        }
+                    },
+                    Err(e) => {
+                        failed.push(Completion {
+                            user_data,
+                            result: Err(e),
+                            buffer,
+                            pieces,
+                        });
+                        return;
+                    }
                 };
-                let Some(ctx) = ctx else {
-                    failed.push(c);
-                    return;
-                };
+                // A successful completion of one buffer has no pieces; were there any, they
+                // are dropped here (returned to nobody: nvme-perf submits no vectored I/O).
+                drop(pieces);
                 if timed {
                     let now = *now.get_or_insert_with(clock);
                     tally.complete_ns(now.saturating_sub(ctx.submitted));
@@ -539,7 +566,7 @@ fn run_worker<C: Check>(
                     tally.complete_untimed();
                 }
                 let slot = index as u32;
-                put_back(&mut buffers[slot as usize], c.buffer);
+                put_back(&mut buffers[slot as usize], buffer);
                 settle(&mut check, &buffers, &mut free, &mut retired, slot, true);
                 if use_cache {
                     cache.put(ctx);
@@ -631,8 +658,14 @@ fn run_worker<C: Check>(
         }
         let mut changed = reaped > 0;
         // ----- submit one batch -----
-        let room = (qd - in_flight - retired).min(config.submit_batch);
-        let want = pacer.allowance(room, &tally);
+        // A full queue (every round of a QD1 loop that waits for its I/O) is decided by one
+        // compare: no batch cap or `--ios` allowance to work out.
+        let free_slots = qd - in_flight - retired;
+        let want = if free_slots == 0 {
+            0
+        } else {
+            pacer.allowance(free_slots.min(config.submit_batch), &tally)
+        };
         if want > 0 {
             // A batch of one I/O of one command needs neither a reservation nor a deferred
             // doorbell: submitted unplugged, its submission writes the CQ head and the SQ tail

@@ -118,65 +118,72 @@ impl QueuePair {
         // `Option` of a pair); `NO_SQ_HEAD` while none: a valid entry's cid passed `lookup`,
         // which never accepts the reserved cid FFFFh.
         let mut sq_head = NO_SQ_HEAD;
-        while consumed < self.max_completions {
-            let Some(cqe) = self.cq.pop() else { break };
+        // Each phase tag is loaded once: `ready` above for the first entry, then after each
+        // entry for the next (`take_ready` does not test it again). `max_completions >= 1`.
+        loop {
+            let cqe = self.cq.take_ready();
             consumed += 1;
-            if cqe.sq_id != self.qid {
-                self.reject(
-                    cqe.cid,
-                    cqe.sq_id,
-                    cqe.status(),
-                    "wrong submission queue id",
-                );
-                continue;
+            'entry: {
+                if cqe.sq_id != self.qid {
+                    self.reject(
+                        cqe.cid,
+                        cqe.sq_id,
+                        cqe.status(),
+                        "wrong submission queue id",
+                    );
+                    break 'entry;
+                }
+                let Some((tag, slot)) = self.tags.lookup_mut(cqe.cid) else {
+                    self.reject(cqe.cid, cqe.sq_id, cqe.status(), "command id not in flight");
+                    break 'entry;
+                };
+                if !slot.awaiting {
+                    self.reject(
+                        cqe.cid,
+                        cqe.sq_id,
+                        cqe.status(),
+                        "command already completed",
+                    );
+                    break 'entry;
+                }
+                slot.awaiting = false;
+                let head_tag = slot.head;
+                sq_head = u32::from(cqe.sq_head) << 16 | u32::from(cqe.cid);
+                let status = cqe.status();
+                // `simple`: one command heading its own group, no pieces, no synchronous waiter,
+                // not reported (every path that makes a slot anything else clears it).
+                if status.is_success() && slot.simple {
+                    // The common case, a successful request of one command (not vectored: its
+                    // pieces go through `complete_group`): complete it from the
+                    // one slot already at hand (what `finish_command` + `complete_group` do for
+                    // groups and errors). A result known to be `Ok` here lets an inlined callback
+                    // skip its error handling without the `Completion` ever reaching memory.
+                    let user_data = slot.user_data;
+                    let buffer = slot.buffer.take();
+                    // `tag` is what `lookup_mut` returned just above.
+                    self.tags.free_found(tag);
+                    self.stats.requests_completed += 1;
+                    // `pieces: None` known here: an inlined callback drops no vector.
+                    f(Completion {
+                        user_data,
+                        result: Ok(cqe.dw0),
+                        buffer,
+                        pieces: None,
+                    });
+                    finished += 1;
+                    break 'entry;
+                }
+                let outcome = if status.is_success() {
+                    Outcome::Done(cqe.dw0)
+                } else {
+                    Outcome::Status(status)
+                };
+                if self.finish_command(tag, head_tag, outcome, f) {
+                    finished += 1;
+                }
             }
-            let Some((tag, slot)) = self.tags.lookup_mut(cqe.cid) else {
-                self.reject(cqe.cid, cqe.sq_id, cqe.status(), "command id not in flight");
-                continue;
-            };
-            if !slot.awaiting {
-                self.reject(
-                    cqe.cid,
-                    cqe.sq_id,
-                    cqe.status(),
-                    "command already completed",
-                );
-                continue;
-            }
-            slot.awaiting = false;
-            let head_tag = slot.head;
-            sq_head = u32::from(cqe.sq_head) << 16 | u32::from(cqe.cid);
-            let status = cqe.status();
-            // `simple`: one command heading its own group, no pieces, no synchronous waiter,
-            // not reported (every path that makes a slot anything else clears it).
-            if status.is_success() && slot.simple {
-                // The common case, a successful request of one command (not vectored: its
-                // pieces go through `complete_group`): complete it from the
-                // one slot already at hand (what `finish_command` + `complete_group` do for
-                // groups and errors). A result known to be `Ok` here lets an inlined callback
-                // skip its error handling without the `Completion` ever reaching memory.
-                let user_data = slot.user_data;
-                let buffer = slot.buffer.take();
-                // `tag` is what `lookup_mut` returned just above.
-                self.tags.free_found(tag);
-                self.stats.requests_completed += 1;
-                // `pieces: None` known here: an inlined callback drops no vector.
-                f(Completion {
-                    user_data,
-                    result: Ok(cqe.dw0),
-                    buffer,
-                    pieces: None,
-                });
-                finished += 1;
-                continue;
-            }
-            let outcome = if status.is_success() {
-                Outcome::Done(cqe.dw0)
-            } else {
-                Outcome::Status(status)
-            };
-            if self.finish_command(tag, head_tag, outcome, f) {
-                finished += 1;
+            if consumed >= self.max_completions || !self.cq.ready() {
+                break;
             }
         }
         if sq_head != NO_SQ_HEAD {
@@ -185,11 +192,10 @@ impl QueuePair {
                 self.bad_sq_head(head, cid);
             }
         }
-        if consumed > 0 {
-            self.stats.completions_reaped += consumed as u64;
-            if !DEFER_CQ_HEAD {
-                self.publish_cq_head();
-            }
+        // At least one entry was consumed (the queue was ready).
+        self.stats.completions_reaped += consumed as u64;
+        if !DEFER_CQ_HEAD {
+            self.publish_cq_head();
         }
         finished
     }
