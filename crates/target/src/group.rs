@@ -1,22 +1,45 @@
 //! A poll group: one thread that owns its connections (and their backend queue pairs) and
 //! makes progress on each in turn: receive, execute, poll the backend, send. Nothing in a
 //! pass is shared with another group except the association flags it reads.
+//!
+//! Idle policy: after a pass that moved something the group spins `idle_spins` empty passes,
+//! then blocks in one poll(2) on everything that can give it work (its connections' sockets,
+//! the interrupt eventfds of the backend queue pairs with commands in flight, and its wake-up
+//! eventfd, signalled for a new connection and at stop), the way nvmet-tcp sleeps until a
+//! socket callback or the controller's interrupt. Where a queue pair with commands in flight
+//! cannot signal (a polled-only backend) it sleeps `idle_sleep` between passes instead.
+//!
+//! INVARIANT: the group blocks only when every connection has armed its descriptors and found
+//! nothing to do (`WaitPrep::Added`); an interrupt is armed by consuming its stale signals
+//! before the ring is checked, so a completion posted meanwhile still wakes the wait.
 
 use std::net::TcpStream;
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use nvme_vfio::{FdWait, InterruptEvent};
 
 use crate::backend::Backend;
-use crate::conn::Conn;
+use crate::conn::{Conn, WaitPrep};
 use crate::server::Shared;
 
-/// The group's loop, until the target stops.
-pub(crate) fn run<B: Backend>(s: Arc<Shared<B>>, new: Receiver<TcpStream>) {
+/// Longest block: the Keep Alive and Connect deadlines are checked at least this often.
+const WAIT_LIMIT: Duration = Duration::from_millis(50);
+
+/// The group's loop, until the target stops. `wake` is signalled when a connection is sent
+/// on `new` and when the target stops.
+pub(crate) fn run<B: Backend>(
+    s: Arc<Shared<B>>,
+    new: Receiver<TcpStream>,
+    wake: Arc<InterruptEvent>,
+) {
     let mut conns: Vec<Conn<B>> = Vec::new();
     let mut idle = 0u32;
     let mut listener_gone = false;
+    let mut fds = FdWait::new();
     while !s.stop.load(Ordering::Acquire) {
         if !listener_gone {
             loop {
@@ -42,11 +65,40 @@ pub(crate) fn run<B: Backend>(s: Arc<Shared<B>>, new: Receiver<TcpStream>) {
         } else {
             idle = idle.saturating_add(1);
             if idle > s.config.idle_spins {
-                std::thread::sleep(s.config.idle_sleep);
+                match block(&mut conns, &mut fds, &wake) {
+                    WaitPrep::Added | WaitPrep::Ready => {}
+                    WaitPrep::Polled => std::thread::sleep(s.config.idle_sleep),
+                }
             }
         }
     }
     for mut c in conns {
         c.close("the target stops");
     }
+}
+
+/// Blocks until a connection has work, a connection arrives, the target stops or
+/// [`WAIT_LIMIT`] passes ([`WaitPrep::Added`]); returns at once when a connection has work
+/// now ([`WaitPrep::Ready`]) or cannot be waited for ([`WaitPrep::Polled`]).
+fn block<B: Backend>(conns: &mut [Conn<B>], fds: &mut FdWait, wake: &InterruptEvent) -> WaitPrep {
+    fds.clear();
+    let w = fds.add(wake.as_fd(), true, false);
+    for c in conns.iter_mut() {
+        match c.add_wait_fds(fds) {
+            WaitPrep::Added => {}
+            other => return other,
+        }
+    }
+    match fds.wait(Some(WAIT_LIMIT)) {
+        Ok(_) => {
+            if fds.ready(w) {
+                let _ = wake.clear();
+            }
+        }
+        Err(e) => {
+            log::warn!("nvme-target: poll group wait: {e}; sleeping instead");
+            return WaitPrep::Polled;
+        }
+    }
+    WaitPrep::Added
 }

@@ -62,6 +62,16 @@ impl<B: Backend> IoState<B> {
         self.queue.plug(0).is_ok()
     }
 
+    /// Whether commands wait for room in the backend queue.
+    pub fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// The backend queue pair.
+    pub fn queue_mut(&mut self) -> &mut B::Queue {
+        &mut self.queue
+    }
+
     /// Ends [`IoState::plug`]: one doorbell write for what was submitted meanwhile.
     pub fn unplug(&mut self) {
         self.queue.unplug();

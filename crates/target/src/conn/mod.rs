@@ -15,15 +15,18 @@ mod rx;
 mod tx;
 
 use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_core::{DmaBuffer, DmaMapper, Error, HostMemory};
+use nvme_core::{DmaBuffer, DmaMapper, Error, HostMemory, IoQueue};
+use nvme_driver::InterruptArm;
 use nvme_spec::regs::{Cc, ShutdownStatus};
 use nvme_spec::status::generic;
 use nvme_spec::tcp::{self, flags, pdu_type, CapsuleResp, CommonHeader, PduFrame};
 use nvme_spec::{CompletionEntry, Status, StatusCodeType, SubmissionEntry};
+use nvme_vfio::FdWait;
 
 use crate::backend::Backend;
 use crate::server::Shared;
@@ -45,6 +48,18 @@ const PDU_OVERHEAD: usize = 256;
 pub(crate) const ADMIN_IN_CAPSULE: usize = 8192;
 /// CPDA the target asks for (0: 4-byte alignment of host data).
 const CPDA: u8 = 0;
+
+/// What a connection needs before its poll group may block ([`Conn::add_wait_fds`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WaitPrep {
+    /// Its descriptors are in the set: it has nothing to do until one of them is ready.
+    Added,
+    /// It has work now (a completion is in its ring, or it is to close): do not block.
+    Ready,
+    /// Commands are at a backend queue that cannot signal completions: poll it (sleep
+    /// between passes), do not block.
+    Polled,
+}
 
 /// Where a command is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -277,6 +292,33 @@ impl<B: Backend> Conn<B> {
             }
         }
         (true, progress)
+    }
+
+    /// Adds what wakes this connection to `w`, for a poll group with nothing to do: its
+    /// socket (readable while it receives; writable while it has bytes queued) and, with
+    /// commands at the backend, the queue pair's interrupt eventfd (armed: an entry already
+    /// in the ring makes this [`WaitPrep::Ready`] instead).
+    pub fn add_wait_fds(&mut self, w: &mut FdWait) -> WaitPrep {
+        if self.closed || (self.closing.is_some() && self.tx.is_empty()) {
+            return WaitPrep::Ready;
+        }
+        if let Role::Io(io) = &mut self.role {
+            if io.queue_mut().in_flight() > 0 || io.has_waiting() {
+                match B::arm_interrupt(io.queue_mut()) {
+                    Some(InterruptArm::Wait(fd)) => {
+                        w.add(fd, true, false);
+                    }
+                    Some(InterruptArm::Ready) => return WaitPrep::Ready,
+                    None => return WaitPrep::Polled,
+                }
+            }
+        }
+        w.add(
+            self.stream.as_fd(),
+            self.closing.is_none(),
+            !self.tx.is_empty(),
+        );
+        WaitPrep::Added
     }
 
     fn check_liveness(&mut self, now: Instant) {
