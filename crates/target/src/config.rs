@@ -52,11 +52,12 @@ pub struct TargetConfig {
     pub max_io_bytes: usize,
     /// In-capsule data an I/O command may carry (announced through IOCCSZ).
     pub in_capsule_bytes: usize,
-    /// Sleep of a poll group after a pass with nothing to do (after spinning a little).
+    /// Sleep of a poll group between passes once idle, where it cannot block (a queue pair
+    /// with commands in flight that has no interrupt vector).
     pub idle_sleep: Duration,
-    /// Passes with nothing to do a poll group spins before it sleeps `idle_sleep` between
-    /// passes; 0: it sleeps after the first empty pass (for a machine whose CPUs the target
-    /// shares; measured in `docs/target.md`, "Performance").
+    /// Passes with nothing to do a poll group spins before it blocks on its sockets and
+    /// interrupts (or sleeps `idle_sleep`); 0 (the default): after the first empty pass
+    /// (measured in `docs/target.md`, "Performance").
     pub idle_spins: u32,
     /// A connection that has not completed ICReq and Connect this long after it was accepted
     /// is closed (a host that holds a socket without using it).
@@ -77,8 +78,9 @@ pub(crate) mod defaults {
     pub const IN_CAPSULE_BYTES: usize = 8 << 10;
     /// Idle sleep.
     pub const IDLE_SLEEP_US: u64 = 200;
-    /// Empty passes before the idle sleep.
-    pub const IDLE_SPINS: u32 = 256;
+    /// Empty passes before an idle group blocks (0: at once; spinning lost at QD1 under TCG,
+    /// docs/target.md "What was changed").
+    pub const IDLE_SPINS: u32 = 0;
     /// Time to Connect after accept.
     pub const CONNECT_TIMEOUT_S: u64 = 10;
 }

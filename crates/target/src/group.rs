@@ -40,6 +40,8 @@ pub(crate) fn run<B: Backend>(
     let mut idle = 0u32;
     let mut listener_gone = false;
     let mut fds = FdWait::new();
+    // Index in `fds` of each connection's socket in the last wait (kept for its capacity).
+    let mut sockets = Vec::new();
     while !s.stop.load(Ordering::Acquire) {
         if !listener_gone {
             loop {
@@ -65,7 +67,7 @@ pub(crate) fn run<B: Backend>(
         } else {
             idle = idle.saturating_add(1);
             if idle > s.config.idle_spins {
-                match block(&mut conns, &mut fds, &wake) {
+                match block(&mut conns, &mut fds, &mut sockets, &wake) {
                     WaitPrep::Added | WaitPrep::Ready => {}
                     WaitPrep::Polled => std::thread::sleep(s.config.idle_sleep),
                 }
@@ -78,14 +80,21 @@ pub(crate) fn run<B: Backend>(
 }
 
 /// Blocks until a connection has work, a connection arrives, the target stops or
-/// [`WAIT_LIMIT`] passes ([`WaitPrep::Added`]); returns at once when a connection has work
-/// now ([`WaitPrep::Ready`]) or cannot be waited for ([`WaitPrep::Polled`]).
-fn block<B: Backend>(conns: &mut [Conn<B>], fds: &mut FdWait, wake: &InterruptEvent) -> WaitPrep {
+/// [`WAIT_LIMIT`] passes ([`WaitPrep::Added`]; each connection then reads its socket in the
+/// next pass only if it was ready); returns at once when a connection has work now
+/// ([`WaitPrep::Ready`]) or cannot be waited for ([`WaitPrep::Polled`]).
+fn block<B: Backend>(
+    conns: &mut [Conn<B>],
+    fds: &mut FdWait,
+    sockets: &mut Vec<usize>,
+    wake: &InterruptEvent,
+) -> WaitPrep {
     fds.clear();
+    sockets.clear();
     let w = fds.add(wake.as_fd(), true, false);
     for c in conns.iter_mut() {
         match c.add_wait_fds(fds) {
-            WaitPrep::Added => {}
+            WaitPrep::Added => sockets.push(fds.len() - 1),
             other => return other,
         }
     }
@@ -93,6 +102,9 @@ fn block<B: Backend>(conns: &mut [Conn<B>], fds: &mut FdWait, wake: &InterruptEv
         Ok(_) => {
             if fds.ready(w) {
                 let _ = wake.clear();
+            }
+            for (c, &i) in conns.iter_mut().zip(sockets.iter()) {
+                c.set_rx_hint(fds.ready(i));
             }
         }
         Err(e) => {

@@ -66,7 +66,7 @@ pub struct Cli {
     serial: String,
     /// Empty passes a poll group spins before it blocks on its sockets and the controller's
     /// interrupts (0: block at once).
-    #[arg(long, value_name = "PASSES", default_value_t = 256)]
+    #[arg(long, value_name = "PASSES", default_value_t = 0)]
     idle_spins: u32,
     /// A poll group's sleep between passes once idle, in microseconds, where it cannot block
     /// (with --no-interrupts, or a queue pair without an interrupt vector).

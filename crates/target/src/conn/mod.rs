@@ -144,6 +144,9 @@ pub(crate) struct Conn<B: Backend> {
     closed: bool,
     /// When the connection was accepted (the Connect deadline counts from it).
     accepted: Instant,
+    /// Whether the next pass reads the socket: false for one pass after the group woke from
+    /// a wait in which this socket was not ready (no read that could only say EAGAIN).
+    rx_hint: bool,
 }
 
 impl<B: Backend> Conn<B> {
@@ -175,6 +178,7 @@ impl<B: Backend> Conn<B> {
             closing: None,
             closed: false,
             accepted: Instant::now(),
+            rx_hint: true,
             s,
             stream,
             peer,
@@ -269,7 +273,7 @@ impl<B: Backend> Conn<B> {
         if self.closing.is_none() {
             self.check_liveness(now);
         }
-        if self.closing.is_none() {
+        if self.closing.is_none() && std::mem::replace(&mut self.rx_hint, true) {
             progress |= self.receive();
         }
         progress |= self.poll_backend();
@@ -294,10 +298,16 @@ impl<B: Backend> Conn<B> {
         (true, progress)
     }
 
+    /// After a wait: whether its socket was ready (read it in the next pass).
+    pub fn set_rx_hint(&mut self, ready: bool) {
+        self.rx_hint = ready;
+    }
+
     /// Adds what wakes this connection to `w`, for a poll group with nothing to do: its
     /// socket (readable while it receives; writable while it has bytes queued) and, with
     /// commands at the backend, the queue pair's interrupt eventfd (armed: an entry already
     /// in the ring makes this [`WaitPrep::Ready`] instead).
+    /// With [`WaitPrep::Added`], the socket is the last descriptor added.
     pub fn add_wait_fds(&mut self, w: &mut FdWait) -> WaitPrep {
         if self.closed || (self.closing.is_some() && self.tx.is_empty()) {
             return WaitPrep::Ready;
@@ -366,6 +376,7 @@ impl<B: Backend> Conn<B> {
 
     fn receive_pass(&mut self) -> bool {
         let mut progress = false;
+        self.rx.new_pass();
         for _ in 0..EVENTS_PER_PASS {
             match self.rx.pump(&mut self.stream, &mut self.slots) {
                 Ok(None) => break,
