@@ -6,14 +6,14 @@
 # tests/qemu/target-bench-report.py (IOPS, QD1 latency, target CPU per I/O, ratios).
 # Not part of tests/run-all.sh (a benchmark).
 #
-# Usage: [BASE=path/to/old/nvme-target] [SMP=2] [TB_SLEEP=0] [TB_PIN=1] [NO_BUILD=1]
+# Usage: [BASE=path/to/old/nvme-target] [SMP=2] [TB_SLEEP=0] [TB_PIN=1|same] [NO_BUILD=1]
 #        [APPEND="kernel args"]
 #        tests/target-bench.sh [REPS [SECS]]
 #
 # BASE: a baseline build of nvme-target (static, e.g. a copy of
 # target/guest/x86_64-unknown-linux-gnu/release/nvme-target from before a change), run as the
 # `base` side in the same boot: the A/B of a change to crates/target. TB_SLEEP=0: no `sleep`
-# side (nvme-target --idle-spins 0). TB_PIN=1: fio on CPU 0, nvme-target on CPU 1. APPEND: extra guest kernel
+# side (nvme-target --idle-spins 0, the default since 2026-12-03). TB_PIN=1: fio on CPU 0, nvme-target on CPU 1; TB_PIN=same: both on CPU 0. APPEND: extra guest kernel
 # arguments (run.sh --append), e.g. `no_timer_check` where a heavily loaded host makes the
 # guest panic early with "timer doesn't work through Interrupt-remapped IO-APIC".
 set -euo pipefail
@@ -44,5 +44,5 @@ CMD="tests/target-bench.sh $REPS $SECS"
 [ -z "${BASE:-}" ] || CMD="BASE=.../nvme-target $CMD"
 [ -z "${APPEND:-}" ] || CMD="APPEND=$APPEND $CMD"
 [ "${TB_SLEEP:-1}" = 1 ] || CMD="TB_SLEEP=0 $CMD"
-[ "${TB_PIN:-0}" = 0 ] || CMD="TB_PIN=1 $CMD"
+[ "${TB_PIN:-0}" = 0 ] || CMD="TB_PIN=$TB_PIN $CMD"
 python3 "$ROOT/tests/qemu/target-bench-report.py" "$LOG" --command "$CMD"

@@ -9,13 +9,16 @@
 # (GUEST_EXTRA_BINS=fio=/usr/bin/fio).
 #
 # Phases: kernel (nvmet-tcp), ours (nvme-target --threads 1), sleep (the same with
-# --idle-spins 0: the poll group sleeps after every pass that found nothing instead of
-# spinning first; TB_SLEEP=0 leaves it out), and base (nvme-target-base, the same as ours with
+# --idle-spins 0: the poll group blocks after every pass that found nothing instead of
+# spinning first; since that is the default now, TB_SLEEP=0 leaves it out), and base (nvme-target-base, the same as ours with
 # a baseline build, when tests/target-bench.sh put one into the guest: A/B of a change to
 # crates/target).
 #
 # TB_PIN=1: fio runs on CPU 0 only (--cpus_allowed=0) and nvme-target on CPU 1 only (taskset),
 # so that our polling thread never shares a CPU with fio or the host's io_work for fio's queue.
+# TB_PIN=same: fio and nvme-target both on CPU 0 only, where the host's io_work for fio's
+# queue runs too (a target that blocks instead of spinning: a QD1 round without a hand-over
+# to the other CPU, as the kernel target's can be).
 #
 # Every run prints
 #   @@TB <label> <fio's JSON output on one line>
@@ -147,7 +150,11 @@ our_phase() {
     TPID=""
 }
 
-[ "${TB_PIN:-0}" = 0 ] || NVME_TARGET_CPUS=1
+case "${TB_PIN:-0}" in
+0) ;;
+same) NVME_TARGET_CPUS=0 ;;
+*) NVME_TARGET_CPUS=1 ;;
+esac
 bind_kernel
 SECTORS=$(cat "/sys/block/$(basename "$(ns_blockdev $NSID)")/size")
 PHASES="kernel ours"
