@@ -25,6 +25,7 @@ use nvme_vfio::{FdWait, InterruptEvent};
 use crate::backend::Backend;
 use crate::conn::{Conn, WaitPrep};
 use crate::server::Shared;
+use crate::trace::{self, Ev};
 
 /// Longest block: the Keep Alive and Connect deadlines are checked at least this often.
 const WAIT_LIMIT: Duration = Duration::from_millis(50);
@@ -42,6 +43,7 @@ pub(crate) fn run<B: Backend>(
     let mut fds = FdWait::new();
     // Index in `fds` of each connection's socket in the last wait (kept for its capacity).
     let mut sockets = Vec::new();
+    trace::start_group();
     while !s.stop.load(Ordering::Acquire) {
         if !listener_gone {
             loop {
@@ -68,8 +70,12 @@ pub(crate) fn run<B: Backend>(
             idle = idle.saturating_add(1);
             if idle > s.config.idle_spins {
                 match block(&mut conns, &mut fds, &mut sockets, &wake) {
-                    WaitPrep::Added | WaitPrep::Ready => {}
-                    WaitPrep::Polled => std::thread::sleep(s.config.idle_sleep),
+                    WaitPrep::Added => {}
+                    WaitPrep::Ready => trace::ev(Ev::Ready, 0, 0),
+                    WaitPrep::Polled => {
+                        trace::ev(Ev::Sleep, 0, 0);
+                        std::thread::sleep(s.config.idle_sleep)
+                    }
                 }
             }
         }
@@ -77,6 +83,7 @@ pub(crate) fn run<B: Backend>(
     for mut c in conns {
         c.close("the target stops");
     }
+    trace::finish_group();
 }
 
 /// Blocks until a connection has work, a connection arrives, the target stops or
@@ -98,8 +105,10 @@ fn block<B: Backend>(
             other => return other,
         }
     }
+    trace::ev(Ev::Wait, fds.len() as u32, 0);
     match fds.wait(Some(WAIT_LIMIT)) {
-        Ok(_) => {
+        Ok(n) => {
+            trace::ev(Ev::Woke, n as u32, u32::from(fds.ready(w)));
             if fds.ready(w) {
                 let _ = wake.clear();
             }

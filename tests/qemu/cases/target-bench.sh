@@ -20,6 +20,8 @@
 # queue runs too (a target that blocks instead of spinning: a QD1 round without a hand-over
 # to the other CPU, as the kernel target's can be).
 #
+# TB_TRACE=1: then one more run of ours at QD1 with its round trace (trace_phase).
+#
 # Every run prints
 #   @@TB <label> <fio's JSON output on one line>
 #   @@TBCPU <label> target=T kworker=K busy=B ticks (USER_HZ, 100 a second)
@@ -150,6 +152,24 @@ our_phase() {
     TPID=""
 }
 
+# trace_phase: nvme-target with NVME_TARGET_TRACE (crates/target/src/trace.rs) at QD1 for T s;
+# prints the trace as "@@TGTTRACE <line>" (tests/qemu/target-trace-report.py sums it up).
+trace_phase() {
+    bind_vfio
+    rm -f /tmp/tgt.trace
+    NVME_TARGET_TRACE=/tmp/tgt.trace nvme_target_start $LOG $O_NQN "$NVME_BDF" \
+        --listen 127.0.0.1:$O_PORT --subnqn $O_NQN -n $NSID --threads 1
+    dev=$(host_attach $O_NQN $O_PORT)
+    echo "  trace: nvme-target on 127.0.0.1:$O_PORT; host device $dev"
+    fio_run trace-qd1 "$dev" 1 $TPID
+    host_detach $O_NQN "$dev"
+    kill -TERM $TPID
+    wait $TPID || fail "nvme-target did not stop cleanly"
+    TPID=""
+    [ -s /tmp/tgt.trace ] || fail "nvme-target wrote no trace to /tmp/tgt.trace"
+    sed 's/^/@@TGTTRACE /' /tmp/tgt.trace
+}
+
 case "${TB_PIN:-0}" in
 0) ;;
 same) NVME_TARGET_CPUS=0 ;;
@@ -177,5 +197,6 @@ while [ $r -le "$REPS" ]; do
     done
     r=$((r + 1))
 done
+[ "${TB_TRACE:-0}" = 0 ] || trace_phase
 bind_kernel
 echo "ok: target-bench done"

@@ -21,6 +21,7 @@ use nvme_spec::Status;
 
 use super::{err, Conn, Role, SlotState};
 use crate::backend::Backend;
+use crate::trace::{self, Ev};
 
 /// Dataset Management ranges at most (NVM CS §3.2.3: NR is 8 bits, 0's based).
 const DSM_MAX_RANGES: usize = 256;
@@ -276,6 +277,9 @@ impl<B: Backend> Conn<B> {
             }
             Op::Nothing => Ok(()),
         };
+        if r.is_ok() {
+            trace::ev(Ev::Submit, self.slots[usize::from(slot)].cid.into(), 0);
+        }
         if let Err(f) = r {
             self.slots[usize::from(slot)].buf = f.buffer;
             if matches!(f.error, Error::QueueFull { .. }) {
@@ -321,6 +325,7 @@ impl<B: Backend> Conn<B> {
         if s.state != SlotState::Backend {
             return;
         }
+        trace::ev(Ev::Complete, s.cid.into(), 0);
         s.buf = buf;
         match result {
             Ok(_) if s.sqe.opcode() == nvm::READ => {

@@ -30,6 +30,7 @@ use nvme_vfio::FdWait;
 
 use crate::backend::Backend;
 use crate::server::Shared;
+use crate::trace::{self, Ev};
 use rx::{DataDst, Event, Rx, RxError};
 use tx::Tx;
 
@@ -614,6 +615,7 @@ impl<B: Backend> Conn<B> {
 
     /// Runs a command whose data (if any) is in its slot.
     fn execute(&mut self, slot: u16) {
+        trace::ev(Ev::Recv, self.slots[usize::from(slot)].cid.into(), 0);
         self.slots[usize::from(slot)].state = SlotState::Backend;
         let sqe = self.slots[usize::from(slot)].sqe;
         if sqe.opcode() == nvme_spec::fabrics::FABRICS_OPCODE {
@@ -708,6 +710,7 @@ impl<B: Backend> Conn<B> {
     /// Frees a slot whose response is sent: its buffer back to the pool.
     fn release(&mut self, slot: u16) {
         let s = &mut self.slots[usize::from(slot)];
+        trace::ev(Ev::Sent, s.cid.into(), 0);
         s.state = SlotState::Free;
         if let Some(b) = s.buf.take() {
             if b.len() == self.buf_size && self.pool.len() < self.slots.len() {
