@@ -15,6 +15,7 @@ Per wait (poll(2)): its length, split by what ended it (interrupt or socket whil
 was at the device, socket while none was, the 50 ms cap: returned 0), and its share of the
 submit->complete and sent->recv phases; the time from a wake-up to the event it led to.
 """
+import bisect
 import statistics
 import sys
 
@@ -121,13 +122,14 @@ def main():
     # Wake-up to the event it led to (complete or recv).
     lag_c, lag_r = [], []
     ends = sorted(e for _, e, *_ in w)
-    import bisect
     for c in io:
         j = bisect.bisect_right(ends, c["complete"]) - 1
         if j >= 0 and ends[j] >= c["submit"]:
             lag_c.append(c["complete"] - ends[j])
+    for i, c in enumerate(io[1:]):
+        # Only a wait that ended after the previous response went out.
         j = bisect.bisect_right(ends, c["recv"]) - 1
-        if j >= 0:
+        if j >= 0 and ends[j] >= io[i]["sent"]:
             lag_r.append(c["recv"] - ends[j])
     print()
     print("| wake-up -> event (µs) | n | mean | p50 | p90 | p99 | max |")

@@ -2,8 +2,10 @@
 //! makes progress on each in turn: receive, execute, poll the backend, send. Nothing in a
 //! pass is shared with another group except the association flags it reads.
 //!
-//! Idle policy: after a pass that moved something the group spins `idle_spins` empty passes,
-//! then blocks in one poll(2) on everything that can give it work (its connections' sockets,
+//! Idle policy: while commands are at a backend queue pair and the last pass that moved
+//! something is less than `device_poll` ago, the group polls only its queue pairs'
+//! completion queues (no socket reads, no syscalls). Otherwise, after a pass that moved
+//! something it spins `idle_spins` empty passes, then blocks in one poll(2) on everything that can give it work (its connections' sockets,
 //! the interrupt eventfds of the backend queue pairs with commands in flight, and its wake-up
 //! eventfd, signalled for a new connection and at stop), the way nvmet-tcp sleeps until a
 //! socket callback or the controller's interrupt. Where a queue pair with commands in flight
@@ -43,6 +45,9 @@ pub(crate) fn run<B: Backend>(
     let mut fds = FdWait::new();
     // Index in `fds` of each connection's socket in the last wait (kept for its capacity).
     let mut sockets = Vec::new();
+    // The last pass that moved something, and whether the next pass polls the backend only.
+    let mut last_progress = Instant::now();
+    let mut device_polling = false;
     trace::start_group();
     while !s.stop.load(Ordering::Acquire) {
         if !listener_gone {
@@ -60,15 +65,27 @@ pub(crate) fn run<B: Backend>(
         let now = Instant::now();
         let mut progress = false;
         conns.retain_mut(|c| {
-            let (alive, moved) = c.poll(now);
+            let (alive, moved) = if device_polling {
+                c.poll_backend_only()
+            } else {
+                c.poll(now)
+            };
             progress |= moved;
             alive
         });
+        device_polling = false;
         if progress {
             idle = 0;
+            last_progress = now;
         } else {
             idle = idle.saturating_add(1);
-            if idle > s.config.idle_spins {
+            if now.duration_since(last_progress) < s.config.device_poll
+                && conns.iter_mut().any(|c| c.at_backend())
+            {
+                // Commands are at the controller: poll its completion queues (the next pass
+                // reads no socket) rather than wait for the interrupt.
+                device_polling = true;
+            } else if idle > s.config.idle_spins {
                 match block(&mut conns, &mut fds, &mut sockets, &wake) {
                     WaitPrep::Added => {}
                     WaitPrep::Ready => trace::ev(Ev::Ready, 0, 0),

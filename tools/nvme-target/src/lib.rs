@@ -72,6 +72,11 @@ pub struct Cli {
     /// (with --no-interrupts, or a queue pair without an interrupt vector).
     #[arg(long, value_name = "US", default_value_t = 200)]
     idle_sleep_us: u64,
+    /// While commands are at the controller and nothing moved for less than this many
+    /// microseconds, a poll group polls the completion queues instead of blocking on their
+    /// interrupts (0, the default: block at once).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    device_poll_us: u64,
     /// Do not route the controller's MSI-X vectors to eventfds: queue pairs are polled only,
     /// and an idle poll group with commands in flight sleeps --idle-sleep-us between passes.
     #[arg(long)]
@@ -192,6 +197,7 @@ pub fn run(cli: &Cli) -> Result<(), ToolError> {
     config.max_io_bytes = cli.max_io_bytes;
     config.idle_spins = cli.idle_spins;
     config.idle_sleep = Duration::from_micros(cli.idle_sleep_us);
+    config.device_poll = Duration::from_micros(cli.device_poll_us);
     let subsystem = SubsystemConfig {
         nqn: cli.subnqn.clone(),
         backend: backend.clone(),

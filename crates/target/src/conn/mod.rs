@@ -267,15 +267,36 @@ impl<B: Backend> Conn<B> {
 
     /// One pass: liveness, receive, backend, send. (alive, progress).
     pub fn poll(&mut self, now: Instant) -> (bool, bool) {
+        self.pass(Some(now))
+    }
+
+    /// A pass without liveness checks and socket reads: completions of the backend queue
+    /// pair become responses, and queued bytes are sent. (alive, progress).
+    pub fn poll_backend_only(&mut self) -> (bool, bool) {
+        self.pass(None)
+    }
+
+    /// Whether commands of this connection are at its backend queue pair.
+    pub fn at_backend(&mut self) -> bool {
+        match &mut self.role {
+            Role::Io(io) => io.queue_mut().in_flight() > 0,
+            _ => false,
+        }
+    }
+
+    /// `now`: a full pass; `None`: no liveness checks, no receive.
+    fn pass(&mut self, now: Option<Instant>) -> (bool, bool) {
         if self.closed {
             return (false, false);
         }
         let mut progress = false;
-        if self.closing.is_none() {
-            self.check_liveness(now);
-        }
-        if self.closing.is_none() && std::mem::replace(&mut self.rx_hint, true) {
-            progress |= self.receive();
+        if let Some(now) = now {
+            if self.closing.is_none() {
+                self.check_liveness(now);
+            }
+            if self.closing.is_none() && std::mem::replace(&mut self.rx_hint, true) {
+                progress |= self.receive();
+            }
         }
         progress |= self.poll_backend();
         let slots = &self.slots;
