@@ -75,7 +75,7 @@ pub use nvme_core::{
 };
 pub use platform::CpuPlatform;
 pub use queue_pair::{
-    Completion, QueuePair, QueuePairOptions, QueuePairStats, DEFAULT_QUEUE_DEPTH,
+    Completion, InterruptArm, QueuePair, QueuePairOptions, QueuePairStats, DEFAULT_QUEUE_DEPTH,
     MAX_BLOCKS_PER_COMMAND, MAX_COMMANDS_PER_REQUEST,
 };
 pub use typed::{TypedCompletion, TypedFailure, TypedQueuePair};

@@ -693,6 +693,69 @@ fn interrupt_mode_blocks_until_the_vector_fires() {
 }
 
 #[test]
+fn armed_interrupt_fd_wakes_a_multi_fd_wait() {
+    use nvme_driver::InterruptArm;
+    use nvme_vfio::FdWait;
+    let sim = SimController::start(SimConfig::default());
+    let ctrl = Controller::new(
+        Transport::new(sim.mmio(), sim.dma(), "sim").with_interrupts(sim.interrupts()),
+        ControllerOptions::default().interrupts(true),
+    )
+    .unwrap();
+    assert!(ctrl.has_interrupts());
+    let ns = ctrl.namespace(1).unwrap();
+    let mut q = ctrl
+        .create_queue_pair(QueuePairOptions::default().depth(16).interrupts(true))
+        .unwrap();
+    let mut w = FdWait::new();
+    for round in 0..3u64 {
+        sim.faults().delay_completions(Duration::from_millis(50));
+        let mut b = ctrl.alloc_buffer(512).unwrap();
+        b.fill(round as u8 + 1);
+        q.submit_write(&ns, round, 1, b, WriteFlags::NONE, round)
+            .unwrap();
+        w.clear();
+        match q.arm_interrupt().unwrap() {
+            InterruptArm::Wait(fd) => {
+                w.add(fd, true, false);
+            }
+            InterruptArm::Ready => panic!("ready before the delayed completion"),
+        }
+        let t = std::time::Instant::now();
+        assert_eq!(w.wait(Some(Duration::from_secs(5))).unwrap(), 1);
+        assert!(w.ready(0));
+        assert!(t.elapsed() < Duration::from_secs(4), "woken by the vector");
+        let mut got = None;
+        q.poll(|c| got = Some((c.user_data, c.result.is_ok())));
+        assert_eq!(got, Some((round, true)));
+        assert_eq!(
+            sim.read_disk(1, round * 512, 512),
+            vec![round as u8 + 1; 512]
+        );
+    }
+    // An entry posted but not yet reaped: arming says poll, not wait.
+    sim.faults().delay_completions(Duration::ZERO);
+    q.submit_read(&ns, 0, 1, ctrl.alloc_buffer(512).unwrap(), 9)
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !matches!(q.arm_interrupt().unwrap(), InterruptArm::Ready) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the completion never came"
+        );
+    }
+    let mut got = None;
+    q.poll(|c| got = Some(c.user_data));
+    assert_eq!(got, Some(9));
+    // A polled pair has nothing to arm.
+    let mut polled = qp(&ctrl, 4);
+    assert!(matches!(
+        polled.arm_interrupt(),
+        Err(Error::NoInterrupts { .. })
+    ));
+}
+
+#[test]
 fn verify_is_a_typed_command_without_data() {
     use nvme_driver::command::Verify;
     use nvme_driver::IoQueue;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use nvme_core::{DmaMapper, Error, IoQueue, Namespace, QueuePairOptions, Result};
 use nvme_device::{AnyController, AnyQueuePair};
+use nvme_driver::InterruptArm;
 use nvme_spec::log::NSID_BROADCAST;
 use nvme_spec::{IdentifyController, SmartLog};
 
@@ -53,6 +54,14 @@ pub trait Backend: Send + Sync + 'static {
 
     /// The controller's SMART / Health Information log page.
     fn smart_log(&self) -> Result<SmartLog>;
+
+    /// Prepares a blocking wait on `queue`'s completions (its interrupt eventfd, see
+    /// [`InterruptArm`]); `None` when the queue cannot signal completions (polled only):
+    /// the poll group then sleeps between passes instead of blocking.
+    fn arm_interrupt(queue: &mut Self::Queue) -> Option<InterruptArm<'_>> {
+        let _ = queue;
+        None
+    }
 }
 
 impl Backend for AnyController {
@@ -85,10 +94,20 @@ impl Backend for AnyController {
     fn create_queue(&self, entries: u32) -> Result<AnyQueuePair> {
         let depth = entries.min(self.max_queue_entries());
         let mut options = QueuePairOptions::default().depth(depth);
-        if self.as_pcie().is_some() {
+        if let Some(c) = self.as_pcie() {
             // A host may have more commands outstanding than the backend queue holds: the
             // PCIe pair's software queue keeps the excess in order instead of refusing it.
             options = options.software_queue(entries as usize);
+            if c.has_interrupts() {
+                // Its MSI-X eventfd lets an idle poll group block (`arm_interrupt`).
+                match self.create_queue_pair(options.clone().interrupts(true)) {
+                    Err(Error::NoInterrupts { qid }) => log::info!(
+                        "nvme-target: {}: no interrupt vector for queue {qid}: polled",
+                        self.name()
+                    ),
+                    r => return r,
+                }
+            }
         }
         self.create_queue_pair(options)
     }
@@ -119,5 +138,21 @@ impl Backend for AnyController {
 
     fn smart_log(&self) -> Result<SmartLog> {
         AnyController::smart_log(self, NSID_BROADCAST)
+    }
+
+    fn arm_interrupt(queue: &mut AnyQueuePair) -> Option<InterruptArm<'_>> {
+        let q = queue.as_pcie_mut()?;
+        if !q.has_interrupts() {
+            return None;
+        }
+        let qid = IoQueue::qid(q);
+        match q.arm_interrupt() {
+            Ok(a) => Some(a),
+            Err(e) => {
+                // The eventfd could not be read: poll this queue instead of blocking on it.
+                log::debug!("nvme-target: queue {qid}: {e}");
+                None
+            }
+        }
     }
 }

@@ -31,6 +31,10 @@ pub enum TargetError {
         #[source]
         source: std::io::Error,
     },
+    /// A poll group's wake-up eventfd could not be created (the process's descriptor limit?
+    /// raise `ulimit -n`).
+    #[error("creating a poll group's wake-up eventfd: {0}")]
+    WakeEvent(#[source] std::io::Error),
     /// A thread could not be started.
     #[error("starting a thread: {0}")]
     Thread(#[source] std::io::Error),

@@ -34,6 +34,7 @@ mod group;
 mod pages;
 mod registry;
 mod server;
+mod trace;
 
 pub use backend::Backend;
 pub use config::{ExportedNamespace, SubsystemConfig, TargetConfig};

@@ -11,6 +11,7 @@ use std::time::Duration;
 use nvme_core::Namespace;
 use nvme_spec::fabrics::{self, NQN_FIELD_SIZE};
 use nvme_spec::regs;
+use nvme_vfio::InterruptEvent;
 
 use crate::backend::Backend;
 use crate::config::{check_subsystem, SubsystemConfig, TargetConfig};
@@ -91,6 +92,8 @@ pub(crate) struct Shared<B> {
 pub struct Target<B: Backend> {
     shared: Arc<Shared<B>>,
     threads: Vec<JoinHandle<()>>,
+    /// Each poll group's wake-up eventfd (a blocked group returns to its loop).
+    wakes: Vec<Arc<InterruptEvent>>,
 }
 
 /// The largest power-of-two multiple of [`PAGE`] not above `limit`.
@@ -183,26 +186,33 @@ impl<B: Backend> Target<B> {
             local,
             stats: Stats::default(),
         });
-        let mut threads = Vec::new();
-        let mut senders = Vec::new();
-        for i in 0..shared.config.threads {
+        let mut target = Target {
+            shared,
+            threads: Vec::new(),
+            wakes: Vec::new(),
+        };
+        let mut groups = Vec::new();
+        for i in 0..target.shared.config.threads {
+            let wake = Arc::new(InterruptEvent::new().map_err(TargetError::WakeEvent)?);
             let (tx, rx) = mpsc::channel();
-            let s = shared.clone();
+            let (s, w) = (target.shared.clone(), wake.clone());
+            // On an error here, dropping `target` stops the threads started so far.
             let h = std::thread::Builder::new()
                 .name(format!("nvmf-group{i}"))
-                .spawn(move || group::run(s, rx))
+                .spawn(move || group::run(s, rx, w))
                 .map_err(TargetError::Thread)?;
-            threads.push(h);
-            senders.push(tx);
+            target.threads.push(h);
+            target.wakes.push(wake.clone());
+            groups.push((tx, wake));
         }
-        let s = shared.clone();
+        let s = target.shared.clone();
         let h = std::thread::Builder::new()
             .name("nvmf-listen".into())
-            .spawn(move || listen(listener, s, senders))
+            .spawn(move || listen(listener, s, groups))
             .map_err(TargetError::Thread)?;
-        threads.push(h);
+        target.threads.push(h);
         log::info!("nvme-target: listening on {local}");
-        Ok(Target { shared, threads })
+        Ok(target)
     }
 
     /// The address the target listens on.
@@ -226,6 +236,9 @@ impl<B: Backend> Target<B> {
     /// deleted) and joins the threads.
     pub fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
+        for w in &self.wakes {
+            let _ = w.signal();
+        }
         for h in self.threads.drain(..) {
             let _ = h.join();
         }
@@ -239,7 +252,11 @@ impl<B: Backend> Drop for Target<B> {
 }
 
 /// Accepts connections and hands them to the poll groups in turn.
-fn listen<B: Backend>(listener: TcpListener, s: Arc<Shared<B>>, groups: Vec<Sender<TcpStream>>) {
+fn listen<B: Backend>(
+    listener: TcpListener,
+    s: Arc<Shared<B>>,
+    groups: Vec<(Sender<TcpStream>, Arc<InterruptEvent>)>,
+) {
     let mut next = 0;
     while !s.stop.load(Ordering::Acquire) {
         match listener.accept() {
@@ -249,9 +266,12 @@ fn listen<B: Backend>(listener: TcpListener, s: Arc<Shared<B>>, groups: Vec<Send
                 if stream.set_nonblocking(true).is_err() || stream.set_nodelay(true).is_err() {
                     continue;
                 }
-                if groups[next].send(stream).is_err() {
+                let (tx, wake) = &groups[next];
+                if tx.send(stream).is_err() {
                     return;
                 }
+                // The group may be blocked in its wait: it picks the connection up now.
+                let _ = wake.signal();
                 next = (next + 1) % groups.len();
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),

@@ -178,13 +178,75 @@ fn many_commands_in_flight_on_two_queues() {
 
 #[test]
 fn a_group_that_sleeps_at_once_when_idle_still_serves_bursts() {
-    // --idle-spins 0 with a long sleep: every empty pass sleeps, the commands still arrive
-    // and complete (a burst's capsules reach the backend plugged, one doorbell per pass).
-    let rig = start(None, |c| {
+    // A polled-only backend, --idle-spins 0 with a long sleep: every empty pass with commands
+    // in flight sleeps, the commands still arrive and complete (a burst's capsules reach the
+    // backend plugged, one doorbell per pass).
+    let rig = start_with(false, None, |c| {
         c.idle_spins = 0;
         c.idle_sleep = Duration::from_millis(2);
+        c.device_poll = Duration::ZERO;
     });
     burst_of_writes(&rig, 1, 48);
+}
+
+/// `n` writes and reads of one block at QD1 on namespace 1, each read back; the time taken.
+fn qd1_rounds(rig: &Rig, n: u64) -> Duration {
+    let c = rig.connect(options()).expect("connect");
+    let ns = c.namespace(1).expect("namespace");
+    let mut qp = c
+        .create_queue_pair(QueuePairOptions::default().depth(4))
+        .expect("queue pair");
+    let mut buf = c.alloc_buffer(4096).unwrap();
+    let t = Instant::now();
+    for i in 0..n {
+        let data = pattern(4096, i + 500);
+        buf[..4096].copy_from_slice(&data);
+        buf = qp.write(&ns, i, 1, buf, WriteFlags::NONE).expect("write");
+        buf.fill(0);
+        buf = qp.read(&ns, i, 1, buf).expect("read");
+        assert!(buf[..4096] == data[..], "read back differs at {i}");
+    }
+    let took = t.elapsed();
+    assert!(rig.sim.read_disk(1, (n - 1) * 4096, 4096) == pattern(4096, n + 499));
+    took
+}
+
+#[test]
+fn a_group_polls_the_completion_queue_while_commands_are_at_the_device() {
+    // A polled-only backend whose idle sleep is absurdly long: a group that slept while a
+    // command is at the device would take 2 s per command (checked: 200 s with a zero `device_poll`); polling the completion queue
+    // (device_poll) sees each completion at once.
+    let rig = start_with(false, None, |c| {
+        c.idle_spins = 0;
+        c.idle_sleep = Duration::from_secs(2);
+        c.device_poll = Duration::from_secs(10);
+    });
+    let took = qd1_rounds(&rig, 50);
+    assert!(
+        took < Duration::from_secs(5),
+        "100 commands at QD1 took {took:?}: the group slept instead of polling"
+    );
+}
+
+#[test]
+fn a_group_that_blocks_at_once_when_idle_serves_bursts_and_single_commands() {
+    // --idle-spins 0 with interrupts: every empty pass blocks in poll(2) on the sockets and
+    // the queue pairs' eventfds. The sleep is set absurdly long so a group that slept
+    // instead of blocking would miss the time limits below.
+    let rig = start(None, |c| {
+        c.idle_spins = 0;
+        c.idle_sleep = Duration::from_secs(2);
+        c.device_poll = Duration::ZERO;
+    });
+    burst_of_writes(&rig, 2, 48);
+    // Single commands, one at a time (QD1): each wakes the group from its wait on the
+    // socket, then on the completion's interrupt. A missed wake-up costs the group's 50 ms
+    // wait limit: 200 commands in 5 s means (nearly) none was missed.
+    let took = qd1_rounds(&rig, 100);
+    assert!(
+        took < Duration::from_secs(5),
+        "200 commands at QD1 took {took:?}: wake-ups were missed"
+    );
 }
 
 #[test]

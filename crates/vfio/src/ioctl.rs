@@ -267,6 +267,26 @@ pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout_ms: libc::c_int) -> io::
     Ok(ret > 0 && pfd.revents & libc::POLLIN != 0)
 }
 
+/// poll(2) on several descriptors: blocks until one is ready or `timeout_ms` passes (-1: no
+/// limit); returns how many are ready (their `revents` set), 0 on timeout or EINTR.
+pub(crate) fn poll_many(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<usize> {
+    let count = libc::nfds_t::try_from(fds.len())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `fds` is a live, initialised slice of `count` pollfd structures; the kernel
+    // writes only their `revents` fields. A closed descriptor is reported as POLLNVAL, no
+    // memory is touched through it.
+    let ret = unsafe { libc::poll(fds.as_mut_ptr(), count, timeout_ms) };
+    if ret < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(0)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(ret as usize)
+}
+
 /// VFIO_DEVICE_RESET (function-level or other reset the kernel chooses).
 pub(crate) fn device_reset(device: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: this request takes no argument and touches no user memory.

@@ -5,7 +5,7 @@
 //! implements it for a PCI function, the in-process emulator for tests.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,6 +56,73 @@ impl AsFd for InterruptEvent {
     }
 }
 
+/// A set of descriptors to block on together (poll(2)): sockets, interrupt eventfds, a wake-up
+/// eventfd. A thread that serves several connections and queue pairs waits on all of them at
+/// once instead of sleeping for a fixed time. The set holds descriptor numbers only (what
+/// poll(2) takes): a descriptor closed before [`FdWait::wait`] is reported as not ready.
+#[derive(Default)]
+pub struct FdWait {
+    fds: Vec<libc::pollfd>,
+}
+
+impl FdWait {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Empties the set (its capacity stays).
+    pub fn clear(&mut self) {
+        self.fds.clear();
+    }
+
+    /// Adds `fd`, waited for readability (`readable`) and writability (`writable`; errors and
+    /// hang-ups always count as ready); returns its index for [`FdWait::ready`].
+    pub fn add(&mut self, fd: BorrowedFd<'_>, readable: bool, writable: bool) -> usize {
+        let events =
+            if readable { libc::POLLIN } else { 0 } | if writable { libc::POLLOUT } else { 0 };
+        self.fds.push(libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events,
+            revents: 0,
+        });
+        self.fds.len() - 1
+    }
+
+    /// Descriptors in the set.
+    pub fn len(&self) -> usize {
+        self.fds.len()
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.fds.is_empty()
+    }
+
+    /// Blocks until a descriptor is ready (readable, writable if asked, or in error / hung
+    /// up) or `timeout` passes (`None`: no limit; rounded up to whole milliseconds); returns
+    /// how many are ready (0: timed out or interrupted by a signal).
+    pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<usize> {
+        let ms = match timeout {
+            None => -1,
+            Some(t) if t.is_zero() => 0,
+            Some(t) => {
+                let ms = t.as_nanos().div_ceil(1_000_000);
+                libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX)
+            }
+        };
+        for p in &mut self.fds {
+            p.revents = 0;
+        }
+        ioctl::poll_many(&mut self.fds, ms)
+    }
+
+    /// Whether descriptor `index` was ready after the last [`FdWait::wait`].
+    pub fn ready(&self, index: usize) -> bool {
+        self.fds.get(index).is_some_and(|p| p.revents != 0)
+    }
+}
+
 /// Routes a device's MSI-X vectors to eventfds.
 pub trait InterruptController: Send + Sync {
     /// How many MSI-X vectors the function offers.
@@ -97,5 +164,39 @@ mod tests {
             "a blocked waiter wakes on a signal"
         );
         t.join().unwrap();
+    }
+
+    #[test]
+    fn fd_wait_reports_which_descriptor_is_ready() {
+        let a = InterruptEvent::new().unwrap();
+        let b = Arc::new(InterruptEvent::new().unwrap());
+        let mut w = FdWait::new();
+        let ia = w.add(a.as_fd(), true, false);
+        let ib = w.add(b.as_fd(), true, false);
+        assert_eq!(w.len(), 2);
+        assert_eq!(w.wait(Some(Duration::from_millis(1))).unwrap(), 0);
+        assert!(!w.ready(ia) && !w.ready(ib), "nothing ready on a timeout");
+        let other = b.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            other.signal().unwrap();
+        });
+        assert_eq!(
+            w.wait(None).unwrap(),
+            1,
+            "a blocked set wakes on one of its fds"
+        );
+        assert!(!w.ready(ia) && w.ready(ib));
+        t.join().unwrap();
+        assert_eq!(b.clear().unwrap(), 1);
+        a.signal().unwrap();
+        assert_eq!(w.wait(Some(Duration::ZERO)).unwrap(), 1);
+        assert!(
+            w.ready(ia) && !w.ready(ib),
+            "readiness is recomputed each wait"
+        );
+        assert!(!w.ready(7), "an index out of the set is not ready");
+        w.clear();
+        assert!(w.is_empty());
     }
 }

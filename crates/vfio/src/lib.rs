@@ -76,7 +76,7 @@ pub use enumerate::{Binding, FunctionFilter, PciFunction};
 pub use error::VfioError;
 pub use function::FunctionControl;
 pub use iova::IovaAllocator;
-pub use irq::{InterruptController, InterruptEvent};
+pub use irq::{FdWait, InterruptController, InterruptEvent};
 pub use mmio::{Doorbell, MappingOwner, Mmio};
 pub use mode::{VfioMode, MODE_ENV};
 pub use pci::{PciAddress, PciAddressError, Sysfs, NVME_CLASS_CODE};

@@ -9,13 +9,18 @@
 # (GUEST_EXTRA_BINS=fio=/usr/bin/fio).
 #
 # Phases: kernel (nvmet-tcp), ours (nvme-target --threads 1), sleep (the same with
-# --idle-spins 0: the poll group sleeps after every pass that found nothing instead of
-# spinning first; TB_SLEEP=0 leaves it out), and base (nvme-target-base, the same as ours with
+# --idle-spins 0: the poll group blocks after every pass that found nothing instead of
+# spinning first; since that is the default now, TB_SLEEP=0 leaves it out), and base (nvme-target-base, the same as ours with
 # a baseline build, when tests/target-bench.sh put one into the guest: A/B of a change to
 # crates/target).
 #
 # TB_PIN=1: fio runs on CPU 0 only (--cpus_allowed=0) and nvme-target on CPU 1 only (taskset),
 # so that our polling thread never shares a CPU with fio or the host's io_work for fio's queue.
+# TB_PIN=same: fio and nvme-target both on CPU 0 only, where the host's io_work for fio's
+# queue runs too (a target that blocks instead of spinning: a QD1 round without a hand-over
+# to the other CPU, as the kernel target's can be).
+#
+# TB_TRACE=1: then one more run of ours at QD1 with its round trace (trace_phase).
 #
 # Every run prints
 #   @@TB <label> <fio's JSON output on one line>
@@ -147,7 +152,29 @@ our_phase() {
     TPID=""
 }
 
-[ "${TB_PIN:-0}" = 0 ] || NVME_TARGET_CPUS=1
+# trace_phase: nvme-target with NVME_TARGET_TRACE (crates/target/src/trace.rs) at QD1 for T s;
+# prints the trace as "@@TGTTRACE <line>" (tests/qemu/target-trace-report.py sums it up).
+trace_phase() {
+    bind_vfio
+    rm -f /tmp/tgt.trace
+    NVME_TARGET_TRACE=/tmp/tgt.trace nvme_target_start $LOG $O_NQN "$NVME_BDF" \
+        --listen 127.0.0.1:$O_PORT --subnqn $O_NQN -n $NSID --threads 1
+    dev=$(host_attach $O_NQN $O_PORT)
+    echo "  trace: nvme-target on 127.0.0.1:$O_PORT; host device $dev"
+    fio_run trace-qd1 "$dev" 1 $TPID
+    host_detach $O_NQN "$dev"
+    kill -TERM $TPID
+    wait $TPID || fail "nvme-target did not stop cleanly"
+    TPID=""
+    [ -s /tmp/tgt.trace ] || fail "nvme-target wrote no trace to /tmp/tgt.trace"
+    sed 's/^/@@TGTTRACE /' /tmp/tgt.trace
+}
+
+case "${TB_PIN:-0}" in
+0) ;;
+same) NVME_TARGET_CPUS=0 ;;
+*) NVME_TARGET_CPUS=1 ;;
+esac
 bind_kernel
 SECTORS=$(cat "/sys/block/$(basename "$(ns_blockdev $NSID)")/size")
 PHASES="kernel ours"
@@ -170,5 +197,6 @@ while [ $r -le "$REPS" ]; do
     done
     r=$((r + 1))
 done
+[ "${TB_TRACE:-0}" = 0 ] || trace_phase
 bind_kernel
 echo "ok: target-bench done"

@@ -64,20 +64,32 @@ pub struct Cli {
     /// Serial number in Identify Controller.
     #[arg(long, default_value = DEFAULT_SERIAL)]
     serial: String,
-    /// Empty passes a poll group spins before it sleeps between passes (0: sleep at once;
-    /// for a machine whose CPUs the target shares).
-    #[arg(long, value_name = "PASSES", default_value_t = 256)]
+    /// Empty passes a poll group spins before it blocks on its sockets and the controller's
+    /// interrupts (0: block at once).
+    #[arg(long, value_name = "PASSES", default_value_t = 0)]
     idle_spins: u32,
-    /// A poll group's sleep between passes once idle, in microseconds.
+    /// A poll group's sleep between passes once idle, in microseconds, where it cannot block
+    /// (with --no-interrupts, or a queue pair without an interrupt vector).
     #[arg(long, value_name = "US", default_value_t = 200)]
     idle_sleep_us: u64,
+    /// While commands are at the controller and nothing moved for less than this many
+    /// microseconds, a poll group polls the completion queues instead of blocking on their
+    /// interrupts (0, the default: block at once).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    device_poll_us: u64,
+    /// Do not route the controller's MSI-X vectors to eventfds: queue pairs are polled only,
+    /// and an idle poll group with commands in flight sleeps --idle-sleep-us between passes.
+    #[arg(long)]
+    no_interrupts: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
     #[error(transparent)]
     Device(#[from] DeviceError),
-    #[error("opening the controller: {0}")]
+    #[error(
+        "opening the controller: {0} (if its interrupts are the problem, try --no-interrupts)"
+    )]
     Open(#[from] nvme_driver::Error),
     #[error(transparent)]
     Target(#[from] TargetError),
@@ -112,7 +124,7 @@ mod emulator {
     const SIM_QUEUE_PAIRS: u16 = 32;
 
     /// The emulator with two memory-backed namespaces, and our driver on it.
-    pub fn open() -> Result<(SimController, Controller), nvme_driver::Error> {
+    pub fn open(interrupts: bool) -> Result<(SimController, Controller), nvme_driver::Error> {
         let config = SimConfig {
             namespaces: SIM_BLOCKS
                 .iter()
@@ -128,8 +140,12 @@ mod emulator {
             ..SimConfig::default()
         };
         let sim = SimController::start(config);
-        let transport = Transport::new(sim.mmio(), sim.dma(), "sim");
-        let ctrl = Controller::new(transport, ControllerOptions::default())?;
+        let transport =
+            Transport::new(sim.mmio(), sim.dma(), "sim").with_interrupts(sim.interrupts());
+        let ctrl = Controller::new(
+            transport,
+            ControllerOptions::default().interrupts(interrupts),
+        )?;
         Ok((sim, ctrl))
     }
 }
@@ -140,6 +156,8 @@ pub fn run(cli: &Cli) -> Result<(), ToolError> {
         signal_hook::flag::register(sig, stop.clone()).map_err(ToolError::Signal)?;
     }
     let device = parse_target(&cli.device)?;
+    // Interrupts let an idle poll group block instead of sleeping (docs/target.md).
+    let options = ControllerOptions::default().interrupts(!cli.no_interrupts);
     // The emulator (if any) must outlive the controller: declared first, dropped last.
     #[cfg(feature = "emulator")]
     let mut _sim = None;
@@ -147,14 +165,14 @@ pub fn run(cli: &Cli) -> Result<(), ToolError> {
         Device::Emulator => {
             #[cfg(feature = "emulator")]
             {
-                let (sim, ctrl) = emulator::open()?;
+                let (sim, ctrl) = emulator::open(!cli.no_interrupts)?;
                 _sim = Some(sim);
                 AnyController::Pcie(ctrl)
             }
             #[cfg(not(feature = "emulator"))]
             return Err(ToolError::NoEmulator);
         }
-        d => AnyController::open(&d, ControllerOptions::default())?,
+        d => AnyController::open(&d, options)?,
     };
     let backend = Arc::new(backend);
     let namespaces = if cli.namespaces.is_empty() {
@@ -179,6 +197,7 @@ pub fn run(cli: &Cli) -> Result<(), ToolError> {
     config.max_io_bytes = cli.max_io_bytes;
     config.idle_spins = cli.idle_spins;
     config.idle_sleep = Duration::from_micros(cli.idle_sleep_us);
+    config.device_poll = Duration::from_micros(cli.device_poll_us);
     let subsystem = SubsystemConfig {
         nqn: cli.subnqn.clone(),
         backend: backend.clone(),

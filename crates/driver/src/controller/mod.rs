@@ -170,6 +170,12 @@ impl Controller {
         &self.inner.name
     }
 
+    /// Whether MSI-X vectors are routed to eventfds (`ControllerOptions::interrupts`), so
+    /// queue pairs can be created with `QueuePairOptions::interrupts`.
+    pub fn has_interrupts(&self) -> bool {
+        !self.inner.irq_events.is_empty()
+    }
+
     /// I/O queue pairs the controller granted.
     pub fn io_queue_pairs(&self) -> u16 {
         self.inner.io_queues

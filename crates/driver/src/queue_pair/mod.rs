@@ -47,6 +47,7 @@ mod sync;
 mod timeout;
 mod vectored;
 
+pub use interrupts::InterruptArm;
 pub use nvme_core::{Completion, QueuePairOptions};
 
 /// Ring entries of a PCIe queue pair created with the default options (clamped to

@@ -21,6 +21,7 @@ use nvme_spec::Status;
 
 use super::{err, Conn, Role, SlotState};
 use crate::backend::Backend;
+use crate::trace::{self, Ev};
 
 /// Dataset Management ranges at most (NVM CS §3.2.3: NR is 8 bits, 0's based).
 const DSM_MAX_RANGES: usize = 256;
@@ -60,6 +61,16 @@ impl<B: Backend> IoState<B> {
     /// reservations: submissions take their slots as usual). False if the queue refused.
     pub fn plug(&mut self) -> bool {
         self.queue.plug(0).is_ok()
+    }
+
+    /// Whether commands wait for room in the backend queue.
+    pub fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// The backend queue pair.
+    pub fn queue_mut(&mut self) -> &mut B::Queue {
+        &mut self.queue
     }
 
     /// Ends [`IoState::plug`]: one doorbell write for what was submitted meanwhile.
@@ -266,6 +277,9 @@ impl<B: Backend> Conn<B> {
             }
             Op::Nothing => Ok(()),
         };
+        if r.is_ok() {
+            trace::ev(Ev::Submit, self.slots[usize::from(slot)].cid.into(), 0);
+        }
         if let Err(f) = r {
             self.slots[usize::from(slot)].buf = f.buffer;
             if matches!(f.error, Error::QueueFull { .. }) {
@@ -311,6 +325,7 @@ impl<B: Backend> Conn<B> {
         if s.state != SlotState::Backend {
             return;
         }
+        trace::ev(Ev::Complete, s.cid.into(), 0);
         s.buf = buf;
         match result {
             Ok(_) if s.sqe.opcode() == nvm::READ => {

@@ -15,18 +15,22 @@ mod rx;
 mod tx;
 
 use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_core::{DmaBuffer, DmaMapper, Error, HostMemory};
+use nvme_core::{DmaBuffer, DmaMapper, Error, HostMemory, IoQueue};
+use nvme_driver::InterruptArm;
 use nvme_spec::regs::{Cc, ShutdownStatus};
 use nvme_spec::status::generic;
 use nvme_spec::tcp::{self, flags, pdu_type, CapsuleResp, CommonHeader, PduFrame};
 use nvme_spec::{CompletionEntry, Status, StatusCodeType, SubmissionEntry};
+use nvme_vfio::FdWait;
 
 use crate::backend::Backend;
 use crate::server::Shared;
+use crate::trace::{self, Ev};
 use rx::{DataDst, Event, Rx, RxError};
 use tx::Tx;
 
@@ -45,6 +49,18 @@ const PDU_OVERHEAD: usize = 256;
 pub(crate) const ADMIN_IN_CAPSULE: usize = 8192;
 /// CPDA the target asks for (0: 4-byte alignment of host data).
 const CPDA: u8 = 0;
+
+/// What a connection needs before its poll group may block ([`Conn::add_wait_fds`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WaitPrep {
+    /// Its descriptors are in the set: it has nothing to do until one of them is ready.
+    Added,
+    /// It has work now (a completion is in its ring, or it is to close): do not block.
+    Ready,
+    /// Commands are at a backend queue that cannot signal completions: poll it (sleep
+    /// between passes), do not block.
+    Polled,
+}
 
 /// Where a command is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,6 +145,9 @@ pub(crate) struct Conn<B: Backend> {
     closed: bool,
     /// When the connection was accepted (the Connect deadline counts from it).
     accepted: Instant,
+    /// Whether the next pass reads the socket: false for one pass after the group woke from
+    /// a wait in which this socket was not ready (no read that could only say EAGAIN).
+    rx_hint: bool,
 }
 
 impl<B: Backend> Conn<B> {
@@ -160,6 +179,7 @@ impl<B: Backend> Conn<B> {
             closing: None,
             closed: false,
             accepted: Instant::now(),
+            rx_hint: true,
             s,
             stream,
             peer,
@@ -247,15 +267,36 @@ impl<B: Backend> Conn<B> {
 
     /// One pass: liveness, receive, backend, send. (alive, progress).
     pub fn poll(&mut self, now: Instant) -> (bool, bool) {
+        self.pass(Some(now))
+    }
+
+    /// A pass without liveness checks and socket reads: completions of the backend queue
+    /// pair become responses, and queued bytes are sent. (alive, progress).
+    pub fn poll_backend_only(&mut self) -> (bool, bool) {
+        self.pass(None)
+    }
+
+    /// Whether commands of this connection are at its backend queue pair.
+    pub fn at_backend(&mut self) -> bool {
+        match &mut self.role {
+            Role::Io(io) => io.queue_mut().in_flight() > 0,
+            _ => false,
+        }
+    }
+
+    /// `now`: a full pass; `None`: no liveness checks, no receive.
+    fn pass(&mut self, now: Option<Instant>) -> (bool, bool) {
         if self.closed {
             return (false, false);
         }
         let mut progress = false;
-        if self.closing.is_none() {
-            self.check_liveness(now);
-        }
-        if self.closing.is_none() {
-            progress |= self.receive();
+        if let Some(now) = now {
+            if self.closing.is_none() {
+                self.check_liveness(now);
+            }
+            if self.closing.is_none() && std::mem::replace(&mut self.rx_hint, true) {
+                progress |= self.receive();
+            }
         }
         progress |= self.poll_backend();
         let slots = &self.slots;
@@ -277,6 +318,39 @@ impl<B: Backend> Conn<B> {
             }
         }
         (true, progress)
+    }
+
+    /// After a wait: whether its socket was ready (read it in the next pass).
+    pub fn set_rx_hint(&mut self, ready: bool) {
+        self.rx_hint = ready;
+    }
+
+    /// Adds what wakes this connection to `w`, for a poll group with nothing to do: its
+    /// socket (readable while it receives; writable while it has bytes queued) and, with
+    /// commands at the backend, the queue pair's interrupt eventfd (armed: an entry already
+    /// in the ring makes this [`WaitPrep::Ready`] instead).
+    /// With [`WaitPrep::Added`], the socket is the last descriptor added.
+    pub fn add_wait_fds(&mut self, w: &mut FdWait) -> WaitPrep {
+        if self.closed || (self.closing.is_some() && self.tx.is_empty()) {
+            return WaitPrep::Ready;
+        }
+        if let Role::Io(io) = &mut self.role {
+            if io.queue_mut().in_flight() > 0 || io.has_waiting() {
+                match B::arm_interrupt(io.queue_mut()) {
+                    Some(InterruptArm::Wait(fd)) => {
+                        w.add(fd, true, false);
+                    }
+                    Some(InterruptArm::Ready) => return WaitPrep::Ready,
+                    None => return WaitPrep::Polled,
+                }
+            }
+        }
+        w.add(
+            self.stream.as_fd(),
+            self.closing.is_none(),
+            !self.tx.is_empty(),
+        );
+        WaitPrep::Added
     }
 
     fn check_liveness(&mut self, now: Instant) {
@@ -324,6 +398,7 @@ impl<B: Backend> Conn<B> {
 
     fn receive_pass(&mut self) -> bool {
         let mut progress = false;
+        self.rx.new_pass();
         for _ in 0..EVENTS_PER_PASS {
             match self.rx.pump(&mut self.stream, &mut self.slots) {
                 Ok(None) => break,
@@ -561,6 +636,7 @@ impl<B: Backend> Conn<B> {
 
     /// Runs a command whose data (if any) is in its slot.
     fn execute(&mut self, slot: u16) {
+        trace::ev(Ev::Recv, self.slots[usize::from(slot)].cid.into(), 0);
         self.slots[usize::from(slot)].state = SlotState::Backend;
         let sqe = self.slots[usize::from(slot)].sqe;
         if sqe.opcode() == nvme_spec::fabrics::FABRICS_OPCODE {
@@ -655,6 +731,7 @@ impl<B: Backend> Conn<B> {
     /// Frees a slot whose response is sent: its buffer back to the pool.
     fn release(&mut self, slot: u16) {
         let s = &mut self.slots[usize::from(slot)];
+        trace::ev(Ev::Sent, s.cid.into(), 0);
         s.state = SlotState::Free;
         if let Some(b) = s.buf.take() {
             if b.len() == self.buf_size && self.pool.len() < self.slots.len() {

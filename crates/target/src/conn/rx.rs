@@ -91,6 +91,11 @@ pub(super) struct Rx {
     pub align: usize,
     /// Largest PLEN accepted.
     pub max_plen: u32,
+    /// The last staging read was short (the socket had no more then): the next
+    /// [`Rx::fill`] reports "nothing now" without a read, saving the read that would only
+    /// say EAGAIN (a poll pass ends there; the next pass or the group's poll(2) sees any
+    /// later bytes).
+    drained: bool,
 }
 
 impl Rx {
@@ -118,7 +123,13 @@ impl Rx {
             digests: Digests::default(),
             align,
             max_plen,
+            drained: false,
         }
+    }
+
+    /// Starts a receive pass: the first staging read happens whatever the last pass saw.
+    pub fn new_pass(&mut self) {
+        self.drained = false;
     }
 
     /// The current PDU's header bytes (common header included, digest excluded).
@@ -160,8 +171,13 @@ impl Rx {
             self.end -= self.start;
             self.start = 0;
         }
+        if std::mem::take(&mut self.drained) {
+            return Ok(false);
+        }
+        let space = self.staging.len() - self.end;
         read_some(s, &mut self.staging[self.end..]).map(|n| {
             self.end += n;
+            self.drained = n != 0 && n < space;
             n != 0
         })
     }
@@ -413,6 +429,74 @@ mod tests {
             }
         }
         panic!("no end");
+    }
+
+    /// A socket holding `data`, counting reads (WouldBlock once empty).
+    struct Counted {
+        data: Vec<u8>,
+        at: usize,
+        reads: usize,
+    }
+
+    impl Read for Counted {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.reads += 1;
+            if self.at == self.data.len() {
+                return Err(ErrorKind::WouldBlock.into());
+            }
+            let n = buf.len().min(self.data.len() - self.at);
+            buf[..n].copy_from_slice(&self.data[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_short_read_ends_the_pass_without_a_read_that_would_block() {
+        // A Read capsule (no data), twice.
+        let mut h = tcp::CapsuleCmd {
+            ch: CommonHeader {
+                pdu_type: pdu_type::CAPSULE_CMD,
+                ..Default::default()
+            },
+            sqe: SubmissionEntry::new(nvme_spec::opcode::nvm::READ),
+        }
+        .to_bytes();
+        let mut bytes = Vec::new();
+        tcp::frame_pdu(&mut bytes, &mut h, None, Digests::default(), 4);
+        let one = bytes.len();
+        bytes.extend_from_within(..);
+        let mut s = Counted {
+            data: bytes[..one].to_vec(),
+            at: 0,
+            reads: 0,
+        };
+        let mut rx = Rx::new(4, 1 << 20);
+        rx.stage = super::Stage::Header;
+        rx.hneed = CommonHeader::SIZE;
+        let mut sl = slots(16);
+        rx.new_pass();
+        let first = rx.pump(&mut s, &mut sl);
+        assert!(
+            matches!(first, Ok(Some(Event::Header { data_len: 0, .. }))),
+            "{first:?}"
+        );
+        assert!(rx.pump(&mut s, &mut sl).unwrap().is_none());
+        assert_eq!(s.reads, 1, "the short read said the socket was empty");
+        // More bytes later: the next pass reads them.
+        s.data.extend_from_slice(&bytes[one..]);
+        rx.new_pass();
+        assert!(matches!(
+            rx.pump(&mut s, &mut sl),
+            Ok(Some(Event::Header { data_len: 0, .. }))
+        ));
+        assert_eq!(s.reads, 2);
+        // A pass that finds nothing reads once (EAGAIN), and so does every later pass.
+        rx.new_pass();
+        assert!(rx.pump(&mut s, &mut sl).unwrap().is_none());
+        rx.new_pass();
+        assert!(rx.pump(&mut s, &mut sl).unwrap().is_none());
+        assert_eq!(s.reads, 4);
     }
 
     #[test]

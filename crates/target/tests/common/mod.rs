@@ -52,13 +52,28 @@ pub fn sim_config() -> SimConfig {
     }
 }
 
-/// The emulator, our driver on it, and a target exporting both namespaces (`allowed`: the
-/// host list; `tune` adjusts the target's configuration).
+/// The emulator, our driver on it (MSI-X routed to eventfds: idle poll groups block), and a
+/// target exporting both namespaces (`allowed`: the host list; `tune` adjusts the target's
+/// configuration).
 pub fn start(allowed: Option<Vec<String>>, tune: impl FnOnce(&mut TargetConfig)) -> Rig {
+    start_with(true, allowed, tune)
+}
+
+/// [`start`], with `interrupts` false: a polled-only backend (idle poll groups sleep between
+/// passes while commands are in flight).
+pub fn start_with(
+    interrupts: bool,
+    allowed: Option<Vec<String>>,
+    tune: impl FnOnce(&mut TargetConfig),
+) -> Rig {
     let _ = env_logger::builder().is_test(true).try_init();
     let sim = SimController::start(sim_config());
-    let transport = Transport::new(sim.mmio(), sim.dma(), "sim");
-    let ctrl = Controller::new(transport, ControllerOptions::default()).expect("bring-up");
+    let transport = Transport::new(sim.mmio(), sim.dma(), "sim").with_interrupts(sim.interrupts());
+    let ctrl = Controller::new(
+        transport,
+        ControllerOptions::default().interrupts(interrupts),
+    )
+    .expect("bring-up");
     let backend = Arc::new(AnyController::Pcie(ctrl));
     let mut config = TargetConfig::new("127.0.0.1:0".parse::<SocketAddr>().unwrap());
     tune(&mut config);
