@@ -461,20 +461,42 @@ pub struct Pacer<'a> {
     publish_countdown: u32,
     /// With one worker on the main thread: the run's clock, run from [`Pacer::publish`].
     clock: Option<Box<Clock>>,
-    /// When `clock` has something to do next.
-    clock_due: Instant,
-    /// When [`Pacer::keep_time`] last read the clock, and the countdown it set then.
-    clock_read: Instant,
+    /// `clock`'s cheap reads (the time-stamp counter where the kernel trusts it), in ns.
+    ns_clock: TimeKeeper,
+    /// When `clock` has something to do next, on `ns_clock`.
+    clock_due_ns: u64,
+    /// When [`Pacer::keep_time`] last read `ns_clock`, and the countdown it set then.
+    clock_read_ns: u64,
     clock_every: u32,
+}
+
+/// [`nvme_driver::NanoClock`] with a way to place an `Instant` on it.
+#[derive(Clone, Copy, Debug)]
+struct TimeKeeper {
+    clock: nvme_driver::NanoClock,
+}
+
+impl TimeKeeper {
+    #[inline(always)]
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// `at` on this clock (now, if `at` has passed).
+    fn ns_at(&self, at: Instant) -> u64 {
+        let ahead = at.saturating_duration_since(Instant::now());
+        self.now_ns()
+            .saturating_add(u64::try_from(ahead.as_nanos()).unwrap_or(u64::MAX))
+    }
 }
 
 /// [`Pacer::publish`] stores the totals on every this many calls (the progress line reads them
 /// once a second; four atomic stores per round were a tenth of a QD1 round's bookkeeping).
 const PUBLISH_EVERY: u32 = 16;
 
-/// How often a worker that keeps time itself reads the clock at most (on a device slow
+/// How often (ns) a worker that keeps time itself reads the clock at most (on a device slow
 /// enough that [`PUBLISH_EVERY`] calls take longer, it reads it on fewer calls).
-const CLOCK_READ_EVERY: Duration = Duration::from_millis(2);
+const CLOCK_READ_EVERY_NS: u64 = 20_000_000;
 
 /// [`Pacer::submit_cap`] of a phase.
 fn submit_cap(phase: Phase, ios_limit: Option<u64>) -> u64 {
@@ -499,7 +521,15 @@ impl<'a> Pacer<'a> {
     pub fn new(control: &'a Control, live: &'a Live, ios_limit: Option<u64>) -> Self {
         let phase = control.phase();
         let clock = control.take_clock();
-        let clock_due = clock.as_ref().map_or_else(Instant::now, |c| c.due());
+        // The counter's calibration (2 ms once per process) only where this worker keeps time.
+        let ns_clock = TimeKeeper {
+            clock: if clock.is_some() {
+                nvme_driver::NanoClock::new()
+            } else {
+                nvme_driver::NanoClock::from_instant()
+            },
+        };
+        let clock_due_ns = clock.as_ref().map_or(0, |c| ns_clock.ns_at(c.due()));
         Self {
             control,
             live,
@@ -511,8 +541,9 @@ impl<'a> Pacer<'a> {
             ios_limit,
             publish_countdown: PUBLISH_EVERY,
             clock,
-            clock_due,
-            clock_read: Instant::now(),
+            clock_due_ns,
+            clock_read_ns: ns_clock.now_ns(),
+            ns_clock,
             clock_every: PUBLISH_EVERY,
         }
     }
@@ -589,27 +620,26 @@ impl<'a> Pacer<'a> {
     /// The clock's part of [`Pacer::publish`]: one clock read, and the clock's tick when due
     /// (the phase change is seen by the next [`Pacer::step`]).
     /// On a slow device (rounds far apart) it reads the clock on fewer calls than every
-    /// [`PUBLISH_EVERY`]th, so that the clock is read about every [`CLOCK_READ_EVERY`].
+    /// [`PUBLISH_EVERY`]th, so that the clock is read about every [`CLOCK_READ_EVERY_NS`].
     #[cold]
     #[inline(never)]
     fn keep_time(&mut self) {
-        let now = Instant::now();
-        let since = now.saturating_duration_since(self.clock_read);
-        self.clock_read = now;
-        self.clock_every = if since > CLOCK_READ_EVERY {
-            let scaled = u128::from(self.clock_every) * CLOCK_READ_EVERY.as_nanos()
-                / since.as_nanos().max(1);
+        let now = self.ns_clock.now_ns();
+        let since = now.saturating_sub(self.clock_read_ns);
+        self.clock_read_ns = now;
+        self.clock_every = if since > CLOCK_READ_EVERY_NS {
+            let scaled = u64::from(self.clock_every) * CLOCK_READ_EVERY_NS / since;
             (scaled as u32).clamp(1, PUBLISH_EVERY)
         } else {
             PUBLISH_EVERY
         };
         self.publish_countdown = self.clock_every;
-        if now < self.clock_due {
+        if now < self.clock_due_ns {
             return;
         }
         if let Some(clock) = &mut self.clock {
             match clock.tick(self.control, std::slice::from_ref(self.live), &[]) {
-                Some(due) => self.clock_due = due,
+                Some(due) => self.clock_due_ns = self.ns_clock.ns_at(due),
                 None => self.clock = None,
             }
         }
