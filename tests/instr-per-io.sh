@@ -43,9 +43,9 @@ measure() { # QD IOS REP -> files under $OUT
         cat "$run.err" >&2
         exit 1
     }
-    # The worker is the third thread (main, emulator, worker).
-    callgrind_annotate --auto=no --threshold=100 "$run".*-03 >"$run.self" 2>/dev/null
-    callgrind_annotate --auto=no --threshold=100 --inclusive=yes "$run".*-03 \
+    # With one job the worker is the main thread (the first; the emulator's is the second).
+    callgrind_annotate --auto=no --threshold=100 "$run".*-01 >"$run.self" 2>/dev/null
+    callgrind_annotate --auto=no --threshold=100 --inclusive=yes "$run".*-01 \
         >"$run.incl" 2>/dev/null
 }
 

@@ -3,7 +3,10 @@
 # it and the peers at QD1 and QD128, order rotated each repetition; prints medians and the
 # medians of per-repetition ratios (tests/qemu/ab-report.py).
 #
-# Usage: [BASE=path/to/old/nvme-perf] [SPDK_PERF=...] [LIBVFN_PERF=...] tests/qd-ab.sh [REPS [SECS]]
+# Usage: [BASE=path/to/old/nvme-perf] [SPDK_PERF=...] [LIBVFN_PERF=...] [AB_ASLR=0] [NO_BUILD=1]
+#        tests/qd-ab.sh [REPS [SECS]]
+# AB_ASLR=0 turns the guest's address-space randomisation off (each program at the same
+# addresses in every run).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPS=${1:-3}
@@ -20,7 +23,7 @@ fi
 CASE_TIMEOUT=$((REPS * (16 * SECS + 60) + 300))
 GUEST_EXTRA_BINS=${EXTRA# } GUEST_HUGEPAGES=$HUGEPAGES \
     "$ROOT/tests/qemu/run.sh" --ns 4096:8G:null --smp 1 --qpairs 4 \
-    --append "AB_REPS=$REPS AB_TIME=$SECS" \
+    --append "AB_REPS=$REPS AB_TIME=$SECS${AB_ASLR:+ AB_ASLR=$AB_ASLR}" \
     --case-timeout "$CASE_TIMEOUT" --timeout $((CASE_TIMEOUT + 600)) \
     --log "$LOG" ${NO_BUILD:+--no-build} qd-ab.sh
 python3 "$ROOT/tests/qemu/ab-report.py" "$LOG"

@@ -6,7 +6,10 @@
 //! thread samples once a second for the progress line. Nothing else is shared while I/O runs.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::runner::Clock;
 
 use hdrhistogram::Histogram;
 
@@ -31,13 +34,34 @@ pub enum Phase {
 #[derive(Debug)]
 pub struct Control {
     phase: AtomicU8,
+    /// With one worker on the main thread: the run's clock, for that worker's [`Pacer`] to
+    /// take (the lock is taken once, in [`Pacer::new`]).
+    clock: Mutex<Option<Box<Clock>>>,
 }
 
 impl Control {
-    /// Starts in `phase`.
+    /// Starts in `phase`; the main thread keeps time.
     pub fn new(phase: Phase) -> Self {
         Self {
             phase: AtomicU8::new(phase as u8),
+            clock: Mutex::new(None),
+        }
+    }
+
+    /// Starts in `phase`; the first [`Pacer`] made on it keeps time with `clock` (one worker,
+    /// on the main thread).
+    pub fn with_clock(phase: Phase, clock: Clock) -> Self {
+        Self {
+            phase: AtomicU8::new(phase as u8),
+            clock: Mutex::new(Some(Box::new(clock))),
+        }
+    }
+
+    fn take_clock(&self) -> Option<Box<Clock>> {
+        // A poisoned lock only means a panicking thread held it; the clock is still whole.
+        match self.clock.lock() {
+            Ok(mut c) => c.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
         }
     }
 
@@ -435,11 +459,44 @@ pub struct Pacer<'a> {
     ios_limit: Option<u64>,
     /// Calls of [`Pacer::publish`] left until it stores again.
     publish_countdown: u32,
+    /// With one worker on the main thread: the run's clock, run from [`Pacer::publish`].
+    clock: Option<Box<Clock>>,
+    /// `clock`'s cheap reads (the time-stamp counter where the kernel trusts it), in ns.
+    ns_clock: TimeKeeper,
+    /// When `clock` has something to do next, on `ns_clock`.
+    clock_due_ns: u64,
+    /// When [`Pacer::keep_time`] last read `ns_clock`, and the countdown it set then.
+    clock_read_ns: u64,
+    clock_every: u32,
+}
+
+/// [`nvme_driver::NanoClock`] with a way to place an `Instant` on it.
+#[derive(Clone, Copy, Debug)]
+struct TimeKeeper {
+    clock: nvme_driver::NanoClock,
+}
+
+impl TimeKeeper {
+    #[inline(always)]
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// `at` on this clock (now, if `at` has passed).
+    fn ns_at(&self, at: Instant) -> u64 {
+        let ahead = at.saturating_duration_since(Instant::now());
+        self.now_ns()
+            .saturating_add(u64::try_from(ahead.as_nanos()).unwrap_or(u64::MAX))
+    }
 }
 
 /// [`Pacer::publish`] stores the totals on every this many calls (the progress line reads them
 /// once a second; four atomic stores per round were a tenth of a QD1 round's bookkeeping).
 const PUBLISH_EVERY: u32 = 16;
+
+/// How often (ns) a worker that keeps time itself reads the clock at most (on a device slow
+/// enough that [`PUBLISH_EVERY`] calls take longer, it reads it on fewer calls).
+const CLOCK_READ_EVERY_NS: u64 = 20_000_000;
 
 /// [`Pacer::submit_cap`] of a phase.
 fn submit_cap(phase: Phase, ios_limit: Option<u64>) -> u64 {
@@ -463,6 +520,16 @@ impl<'a> Pacer<'a> {
     /// A pacer in the control's current phase.
     pub fn new(control: &'a Control, live: &'a Live, ios_limit: Option<u64>) -> Self {
         let phase = control.phase();
+        let clock = control.take_clock();
+        // The counter's calibration (2 ms once per process) only where this worker keeps time.
+        let ns_clock = TimeKeeper {
+            clock: if clock.is_some() {
+                nvme_driver::NanoClock::new()
+            } else {
+                nvme_driver::NanoClock::from_instant()
+            },
+        };
+        let clock_due_ns = clock.as_ref().map_or(0, |c| ns_clock.ns_at(c.due()));
         Self {
             control,
             live,
@@ -473,6 +540,11 @@ impl<'a> Pacer<'a> {
             cpu_start: thread_cpu_time(),
             ios_limit,
             publish_countdown: PUBLISH_EVERY,
+            clock,
+            clock_due_ns,
+            clock_read_ns: ns_clock.now_ns(),
+            ns_clock,
+            clock_every: PUBLISH_EVERY,
         }
     }
 
@@ -531,12 +603,45 @@ impl<'a> Pacer<'a> {
 
     /// Publishes the running totals for the progress line, on every [`PUBLISH_EVERY`]th call
     /// (the line lags by at most that many rounds); [`Pacer::publish_final`] after the loop.
+    /// A worker that keeps time itself (one worker, on the main thread) reads the clock on
+    /// those calls too, and changes the phase or prints the progress line when due.
     #[inline(always)]
     pub fn publish(&mut self, totals: &LiveSample) {
         self.publish_countdown -= 1;
         if self.publish_countdown == 0 {
             self.publish_countdown = PUBLISH_EVERY;
             self.publish_final(totals);
+            if self.clock.is_some() {
+                self.keep_time();
+            }
+        }
+    }
+
+    /// The clock's part of [`Pacer::publish`]: one clock read, and the clock's tick when due
+    /// (the phase change is seen by the next [`Pacer::step`]).
+    /// On a slow device (rounds far apart) it reads the clock on fewer calls than every
+    /// [`PUBLISH_EVERY`]th, so that the clock is read about every [`CLOCK_READ_EVERY_NS`].
+    #[cold]
+    #[inline(never)]
+    fn keep_time(&mut self) {
+        let now = self.ns_clock.now_ns();
+        let since = now.saturating_sub(self.clock_read_ns);
+        self.clock_read_ns = now;
+        self.clock_every = if since > CLOCK_READ_EVERY_NS {
+            let scaled = u64::from(self.clock_every) * CLOCK_READ_EVERY_NS / since;
+            (scaled as u32).clamp(1, PUBLISH_EVERY)
+        } else {
+            PUBLISH_EVERY
+        };
+        self.publish_countdown = self.clock_every;
+        if now < self.clock_due_ns {
+            return;
+        }
+        if let Some(clock) = &mut self.clock {
+            match clock.tick(self.control, std::slice::from_ref(self.live), &[]) {
+                Some(due) => self.clock_due_ns = self.ns_clock.ns_at(due),
+                None => self.clock = None,
+            }
         }
     }
 

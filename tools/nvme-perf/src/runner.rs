@@ -123,7 +123,8 @@ pub struct Outcome {
 }
 
 /// Runs `work(worker, ..)` on one thread per element of `workers` (pinned with `--pin`), drives
-/// the phases from this thread, prints the progress line, and collects the results.
+/// the phases from this thread, prints the progress line, and collects the results. One worker
+/// (`-j 1`) runs on this thread instead and keeps time itself ([`drive_observed`]).
 pub fn drive<W, F>(
     config: &Config,
     workers: Vec<W>,
@@ -139,9 +140,14 @@ where
 /// [`drive`], and once a second the main thread publishes each worker's progress counters
 /// into `cells[worker]` (a control socket's queue statistics; the workers' loops are
 /// unchanged: they publish to their `Live` as always).
+///
+/// With one worker and no cells the worker runs on the calling thread, as SPDK's perf runs
+/// its one core's work on its main thread: its [`Pacer`](crate::control::Pacer) runs the
+/// [`Clock`] every few rounds, so no second thread shares the CPU with the polling loop (in
+/// a one-vCPU guest every wake-up of a timekeeping thread preempts the worker).
 pub fn drive_observed<W, F>(
     config: &Config,
-    workers: Vec<W>,
+    mut workers: Vec<W>,
     cells: &[std::sync::Arc<nvme_control::QueueStatsCell>],
     work: F,
 ) -> Result<Vec<WorkerResult>, PerfError>
@@ -163,6 +169,22 @@ where
     } else {
         Phase::Warmup
     };
+    if workers.len() == 1 && cells.is_empty() {
+        if let Some(worker) = workers.pop() {
+            if let Some(cpu) = cpus.as_ref().and_then(|c| c.first().copied()) {
+                pin_current_thread(cpu).map_err(|source| PerfError::Pin {
+                    thread: 0,
+                    cpu,
+                    source,
+                })?;
+            }
+            let control = Control::with_clock(first_phase, Clock::new(config, first_phase));
+            let live = Live::default();
+            let result = work(worker, &control, &live);
+            control.advance(Phase::Stop);
+            return result.map(|r| vec![r]);
+        }
+    }
     let control = Control::new(first_phase);
     let lives: Vec<Live> = workers.iter().map(|_| Live::default()).collect();
     // Workers wake the main thread when they finish; otherwise it sleeps until its next phase
@@ -206,7 +228,19 @@ where
             }
         }
         if spawn_error.is_none() {
-            clock(config, &control, &lives, cells);
+            let mut clock = Clock::new(config, first_phase);
+            while !lives
+                .iter()
+                .all(|l| l.done.load(std::sync::atomic::Ordering::Acquire))
+            {
+                match clock.tick(&control, &lives, cells) {
+                    // Until the next phase change or tick; a finishing worker unparks earlier.
+                    Some(due) => {
+                        std::thread::park_timeout(due.saturating_duration_since(Instant::now()))
+                    }
+                    None => break,
+                }
+            }
         }
         control.advance(Phase::Stop);
         let mut results = Vec::with_capacity(handles.len());
@@ -270,71 +304,101 @@ pub fn progress_line(
     )
 }
 
-/// The main thread's part: advances the phases on time and prints a line a second.
-fn clock(
-    config: &Config,
-    control: &Control,
-    lives: &[Live],
-    cells: &[std::sync::Arc<nvme_control::QueueStatsCell>],
-) {
-    let start = Instant::now();
-    let warmup_end = start + config.warmup;
-    let mut measure_end = (control.phase() == Phase::Measure).then(|| start + config.time);
-    let mut last = total(lives);
-    let mut last_tick = start;
-    let stdout = std::io::stdout();
-    let stderr = std::io::stderr();
-    loop {
-        if lives
-            .iter()
-            .all(|l| l.done.load(std::sync::atomic::Ordering::Acquire))
-        {
-            return;
+/// The run's timekeeping: advances the phases on time and prints the progress line once a
+/// second. The main thread runs it between parks while the workers run on their own threads;
+/// a single worker on the main thread runs it from its [`Pacer`](crate::control::Pacer).
+#[derive(Debug)]
+pub struct Clock {
+    start: Instant,
+    warmup_end: Instant,
+    measure_end: Option<Instant>,
+    /// Length of the measured phase (`-t`).
+    time: Duration,
+    /// The measured phase ends on time (no `--ios` budget).
+    timed: bool,
+    quiet: bool,
+    json: bool,
+    block_size: usize,
+    last: LiveSample,
+    last_tick: Instant,
+}
+
+impl Clock {
+    /// A clock starting now, in `first_phase` (warmup or measure).
+    pub fn new(config: &Config, first_phase: Phase) -> Self {
+        let start = Instant::now();
+        Self {
+            start,
+            warmup_end: start + config.warmup,
+            measure_end: (first_phase == Phase::Measure).then(|| start + config.time),
+            time: config.time,
+            timed: config.ios.is_none(),
+            quiet: config.quiet,
+            json: config.json,
+            block_size: config.block_size,
+            last: LiveSample::default(),
+            last_tick: start,
         }
+    }
+
+    /// When [`Clock::tick`] has something to do next: a phase change or the progress tick.
+    pub fn due(&self) -> Instant {
+        let mut due = self.last_tick + TICK;
+        match self.measure_end {
+            None => due = due.min(self.warmup_end),
+            Some(end) if self.timed => due = due.min(end),
+            Some(_) => {}
+        }
+        due
+    }
+
+    /// Does what is due now (a phase change, the progress line, publishing `lives` into
+    /// `cells`); returns when to call again, or `None` once it has stopped the run.
+    pub fn tick(
+        &mut self,
+        control: &Control,
+        lives: &[Live],
+        cells: &[std::sync::Arc<nvme_control::QueueStatsCell>],
+    ) -> Option<Instant> {
         let now = Instant::now();
-        if measure_end.is_none() && now >= warmup_end {
+        if self.measure_end.is_none() && now >= self.warmup_end {
             control.advance(Phase::Measure);
-            measure_end = Some(now + config.time);
+            self.measure_end = Some(now + self.time);
         }
-        if config.ios.is_none() && measure_end.is_some_and(|end| now >= end) {
-            control.advance(Phase::Stop);
-            return;
-        }
-        if now >= last_tick + TICK {
+        if now >= self.last_tick + TICK {
             crate::control_socket::publish(lives, cells);
             let sample = total(lives);
             let delta = LiveSample {
-                ios: sample.ios - last.ios,
-                submitted: sample.submitted - last.submitted,
-                submit_calls: sample.submit_calls - last.submit_calls,
-                reap_calls: sample.reap_calls - last.reap_calls,
+                ios: sample.ios - self.last.ios,
+                submitted: sample.submitted - self.last.submitted,
+                submit_calls: sample.submit_calls - self.last.submit_calls,
+                reap_calls: sample.reap_calls - self.last.reap_calls,
             };
-            if !config.quiet {
+            if !self.quiet {
                 let line = progress_line(
-                    now - start,
+                    now - self.start,
                     &delta,
-                    now - last_tick,
-                    config.block_size,
+                    now - self.last_tick,
+                    self.block_size,
                     control.phase() == Phase::Warmup,
                 );
                 // Progress goes to stderr when stdout carries JSON; a closed pipe is not an error.
-                let _ = if config.json {
-                    writeln!(stderr.lock(), "{line}")
+                let _ = if self.json {
+                    writeln!(std::io::stderr().lock(), "{line}")
                 } else {
-                    writeln!(stdout.lock(), "{line}")
+                    writeln!(std::io::stdout().lock(), "{line}")
                 };
             }
-            last = sample;
-            last_tick = now;
+            self.last = sample;
+            self.last_tick = now;
         }
-        // Until the next phase change or tick; a finishing worker unparks earlier.
-        let mut due = last_tick + TICK;
-        match measure_end {
-            None => due = due.min(warmup_end),
-            Some(end) if config.ios.is_none() => due = due.min(end),
-            Some(_) => {}
+        // After the progress line: a worker that keeps time itself reads the clock only when
+        // I/O completes, so on a slow device the line and the end can fall due together.
+        if self.timed && self.measure_end.is_some_and(|end| now >= end) {
+            control.advance(Phase::Stop);
+            return None;
         }
-        std::thread::park_timeout(due.saturating_duration_since(Instant::now()));
+        Some(self.due())
     }
 }
 
@@ -398,6 +462,63 @@ mod tests {
                 assert!(w && lba % 2 == 0, "{lba}");
                 assert!((first * 2..(first + n) * 2).contains(&lba), "{t}: {lba}");
             }
+        }
+    }
+
+    /// One worker on the main thread keeps time through its `Pacer`: it stops the run on time
+    /// whether its rounds are fast or far apart (a slow device), and runs the warmup first.
+    #[test]
+    fn a_single_worker_keeps_time_itself() {
+        use crate::control::{Pacer, Step, Tally};
+        for (line, round_gap) in [
+            (&["sim", "-t", "0.2", "--quiet"][..], Duration::ZERO),
+            // Rounds 20 ms apart: reading the clock only every 16th would stop 320 ms late.
+            (
+                &["sim", "-t", "0.2", "--quiet"][..],
+                Duration::from_millis(20),
+            ),
+            (
+                &["sim", "-t", "0.2", "--warmup", "0.1", "--quiet"][..],
+                Duration::ZERO,
+            ),
+        ] {
+            let c = config(line);
+            let first = if c.warmup.is_zero() {
+                Phase::Measure
+            } else {
+                Phase::Warmup
+            };
+            let start = Instant::now();
+            let control = Control::with_clock(first, Clock::new(&c, first));
+            let live = Live::default();
+            let mut tally = Tally::new();
+            let mut pacer = Pacer::new(&control, &live, None);
+            let mut measure_began = None;
+            let mut totals = LiveSample::default();
+            while control.phase() != Phase::Stop {
+                assert!(
+                    start.elapsed() < Duration::from_secs(5),
+                    "{line:?}: never stopped"
+                );
+                if pacer.step(&mut tally) == Step::BeginMeasure {
+                    measure_began = Some(start.elapsed());
+                }
+                totals.ios += 1;
+                pacer.publish(&totals);
+                std::thread::sleep(round_gap);
+            }
+            let took = start.elapsed();
+            let want = c.warmup + c.time;
+            assert!(
+                // The margin is for a loaded host's scheduling delays.
+                took >= want && took < want + Duration::from_millis(250),
+                "{line:?}: stopped after {took:?}, not {want:?}"
+            );
+            if !c.warmup.is_zero() {
+                let began = measure_began.expect("the warmup ended");
+                assert!(began >= c.warmup && began < c.warmup + Duration::from_millis(250));
+            }
+            assert!(live.sample().ios > 0, "the totals were published");
         }
     }
 
