@@ -214,6 +214,11 @@ pub struct Args {
     #[arg(long)]
     pub pin: bool,
 
+    /// Run a single job (-j 1) on a thread of its own while the main thread keeps time, instead
+    /// of on the main thread itself (the layout before 2026-12-03; for A/B runs of the two).
+    #[arg(long)]
+    pub worker_thread: bool,
+
     /// Measured run time in seconds (after the warmup); ignored with --ios.
     #[arg(
         short = 't',
@@ -391,6 +396,8 @@ pub struct Config {
     pub threads: u32,
     /// Pin workers.
     pub pin: bool,
+    /// A single job runs on its own thread, not on the main thread.
+    pub worker_thread: bool,
     /// Measured duration (ignored with `ios`).
     pub time: Duration,
     /// Warmup duration.
@@ -672,6 +679,7 @@ impl Args {
             complete_batch: self.complete_batch.unwrap_or(self.queue_depth),
             threads: self.threads,
             pin: self.pin,
+            worker_thread: self.worker_thread,
             time: seconds("run time (-t)", self.time, false)?,
             warmup: seconds("--warmup", self.warmup, true)?,
             ios: self.ios,

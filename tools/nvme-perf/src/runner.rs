@@ -141,7 +141,8 @@ where
 /// into `cells[worker]` (a control socket's queue statistics; the workers' loops are
 /// unchanged: they publish to their `Live` as always).
 ///
-/// With one worker and no cells the worker runs on the calling thread, as SPDK's perf runs
+/// With one worker and no cells the worker runs on the calling thread (unless
+/// `--worker-thread`), as SPDK's perf runs
 /// its one core's work on its main thread: its [`Pacer`](crate::control::Pacer) runs the
 /// [`Clock`] every few rounds, so no second thread shares the CPU with the polling loop (in
 /// a one-vCPU guest every wake-up of a timekeeping thread preempts the worker).
@@ -169,7 +170,7 @@ where
     } else {
         Phase::Warmup
     };
-    if workers.len() == 1 && cells.is_empty() {
+    if workers.len() == 1 && cells.is_empty() && !config.worker_thread {
         if let Some(worker) = workers.pop() {
             if let Some(cpu) = cpus.as_ref().and_then(|c| c.first().copied()) {
                 pin_current_thread(cpu).map_err(|source| PerfError::Pin {
@@ -462,6 +463,39 @@ mod tests {
                 assert!(w && lba % 2 == 0, "{lba}");
                 assert!((first * 2..(first + n) * 2).contains(&lba), "{t}: {lba}");
             }
+        }
+    }
+
+    /// One job runs on the calling thread by default and on a thread of its own with
+    /// `--worker-thread` (the A/B switch between the two layouts).
+    #[test]
+    fn a_single_job_runs_on_the_main_thread_unless_worker_thread() {
+        for (line, on_main) in [
+            (&["sim", "-t", "0.05", "--quiet"][..], true),
+            (
+                &["sim", "-t", "0.05", "--quiet", "--worker-thread"][..],
+                false,
+            ),
+        ] {
+            let c = config(line);
+            let main = std::thread::current().id();
+            let ran_on = std::sync::Mutex::new(None);
+            let results = drive_observed(&c, vec![()], &[], |(), _control, _live| {
+                *ran_on.lock().unwrap() = Some(std::thread::current().id());
+                Ok(WorkerResult {
+                    tally: crate::control::Tally::new(),
+                    elapsed: Duration::ZERO,
+                    cpu: Duration::ZERO,
+                    driver: None,
+                    verify: None,
+                    recovery: None,
+                    tcp: None,
+                })
+            })
+            .unwrap();
+            assert_eq!(results.len(), 1);
+            let ran_on = ran_on.into_inner().unwrap().expect("the job ran");
+            assert_eq!(ran_on == main, on_main, "{line:?}");
         }
     }
 
