@@ -450,18 +450,19 @@ pub(super) fn fill_group_head(
     buffer: Option<DmaBuffer>,
     commands: u16,
 ) {
+    // In `Slot`'s memory order, so that the constant stores run together and merge.
+    slot.user_data = user_data;
     slot.head = tag;
+    slot.remaining = commands;
+    slot.epoch = epoch;
+    slot.dw0 = 0;
+    slot.status = Status::SUCCESS;
+    slot.opcode = op;
     slot.awaiting = true;
     slot.expired = false;
-    slot.epoch = epoch;
-    slot.remaining = commands;
-    slot.opcode = op;
     slot.sync = false;
     slot.reported = false;
     slot.simple = commands == 1;
-    slot.status = Status::SUCCESS;
-    slot.dw0 = 0;
-    slot.user_data = user_data;
     // Every path that frees a group head takes its buffer first, so the old value is `None`
     // and has nothing to drop; not dropping it saves the check and the call. Were it ever
     // `Some` (a driver bug), forgetting it leaks that buffer's mapping instead of freeing
