@@ -9,9 +9,12 @@ SOCK=/tmp/nvme-control.sock
 SECS=${CONTROL_SECS:-4}
 RUNS=${CONTROL_RUNS:-3}
 # TCG guests are noisy (a 2-vCPU guest shares its 2-core host with other work; runs without
-# the socket vary by 2x there): the median with the socket must reach 90 % of the slowest run
-# without it.
-MIN_OF_LOWEST=${CONTROL_MIN_OF_LOWEST:-0.90}
+# the socket vary by 2x there): the median with the socket must reach 80 % of the slowest run
+# without it. That catches a socket that stalls the worker, not a few per cent. At 90 % the
+# check failed once on 2026-12-03 (52,599 against 58,552 IOPS, the three runs without the
+# socket within 6 % of each other that time); the ratios of medians seen in CI runs range from
+# 0.85 to 1.58, the served-without-reader runs from 0.88 to 1.53.
+MIN_OF_LOWEST=${CONTROL_MIN_OF_LOWEST:-0.80}
 
 # perf SECONDS [OPTION...]
 perf() {
