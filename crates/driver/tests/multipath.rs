@@ -14,14 +14,8 @@ mod common;
 
 /// Controllers 0 and 1 of one subsystem, sharing the default two namespaces.
 fn subsystem() -> (SimController, SimController, Controller, Controller) {
-    let config = |cntlid| SimConfig {
-        cntlid,
-        shared_namespaces: true,
-        subnqn: nvme_sim::SIM_SUBNQN.into(),
-        ..SimConfig::default()
-    };
-    let sim_a = SimController::start(config(0));
-    let sim_b = sim_a.start_sibling(config(1));
+    let sim_a = SimController::start(SimConfig::subsystem_member(0));
+    let sim_b = sim_a.start_sibling(SimConfig::subsystem_member(1));
     let (sim_a, a) = common::open_on(sim_a, ControllerOptions::default(), false);
     let (sim_b, b) = common::open_on(sim_b, ControllerOptions::default(), false);
     (sim_a, sim_b, a, b)

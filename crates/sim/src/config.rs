@@ -345,6 +345,18 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
+    /// Controller `cntlid` of the emulator's one NVM subsystem ([`crate::SIM_SUBNQN`]) with
+    /// shared namespaces and the default layout: what [`crate::SimController::start_sibling`]
+    /// needs of both configs (start one, then its siblings with other CNTLIDs).
+    pub fn subsystem_member(cntlid: u16) -> Self {
+        Self {
+            cntlid,
+            shared_namespaces: true,
+            subnqn: crate::SIM_SUBNQN.into(),
+            ..Self::default()
+        }
+    }
+
     /// Checks the configuration; panics with a message naming the bad field (the config is
     /// written by test code, so a mistake there is a bug in the test).
     pub(crate) fn validate(&self) {

@@ -1,21 +1,12 @@
 //! `SimController::start_sibling`: a second controller of one subsystem on the same medium,
 //! and the configurations it refuses.
 
-use nvme_sim::{SimConfig, SimController, SIM_SUBNQN};
-
-fn shared(cntlid: u16) -> SimConfig {
-    SimConfig {
-        cntlid,
-        shared_namespaces: true,
-        subnqn: SIM_SUBNQN.into(),
-        ..SimConfig::default()
-    }
-}
+use nvme_sim::{SimConfig, SimController};
 
 #[test]
 fn siblings_share_the_medium() {
-    let a = SimController::start(shared(0));
-    let b = a.start_sibling(shared(1));
+    let a = SimController::start(SimConfig::subsystem_member(0));
+    let b = a.start_sibling(SimConfig::subsystem_member(1));
     a.write_disk(1, 4096, b"through a");
     assert_eq!(b.read_disk(1, 4096, 9), b"through a");
     b.write_disk(2, 0, b"through b");
@@ -25,7 +16,8 @@ fn siblings_share_the_medium() {
 #[test]
 #[should_panic(expected = "its own SimConfig::cntlid")]
 fn a_sibling_needs_another_cntlid() {
-    SimController::start(shared(0)).start_sibling(shared(0));
+    SimController::start(SimConfig::subsystem_member(0))
+        .start_sibling(SimConfig::subsystem_member(0));
 }
 
 #[test]
@@ -33,9 +25,9 @@ fn a_sibling_needs_another_cntlid() {
 fn a_sibling_reports_the_same_nqn() {
     let other = SimConfig {
         subnqn: "nqn.2026-01.io.example:other".into(),
-        ..shared(1)
+        ..SimConfig::subsystem_member(1)
     };
-    SimController::start(shared(0)).start_sibling(other);
+    SimController::start(SimConfig::subsystem_member(0)).start_sibling(other);
 }
 
 #[test]
@@ -43,7 +35,7 @@ fn a_sibling_reports_the_same_nqn() {
 fn private_namespaces_have_no_sibling() {
     let private = SimConfig {
         shared_namespaces: false,
-        ..shared(0)
+        ..SimConfig::subsystem_member(0)
     };
-    SimController::start(private).start_sibling(shared(1));
+    SimController::start(private).start_sibling(SimConfig::subsystem_member(1));
 }

@@ -193,14 +193,8 @@ mod tests {
 
     #[test]
     fn two_controllers_of_one_subsystem_and_a_lone_one() {
-        let shared = |cntlid| SimConfig {
-            cntlid,
-            shared_namespaces: true,
-            subnqn: nvme_sim::SIM_SUBNQN.into(),
-            ..SimConfig::default()
-        };
-        let sim_a = SimController::start(shared(0));
-        let sim_b = sim_a.start_sibling(shared(1));
+        let sim_a = SimController::start(SimConfig::subsystem_member(0));
+        let sim_b = sim_a.start_sibling(SimConfig::subsystem_member(1));
         let sim_c = SimController::start(SimConfig {
             subnqn: "nqn.2026-01.io.example:lone".into(),
             ..SimConfig::default()

@@ -175,14 +175,8 @@ mod tests {
         AnyController,
         PathBuf,
     ) {
-        let config = |cntlid| SimConfig {
-            cntlid,
-            shared_namespaces: true,
-            subnqn: nvme_sim::SIM_SUBNQN.into(),
-            ..SimConfig::default()
-        };
-        let sim_a = SimController::start(config(0));
-        let sim_b = sim_a.start_sibling(config(1));
+        let sim_a = SimController::start(SimConfig::subsystem_member(0));
+        let sim_b = sim_a.start_sibling(SimConfig::subsystem_member(1));
         let (a, b) = (open(&sim_a), open(&sim_b));
         let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
         let path =
