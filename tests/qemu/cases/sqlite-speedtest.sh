@@ -11,6 +11,13 @@
 # the run is mostly SQLite's own CPU time under TCG, docs/sqlite.md). Prints
 # "@@SPEEDTEST side mode@size rep total_s" per run, "@@SPEEDPHASE side mode@size rep test
 # seconds" per test, then medians with ranges.
+# Knobs for quick A/Bs: SQLITE_SPEEDTEST_MODES (default "delete wal"; commas or spaces), SQLITE_SPEEDTEST_SIDES
+# (default "ours ext4 ours-nofua memdb", run in this order in odd repetitions and reversed in
+# even ones) and, when /usr/local/bin/libnvme_sqlite-base.so exists (e.g. GUEST_EXTRA_BINS=
+# "libnvme_sqlite-base.so=PATH", a build of another commit), the side `base-nofua`: that
+# extension with fua=off, compared with `ours-nofua` in the same boot. The side `ours-irq`
+# (in SQLITE_SPEEDTEST_SIDES) is `ours-nofua` with the URI parameter irq=on: the VFS's waits
+# block on MSI-X after a short spin instead of polling.
 # Run with: GUEST_EXTRA_BINS=speedtest1=target/speedtest1/speedtest1 tests/qemu/run.sh \
 #   --ns 512:64M --ns 4096:64M sqlite-speedtest.sh
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
@@ -18,7 +25,15 @@
 
 SIZES=$(echo "${SQLITE_SPEEDTEST_SIZE:-5}" | tr , ' ')
 REPS=${SQLITE_SPEEDTEST_REPS:-3}
+MODES=$(echo "${SQLITE_SPEEDTEST_MODES:-delete wal}" | tr , " ")
+SIDES=$(echo "${SQLITE_SPEEDTEST_SIDES:-ours ext4 ours-nofua memdb}" | tr , " ")
 EXT=/usr/local/bin/libnvme_sqlite.so
+BASE_EXT=/usr/local/bin/libnvme_sqlite-base.so
+if [ -f "$BASE_EXT" ]; then
+    case " $SIDES " in *" base-nofua "*) ;; *) SIDES="$SIDES base-nofua" ;; esac
+fi
+REVERSED=
+for s in $SIDES; do REVERSED="$s $REVERSED"; done
 
 command -v speedtest1 >/dev/null ||
     fail "no speedtest1 in the guest: build it with tests/speedtest1/build.sh and pass GUEST_EXTRA_BINS=speedtest1=target/speedtest1/speedtest1"
@@ -39,15 +54,15 @@ record() {
     done
 }
 
-# ours REP MODE [SIDE FUA]
+# ours REP MODE [SIDE FUA [EXTENSION [IRQ]]]
 ours() {
-    side=${3:-ours} fua=${4:-on}
+    side=${3:-ours} fua=${4:-on} ext=${5:-$EXT} irq=${6:-off}
     bind_vfio
     # An empty store for each run (twice the runs of one database each would not fit in 64M).
     nvme-sqlite --device "$NVME_BDF" --nsid 2 --format -n 1 -m 1 >/tmp/stf.out 2>&1 ||
         { cat /tmp/stf.out; fail "formatting namespace 2 failed"; }
-    NVME_SQLITE_EXT=$EXT speedtest1 --vfs nvme --journal "$2" --size "$SIZE" \
-        "file:speed-$2-$SIZE-$1-$fua.db?vfs=nvme&device=$NVME_BDF&nsid=2&format=ifblank&fua=$fua" >/tmp/st.out 2>&1 ||
+    NVME_SQLITE_EXT=$ext speedtest1 --vfs nvme --journal "$2" --size "$SIZE" \
+        "file:speed-$2-$SIZE-$1-$fua.db?vfs=nvme&device=$NVME_BDF&nsid=2&format=ifblank&fua=$fua&irq=$irq" >/tmp/st.out 2>&1 ||
         { cat /tmp/st.out; fail "speedtest1 on our VFS failed"; }
     record "$side" "$2" "$1" /tmp/st.out
     # The database is readable through the Rust tool, integrity ok.
@@ -75,37 +90,47 @@ kernel() {
 
 : >/tmp/speed
 : >/tmp/speedphase
+# side SIDE REP MODE
+side() {
+    case $1 in
+    ours) ours "$2" "$3" ;;
+    ours-nofua) ours "$2" "$3" ours-nofua off ;;
+    base-nofua) ours "$2" "$3" base-nofua off "$BASE_EXT" ;;
+    ours-irq) ours "$2" "$3" ours-irq off "$EXT" on ;;
+    ext4) kernel "$2" "$3" ;;
+    memdb) memdb "$2" "$3" ;;
+    *) fail "unknown side $1 in SQLITE_SPEEDTEST_SIDES" ;;
+    esac
+}
+
 for SIZE in $SIZES; do
-    for mode in delete wal; do
+    for mode in $MODES; do
         r=1
         while [ "$r" -le "$REPS" ]; do
-            if [ $((r % 2)) = 1 ]; then
-                ours "$r" "$mode"
-                kernel "$r" "$mode"
-                ours "$r" "$mode" ours-nofua off
-                memdb "$r" "$mode"
-            else
-                memdb "$r" "$mode"
-                ours "$r" "$mode" ours-nofua off
-                kernel "$r" "$mode"
-                ours "$r" "$mode"
-            fi
+            if [ $((r % 2)) = 1 ]; then order=$SIDES; else order=$REVERSED; fi
+            for s in $order; do side "$s" "$r" "$mode"; done
             r=$((r + 1))
         done
     done
 done
 
 modes=
-for SIZE in $SIZES; do modes="$modes delete@$SIZE wal@$SIZE"; done
+for SIZE in $SIZES; do for m in $MODES; do modes="$modes $m@$SIZE"; done; done
 echo "| journal@size | side | speedtest1 total (s), median (range) | runs |"
 for mode in $modes; do
-    for side in memdb ours ours-nofua ext4; do
-        echo "| $mode | $side | $(summ 5 $side "$mode" /tmp/speed) | $REPS |"
+    for s in $SIDES; do
+        echo "| $mode | $s | $(summ 5 "$s" "$mode" /tmp/speed) | $REPS |"
     done
 done
-echo "| journal@size | test | memdb (s) | ours (s) | ours-nofua (s) | ext4 (s) |"
+head="| journal@size | test |"
+for s in $SIDES; do head="$head $s (s) |"; done
+echo "$head"
 for mode in $modes; do
     for t in $(awk '{ print $5 }' /tmp/speedphase | sort -un); do
-        echo "| $mode | $t | $(summ 6 memdb $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ours $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ours-nofua $mode /tmp/speedphase "$t" | cut -d' ' -f1) | $(summ 6 ext4 $mode /tmp/speedphase "$t" | cut -d' ' -f1) |"
+        row="| $mode | $t |"
+        for s in $SIDES; do
+            row="$row $(summ 6 "$s" "$mode" /tmp/speedphase "$t" | cut -d' ' -f1) |"
+        done
+        echo "$row"
     done
 done
