@@ -10,7 +10,8 @@
 //! parsed by `nvme_device::parse_target`: a PCI address, a PCIe or NVMe/TCP transport id, or
 //! `sim` in a build with the `emulator` feature), plus `format=ifblank` to write an empty
 //! store on a namespace that holds none, and `fua=off` for Write + Flush at every barrier
-//! (no FUA writes; `nvme-sqlite --no-fua`). See [`router`] and [`namespaces`], and
+//! (no FUA writes; `nvme-sqlite --no-fua`), and `irq=on` to open the controller with MSI-X
+//! interrupts so the VFS's waits block instead of spinning (`nvme-sqlite --irq`). See [`router`] and [`namespaces`], and
 //! `docs/sqlite.md` ("From unmodified programs").
 //!
 //! No SQLite inside: every SQLite function is called through the `sqlite3_api_routines`

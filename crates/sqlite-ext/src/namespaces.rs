@@ -102,6 +102,11 @@ pub struct Place {
     /// a file system's fsync; docs/sqlite.md). Set by the first database opened on the
     /// namespace: the VFS is kept for the process.
     pub fua: bool,
+    /// URI `irq`: `off` (default) waits for the device by polling; `on` opens the controller
+    /// with MSI-X interrupts, and the VFS's waits (a barrier, a read) block on its queue's
+    /// vector after a short spin instead of spinning until the completion. Set by the first
+    /// database opened on the controller (PCIe and the emulator; NVMe/TCP always polls).
+    pub irq: bool,
 }
 
 impl Place {
@@ -157,7 +162,24 @@ impl Place {
             nsid,
             format,
             fua,
+            irq: false,
         })
+    }
+
+    /// With the URI parameter `irq` (`on` or `off`, the default).
+    pub fn with_irq(mut self, irq: Option<&str>) -> Result<Self, OpenError> {
+        self.irq = match irq.map(str::trim) {
+            None | Some("off" | "0" | "no" | "false") => false,
+            Some("on" | "1" | "yes" | "true") => true,
+            Some(v) => {
+                return Err(OpenError::BadParameter {
+                    key: "irq",
+                    value: v.to_owned(),
+                    expected: "`off` (the default: poll) or `on` (block on MSI-X while waiting)",
+                })
+            }
+        };
+        Ok(self)
     }
 }
 
@@ -182,7 +204,7 @@ pub fn open(place: &Place) -> Result<*mut ffi::sqlite3_vfs, OpenError> {
     if let Some(vfs) = reg.vfs.get(&key) {
         return Ok(vfs.raw_vfs());
     }
-    let ctrl = controller(reg, &place.target, &device)?;
+    let ctrl = controller(reg, &place.target, &device, place.irq)?;
     let store_error = |source| OpenError::Store {
         device: device.clone(),
         nsid: place.nsid,
@@ -204,6 +226,7 @@ fn controller(
     reg: &mut Registry,
     target: &Target,
     device: &str,
+    irq: bool,
 ) -> Result<AnyController, OpenError> {
     let failed = |source| OpenError::Controller {
         device: device.to_owned(),
@@ -216,12 +239,13 @@ fn controller(
         Target::Tcp(_) => {
             return AnyController::open(target, ControllerOptions::default()).map_err(failed)
         }
-        Target::Pcie(address) => {
-            Controller::open_pci(&address.to_string(), ControllerOptions::default())
-                .map_err(failed)?
-        }
+        Target::Pcie(address) => Controller::open_pci(
+            &address.to_string(),
+            ControllerOptions::default().interrupts(irq),
+        )
+        .map_err(failed)?,
         #[cfg(feature = "emulator")]
-        Target::Emulator => emulator().map_err(failed)?,
+        Target::Emulator => emulator(irq).map_err(failed)?,
         #[cfg(not(feature = "emulator"))]
         Target::Emulator => return Err(OpenError::NoEmulator),
     };
@@ -242,7 +266,7 @@ const SIM_BLOCK: u32 = 4096;
 /// The in-process emulator (`device=sim`): one controller with [`SIM_NAMESPACES`] blank,
 /// memory-backed namespaces, started on first use and kept for the rest of the process.
 #[cfg(feature = "emulator")]
-fn emulator() -> Result<Controller, nvme_driver::Error> {
+fn emulator(irq: bool) -> Result<Controller, nvme_driver::Error> {
     use nvme_sim::{SimConfig, SimController, SimNamespace};
     let sim: &'static SimController = Box::leak(Box::new(SimController::start(SimConfig {
         serial: "NVMESQLITEEXT".to_owned(),
@@ -257,8 +281,9 @@ fn emulator() -> Result<Controller, nvme_driver::Error> {
         null_io: false,
         ..SimConfig::default()
     })));
-    let transport = nvme_driver::Transport::new(sim.mmio(), sim.dma(), "sim");
-    Controller::new(transport, ControllerOptions::default())
+    let transport =
+        nvme_driver::Transport::new(sim.mmio(), sim.dma(), "sim").with_interrupts(sim.interrupts());
+    Controller::new(transport, ControllerOptions::default().interrupts(irq))
 }
 
 #[cfg(test)]
@@ -289,6 +314,14 @@ mod tests {
         assert!(matches!(
             Place::parse(Some("sim"), None, None, Some("sometimes")),
             Err(OpenError::BadParameter { key: "fua", .. })
+        ));
+        let p = Place::parse(Some("sim"), None, None, None).unwrap();
+        assert!(!p.irq, "irq is off by default");
+        assert!(p.clone().with_irq(Some("on")).unwrap().irq);
+        assert!(!p.clone().with_irq(Some("off")).unwrap().irq);
+        assert!(matches!(
+            p.with_irq(Some("maybe")),
+            Err(OpenError::BadParameter { key: "irq", .. })
         ));
         assert!(matches!(
             Place::parse(None, None, None, None),

@@ -170,7 +170,9 @@ unsafe extern "C" fn x_open(
                     param(c"nsid"),
                     param(c"format"),
                     param(c"fua"),
-                ) {
+                )
+                .and_then(|p| p.with_irq(param(c"irq")))
+                {
                     Ok(p) => p,
                     Err(e) => {
                         return router.fail(e.sqlite_code(), format!("`{db}`: {}", chain(&e)))

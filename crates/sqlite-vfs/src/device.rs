@@ -143,8 +143,11 @@ impl NvmeDevice {
         let ns = ctrl
             .namespace(nsid)
             .map_err(|e| Error::driver("looking up the namespace", e))?;
+        // A PCIe controller opened with interrupts gives the pair an MSI-X vector: the
+        // write-behind queue's waits then block on it after a short spin (`write_behind`).
+        let irq = ctrl.as_pcie().is_some_and(|c| c.has_interrupts());
         let qp = ctrl
-            .create_queue_pair(QueuePairOptions::default())
+            .create_queue_pair(QueuePairOptions::default().interrupts(irq))
             .map_err(|e| Error::driver("creating a queue pair", e))?;
         let bs = ns.block_size() as usize;
         let slot = (SLOT_BYTES.min(qp.max_transfer_bytes()) / bs).max(1) * bs;

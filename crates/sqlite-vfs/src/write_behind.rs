@@ -15,6 +15,11 @@
 //!   before it). When the open buffer is the only write since the last barrier, it goes out
 //!   with FUA instead (NVM CS §3.3.6: durable at its completion) and no Flush is needed: one
 //!   command and one round trip instead of two.
+//! - Waiting (a barrier, a read, an overlapping write, a full pool) polls; on a queue pair
+//!   with an MSI-X vector (a controller opened with `ControllerOptions::interrupts`, e.g. the
+//!   extension's URI parameter `irq=on`) it polls [`SPIN_POLLS`] times and then blocks on the
+//!   vector until a completion arrives, so the waiting thread leaves the CPU to others (under
+//!   an emulator, to the device itself). What is waited for, and when, is the same either way.
 //! - A write that fails in flight is remembered and returned by the next `write` or `flush`
 //!   (SQLite's next `xWrite`/`xSync` then fails with `SQLITE_IOERR`); a failed write also
 //!   counts as unflushed (its range is indeterminate), so the next barrier still flushes.
@@ -32,6 +37,12 @@ use crate::error::{Error, Result};
 pub(crate) const SLOTS: usize = 16;
 /// Bytes per buffer (the largest command the pool issues; smaller when MDTS is).
 pub(crate) const SLOT_BYTES: usize = 128 * 1024;
+
+/// Empty polls before a wait blocks on the completion queue's interrupt (when it has one).
+pub(crate) const SPIN_POLLS: u32 = 64;
+/// Longest single block on the interrupt; the wait then polls again (the queue pair's
+/// command timeouts are checked by its polls).
+const BLOCK_SLICE: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// User data of the one Flush or Read waited for at a time (write slots use `0..SLOTS`).
 const FLUSH_TAG: u64 = u64::MAX;
@@ -56,6 +67,8 @@ pub struct IoStats {
     pub max_in_flight: u64,
     /// Times a submission or read waited for an overlapping write in flight.
     pub overlap_waits: u64,
+    /// Times a wait went to block on the completion queue's interrupt (0 without one).
+    pub blocked_waits: u64,
     /// Writes that failed in flight (each returned by a later `write` or `flush`).
     pub failed_writes: u64,
 }
@@ -151,8 +164,9 @@ impl WriteBehind {
         self.fua = on;
     }
 
-    /// Hands finished requests back: buffers to the pool, failures to `error`.
-    fn reap(&mut self) {
+    /// Hands finished requests back: buffers to the pool, failures to `error`; returns how
+    /// many completions it took.
+    fn reap(&mut self) -> usize {
         let Self {
             qp,
             free,
@@ -190,7 +204,33 @@ impl WriteBehind {
                     c.user_data
                 );
             }
-        });
+        })
+    }
+
+    /// One step of a wait: a poll; with an interrupt vector, after [`SPIN_POLLS`] empty polls,
+    /// a block on it (up to [`BLOCK_SLICE`]) and another poll. A failed block only falls back
+    /// to polling.
+    fn wait_step(&mut self) {
+        if self.reap() > 0 {
+            return;
+        }
+        let Some(qp) = self.qp.as_pcie_mut() else {
+            return;
+        };
+        if !qp.has_interrupts() {
+            return;
+        }
+        for _ in 1..SPIN_POLLS {
+            if self.reap() > 0 {
+                return;
+            }
+        }
+        self.stats.blocked_waits += 1;
+        if let Some(qp) = self.qp.as_pcie_mut() {
+            // An error (the eventfd) leaves polling, which the caller's loop goes on with.
+            let _ = qp.wait_for_completion(BLOCK_SLICE);
+        }
+        self.reap();
     }
 
     fn overlapping_in_flight(&self, lba: u64, blocks: u32) -> bool {
@@ -207,7 +247,7 @@ impl WriteBehind {
         if self.overlapping_in_flight(lba, blocks) {
             self.stats.overlap_waits += 1;
             while self.overlapping_in_flight(lba, blocks) {
-                self.reap();
+                self.wait_step();
             }
         }
     }
@@ -215,7 +255,7 @@ impl WriteBehind {
     /// Waits for every write in flight.
     fn drain(&mut self) {
         while self.in_flight > 0 {
-            self.reap();
+            self.wait_step();
         }
     }
 
@@ -228,7 +268,7 @@ impl WriteBehind {
             if self.in_flight == 0 {
                 return Err(Error::BuffersLost);
             }
-            self.reap();
+            self.wait_step();
         }
     }
 
@@ -365,7 +405,7 @@ impl WriteBehind {
             if let Some(c) = self.waited.take() {
                 return c;
             }
-            self.reap();
+            self.wait_step();
         }
     }
 

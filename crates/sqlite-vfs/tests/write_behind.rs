@@ -6,6 +6,7 @@ mod power;
 
 use std::time::Duration;
 
+use nvme_driver::{Controller, ControllerOptions, Transport};
 use nvme_sim::SimController;
 use nvme_sqlite_vfs::{BlockDevice, NvmeDevice};
 use power::{config, controller, pattern, NSID};
@@ -41,14 +42,38 @@ fn newest(writes: &[(u64, Vec<u8>)]) -> std::collections::BTreeMap<u64, Vec<u8>>
     writes.iter().cloned().collect()
 }
 
+/// The namespace through a controller whose queue pairs have MSI-X vectors: the
+/// write-behind queue's waits block on them after a short spin.
+fn device_with_interrupts(sim: &SimController) -> NvmeDevice {
+    let transport = Transport::new(sim.mmio(), sim.dma(), "sim").with_interrupts(sim.interrupts());
+    let ctrl = Controller::new(transport, ControllerOptions::default().interrupts(true))
+        .expect("controller bring-up");
+    NvmeDevice::new(ctrl, NSID).expect("NVMe device")
+}
+
 #[test]
 fn writes_in_flight_read_back_and_are_durable_after_the_barrier() {
+    barrier_case(false);
+}
+
+/// The same writes, reads and barrier with waits that block on the interrupt: the same
+/// results and durability, and the waits did block (not spin).
+#[test]
+fn waits_that_block_on_the_interrupt_keep_the_same_order_and_durability() {
+    barrier_case(true);
+}
+
+fn barrier_case(irq: bool) {
     let _guard = power::EMULATOR.lock().unwrap_or_else(|e| e.into_inner());
     let cfg = config(BS, BLOCKS, 7, None);
     let sim = SimController::start(cfg.clone());
     // Completions come late, so the writes really are in flight together.
     sim.faults().delay_completions(Duration::from_millis(20));
-    let mut dev = device(&sim);
+    let mut dev = if irq {
+        device_with_interrupts(&sim)
+    } else {
+        device(&sim)
+    };
     let w = writes(1);
     for (lba, data) in &w {
         dev.write(*lba, data).expect("write");
@@ -73,6 +98,22 @@ fn writes_in_flight_read_back_and_are_durable_after_the_barrier() {
         );
     }
     dev.flush().expect("flush");
+    let blocked = dev.stats().blocked_waits;
+    if irq {
+        // 20 ms per completion is far more than the spin before a wait blocks.
+        assert!(
+            blocked > 0,
+            "no wait blocked on the interrupt: {:?}",
+            dev.stats()
+        );
+    } else {
+        assert_eq!(
+            blocked,
+            0,
+            "a pair without a vector blocked: {:?}",
+            dev.stats()
+        );
+    }
     // Everything acknowledged by the barrier survives a cut right after it.
     sim.power_cut();
     let medium = sim.medium();

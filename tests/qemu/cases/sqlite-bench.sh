@@ -6,7 +6,9 @@
 # barrier (`ours`, the default) and with Write + Flush for every barrier (`ours-nofua`,
 # `--no-fua`), to measure what FUA saves; in DELETE mode also a third time without SQLite's
 # batch-atomic writes (`ours-nobatch`, `--no-fua --no-batch-atomic`: the rollback journal
-# path), to measure what the redo area saves. Prints one
+# path), to measure what the redo area saves. SQLITE_BENCH_MODES (default "delete wal")
+# picks the journal modes; SQLITE_BENCH_IRQ=1 adds the side `ours-irq` (`--no-fua --irq`:
+# the VFS's waits block on MSI-X after a short spin instead of polling). Prints one
 # "@@SQLBENCH side mode rep elapsed_s commits_per_s" line per run, one
 # "@@SQLPHASE side mode rep phase ms" line per phase, then the medians with ranges and the
 # per-phase medians.
@@ -16,6 +18,8 @@
 N=${SQLITE_BENCH_ROWS:-3000}
 M=${SQLITE_BENCH_BATCH:-100}
 REPS=${SQLITE_BENCH_REPS:-5}
+MODES=$(echo "${SQLITE_BENCH_MODES:-delete wal}" | tr , " ")
+IRQ=${SQLITE_BENCH_IRQ:-0}
 
 command -v mkfs.ext4 >/dev/null || fail "no mkfs.ext4 in the guest (run.sh copies e2fsprogs' mke2fs)"
 modprobe crc32c_generic
@@ -64,16 +68,18 @@ kernel() {
 
 : >/tmp/sqlbench
 : >/tmp/sqlphase
-for mode in delete wal; do
+for mode in $MODES; do
     r=1
     while [ "$r" -le "$REPS" ]; do
         if [ $((r % 2)) = 1 ]; then
             ours "$r" "$mode"
             kernel "$r" "$mode"
             ours "$r" "$mode" ours-nofua --no-fua
+            [ "$IRQ" = 0 ] || ours "$r" "$mode" ours-irq --no-fua --irq
             [ "$mode" = wal ] || ours "$r" "$mode" ours-nobatch --no-fua --no-batch-atomic
         else
             [ "$mode" = wal ] || ours "$r" "$mode" ours-nobatch --no-fua --no-batch-atomic
+            [ "$IRQ" = 0 ] || ours "$r" "$mode" ours-irq --no-fua --irq
             ours "$r" "$mode" ours-nofua --no-fua
             kernel "$r" "$mode"
             ours "$r" "$mode"
@@ -83,14 +89,17 @@ for mode in delete wal; do
 done
 
 echo "| journal | side | total time (s), median (range) | insert commits/s, median (range) | runs |"
-sides() { if [ "$1" = wal ]; then echo ours ours-nofua ext4; else echo ours ours-nofua ours-nobatch ext4; fi; }
-for mode in delete wal; do
+sides() {
+    irq=; [ "$IRQ" = 0 ] || irq=ours-irq
+    if [ "$1" = wal ]; then echo ours ours-nofua $irq ext4; else echo ours ours-nofua $irq ours-nobatch ext4; fi
+}
+for mode in $MODES; do
     for side in $(sides $mode); do
         echo "| $mode | $side | $(summ 5 $side $mode /tmp/sqlbench) | $(summ 6 $side $mode /tmp/sqlbench) | $REPS |"
     done
 done
 echo "| journal | side | create | insert | update | delete | query | verify (ms, medians) |"
-for mode in delete wal; do
+for mode in $MODES; do
     for side in $(sides $mode); do
         row="| $mode | $side |"
         for phase in create insert update delete query verify; do

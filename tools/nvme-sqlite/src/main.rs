@@ -86,6 +86,11 @@ struct Cli {
     /// measure what FUA saves.
     #[arg(long)]
     no_fua: bool,
+    /// Open the controller with MSI-X interrupts: the VFS's waits (barriers, reads) block on
+    /// the queue's vector after a short spin instead of polling until the completion (PCIe
+    /// and the emulator).
+    #[arg(long)]
+    irq: bool,
     /// Do not offer SQLite batch-atomic writes (SQLITE_IOCAP_BATCH_ATOMIC through the
     /// store's redo area): DELETE mode then commits through its rollback journal, as
     /// before; to measure what batch-atomic writes save.
@@ -181,7 +186,7 @@ fn run(cli: &Cli) -> Result<(), ToolError> {
             Err(ToolError::NoEmulator)
         }
     } else {
-        let ctrl = AnyController::open(&target, ControllerOptions::default())?;
+        let ctrl = AnyController::open(&target, ControllerOptions::default().interrupts(cli.irq))?;
         run_on_controller(cli, ctrl, false).map(drop)
     }
 }
@@ -189,8 +194,8 @@ fn run(cli: &Cli) -> Result<(), ToolError> {
 /// Runs on an emulator the caller keeps alive (tests reopen the same medium).
 #[cfg(any(test, feature = "emulator"))]
 fn run_on_sim(cli: &Cli, sim: &SimController, format: bool) -> Result<Summary, ToolError> {
-    let transport = Transport::new(sim.mmio(), sim.dma(), "sim");
-    let ctrl = Controller::new(transport, ControllerOptions::default())?;
+    let transport = Transport::new(sim.mmio(), sim.dma(), "sim").with_interrupts(sim.interrupts());
+    let ctrl = Controller::new(transport, ControllerOptions::default().interrupts(cli.irq))?;
     run_on_controller(cli, ctrl.into(), format)
 }
 
@@ -248,7 +253,7 @@ fn print_store(vfs: &NvmeVfs, before: StoreStats, after: StoreStats) -> Result<(
     );
     if let Some(io) = vfs.with_store(|s| s.io_stats())? {
         println!(
-            "io: {} writes ({} merged) in {} write commands ({} FUA), {} flushes, {} reads, at most {} writes in flight, {} overlap waits, {} failed",
+            "io: {} writes ({} merged) in {} write commands ({} FUA), {} flushes, {} reads, at most {} writes in flight, {} overlap waits, {} blocked waits, {} failed",
             io.writes,
             io.merged,
             io.write_commands,
@@ -257,6 +262,7 @@ fn print_store(vfs: &NvmeVfs, before: StoreStats, after: StoreStats) -> Result<(
             io.read_commands,
             io.max_in_flight,
             io.overlap_waits,
+            io.blocked_waits,
             io.failed_writes
         );
     }
