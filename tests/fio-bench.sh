@@ -5,11 +5,14 @@
 #     (target/fio-engine/nvme-fio.so, the release build without the emulator);
 #   - on the kernel nvme driver (booted with nvme.poll_queues=1): fio's io_uring engine
 #     (hipri, fixedbufs, registerfiles, direct), fio's t/io_uring from the same fio source
-#     package (built here under target/fio-engine), and nvme-perf --engine io_uring.
+#     package (built here under target/fio-engine), and nvme-perf --engine io_uring;
+#   - when SPDK_FIO_PLUGIN names SPDK's NVMe fio plugin (build/fio/spdk_nvme of an SPDK
+#     configured --with-fio=<this fio source tree>), fio with ioengine=spdk on vfio-pci too.
 # Prints the host load before and after (other builds share this machine) and the report of
 # tests/qemu/fio-bench-report.py: medians, ranges, and the two costs of going through fio.
 #
-# Usage: [NO_BUILD=1] tests/fio-bench.sh [REPS [SECS]]   (defaults 3 and 3)
+# Usage: [NO_BUILD=1] [SPDK_FIO_PLUGIN=.../build/fio/spdk_nvme] tests/fio-bench.sh [REPS [SECS]]
+#        (defaults 3 and 3)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPS=${1:-3}
@@ -28,14 +31,33 @@ if [ ! -x "$FIO_SRC/t/io_uring" ]; then
     make -C "$FIO_SRC" -s -j2 t/io_uring >/dev/null
 fi
 
+EXTRA="fio=$(command -v fio) nvme-fio.so=$ROOT/target/fio-engine/nvme-fio.so t-io_uring=$FIO_SRC/t/io_uring"
+HUGEPAGES=64
+SPDK_RUNS=0
+if [ -n "${SPDK_FIO_PLUGIN:-}" ]; then
+    # The plugin is loaded into the distribution's fio, so it must have been built against
+    # the headers of that fio version (SPDK's configure --with-fio=$FIO_SRC); a plugin built
+    # against another fio's structures would misread them without an error.
+    { [ -f "$SPDK_FIO_PLUGIN" ] && [ -x "$SPDK_FIO_PLUGIN" ]; } ||
+        { echo "fio-bench: SPDK_FIO_PLUGIN=$SPDK_FIO_PLUGIN is not an executable file" >&2; exit 2; }
+    # run.sh copies it with the shared libraries ldd lists (libnuma, libssl, ...).
+    EXTRA="$EXTRA spdk_nvme=$SPDK_FIO_PLUGIN"
+    # DPDK takes its memory from the hugepage pool as it needs it (as in tests/bench.sh).
+    HUGEPAGES=256
+    SPDK_RUNS=2
+fi
+
 HOST_LOAD_BEFORE=$(uptime)
-CASE_TIMEOUT=$((REPS * (10 * (SECS + 6) + 60) + 300))
-GUEST_EXTRA_BINS="fio=$(command -v fio) nvme-fio.so=$ROOT/target/fio-engine/nvme-fio.so t-io_uring=$FIO_SRC/t/io_uring" \
+# Each SPDK run also pays DPDK's start-up (seconds under TCG): 20 s allowed for it.
+CASE_TIMEOUT=$((REPS * ((10 + SPDK_RUNS) * (SECS + 6) + 20 * SPDK_RUNS + 60) + 300))
+GUEST_EXTRA_BINS=$EXTRA GUEST_HUGEPAGES=$HUGEPAGES \
     "$ROOT/tests/qemu/run.sh" --ns 4096:8G:null --smp 1 \
     --append "nvme.poll_queues=1 FB_REPS=$REPS FB_TIME=$SECS" \
     --case-timeout "$CASE_TIMEOUT" --timeout $((CASE_TIMEOUT + 900)) \
     --log "$LOG" ${NO_BUILD:+--no-build} fio-bench.sh
 HOST_LOAD_AFTER=$(uptime)
+CMD="tests/fio-bench.sh $REPS $SECS"
+[ -z "${SPDK_FIO_PLUGIN:-}" ] || CMD="SPDK_FIO_PLUGIN=.../spdk-fio/build/fio/spdk_nvme $CMD"
 python3 "$ROOT/tests/qemu/fio-bench-report.py" "$LOG" \
     --host-load "before: ${HOST_LOAD_BEFORE# }" --host-load "after: ${HOST_LOAD_AFTER# }" \
-    --command "tests/fio-bench.sh $REPS $SECS"
+    --command "$CMD"

@@ -3,10 +3,11 @@
 `@@BENCH <label> <json>` (nvme-perf --json), `@@FIO <label> <json>` (fio --output-format=json)
 and `@@PEER <label> <line>` .. `@@PEER-END <label> rc=N` (t/io_uring's per-second lines).
 Prints IOPS medians and ranges of every program at QD1 and QD128, and the medians (ranges) of
-per-repetition ratios: the cost of going through fio on our driver (nvme-perf / fio + our
-engine) and on the kernel's (t/io_uring / fio io_uring), with the issue's rule (ours may not
-cost more than fio's io_uring engine costs over t/io_uring), and the same costs as the time
-fio adds per I/O (a ratio grows with the speed of the program it divides; the added time does
+per-repetition ratios: ours through fio against SPDK's fio plugin (when the boot ran it: rows
+`fio-spdk-qd*`), the cost of going through fio on our driver (nvme-perf / fio + our engine)
+and on the kernel's (t/io_uring / fio io_uring), with the issue's rule (ours may not cost more
+than fio's io_uring engine costs over t/io_uring), and the same costs as the time fio adds
+per I/O (a ratio grows with the speed of the program it divides; the added time does
 not).
 Usage: fio-bench-report.py LOG [--command CMD] [--host-load TEXT]... [--update DOC]"""
 import json
@@ -21,6 +22,7 @@ HEADING = "## fio: our engine against io_uring and nvme-perf"
 PROGRAMS = [
     ("perf", "nvme-perf (ours, spdk-like engine)", "vfio-pci"),
     ("fio-ours", "fio + nvme-fio.so (our engine)", "vfio-pci"),
+    ("fio-spdk", "fio + SPDK's spdk_nvme plugin", "vfio-pci"),
     ("fio-uring", "fio io_uring (hipri, fixedbufs, registerfiles)", "kernel nvme, polled"),
     ("t-uring", "t/io_uring (-p1 -B1 -F1 -O1)", "kernel nvme, polled"),
     ("perf-uring", "nvme-perf --engine io_uring --iopoll", "kernel nvme, polled"),
@@ -124,6 +126,7 @@ def report(runs, command, loads):
         ("cost of fio, ours: nvme-perf / fio + our engine", "perf", "fio-ours"),
         ("cost of fio, kernel: t/io_uring / fio io_uring", "t-uring", "fio-uring"),
         ("fio + our engine / fio io_uring", "fio-ours", "fio-uring"),
+        ("fio + our engine / fio + SPDK's plugin", "fio-ours", "fio-spdk"),
         ("nvme-perf / nvme-perf --engine io_uring", "perf", "perf-uring"),
         ("nvme-perf --engine io_uring / t/io_uring", "perf-uring", "t-uring"),
     ]

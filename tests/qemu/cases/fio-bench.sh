@@ -2,21 +2,23 @@
 # io_uring engine on the kernel nvme driver, and each against its engine-free twin (our
 # nvme-perf; fio's t/io_uring and nvme-perf --engine io_uring), in one boot on one controller:
 # 4 KiB random reads at QD1 and QD128, FB_REPS repetitions of FB_TIME seconds a run.
-# Each repetition runs two phases, the controller on vfio-pci (nvme-perf, fio + nvme-fio.so)
-# and on the kernel nvme driver (fio io_uring, t/io_uring, nvme-perf --engine io_uring, all
-# polled with fixed buffers and registered files: the host boots the guest with
-# nvme.poll_queues=1); odd repetitions start with vfio-pci, even ones with the kernel, and the
-# programs of a phase rotate, so that each goes first in turn.
+# Each repetition runs two phases, the controller on vfio-pci (nvme-perf, fio + nvme-fio.so,
+# and fio + SPDK's plugin when tests/fio-bench.sh was given SPDK_FIO_PLUGIN) and on the kernel
+# nvme driver (fio io_uring, t/io_uring, nvme-perf --engine io_uring, all polled with fixed
+# buffers and registered files: the host boots the guest with nvme.poll_queues=1); odd
+# repetitions start with vfio-pci, even ones with the kernel, and the programs of a phase
+# rotate, so that each goes first in turn.
 # Every run prints one line (a failed one too, as {"failed": 1}): `@@BENCH <label> <json>`
 # (nvme-perf's --json), `@@FIO <label> <json>` (fio's --output-format=json, on one line), or
 # `@@PEER <label> <line>` lines closed by `@@PEER-END <label> rc=N` (t/io_uring's per-second
 # IOPS lines). tests/fio-bench.sh (tests/qemu/fio-bench-report.py) turns them into medians
 # and ratios.
-# Labels: perf-qd{1,128} (nvme-perf, ours), fio-ours-qd*, fio-uring-qd*, t-uring-qd*,
-# perf-uring-qd*.
+# Labels: perf-qd{1,128} (nvme-perf, ours), fio-ours-qd*, fio-spdk-qd*, fio-uring-qd*,
+# t-uring-qd*, perf-uring-qd*.
 # Batching is the same for every program: a submission batch and a completion batch of the
 # whole queue depth, i.e. one doorbell (one io_uring_enter) per round.
-# fio, nvme-fio.so and t/io_uring come in through GUEST_EXTRA_BINS (tests/fio-bench.sh).
+# fio, nvme-fio.so, t/io_uring and SPDK's spdk_nvme come in through GUEST_EXTRA_BINS
+# (tests/fio-bench.sh).
 # shellcheck source=/dev/null # the guest path of tests/qemu/lib.sh
 . /tests/lib.sh
 PATH=$PATH:/usr/local/bin
@@ -28,6 +30,25 @@ ENGINE=/usr/local/bin/nvme-fio.so
 command -v fio >/dev/null || fail "fio is not in the guest (GUEST_EXTRA_BINS=fio=/usr/bin/fio)"
 [ -f "$ENGINE" ] || fail "$ENGINE is not in the guest (tools/fio-engine/build.sh, GUEST_EXTRA_BINS)"
 command -v t-io_uring >/dev/null || echo "t/io_uring is not in the guest: its runs are skipped"
+SPDK_PLUGIN=/usr/local/bin/spdk_nvme
+if [ -f "$SPDK_PLUGIN" ]; then
+    # What cases/bench.sh gives spdk_nvme_perf: a writable /var/tmp (PCI lock files), /var/run
+    # (DPDK's runtime directory), /dev/shm, an empty OpenSSL configuration (SPDK's start-up
+    # loads one). Hugepages: tests/fio-bench.sh raised GUEST_HUGEPAGES.
+    mkdir -p /var/tmp /var/run /dev/shm
+    grep -q ' /dev/shm ' /proc/mounts || mount -t tmpfs tmpfs /dev/shm
+    : >/tmp/openssl.cnf
+    # DPDK must run with IOVA = physical address here: its virtual addresses lie above the 39
+    # bits QEMU's intel-iommu translates (cases/bench.sh passes spdk_nvme_perf --iova-mode pa).
+    # The plugin has no option for it; SPDK's env chooses pa by itself only on an Intel CPU
+    # whose IOMMU is narrower than 48 bits, and TCG's `-cpu max` says AuthenticAMD. So for
+    # the plugin's runs /proc/cpuinfo is covered by a copy saying GenuineIntel (the IOMMU
+    # width SPDK then reads is the real one); nothing of SPDK is changed.
+    sed 's/^vendor_id.*/vendor_id\t: GenuineIntel/' /proc/cpuinfo >/tmp/cpuinfo-intel
+    echo "SPDK fio plugin: $SPDK_PLUGIN; hugepages: $(cat /proc/sys/vm/nr_hugepages)"
+else
+    echo "SPDK fio plugin: none (tests/fio-bench.sh installs it when SPDK_FIO_PLUGIN names it)"
+fi
 # fio splits filenames on ':': the PCI address with dots (SPDK's spelling).
 ADDR=$(echo "$NVME_BDF" | tr ':' '.')
 
@@ -48,7 +69,9 @@ fio_run() {
     label=$1
     q=$2
     shift 2
-    if fio --name=fb --rw=randread --bs=4k --iodepth="$q" --iodepth_batch_submit="$q" \
+    # FIO_ENV: variables for this fio only (SPDK's plugin: LD_PRELOAD), `env` with none else.
+    # shellcheck disable=SC2086 # FIO_ENV is a list of NAME=VALUE words without spaces
+    if env $FIO_ENV fio --name=fb --rw=randread --bs=4k --iodepth="$q" --iodepth_batch_submit="$q" \
         --iodepth_batch_complete_min=1 --iodepth_batch_complete_max="$q" \
         --time_based=1 --runtime="$T" --norandommap=1 --randrepeat=0 \
         --output-format=json --output=/tmp/fb.json "$@" >/tmp/fb.err 2>&1; then
@@ -59,6 +82,8 @@ fio_run() {
         echo "@@FIO $label {\"failed\": 1}"
     fi
 }
+
+FIO_ENV=""
 
 # ---- the controller on vfio-pci
 run_perf() {
@@ -74,6 +99,27 @@ run_fio_ours() {
         fio_run "fio-ours-qd$q" "$q" --thread=1 --ioengine="external:$ENGINE" \
             --filename="trtype=PCIe traddr=$ADDR ns=$NSID" --nvme_batch=1
     done
+}
+
+run_fio_spdk() {
+    # SPDK's plugin as its README says: LD_PRELOAD (not ioengine=external:, which races at
+    # fio's exit), ioengine=spdk, thread=1, the transport id with dots; the same jobs and
+    # batching as ours. It polls in fio's getevents; its controller thread only sleeps here.
+    covered=0
+    if mount -o bind /tmp/cpuinfo-intel /proc/cpuinfo; then
+        covered=1
+    else
+        echo "fio-bench: could not cover /proc/cpuinfo; SPDK's env will pick IOVA = VA"
+    fi
+    FIO_ENV="LD_PRELOAD=$SPDK_PLUGIN OPENSSL_CONF=/tmp/openssl.cnf"
+    for q in 128 1; do
+        fio_run "fio-spdk-qd$q" "$q" --thread=1 --ioengine=spdk \
+            --filename="trtype=PCIe traddr=$ADDR ns=$NSID"
+        # What DPDK chose (the IOVA mode above), as far as its start-up says it.
+        grep -i "iova" /tmp/fb.err | head -n 2 || true
+    done
+    FIO_ENV=""
+    [ "$covered" = 0 ] || umount /proc/cpuinfo
 }
 
 # ---- the controller on the kernel nvme driver (polled queue)
@@ -119,7 +165,10 @@ rotate() {
 
 phase_vfio() {
     bind_vfio
-    for w in $(rotate "$1" perf fio_ours); do "run_$w"; done
+    progs="perf fio_ours"
+    [ ! -f "$SPDK_PLUGIN" ] || progs="$progs fio_spdk"
+    # shellcheck disable=SC2086 # progs is a word list
+    for w in $(rotate "$1" $progs); do "run_$w"; done
 }
 phase_kernel() {
     bind_kernel
