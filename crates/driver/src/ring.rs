@@ -170,7 +170,11 @@ impl DoorbellWriter {
 const CQE_PHASE_BIT: u32 = 1 << 16;
 
 /// Submission queue ring: the host writes entries, the controller reads them.
+///
+/// INVARIANT: `base` is `region`'s first byte (set once in `new`; the region never moves),
+/// kept here so that an access to an entry loads no pointer through the region's mapping.
 pub(crate) struct SqRing {
+    base: NonNull<SubmissionEntry>,
     region: DmaRegion,
     entries: u32,
     /// Next slot the host fills.
@@ -211,6 +215,7 @@ impl SqRing {
     ) -> Result<Self, DmaError> {
         let region = DmaRegion::allocate(dma, entries as usize * SQE_SIZE)?;
         Ok(Self {
+            base: region.as_ptr().cast(),
             region,
             entries,
             tail: 0,
@@ -273,17 +278,12 @@ impl SqRing {
     pub(crate) fn push(&mut self, sqe: &SubmissionEntry) {
         debug_assert!(!self.is_full());
         debug_assert!(self.tail < self.entries);
-        // SAFETY: `tail < entries` and the region holds `entries` SQEs (64-byte aligned since the
-        // region is page aligned). The slot is not being read by the controller: it lies
+        // SAFETY: `tail < entries`, and `base` starts the region (type invariant), which holds
+        // `entries` SQEs (64-byte aligned since the region is page aligned). The slot is not being read by the controller: it lies
         // between the published tail and the head, which the controller does not fetch from
         // until the doorbell moves past it.
         unsafe {
-            let slot = self
-                .region
-                .as_ptr()
-                .as_ptr()
-                .cast::<SubmissionEntry>()
-                .add(self.tail as usize);
+            let slot = self.base.as_ptr().add(self.tail as usize);
             // A plain store (not volatile) lets the compiler build the entry in place instead
             // of on the stack and copying it; `publish` orders it before the doorbell with a
             // release fence, and the region's pointer escaped to the device mapping, so the
@@ -334,7 +334,10 @@ impl SqRing {
 }
 
 /// Completion queue ring: the controller writes entries, the host reads them.
+///
+/// INVARIANT: `base` is `region`'s first byte, as for [`SqRing`].
 pub(crate) struct CqRing {
+    base: NonNull<CompletionEntry>,
     region: DmaRegion,
     entries: u32,
     head: u32,
@@ -344,6 +347,13 @@ pub(crate) struct CqRing {
     /// Head value last written to the doorbell.
     published_head: u32,
 }
+
+// SAFETY: `base` points into `region`, which the ring owns (as it owns the region's other
+// users); the ring is used by one thread at a time (`&mut self` for every write), exactly as
+// if it reached the memory through `region` (which is `Send`) on each access.
+unsafe impl Send for SqRing {}
+// SAFETY: as for `SqRing`.
+unsafe impl Send for CqRing {}
 
 impl CqRing {
     /// Back to the state of a new queue (head 0, phase 1, ring zeroed so no stale entry looks
@@ -363,6 +373,7 @@ impl CqRing {
     ) -> Result<Self, DmaError> {
         let region = DmaRegion::allocate(dma, entries as usize * CQE_SIZE)?;
         Ok(Self {
+            base: region.as_ptr().cast(),
             region,
             entries,
             head: 0,
@@ -389,15 +400,11 @@ impl CqRing {
     /// Whether the controller has posted the entry at the head (nothing is consumed).
     #[inline]
     pub(crate) fn has_entry(&self) -> bool {
-        // SAFETY: `head < entries`, in bounds of the region; a volatile load of the dword
-        // holding the phase tag, which the controller may be writing.
+        // SAFETY: `head < entries` and `base` starts the region (type invariant), so in bounds;
+        // a volatile load of the dword holding the phase tag, which the controller may be
+        // writing.
         let status_dword = unsafe {
-            let slot = self
-                .region
-                .as_ptr()
-                .as_ptr()
-                .cast::<CompletionEntry>()
-                .add(self.head as usize);
+            let slot = self.base.as_ptr().add(self.head as usize);
             slot.cast::<u32>().add(3).read_volatile()
         };
         (status_dword & CQE_PHASE_BIT != 0) == self.phase
@@ -408,13 +415,12 @@ impl CqRing {
     #[inline(always)]
     pub(crate) fn ready(&self) -> bool {
         debug_assert!(self.head < self.entries);
-        // SAFETY: `head < entries`; the region holds `entries` 16-byte CQEs. The controller may
-        // be writing this slot concurrently: one volatile load of the dword holding the tag.
+        // SAFETY: `head < entries`; `base` starts the region (type invariant), which holds
+        // `entries` 16-byte CQEs. The controller may be writing this slot concurrently: one
+        // volatile load of the dword holding the tag.
         let status_dword = unsafe {
-            self.region
+            self.base
                 .as_ptr()
-                .as_ptr()
-                .cast::<CompletionEntry>()
                 .add(self.head as usize)
                 .cast::<u32>()
                 .add(3)
@@ -443,16 +449,10 @@ impl CqRing {
         // Orders the phase-tag load (in `ready`) before the loads of the rest of the entry, so
         // we never combine a new phase with stale contents.
         barrier::dma_rmb();
-        // SAFETY: `head < entries`; the region holds `entries` 16-byte CQEs. The controller may
-        // be writing this slot concurrently, so it is read with a volatile load only.
-        let entry = unsafe {
-            self.region
-                .as_ptr()
-                .as_ptr()
-                .cast::<CompletionEntry>()
-                .add(self.head as usize)
-                .read_volatile()
-        };
+        // SAFETY: `head < entries`; `base` starts the region (type invariant), which holds
+        // `entries` 16-byte CQEs. The controller may be writing this slot concurrently, so it is
+        // read with a volatile load only.
+        let entry = unsafe { self.base.as_ptr().add(self.head as usize).read_volatile() };
         self.head += 1;
         if self.head == self.entries {
             self.head = 0;
