@@ -158,18 +158,23 @@ impl QueuePair {
                     // one slot already at hand (what `finish_command` + `complete_group` do for
                     // groups and errors). A result known to be `Ok` here lets an inlined callback
                     // skip its error handling without the `Completion` ever reaching memory.
+                    //
+                    // The buffer goes from the slot straight into the callback, and the slot
+                    // is freed after it: freed first, the buffer would have to be kept aside
+                    // (on the stack) across the free. The callback cannot reach this pair
+                    // (`poll` holds it), so the order is not visible to it; were it to panic,
+                    // the slot (no longer awaiting, its buffer gone) would stay unused.
                     let user_data = slot.user_data;
-                    let buffer = slot.buffer.take();
-                    // `tag` is what `lookup_mut` returned just above.
-                    self.tags.free_found(tag);
-                    self.stats.requests_completed += 1;
                     // `pieces: None` known here: an inlined callback drops no vector.
                     f(Completion {
                         user_data,
                         result: Ok(cqe.dw0),
-                        buffer,
+                        buffer: slot.buffer.take(),
                         pieces: None,
                     });
+                    // `tag` is what `lookup_mut` returned just above.
+                    self.tags.free_found(tag);
+                    self.stats.requests_completed += 1;
                     finished += 1;
                     break 'entry;
                 }
