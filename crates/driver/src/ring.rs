@@ -183,6 +183,10 @@ pub(crate) struct SqRing {
     published_tail: u32,
     /// Controller's consumption point, from the SQ Head Pointer of validated completions.
     head: u32,
+    /// The tail at which the ring is full (the slot before `head`): set whenever `head`
+    /// moves (once per reaped batch), so that the check before every submission is one
+    /// compare instead of a wrap-around increment and a compare.
+    full_at: u32,
     doorbell: DoorbellWriter,
 }
 
@@ -204,7 +208,7 @@ impl SqRing {
         zero(&self.region);
         self.tail = 0;
         self.published_tail = 0;
-        self.head = 0;
+        self.set_head(0);
         self.doorbell.set_shadow(None);
     }
 
@@ -221,6 +225,7 @@ impl SqRing {
             tail: 0,
             published_tail: 0,
             head: 0,
+            full_at: entries - 1,
             doorbell: DoorbellWriter::new(doorbell),
         })
     }
@@ -247,7 +252,19 @@ impl SqRing {
     /// slot empty, NVMe Base §4.1.2).
     #[inline(always)]
     pub(crate) fn is_full(&self) -> bool {
-        self.next(self.tail) == self.head
+        debug_assert_eq!(self.full_at == self.tail, self.next(self.tail) == self.head);
+        self.tail == self.full_at
+    }
+
+    /// Moves the head (and the full mark with it).
+    #[inline(always)]
+    fn set_head(&mut self, head: u32) {
+        self.head = head;
+        self.full_at = if head == 0 {
+            self.entries - 1
+        } else {
+            head - 1
+        };
     }
 
     /// Free entries left in the ring.
@@ -327,7 +344,7 @@ impl SqRing {
             (from <= head && head < self.entries) || head <= to
         };
         if inside {
-            self.head = head;
+            self.set_head(head);
         }
         inside
     }
@@ -603,7 +620,7 @@ mod tests {
                 for tail in 0..entries {
                     for reported in 0..entries + 3 {
                         let mut q = sq(entries);
-                        q.head = head;
+                        q.set_head(head);
                         q.published_tail = tail;
                         let want =
                             reported < entries && distance(head, reported) <= distance(head, tail);
@@ -616,6 +633,32 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// `is_full` (the precomputed full mark) across head moves and wrap-arounds: the ring
+    /// takes `entries - 1` commands, then none until the head moves.
+    #[test]
+    fn full_mark_follows_the_head() {
+        let mut q = sq(4);
+        let e = SubmissionEntry::default();
+        for _ in 0..4 {
+            for _ in 0..3 {
+                assert!(!q.is_full());
+                q.push(&e);
+            }
+            assert!(q.is_full());
+            assert_eq!(q.free_entries(), 0);
+            q.publish();
+            // The controller consumed one entry: room for exactly one more.
+            let one = if q.head + 1 == 4 { 0 } else { q.head + 1 };
+            assert!(q.update_head(one as u16));
+            assert!(!q.is_full());
+            q.push(&e);
+            assert!(q.is_full());
+            q.publish();
+            assert!(q.update_head(q.tail() as u16));
+            assert_eq!(q.free_entries(), 3);
         }
     }
 
