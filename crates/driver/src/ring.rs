@@ -296,9 +296,9 @@ impl SqRing {
         debug_assert!(!self.is_full());
         debug_assert!(self.tail < self.entries);
         // SAFETY: `tail < entries`, and `base` starts the region (type invariant), which holds
-        // `entries` SQEs (64-byte aligned since the region is page aligned). The slot is not being read by the controller: it lies
-        // between the published tail and the head, which the controller does not fetch from
-        // until the doorbell moves past it.
+        // `entries` SQEs (64-byte aligned since the region is page aligned). The slot is not
+        // being read by the controller: it lies between the published tail and the head,
+        // which the controller does not fetch from until the doorbell moves past it.
         unsafe {
             let slot = self.base.as_ptr().add(self.tail as usize);
             // A plain store (not volatile) lets the compiler build the entry in place instead
