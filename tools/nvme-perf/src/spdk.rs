@@ -2,9 +2,9 @@
 //!
 //! Hot loop per round: check the phase; `poll_deferred()` reaps up to `--complete-batch`
 //! completions without writing the CQ head doorbell (a round with every I/O in flight polls
-//! again until something comes back, with only the idle step between polls); `plug(n)` (reserves the batch's request
-//! slots at once, or `plug(0)` with `--no-batch-prefetch`: no reservation, doorbell still
-//! deferred; a batch of one single-command I/O is submitted unplugged, since its submission
+//! again until something comes back, with only the idle step between polls); `plug(n)`
+//! (reserves the batch's request slots at once, or `plug(0)` with `--no-batch-prefetch`: no
+//! reservation, doorbell still deferred; a batch of one single-command I/O is submitted unplugged, since its submission
 //! writes the same two doorbells); submit up to `--submit-batch` I/Os, each with a per-I/O
 //! context from the `ObjectCache` (or `Box::new` with `--no-request-cache`); `unplug()`
 //! writes the CQ head and the SQ tail doorbells back to back, as SPDK's and libvfn's perf
