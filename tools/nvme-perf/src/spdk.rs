@@ -4,14 +4,14 @@
 //! completions without writing the CQ head doorbell (a round with every I/O in flight polls
 //! again until something comes back, with only the idle step between polls); `plug(n)`
 //! (reserves the batch's request slots at once, or `plug(0)` with `--no-batch-prefetch`: no
-//! reservation, doorbell still deferred; a batch of one single-command I/O is submitted unplugged, since its submission
-//! writes the same two doorbells); submit up to `--submit-batch` I/Os, each with a per-I/O
-//! context from the `ObjectCache` (or `Box::new` with `--no-request-cache`); `unplug()`
-//! writes the CQ head and the SQ tail doorbells back to back, as SPDK's and libvfn's perf
-//! tools do from their completion callbacks. One clock read per round (the first
-//! completion's; the submissions of the round are stamped with it), and the progress counters
-//! are published only in rounds that changed them (and then on every 16th such round,
-//! `Pacer::publish`).
+//! reservation, doorbell still deferred; a batch of one single-command I/O is submitted
+//! unplugged, since its submission writes the same two doorbells); submit up to
+//! `--submit-batch` I/Os, each with a per-I/O context from the `ObjectCache` (or `Box::new`
+//! with `--no-request-cache`); `unplug()` writes the CQ head and the SQ tail doorbells back
+//! to back, as SPDK's and libvfn's perf tools do from their completion callbacks. One clock
+//! read per round (the first completion's; the submissions of the round are stamped with
+//! it), and the progress counters are published only in rounds that changed them (and then
+//! on every 16th such round, `Pacer::publish`).
 //!
 //! INVARIANT: `free` holds exactly the context/buffer indices with no I/O in flight, and for
 //! each such index `buffers[i]` is `Some` (or the buffer was lost to a timed-out command and
