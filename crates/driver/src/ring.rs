@@ -170,7 +170,11 @@ impl DoorbellWriter {
 const CQE_PHASE_BIT: u32 = 1 << 16;
 
 /// Submission queue ring: the host writes entries, the controller reads them.
+///
+/// INVARIANT: `base` is `region`'s first byte (set once in `new`; the region never moves),
+/// kept here so that an access to an entry loads no pointer through the region's mapping.
 pub(crate) struct SqRing {
+    base: NonNull<SubmissionEntry>,
     region: DmaRegion,
     entries: u32,
     /// Next slot the host fills.
@@ -179,6 +183,10 @@ pub(crate) struct SqRing {
     published_tail: u32,
     /// Controller's consumption point, from the SQ Head Pointer of validated completions.
     head: u32,
+    /// The tail at which the ring is full (the slot before `head`): set whenever `head`
+    /// moves (once per reaped batch), so that the check before every submission is one
+    /// compare instead of a wrap-around increment and a compare.
+    full_at: u32,
     doorbell: DoorbellWriter,
 }
 
@@ -200,7 +208,7 @@ impl SqRing {
         zero(&self.region);
         self.tail = 0;
         self.published_tail = 0;
-        self.head = 0;
+        self.set_head(0);
         self.doorbell.set_shadow(None);
     }
 
@@ -211,11 +219,13 @@ impl SqRing {
     ) -> Result<Self, DmaError> {
         let region = DmaRegion::allocate(dma, entries as usize * SQE_SIZE)?;
         Ok(Self {
+            base: region.as_ptr().cast(),
             region,
             entries,
             tail: 0,
             published_tail: 0,
             head: 0,
+            full_at: entries - 1,
             doorbell: DoorbellWriter::new(doorbell),
         })
     }
@@ -242,7 +252,19 @@ impl SqRing {
     /// slot empty, NVMe Base §4.1.2).
     #[inline(always)]
     pub(crate) fn is_full(&self) -> bool {
-        self.next(self.tail) == self.head
+        debug_assert_eq!(self.full_at == self.tail, self.next(self.tail) == self.head);
+        self.tail == self.full_at
+    }
+
+    /// Moves the head (and the full mark with it).
+    #[inline(always)]
+    fn set_head(&mut self, head: u32) {
+        self.head = head;
+        self.full_at = if head == 0 {
+            self.entries - 1
+        } else {
+            head - 1
+        };
     }
 
     /// Free entries left in the ring.
@@ -273,17 +295,12 @@ impl SqRing {
     pub(crate) fn push(&mut self, sqe: &SubmissionEntry) {
         debug_assert!(!self.is_full());
         debug_assert!(self.tail < self.entries);
-        // SAFETY: `tail < entries` and the region holds `entries` SQEs (64-byte aligned since the
-        // region is page aligned). The slot is not being read by the controller: it lies
-        // between the published tail and the head, which the controller does not fetch from
-        // until the doorbell moves past it.
+        // SAFETY: `tail < entries`, and `base` starts the region (type invariant), which holds
+        // `entries` SQEs (64-byte aligned since the region is page aligned). The slot is not
+        // being read by the controller: it lies between the published tail and the head,
+        // which the controller does not fetch from until the doorbell moves past it.
         unsafe {
-            let slot = self
-                .region
-                .as_ptr()
-                .as_ptr()
-                .cast::<SubmissionEntry>()
-                .add(self.tail as usize);
+            let slot = self.base.as_ptr().add(self.tail as usize);
             // A plain store (not volatile) lets the compiler build the entry in place instead
             // of on the stack and copying it; `publish` orders it before the doorbell with a
             // release fence, and the region's pointer escaped to the device mapping, so the
@@ -327,14 +344,17 @@ impl SqRing {
             (from <= head && head < self.entries) || head <= to
         };
         if inside {
-            self.head = head;
+            self.set_head(head);
         }
         inside
     }
 }
 
 /// Completion queue ring: the controller writes entries, the host reads them.
+///
+/// INVARIANT: `base` is `region`'s first byte, as for [`SqRing`].
 pub(crate) struct CqRing {
+    base: NonNull<CompletionEntry>,
     region: DmaRegion,
     entries: u32,
     head: u32,
@@ -344,6 +364,13 @@ pub(crate) struct CqRing {
     /// Head value last written to the doorbell.
     published_head: u32,
 }
+
+// SAFETY: `base` points into `region`, which the ring owns (as it owns the region's other
+// users); the ring is used by one thread at a time (`&mut self` for every write), exactly as
+// if it reached the memory through `region` (which is `Send`) on each access.
+unsafe impl Send for SqRing {}
+// SAFETY: as for `SqRing`.
+unsafe impl Send for CqRing {}
 
 impl CqRing {
     /// Back to the state of a new queue (head 0, phase 1, ring zeroed so no stale entry looks
@@ -363,6 +390,7 @@ impl CqRing {
     ) -> Result<Self, DmaError> {
         let region = DmaRegion::allocate(dma, entries as usize * CQE_SIZE)?;
         Ok(Self {
+            base: region.as_ptr().cast(),
             region,
             entries,
             head: 0,
@@ -389,15 +417,11 @@ impl CqRing {
     /// Whether the controller has posted the entry at the head (nothing is consumed).
     #[inline]
     pub(crate) fn has_entry(&self) -> bool {
-        // SAFETY: `head < entries`, in bounds of the region; a volatile load of the dword
-        // holding the phase tag, which the controller may be writing.
+        // SAFETY: `head < entries` and `base` starts the region (type invariant), so in bounds;
+        // a volatile load of the dword holding the phase tag, which the controller may be
+        // writing.
         let status_dword = unsafe {
-            let slot = self
-                .region
-                .as_ptr()
-                .as_ptr()
-                .cast::<CompletionEntry>()
-                .add(self.head as usize);
+            let slot = self.base.as_ptr().add(self.head as usize);
             slot.cast::<u32>().add(3).read_volatile()
         };
         (status_dword & CQE_PHASE_BIT != 0) == self.phase
@@ -408,13 +432,12 @@ impl CqRing {
     #[inline(always)]
     pub(crate) fn ready(&self) -> bool {
         debug_assert!(self.head < self.entries);
-        // SAFETY: `head < entries`; the region holds `entries` 16-byte CQEs. The controller may
-        // be writing this slot concurrently: one volatile load of the dword holding the tag.
+        // SAFETY: `head < entries`; `base` starts the region (type invariant), which holds
+        // `entries` 16-byte CQEs. The controller may be writing this slot concurrently: one
+        // volatile load of the dword holding the tag.
         let status_dword = unsafe {
-            self.region
+            self.base
                 .as_ptr()
-                .as_ptr()
-                .cast::<CompletionEntry>()
                 .add(self.head as usize)
                 .cast::<u32>()
                 .add(3)
@@ -443,16 +466,10 @@ impl CqRing {
         // Orders the phase-tag load (in `ready`) before the loads of the rest of the entry, so
         // we never combine a new phase with stale contents.
         barrier::dma_rmb();
-        // SAFETY: `head < entries`; the region holds `entries` 16-byte CQEs. The controller may
-        // be writing this slot concurrently, so it is read with a volatile load only.
-        let entry = unsafe {
-            self.region
-                .as_ptr()
-                .as_ptr()
-                .cast::<CompletionEntry>()
-                .add(self.head as usize)
-                .read_volatile()
-        };
+        // SAFETY: `head < entries`; `base` starts the region (type invariant), which holds
+        // `entries` 16-byte CQEs. The controller may be writing this slot concurrently, so it is
+        // read with a volatile load only.
+        let entry = unsafe { self.base.as_ptr().add(self.head as usize).read_volatile() };
         self.head += 1;
         if self.head == self.entries {
             self.head = 0;
@@ -603,7 +620,7 @@ mod tests {
                 for tail in 0..entries {
                     for reported in 0..entries + 3 {
                         let mut q = sq(entries);
-                        q.head = head;
+                        q.set_head(head);
                         q.published_tail = tail;
                         let want =
                             reported < entries && distance(head, reported) <= distance(head, tail);
@@ -616,6 +633,32 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// `is_full` (the precomputed full mark) across head moves and wrap-arounds: the ring
+    /// takes `entries - 1` commands, then none until the head moves.
+    #[test]
+    fn full_mark_follows_the_head() {
+        let mut q = sq(4);
+        let e = SubmissionEntry::default();
+        for _ in 0..4 {
+            for _ in 0..3 {
+                assert!(!q.is_full());
+                q.push(&e);
+            }
+            assert!(q.is_full());
+            assert_eq!(q.free_entries(), 0);
+            q.publish();
+            // The controller consumed one entry: room for exactly one more.
+            let one = if q.head + 1 == 4 { 0 } else { q.head + 1 };
+            assert!(q.update_head(one as u16));
+            assert!(!q.is_full());
+            q.push(&e);
+            assert!(q.is_full());
+            q.publish();
+            assert!(q.update_head(q.tail() as u16));
+            assert_eq!(q.free_entries(), 3);
         }
     }
 

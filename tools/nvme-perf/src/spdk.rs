@@ -1,16 +1,17 @@
 //! The spdk-like engine: our driver, one queue pair per thread, callback completions.
 //!
 //! Hot loop per round: check the phase; `poll_deferred()` reaps up to `--complete-batch`
-//! completions without writing the CQ head doorbell; `plug(n)` (reserves the batch's request
-//! slots at once, or `plug(0)` with `--no-batch-prefetch`: no reservation, doorbell still
-//! deferred; a batch of one single-command I/O is submitted unplugged, since its submission
-//! writes the same two doorbells); submit up to `--submit-batch` I/Os, each with a per-I/O
-//! context from the `ObjectCache` (or `Box::new` with `--no-request-cache`); `unplug()`
-//! writes the CQ head and the SQ tail doorbells back to back, as SPDK's and libvfn's perf
-//! tools do from their completion callbacks. One clock read per round (the first
-//! completion's; the submissions of the round are stamped with it), and the progress counters
-//! are published only in rounds that changed them (and then on every 16th such round,
-//! `Pacer::publish`).
+//! completions without writing the CQ head doorbell (a round with every I/O in flight polls
+//! again until something comes back, with only the idle step between polls); `plug(n)`
+//! (reserves the batch's request slots at once, or `plug(0)` with `--no-batch-prefetch`: no
+//! reservation, doorbell still deferred; a batch of one single-command I/O is submitted
+//! unplugged, since its submission writes the same two doorbells); submit up to
+//! `--submit-batch` I/Os, each with a per-I/O context from the `ObjectCache` (or `Box::new`
+//! with `--no-request-cache`); `unplug()` writes the CQ head and the SQ tail doorbells back
+//! to back, as SPDK's and libvfn's perf tools do from their completion callbacks. One clock
+//! read per round (the first completion's; the submissions of the round are stamped with
+//! it), and the progress counters are published only in rounds that changed them (and then
+//! on every 16th such round, `Pacer::publish`).
 //!
 //! INVARIANT: `free` holds exactly the context/buffer indices with no I/O in flight, and for
 //! each such index `buffers[i]` is `Some` (or the buffer was lost to a timed-out command and
@@ -447,6 +448,10 @@ fn run_worker<C: Check>(
     let nano_clock = NanoClock::new();
     let clock = || nano_clock.now_ns();
     let timed = config.latency;
+    // Whether a round whose I/Os are all in flight may wait in its poll (see the reap below):
+    // not with --reset-interval (the resetter runs between rounds) or --interrupts (the round
+    // counts idle polls before it blocks).
+    let wait_in_poll = !recovering && !config.interrupts;
 
     loop {
         if pacer.step(&mut tally) == Step::BeginMeasure {
@@ -516,63 +521,85 @@ fn run_worker<C: Check>(
         // it just before the SQ tail), so both doorbells go out back to back, as in SPDK's
         // and libvfn's completion callbacks.
         let mut now: Option<u64> = None;
-        // The closure handles a successful completion of a known I/O and nothing else:
-        // small enough to be inlined into the driver's reaping loop (no 96-byte `Completion`
-        // built on the stack, no call). Failures go to `failed` (capacity qd, so pushing never
-        // allocates) and are handled after the poll, below.
-        let reaped = qp.poll_deferred(
-            #[inline(always)]
-            |c| {
-                // Taken apart at once: only the failure path below puts it together again, so
-                // the fast path's completion (result known `Ok`, no pieces) never reaches memory.
-                let Completion {
-                    user_data,
-                    result,
-                    buffer,
-                    pieces,
-                } = c;
-                let index = user_data as usize;
-                // `result` is moved on every path (no drop check of it left for the end).
-                let ctx = match result {
-                    Ok(dw0) => match contexts.get_mut(index).and_then(Option::take) {
-                        Some(ctx) => ctx,
-                        None => {
+        // Every I/O in flight (nothing to submit until one comes back) and nothing else to
+        // watch between polls: the round polls until something comes back, with only the
+        // idle step between polls, instead of going through the whole round (phase, budget,
+        // submission, publication and end checks) after every empty poll. Nothing those
+        // checks look at changes in a poll that finds nothing: errors, `gone` and `retired`
+        // change only with a completion or a submission, and a phase change cannot end the
+        // run while I/Os are in flight. Every in-flight command has a timeout, so the wait
+        // ends (the driver's clock check reports an expired command as a completion).
+        let waiting = wait_in_poll && in_flight > 0 && in_flight + retired == qd;
+        let reaped = loop {
+            // The closure handles a successful completion of a known I/O and nothing else:
+            // small enough to be inlined into the driver's reaping loop (no 96-byte
+            // `Completion` built on the stack, no call). Failures go to `failed` (capacity qd,
+            // so pushing never allocates) and are handled after the poll, below. One call site
+            // (inside the wait loop), so the closure is inlined once.
+            let reaped = qp.poll_deferred(
+                #[inline(always)]
+                |c| {
+                    // Taken apart at once: only the failure path below puts it together
+                    // again, so the fast path's completion (result known `Ok`, no pieces)
+                    // never reaches memory.
+                    let Completion {
+                        user_data,
+                        result,
+                        buffer,
+                        pieces,
+                    } = c;
+                    let index = user_data as usize;
+                    // `result` is moved on every path (no drop check of it left for the end).
+                    let ctx = match result {
+                        Ok(dw0) => match contexts.get_mut(index).and_then(Option::take) {
+                            Some(ctx) => ctx,
+                            None => {
+                                failed.push(Completion {
+                                    user_data,
+                                    result: Ok(dw0),
+                                    buffer,
+                                    pieces,
+                                });
+                                return;
+                            }
+                        },
+                        Err(e) => {
                             failed.push(Completion {
                                 user_data,
-                                result: Ok(dw0),
+                                result: Err(e),
                                 buffer,
                                 pieces,
                             });
                             return;
                         }
-                    },
-                    Err(e) => {
-                        failed.push(Completion {
-                            user_data,
-                            result: Err(e),
-                            buffer,
-                            pieces,
-                        });
-                        return;
+                    };
+                    // A successful completion of one buffer has no pieces; were there any, they
+                    // are dropped here (returned to nobody: nvme-perf submits no vectored I/O).
+                    drop(pieces);
+                    if timed {
+                        let now = *now.get_or_insert_with(clock);
+                        tally.complete_ns(now.saturating_sub(ctx.submitted));
+                    } else {
+                        tally.complete_untimed();
                     }
-                };
-                // A successful completion of one buffer has no pieces; were there any, they
-                // are dropped here (returned to nobody: nvme-perf submits no vectored I/O).
-                drop(pieces);
-                if timed {
-                    let now = *now.get_or_insert_with(clock);
-                    tally.complete_ns(now.saturating_sub(ctx.submitted));
-                } else {
-                    tally.complete_untimed();
-                }
-                let slot = index as u32;
-                put_back(&mut buffers[slot as usize], buffer);
-                settle(&mut check, &buffers, &mut free, &mut retired, slot, true);
-                if use_cache {
-                    cache.put(ctx);
-                }
-            },
-        );
+                    let slot = index as u32;
+                    put_back(&mut buffers[slot as usize], buffer);
+                    settle(&mut check, &buffers, &mut free, &mut retired, slot, true);
+                    if use_cache {
+                        cache.put(ctx);
+                    }
+                },
+            );
+            if reaped > 0 || !waiting {
+                break reaped;
+            }
+            // The idle step of a waiting round (as below for a round that found nothing).
+            if let Some(sim) = &inline {
+                sim.step();
+            } else if config.yield_idle {
+                std::thread::yield_now();
+            }
+        };
         if reaped > 0 {
             idle_polls = 0;
             in_flight -= reaped as u32;

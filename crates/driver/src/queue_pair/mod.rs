@@ -81,12 +81,15 @@ pub struct QueuePairStats {
     pub requests_completed: u64,
     /// Completion entries consumed.
     pub completions_reaped: u64,
+    // The two counters one doorbell update increments are not neighbours: side by side, the
+    // compiler turned the pair of increments into a 128-bit load, subtract and store (four
+    // instructions for two, on every doorbell update).
     /// SQ tail updates published (MMIO or shadow doorbell).
     pub sq_doorbell_updates: u64,
-    /// MMIO writes to the SQ tail doorbell (fewer than updates with shadow doorbells).
-    pub sq_doorbell_writes: u64,
     /// CQ head updates published (MMIO or shadow doorbell).
     pub cq_doorbell_updates: u64,
+    /// MMIO writes to the SQ tail doorbell (fewer than updates with shadow doorbells).
+    pub sq_doorbell_writes: u64,
     /// MMIO writes to the CQ head doorbell.
     pub cq_doorbell_writes: u64,
     /// Calls to `poll`.
