@@ -146,17 +146,12 @@ impl Place {
                 })
             }
         };
-        let fua = match fua.map(str::trim) {
-            None | Some("on" | "1" | "yes" | "true") => true,
-            Some("off" | "0" | "no" | "false") => false,
-            Some(v) => {
-                return Err(OpenError::BadParameter {
-                    key: "fua",
-                    value: v.to_owned(),
-                    expected: "`on` (the default) or `off` (every barrier is Write + Flush)",
-                })
-            }
-        };
+        let fua = switch_param(
+            "fua",
+            fua,
+            true,
+            "`on` (the default) or `off` (every barrier is Write + Flush)",
+        )?;
         Ok(Self {
             target,
             nsid,
@@ -168,18 +163,33 @@ impl Place {
 
     /// With the URI parameter `irq` (`on` or `off`, the default).
     pub fn with_irq(mut self, irq: Option<&str>) -> Result<Self, OpenError> {
-        self.irq = match irq.map(str::trim) {
-            None | Some("off" | "0" | "no" | "false") => false,
-            Some("on" | "1" | "yes" | "true") => true,
-            Some(v) => {
-                return Err(OpenError::BadParameter {
-                    key: "irq",
-                    value: v.to_owned(),
-                    expected: "`off` (the default: poll) or `on` (block on MSI-X while waiting)",
-                })
-            }
-        };
+        self.irq = switch_param(
+            "irq",
+            irq,
+            false,
+            "`off` (the default: poll) or `on` (block on MSI-X while waiting)",
+        )?;
         Ok(self)
+    }
+}
+
+/// An on/off URI parameter `key`: `on`/`1`/`yes`/`true` or `off`/`0`/`no`/`false`, `default`
+/// when absent; anything else is [`OpenError::BadParameter`] naming `expected`.
+fn switch_param(
+    key: &'static str,
+    value: Option<&str>,
+    default: bool,
+    expected: &'static str,
+) -> Result<bool, OpenError> {
+    match value.map(str::trim) {
+        None => Ok(default),
+        Some("on" | "1" | "yes" | "true") => Ok(true),
+        Some("off" | "0" | "no" | "false") => Ok(false),
+        Some(v) => Err(OpenError::BadParameter {
+            key,
+            value: v.to_owned(),
+            expected,
+        }),
     }
 }
 
