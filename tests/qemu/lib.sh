@@ -14,6 +14,16 @@ bind_vfio() {
     PCI_ALLOWED=$NVME_BDF HUGEMEM=$CASE_HUGEMEM hugepage-setup.sh config
 }
 
+# What SPDK's environment (spdk_nvme_perf, SPDK's fio plugin) needs in this guest besides
+# hugepages (the host scripts raise GUEST_HUGEPAGES): a writable /var/tmp (its PCI lock files),
+# /var/run (DPDK's runtime directory), /dev/shm, and /tmp/openssl.cnf, an empty OpenSSL
+# configuration for OPENSSL_CONF (SPDK's start-up loads one).
+spdk_env_setup() {
+    mkdir -p /var/tmp /var/run /dev/shm
+    grep -q ' /dev/shm ' /proc/mounts || mount -t tmpfs tmpfs /dev/shm
+    : >/tmp/openssl.cnf
+}
+
 # Gives the controller back to the kernel nvme driver and waits (~10 s) for its namespaces.
 bind_kernel() {
     PCI_ALLOWED=$NVME_BDF hugepage-setup.sh reset

@@ -120,15 +120,12 @@ run_libvfn() {
     libvfn "libvfn-qd1$PHASE" -q 1
 }
 
-# The peers that tests/bench.sh installed; each needs the controller on vfio-pci. SPDK also wants
-# hugepages (tests/bench.sh raises GUEST_HUGEPAGES), a writable /var/tmp (its PCI lock files),
-# /var/run (DPDK's runtime directory) and /dev/shm.
+# The peers that tests/bench.sh installed; each needs the controller on vfio-pci, SPDK also its
+# environment (spdk_env_setup, tests/qemu/lib.sh).
 PEERS=""
 if command -v spdk_nvme_perf >/dev/null; then
     PEERS="$PEERS spdk"
-    mkdir -p /var/tmp /var/run /dev/shm
-    grep -q ' /dev/shm ' /proc/mounts || mount -t tmpfs tmpfs /dev/shm
-    : >/tmp/openssl.cnf
+    spdk_env_setup
 fi
 command -v libvfn-perf >/dev/null && PEERS="$PEERS libvfn"
 if [ -n "$PEERS" ]; then

@@ -32,12 +32,8 @@ command -v fio >/dev/null || fail "fio is not in the guest (GUEST_EXTRA_BINS=fio
 command -v t-io_uring >/dev/null || echo "t/io_uring is not in the guest: its runs are skipped"
 SPDK_PLUGIN=/usr/local/bin/spdk_nvme
 if [ -f "$SPDK_PLUGIN" ]; then
-    # What cases/bench.sh gives spdk_nvme_perf: a writable /var/tmp (PCI lock files), /var/run
-    # (DPDK's runtime directory), /dev/shm, an empty OpenSSL configuration (SPDK's start-up
-    # loads one). Hugepages: tests/fio-bench.sh raised GUEST_HUGEPAGES.
-    mkdir -p /var/tmp /var/run /dev/shm
-    grep -q ' /dev/shm ' /proc/mounts || mount -t tmpfs tmpfs /dev/shm
-    : >/tmp/openssl.cnf
+    # What cases/bench.sh gives spdk_nvme_perf (tests/fio-bench.sh raised GUEST_HUGEPAGES).
+    spdk_env_setup
     # DPDK must run with IOVA = physical address here: its virtual addresses lie above the 39
     # bits QEMU's intel-iommu translates (cases/bench.sh passes spdk_nvme_perf --iova-mode pa).
     # The plugin has no option for it; SPDK's env chooses pa by itself only on an Intel CPU

@@ -82,9 +82,7 @@ WHO="ours"
 command -v nvme-perf-base >/dev/null && WHO="$WHO base"
 if command -v spdk_nvme_perf >/dev/null; then
     WHO="$WHO spdk"
-    mkdir -p /var/tmp /var/run /dev/shm
-    grep -q ' /dev/shm ' /proc/mounts || mount -t tmpfs tmpfs /dev/shm
-    : >/tmp/openssl.cnf
+    spdk_env_setup
 fi
 command -v libvfn-perf >/dev/null && WHO="$WHO libvfn"
 echo "qd-ab: $WHO, $REPS repetitions of $T s"
