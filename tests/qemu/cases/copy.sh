@@ -111,8 +111,15 @@ for r in $RANGES; do
     at=${r%%:*}
     n=${r#*:}
     dd if=/dev/urandom of=/tmp/src bs="$lba" count="$n" iflag=fullblock 2>/dev/null
-    dd if=/tmp/src of="$dev5" bs="$lba" count="$n" seek="$at" oflag=direct conv=notrunc 2>/dev/null ||
-        fail "the kernel could not write namespace 5 ($dev5)"
+    # Retried: right after the rebind the kernel may still be revalidating the namespace.
+    tries=0
+    until dd if=/tmp/src of="$dev5" bs="$lba" count="$n" seek="$at" oflag=direct conv=notrunc 2>/tmp/dd5.err; do
+        tries=$((tries + 1))
+        [ "$tries" -lt 5 ] && { sleep 1; continue; }
+        dmesg | tail -20
+        fail "the kernel could not write namespace 5 ($dev5) at LBA $at: $(cat /tmp/dd5.err)"
+    done
+    [ "$tries" -eq 0 ] || echo "note: the kernel's write to $dev5 at LBA $at took $((tries + 1)) tries: $(cat /tmp/dd5.err)"
     cat /tmp/src >>/tmp/expected5
 done
 sync
