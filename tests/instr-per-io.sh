@@ -6,6 +6,9 @@
 #   tests/instr-per-io.sh --check    also compare with tests/instr-budget.txt and fail when a
 #                                    count exceeds its budget by more than 5 %
 #   tests/instr-per-io.sh --update   rewrite tests/instr-budget.txt from this run
+#   PERF_ARGS="--contexts cache" tests/instr-per-io.sh
+#                                    the same counts with extra nvme-perf options (an A/B;
+#                                    the budget holds for the defaults only)
 #
 # How: `nvme-perf sim --inline-device` runs the in-process emulator's poll passes on the
 # worker thread (no second thread, no idle spinning to correct for). Two runs of N and 2N
@@ -23,6 +26,12 @@ MODE=${1:-print}
 N=${N:-10000}
 # Repetitions; the medians are reported (clock-driven paths vary a little between runs).
 REPS=${REPS:-7}
+# Extra nvme-perf options for an A/B (word-split on purpose).
+PERF_ARGS=${PERF_ARGS:-}
+if [ -n "$PERF_ARGS" ] && [ "$MODE" != print ]; then
+    echo "instr-per-io.sh: PERF_ARGS is for A/B prints; --check and --update use the defaults" >&2
+    exit 2
+fi
 BUDGET=tests/instr-budget.txt
 TOLERANCE=1.05
 command -v valgrind >/dev/null || {
@@ -37,8 +46,9 @@ trap '[ -n "${KEEP:-}" ] || rm -rf "$OUT"' EXIT
 
 measure() { # QD IOS REP -> files under $OUT
     local run="$OUT/q$1-n$2-r$3"
+    # shellcheck disable=SC2086 # PERF_ARGS is split into words on purpose
     valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$run.%p" \
-        target/release/nvme-perf sim -q "$1" --ios "$2" --quiet --json --inline-device \
+        target/release/nvme-perf sim -q "$1" --ios "$2" --quiet --json --inline-device $PERF_ARGS \
         >"$run.json" 2>"$run.err" || {
         cat "$run.err" >&2
         exit 1

@@ -177,6 +177,8 @@ def plot_qd1(runs, out):
 def plot_ab(runs, out):
     base = median(runs, "ours-qd128", "iops")
     variants = [("ours-qd128", "all on"),
+                ("ours-qd128-contexts-cache", "contexts from\nthe cache"),
+                ("ours-qd128-contexts-box", "contexts\nBox::new"),
                 ("ours-qd128-no-request-cache", "no request\ncache"),
                 ("ours-qd128-no-batch-prefetch", "no batched\ntag prefetch"),
                 ("ours-qd128-no-shadow-doorbells", "no shadow\ndoorbells"),

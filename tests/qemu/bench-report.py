@@ -225,6 +225,9 @@ def report(runs, command, events=()):
         row(f"QD1 avg latency: {name} / ours (>1: ours is faster)",
             "ours-qd1", f"{peer}-qd1", "lat_ns.avg", invert=True)
     for with_it, without, what in [
+        ("ours-qd128", "ours-qd128-contexts-cache", "contexts per slot over the cache"),
+        ("ours-qd128-contexts-cache", "ours-qd128-contexts-box", "request cache over Box::new"),
+        # Older logs: the cache was the default and Box::new its A/B.
         ("ours-qd128", "ours-qd128-no-request-cache", "request cache"),
         ("ours-qd128", "ours-qd128-no-batch-prefetch", "batched tag prefetch"),
         # Older logs ran the default with shadow doorbells and A/B'd them off.

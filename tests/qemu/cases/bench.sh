@@ -65,7 +65,9 @@ run_ours() {
     [ -n "$PHASE" ] || ours ours-qd128-untimed -q 128 --no-latency
     ours "ours-qd1$PHASE" -q 1 --submit-batch 1 --complete-batch 1 --histogram
     if [ "$AB" = 1 ] && [ -z "$PHASE" ]; then
-        ours ours-qd128-no-request-cache -q 128 --no-request-cache
+        # Per-I/O contexts: a Box from the cache, and Box::new (the default is one per slot).
+        ours ours-qd128-contexts-cache -q 128 --contexts cache
+        ours ours-qd128-contexts-box -q 128 --contexts box
         ours ours-qd128-no-batch-prefetch -q 128 --no-batch-prefetch
         # Shadow doorbells: the driver's rule leaves them off under TCG; this forces them on.
         ours ours-qd128-shadow-doorbells -q 128 --shadow-doorbells

@@ -57,8 +57,8 @@ Examples:
   # driver overhead, in-process emulator, QD 128 then QD 1, pinned
   nvme-perf sim -q 128 -t 5 --pin
   nvme-perf sim -q 1 -t 5 --pin
-  # A/B: request cache / batch tag prefetch / shadow doorbells off
-  nvme-perf sim -q 128 -t 5 --no-request-cache
+  # A/B: contexts from a cache or Box::new per I/O / batch tag prefetch / shadow doorbells off
+  nvme-perf sim -q 128 -t 5 --contexts cache
   # a real drive bound to vfio-pci: 4 threads, 4 KiB random reads, QD 32 each
   nvme-perf 0000:01:00.0 -j 4 -q 32 --pin -t 30 --warmup 5
   nvme-perf 'trtype:PCIe traddr:0000:01:00.0' -w rw --rwmix-read 70 -b 16384
@@ -128,6 +128,32 @@ impl Workload {
             Workload::Rw => "rw",
             Workload::RandRw => "randrw",
             Workload::Append => "append",
+        }
+    }
+}
+
+/// `--contexts`: where the spdk-like loop keeps each I/O's context (`spdk::contexts`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum ContextMode {
+    /// One preallocated context per queue slot, as SPDK perf preallocates its tasks.
+    #[default]
+    #[value(name = "slots")]
+    Slots,
+    /// A Box per I/O recycled through an nvme_pool::ObjectCache (the bio-cache idea).
+    #[value(name = "cache")]
+    Cache,
+    /// A Box::new per I/O, dropped at its completion.
+    #[value(name = "box")]
+    Box,
+}
+
+impl ContextMode {
+    /// Name as written on the command line and in the JSON report.
+    pub fn name(self) -> &'static str {
+        match self {
+            ContextMode::Slots => "slots",
+            ContextMode::Cache => "cache",
+            ContextMode::Box => "box",
         }
     }
 }
@@ -271,9 +297,14 @@ pub struct Args {
     #[arg(long)]
     pub quiet: bool,
 
-    /// A/B: per-I/O context objects are Box::new'ed and dropped instead of recycled from an
-    /// nvme_pool::ObjectCache. spdk-like engine only.
-    #[arg(long)]
+    /// Where each I/O's context lives: one preallocated per queue slot (slots), a Box per I/O
+    /// recycled through nvme_pool::ObjectCache (cache), or Box::new and drop per I/O (box).
+    /// The last two are A/B switches. spdk-like engine only.
+    #[arg(long, value_enum, value_name = "STORE")]
+    pub contexts: Option<ContextMode>,
+
+    /// Same as --contexts box (kept for older scripts).
+    #[arg(long, hide = true, conflicts_with = "contexts")]
     pub no_request_cache: bool,
 
     /// A/B: do not reserve the batch's request slots up front (qp.plug(0) instead of
@@ -422,8 +453,8 @@ pub struct Config {
     pub histogram: bool,
     /// No progress lines.
     pub quiet: bool,
-    /// Recycle contexts from an ObjectCache (A/B switch).
-    pub request_cache: bool,
+    /// Where each I/O's context lives (`slots`; `cache` and `box` are A/B switches).
+    pub contexts: ContextMode,
     /// Reserve the batch's slots with plug(n) (A/B switch).
     pub batch_prefetch: bool,
     /// Shadow doorbells (A/B switch: the driver's rule, always, never).
@@ -513,6 +544,7 @@ impl Args {
             _ => {}
         }
         let spdk_only = [
+            (self.contexts.is_some(), "--contexts"),
             (self.no_request_cache, "--no-request-cache"),
             (self.no_batch_prefetch, "--no-batch-prefetch"),
             (self.no_shadow_doorbells, "--no-shadow-doorbells"),
@@ -692,7 +724,11 @@ impl Args {
             json: self.json,
             histogram: self.histogram,
             quiet: self.quiet,
-            request_cache: !self.no_request_cache,
+            contexts: match (self.contexts, self.no_request_cache) {
+                (Some(mode), _) => mode,
+                (None, true) => ContextMode::Box,
+                (None, false) => ContextMode::Slots,
+            },
             batch_prefetch: !self.no_batch_prefetch,
             shadow_doorbells: if self.no_shadow_doorbells {
                 nvme_driver::ShadowDoorbells::Never
@@ -747,7 +783,8 @@ mod tests {
             (1, Duration::from_secs(10), Duration::ZERO)
         );
         assert_eq!((c.pattern, c.mix), (Pattern::Random, Mix::Read));
-        assert!(c.request_cache && c.batch_prefetch && c.sgl);
+        assert_eq!(c.contexts, ContextMode::Slots);
+        assert!(c.batch_prefetch && c.sgl);
         assert_eq!(c.shadow_doorbells, nvme_driver::ShadowDoorbells::Auto);
         assert!(!c.json && !c.quiet && !c.histogram && c.ios.is_none());
     }
@@ -804,7 +841,12 @@ mod tests {
             (Pattern::Sequential, Mix::ReadPercent(70))
         );
         assert_eq!((c.nsid, c.range_blocks, c.seed), (Some(2), Some(1000), 9));
-        assert!(!c.request_cache && !c.batch_prefetch && !c.sgl);
+        assert_eq!(
+            c.contexts,
+            ContextMode::Box,
+            "--no-request-cache is --contexts box"
+        );
+        assert!(!c.batch_prefetch && !c.sgl);
         assert_eq!(c.shadow_doorbells, nvme_driver::ShadowDoorbells::Never);
         assert!(c.json && c.quiet && c.histogram && c.pin);
 
@@ -823,6 +865,15 @@ mod tests {
         assert!(u.iopoll && u.sqpoll);
         assert_eq!(u.mix, Mix::Write);
         assert_eq!(parse(&["sim", "--ios", "20000"]).unwrap().ios, Some(20000));
+        for (name, mode) in [
+            ("slots", ContextMode::Slots),
+            ("cache", ContextMode::Cache),
+            ("box", ContextMode::Box),
+        ] {
+            let c = parse(&["sim", "--contexts", name]).unwrap();
+            assert_eq!((c.contexts, c.contexts.name()), (mode, name));
+        }
+        assert!(parse(&["sim", "--contexts", "box", "--no-request-cache"]).is_err());
     }
 
     #[test]

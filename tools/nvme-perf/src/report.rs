@@ -109,7 +109,7 @@ pub struct PoolReport {
     pub tag_unplugged: u64,
     /// Allocations or plugs refused for lack of slots.
     pub tag_exhausted: u64,
-    /// Context cache hits (None: --no-request-cache).
+    /// Context cache hits (None: contexts not from the cache).
     pub cache_hits: Option<u64>,
     /// Context cache misses (each one a Box::new).
     pub cache_misses: Option<u64>,
@@ -174,8 +174,8 @@ pub struct Report {
     pub shadow_doorbells: Option<bool>,
     /// SGL data pointers in effect (spdk-like).
     pub sgl: Option<bool>,
-    /// Per-I/O contexts recycled from the ObjectCache (spdk-like).
-    pub request_cache: Option<bool>,
+    /// Where per-I/O contexts live: `slots`, `cache` or `box` (spdk-like).
+    pub contexts: Option<&'static str>,
     /// Batch slots reserved with plug(n) (spdk-like).
     pub batch_prefetch: Option<bool>,
     /// Bytes per logical block of the device.
@@ -309,7 +309,7 @@ impl Report {
             pool: driver.map(|(_, p)| p),
             shadow_doorbells: outcome.setup.shadow_doorbells,
             sgl: outcome.setup.sgl,
-            request_cache: spdk.then_some(config.request_cache),
+            contexts: spdk.then_some(config.contexts.name()),
             batch_prefetch: spdk.then_some(config.batch_prefetch),
             lba_size: outcome.setup.lba_size,
             first_error: tally.first_error,
@@ -393,8 +393,10 @@ impl Report {
         }
         if let Some(pool) = &self.pool {
             let cache = match (pool.cache_hits, pool.cache_misses, pool.cache_prunes) {
-                (Some(h), Some(m), Some(p)) => format!("cache hits {h}, misses {m}, prunes {p}"),
-                _ => "cache off (Box::new per I/O)".to_string(),
+                (Some(h), Some(m), Some(p)) => {
+                    format!("contexts from the cache: hits {h}, misses {m}, prunes {p}")
+                }
+                _ => format!("contexts: {}", self.contexts.unwrap_or("slots")),
             };
             let _ = writeln!(
                 out,

@@ -6,8 +6,9 @@
 //! (reserves the batch's request slots at once, or `plug(0)` with `--no-batch-prefetch`: no
 //! reservation, doorbell still deferred; a batch of one single-command I/O is submitted
 //! unplugged, since its submission writes the same two doorbells); submit up to
-//! `--submit-batch` I/Os, each with a per-I/O context from the `ObjectCache` (or `Box::new`
-//! with `--no-request-cache`); `unplug()` writes the CQ head and the SQ tail doorbells back
+//! `--submit-batch` I/Os, each with its context in its slot's preallocated place (or, with
+//! `--contexts cache|box`, a `Box` from the `ObjectCache` or from `Box::new`: [`contexts`]);
+//! `unplug()` writes the CQ head and the SQ tail doorbells back
 //! to back, as SPDK's and libvfn's perf tools do from their completion callbacks. One clock
 //! read per round (the first completion's; the submissions of the round are stamped with
 //! it), and the progress counters are published only in rounds that changed them (and then
@@ -15,20 +16,16 @@
 //!
 //! INVARIANT: `free` holds exactly the context/buffer indices with no I/O in flight, and for
 //! each such index `buffers[i]` is `Some` (or the buffer was lost to a timed-out command and
-//! the index is retired for the rest of the run); `contexts[i]` is `Some` exactly while I/O
-//! `i` is in flight. Nothing on this path allocates once the cache is warm.
+//! the index is retired for the rest of the run); the context store holds a context for `i`
+//! exactly while I/O `i` is in flight. Nothing on this path allocates (with `--contexts
+//! cache`: once the cache is warm; `--contexts box` allocates per I/O by design).
 
 use nvme_driver::IoQueue;
 use nvme_driver::{NanoClock, WriteFlags};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme_driver::{
-    Completion, Controller, ControllerOptions, DmaBuffer, Namespace, QueuePair, QueuePairOptions,
-};
-use nvme_pool::{CacheConfig, ObjectCache};
-
-use crate::args::Config;
+use crate::args::{Config, ContextMode};
 use crate::control::{
     Control, DriverCounters, Live, LiveSample, Pacer, RecoveryStats, Step, Tally, WorkerResult,
 };
@@ -38,39 +35,18 @@ use crate::rng::LbaGen;
 use crate::runner::{self, Geometry, Setup};
 use crate::target::Target;
 use crate::verify::{self, Check, FaultPlan, NoCheck, Verifier};
+use nvme_driver::{
+    Completion, Controller, ControllerOptions, DmaBuffer, Namespace, QueuePair, QueuePairOptions,
+};
 
+mod contexts;
 mod zoned;
 
-/// Idle contexts the cache tolerates above the queue depth before it prunes.
-const CACHE_SLACK: usize = 64;
+use contexts::{Boxed, Cached, ContextStore, IoContext, Slots};
+
 /// `--reset-interval`: resubmissions of one I/O after retryable completion errors before it
 /// counts as failed (a refusal while the controller resets does not count).
 const MAX_RETRIES: u8 = 16;
-
-/// Per-I/O context: what the completion needs to account for the I/O. Recycled from the
-/// cache without zeroing, so every field is written at submission. The I/O's index (its
-/// user data) names its context, its buffer and its verifier slot alike, so the context does
-/// not carry it.
-#[derive(Debug)]
-struct IoContext {
-    /// Submission time in ns since the worker's clock base (plain integers on the hot path).
-    submitted: u64,
-    lba: u64,
-    is_write: bool,
-    /// Resubmissions after a retryable completion error (`--reset-interval`).
-    retries: u8,
-}
-
-impl IoContext {
-    fn blank() -> Self {
-        Self {
-            submitted: 0,
-            lba: 0,
-            is_write: false,
-            retries: 0,
-        }
-    }
-}
 
 /// Opens the controller (keeping the emulator alive alongside it when `sim`).
 fn open(config: &Config) -> Result<(Option<SimController>, Controller), PerfError> {
@@ -264,9 +240,18 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
         if let Some(plan) = worker.zones.take() {
             return zoned::run_append_worker(env, worker.qp, worker.buffers, plan);
         }
-        match worker.verifier.take() {
-            Some(v) => run_worker(env, worker, resetter, v),
-            None => run_worker(env, worker, resetter, NoCheck),
+        let qd = config.queue_depth;
+        match (worker.verifier.take(), config.contexts) {
+            (Some(v), ContextMode::Slots) => run_worker(env, worker, resetter, v, Slots::new(qd)),
+            (Some(v), ContextMode::Cache) => run_worker(env, worker, resetter, v, Cached::new(qd)),
+            (Some(v), ContextMode::Box) => run_worker(env, worker, resetter, v, Boxed::new(qd)),
+            (None, ContextMode::Slots) => {
+                run_worker(env, worker, resetter, NoCheck, Slots::new(qd))
+            }
+            (None, ContextMode::Cache) => {
+                run_worker(env, worker, resetter, NoCheck, Cached::new(qd))
+            }
+            (None, ContextMode::Box) => run_worker(env, worker, resetter, NoCheck, Boxed::new(qd)),
         }
     })?;
     let mut results = results;
@@ -394,12 +379,14 @@ struct WorkerEnv<'a> {
     commands_per_io: u16,
 }
 
-/// One thread's loop. `check` is [`NoCheck`] (compiled away) or the `--verify` state.
-fn run_worker<C: Check>(
+/// One thread's loop. `check` is [`NoCheck`] (compiled away) or the `--verify` state;
+/// `store` keeps the contexts of the I/Os in flight (`--contexts`).
+fn run_worker<C: Check, S: ContextStore>(
     env: WorkerEnv<'_>,
     worker: Worker,
     mut resetter: Option<Resetter<'_>>,
     mut check: C,
+    mut store: S,
 ) -> Result<WorkerResult, PerfError> {
     let WorkerEnv {
         config,
@@ -419,13 +406,7 @@ fn run_worker<C: Check>(
     } = worker;
     let qd = config.queue_depth;
     let blocks = (config.block_size / ns.block_size() as usize) as u32;
-    let use_cache = config.request_cache;
     let prefetch = config.batch_prefetch;
-    let mut cache: ObjectCache<IoContext> = ObjectCache::new(CacheConfig {
-        max: qd as usize,
-        slack: CACHE_SLACK,
-    });
-    let mut contexts: Vec<Option<Box<IoContext>>> = (0..qd).map(|_| None).collect();
     let mut free: Vec<u32> = (0..qd).rev().collect();
     let mut tally = Tally::new();
     let mut totals = LiveSample::default();
@@ -437,7 +418,7 @@ fn run_worker<C: Check>(
     let mut gone = false;
     // --reset-interval: retryable failures are resubmitted. `retry` holds the indices whose
     // I/O failed retryably and waits for resubmission (still counted in `in_flight`, its
-    // context kept in `contexts`); capacity qd, so pushing never allocates.
+    // context kept in `store`); capacity qd, so pushing never allocates.
     let recovering = config.recovering();
     let mut retry: Vec<u32> = Vec::with_capacity(if recovering { qd as usize } else { 0 });
     // Failed completions of one poll, handled after it (see the reap below).
@@ -475,7 +456,7 @@ fn run_worker<C: Check>(
             }
             while let Some(index) = retry.pop() {
                 let i = index as usize;
-                let (Some(ctx), Some(buf)) = (contexts[i].as_ref(), buffers[i].take()) else {
+                let (Some(ctx), Some(buf)) = (store.get(i), buffers[i].take()) else {
                     // Unreachable: a queued retry keeps its context and buffer.
                     in_flight -= 1;
                     retired += 1;
@@ -511,9 +492,7 @@ fn run_worker<C: Check>(
                 } else {
                     retired += 1;
                 }
-                if let (Some(ctx), true) = (contexts[i].take(), use_cache) {
-                    cache.put(ctx);
-                }
+                store.end(i);
             }
         }
         // ----- reap -----
@@ -551,7 +530,7 @@ fn run_worker<C: Check>(
                     let index = user_data as usize;
                     // `result` is moved on every path (no drop check of it left for the end).
                     let ctx = match result {
-                        Ok(dw0) => match contexts.get_mut(index).and_then(Option::take) {
+                        Ok(dw0) => match store.end(index) {
                             Some(ctx) => ctx,
                             None => {
                                 failed.push(Completion {
@@ -585,9 +564,6 @@ fn run_worker<C: Check>(
                     let slot = index as u32;
                     put_back(&mut buffers[slot as usize], buffer);
                     settle(&mut check, &buffers, &mut free, &mut retired, slot, true);
-                    if use_cache {
-                        cache.put(ctx);
-                    }
                 },
             );
             if reaped > 0 || !waiting {
@@ -612,7 +588,7 @@ fn run_worker<C: Check>(
         if !failed.is_empty() {
             for c in failed.drain(..) {
                 let index = c.user_data as usize;
-                let Some(ctx) = contexts.get_mut(index).and_then(Option::take) else {
+                let Some(ctx) = store.end(index) else {
                     tally.fail(|| format!("completion for unknown I/O {index}"));
                     continue;
                 };
@@ -630,10 +606,14 @@ fn run_worker<C: Check>(
                         // carries the same content and sequence number; the verifier keeps the
                         // position in flight, accepting old or new content until it is acked).
                         let slot = index as u32;
-                        let mut ctx = ctx;
-                        ctx.retries += 1;
                         buffers[slot as usize] = c.buffer;
-                        contexts[slot as usize] = Some(ctx);
+                        store.begin(
+                            slot,
+                            IoContext {
+                                retries: ctx.retries + 1,
+                                ..ctx
+                            },
+                        );
                         retry.push(slot);
                         recovery.retried_ios += 1;
                         // Still in flight, not done: undo what `reaped` added above.
@@ -658,9 +638,6 @@ fn run_worker<C: Check>(
                                 log::warn!("replacing the buffer of a timed-out I/O: {e}");
                             }
                         }
-                        if use_cache {
-                            cache.put(ctx);
-                        }
                         continue;
                     }
                     Err(e) => {
@@ -678,9 +655,6 @@ fn run_worker<C: Check>(
                 let slot = index as u32;
                 buffers[slot as usize] = c.buffer;
                 settle(&mut check, &buffers, &mut free, &mut retired, slot, ok);
-                if use_cache {
-                    cache.put(ctx);
-                }
             }
         }
         let mut changed = reaped > 0;
@@ -717,15 +691,6 @@ fn run_worker<C: Check>(
                 for _ in 0..want {
                     let Some(index) = free.pop() else { break };
                     let (lba, is_write) = check.next_io(&mut gen);
-                    let mut ctx = if use_cache {
-                        cache.get(IoContext::blank)
-                    } else {
-                        Box::new(IoContext::blank())
-                    };
-                    ctx.submitted = now;
-                    ctx.lba = lba;
-                    ctx.is_write = is_write;
-                    ctx.retries = 0;
                     let Some(mut buf) = buffers[index as usize].take() else {
                         // Unreachable by the invariant; keep the index out of circulation.
                         retired += 1;
@@ -739,7 +704,15 @@ fn run_worker<C: Check>(
                     };
                     match submitted {
                         Ok(()) => {
-                            put_back(&mut contexts[index as usize], Some(ctx));
+                            store.begin(
+                                index,
+                                IoContext {
+                                    submitted: now,
+                                    lba,
+                                    is_write,
+                                    retries: 0,
+                                },
+                            );
                             issued += 1;
                         }
                         Err(failure) => {
@@ -762,9 +735,6 @@ fn run_worker<C: Check>(
                                 free.push(index);
                             } else {
                                 retired += 1;
-                            }
-                            if use_cache {
-                                cache.put(ctx);
                             }
                             break;
                         }
@@ -830,9 +800,7 @@ fn run_worker<C: Check>(
         }
         v.stats.clone()
     });
-    if use_cache {
-        driver.cache = Some(*cache.stats());
-    }
+    driver.cache = store.cache_stats();
     if config.tolerate_timeouts && tally.errors == 0 {
         settle_timed_out(&mut qp, config.io_timeout, inline.as_deref());
     }

@@ -74,9 +74,20 @@ fn check_run(v: &Value, workload: &str, qd: u64) {
 
 #[test]
 fn sim_randread_and_randwrite_at_qd32() {
-    for workload in ["randread", "randwrite"] {
+    // Each workload with a context store: slots (the default) and the cache.
+    for (workload, contexts) in [("randread", "slots"), ("randwrite", "cache")] {
         let v = json_run(&[
-            "sim", "-q", "32", "-t", "0.5", "-w", workload, "--json", "--quiet",
+            "sim",
+            "-q",
+            "32",
+            "-t",
+            "0.5",
+            "-w",
+            workload,
+            "--contexts",
+            contexts,
+            "--json",
+            "--quiet",
         ]);
         check_run(&v, workload, 32);
         assert_eq!(v["engine"], "spdk-like");
@@ -92,7 +103,12 @@ fn sim_randread_and_randwrite_at_qd32() {
             u(pool, "tag_plugs") > 0 && u(pool, "tag_plug_hits") > 0,
             "{pool}"
         );
-        assert!(u(pool, "cache_hits") > 0, "contexts are recycled: {pool}");
+        assert_eq!(v["contexts"], contexts);
+        if contexts == "cache" {
+            assert!(u(pool, "cache_hits") > 0, "contexts are recycled: {pool}");
+        } else {
+            assert!(pool["cache_hits"].is_null(), "no cache with slots: {pool}");
+        }
     }
 }
 
@@ -116,7 +132,7 @@ fn fixed_io_count_and_ab_switches() {
     ]);
     check_run(&v, "randrw", 8);
     assert_eq!(u(&v, "ios"), 6000, "exactly --ios per thread");
-    assert_eq!(v["request_cache"], false);
+    assert_eq!(v["contexts"], "box", "--no-request-cache is --contexts box");
     assert_eq!(v["batch_prefetch"], false);
     assert_eq!(v["shadow_doorbells"], false);
     let pool = &v["pool"];
