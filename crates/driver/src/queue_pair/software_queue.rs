@@ -71,7 +71,8 @@ impl QueuePair {
         while let Some(q) = self.queued.pop_front() {
             let plugged = self.plugged;
             self.plugged = true;
-            let r = self.submit_data_cmd(&q.ns, q.cmd, q.buffer, q.user_data);
+            let mut buffer = Some(q.buffer);
+            let r = self.submit_data_cmd(&q.ns, q.cmd, &mut buffer, q.user_data);
             self.plugged = plugged;
             match r {
                 Ok(_) => submitted = true,

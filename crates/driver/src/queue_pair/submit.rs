@@ -162,7 +162,7 @@ impl QueuePair {
         data: Option<(DmaBuffer, usize)>,
         user_data: u64,
     ) -> std::result::Result<Tag, IoFailure> {
-        let (buf, len) = match data {
+        let (mut buf, len) = match data {
             Some((b, len)) => (Some(b), len),
             None => (None, 0),
         };
@@ -189,7 +189,7 @@ impl QueuePair {
                 ));
             }
         }
-        self.submit_single(sqe, buf, len, user_data)
+        self.submit_single(sqe, &mut buf, len, user_data)
     }
 
     #[inline(always)]
@@ -271,10 +271,8 @@ impl QueuePair {
         // The command's direction, not only its opcode's: a Zone Management Send moves data
         // for one action only. Folds to a constant for the built-in commands.
         if cmd.direction() != DataDirection::None {
-            return match buf {
-                Some(buf) => self.submit_data_cmd(ns, cmd, buf, user_data),
-                None => Err(IoFailure::new(buffer_required(cmd.opcode()), None)),
-            };
+            let mut buf = buf;
+            return self.submit_data_cmd(ns, cmd, &mut buf, user_data);
         }
         let blocks = match cmd.range() {
             Some(r) => {
@@ -297,7 +295,7 @@ impl QueuePair {
         if let Err(e) = cmd.check(ns, &self.command_context(), None) {
             return Err(IoFailure::new(e, None));
         }
-        self.submit_single(cmd.sqe_on(ns), None, 0, user_data)
+        self.submit_single(cmd.sqe_on(ns), &mut None, 0, user_data)
     }
 
     /// What a command's own check ([`NvmCommand::check`]) may look at: two pointers, read only
@@ -312,30 +310,51 @@ impl QueuePair {
 
     /// A command that moves data, with its buffer: validation (namespace, range, buffer, the
     /// command's own check), then one command or, above one command's transfer, a split
-    /// group (for a command that may be split).
+    /// group (for a command that may be split). `buf` is the caller's place (`None` is
+    /// refused here), taken only by the slot or by the failure: passed by value through
+    /// these inlined steps, the buffer was copied through the stack once per step per I/O.
     #[inline(always)]
     pub(super) fn submit_data_cmd<C: NvmCommand>(
         &mut self,
         ns: &Namespace,
         cmd: C,
-        buf: DmaBuffer,
+        buf: &mut Option<DmaBuffer>,
         user_data: u64,
     ) -> std::result::Result<Tag, IoFailure> {
+        let Some(data) = buf.as_ref() else {
+            return Err(IoFailure::new(buffer_required(cmd.opcode()), None));
+        };
         if let Err(e) = cmd.check_range(ns) {
-            return Err(IoFailure::new(e, Some(buf)));
+            return Err(IoFailure::new(e, buf.take()));
         }
         // The range's bytes for most commands; Copy's is its source range list.
         let bytes = cmd.data_bytes(ns);
-        if let Err(e) = self.check_buffer(&buf, bytes) {
-            return Err(IoFailure::new(e, Some(buf)));
+        if let Err(e) = self.check_buffer(data, bytes) {
+            return Err(IoFailure::new(e, buf.take()));
         }
-        if let Err(e) = cmd.check(ns, &self.command_context(), Some(&buf)) {
-            return Err(IoFailure::new(e, Some(buf)));
+        if let Err(e) = cmd.check(ns, &self.command_context(), Some(data)) {
+            return Err(IoFailure::new(e, buf.take()));
         }
         if bytes <= self.max_transfer {
             let sqe = cmd.sqe_on(ns);
-            return self.submit_single(sqe, Some(buf), bytes, user_data);
+            return self.submit_single(sqe, buf, bytes, user_data);
         }
+        self.submit_large(ns, cmd, buf.take(), bytes, user_data)
+    }
+
+    /// A data command above one command's transfer: split, if the command may be.
+    #[cold]
+    fn submit_large<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: Option<DmaBuffer>,
+        bytes: usize,
+        user_data: u64,
+    ) -> std::result::Result<Tag, IoFailure> {
+        let Some(buf) = buf else {
+            return Err(IoFailure::new(buffer_required(cmd.opcode()), None));
+        };
         if !cmd.splittable() {
             return Err(not_splittable(cmd.opcode(), bytes, self.max_transfer, buf));
         }
@@ -343,23 +362,24 @@ impl QueuePair {
     }
 
     /// One command, one slot. The fast path: single-page transfers touch no list code.
+    /// `buf` (the caller's place) is taken by the slot, or by the failure.
     #[inline(always)]
     pub(super) fn submit_single(
         &mut self,
         mut sqe: SubmissionEntry,
-        buf: Option<DmaBuffer>,
+        buf: &mut Option<DmaBuffer>,
         len: usize,
         user_data: u64,
     ) -> std::result::Result<Tag, IoFailure> {
         if let Err(e) = self.check_room() {
-            return Err(IoFailure::new(e, buf));
+            return Err(IoFailure::new(e, buf.take()));
         }
         let addr = buf.as_ref().map(|b| b.iova().0);
         let epoch = self.clock.epoch();
         let Some((tag, slot)) = self.tags.alloc_mut() else {
-            return Err(IoFailure::new(self.queue_full(), buf));
+            return Err(IoFailure::new(self.queue_full(), buf.take()));
         };
-        fill_group_head(slot, tag, epoch, sqe.opcode(), user_data, buf, 1);
+        fill_group_head(slot, tag, epoch, sqe.opcode(), user_data, buf.take(), 1);
         if let Some(addr) = addr {
             debug_assert!(len > 0, "callers reject zero-length data transfers");
             self.set_data_pointer(&mut sqe, tag.index(), addr, len);
