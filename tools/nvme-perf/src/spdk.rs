@@ -338,8 +338,8 @@ impl Resetter<'_> {
     }
 }
 
-/// Stores `value` into a place the loop emptied earlier (a buffer taken for submission, a
-/// context taken at completion): the old value is `None`, so it is not dropped (no check, no
+/// Stores `value` into a place the loop emptied earlier (a buffer taken for submission): the
+/// old value is `None`, so it is not dropped (no check, no
 /// call on the per-I/O path). Were it ever `Some`, it would be leaked, never freed.
 #[inline(always)]
 fn put_back<T>(place: &mut Option<T>, value: Option<T>) {
