@@ -240,18 +240,9 @@ pub fn run(config: &Config) -> Result<runner::Outcome, PerfError> {
         if let Some(plan) = worker.zones.take() {
             return zoned::run_append_worker(env, worker.qp, worker.buffers, plan);
         }
-        let qd = config.queue_depth;
-        match (worker.verifier.take(), config.contexts) {
-            (Some(v), ContextMode::Slots) => run_worker(env, worker, resetter, v, Slots::new(qd)),
-            (Some(v), ContextMode::Cache) => run_worker(env, worker, resetter, v, Cached::new(qd)),
-            (Some(v), ContextMode::Box) => run_worker(env, worker, resetter, v, Boxed::new(qd)),
-            (None, ContextMode::Slots) => {
-                run_worker(env, worker, resetter, NoCheck, Slots::new(qd))
-            }
-            (None, ContextMode::Cache) => {
-                run_worker(env, worker, resetter, NoCheck, Cached::new(qd))
-            }
-            (None, ContextMode::Box) => run_worker(env, worker, resetter, NoCheck, Boxed::new(qd)),
+        match worker.verifier.take() {
+            Some(v) => run_with_store(env, worker, resetter, v),
+            None => run_with_store(env, worker, resetter, NoCheck),
         }
     })?;
     let mut results = results;
@@ -339,8 +330,8 @@ impl Resetter<'_> {
 }
 
 /// Stores `value` into a place the loop emptied earlier (a buffer taken for submission): the
-/// old value is `None`, so it is not dropped (no check, no
-/// call on the per-I/O path). Were it ever `Some`, it would be leaked, never freed.
+/// old value is `None`, so it is not dropped (no check, no call on the per-I/O path). Were it
+/// ever `Some`, it would be leaked, never freed.
 #[inline(always)]
 fn put_back<T>(place: &mut Option<T>, value: Option<T>) {
     let old = std::mem::replace(place, value);
@@ -377,6 +368,22 @@ struct WorkerEnv<'a> {
     live: &'a Live,
     /// Commands one I/O takes (more than one when it is split above MDTS).
     commands_per_io: u16,
+}
+
+/// [`run_worker`] with the context store `--contexts` names (each store its own copy of the
+/// loop, so the choice costs nothing per I/O).
+fn run_with_store<C: Check>(
+    env: WorkerEnv<'_>,
+    worker: Worker,
+    resetter: Option<Resetter<'_>>,
+    check: C,
+) -> Result<WorkerResult, PerfError> {
+    let qd = env.config.queue_depth;
+    match env.config.contexts {
+        ContextMode::Slots => run_worker(env, worker, resetter, check, Slots::new(qd)),
+        ContextMode::Cache => run_worker(env, worker, resetter, check, Cached::new(qd)),
+        ContextMode::Box => run_worker(env, worker, resetter, check, Boxed::new(qd)),
+    }
 }
 
 /// One thread's loop. `check` is [`NoCheck`] (compiled away) or the `--verify` state;

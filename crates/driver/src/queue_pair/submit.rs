@@ -265,13 +265,12 @@ impl QueuePair {
         &mut self,
         ns: &Namespace,
         cmd: C,
-        buf: Option<DmaBuffer>,
+        mut buf: Option<DmaBuffer>,
         user_data: u64,
     ) -> std::result::Result<Tag, IoFailure> {
         // The command's direction, not only its opcode's: a Zone Management Send moves data
         // for one action only. Folds to a constant for the built-in commands.
         if cmd.direction() != DataDirection::None {
-            let mut buf = buf;
             return self.submit_data_cmd(ns, cmd, &mut buf, user_data);
         }
         let blocks = match cmd.range() {
