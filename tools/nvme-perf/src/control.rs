@@ -110,6 +110,19 @@ pub struct LiveSample {
     pub reap_calls: u64,
 }
 
+impl LiveSample {
+    /// The sum of two samples.
+    #[inline(always)]
+    pub fn plus(&self, other: &LiveSample) -> LiveSample {
+        LiveSample {
+            ios: self.ios + other.ios,
+            submitted: self.submitted + other.submitted,
+            submit_calls: self.submit_calls + other.submit_calls,
+            reap_calls: self.reap_calls + other.reap_calls,
+        }
+    }
+}
+
 impl Live {
     /// Reads the totals.
     pub fn sample(&self) -> LiveSample {
@@ -125,8 +138,9 @@ impl Live {
 /// Linear sub-buckets per power of two of [`LatencyBuckets`] (2^7: below 128 ns every value
 /// has its own bucket; above, a bucket spans 1/64 of its power of two, about 1.6 %).
 const SUB_BITS: u32 = 7;
-/// Buckets needed for values up to 2^36 ns (68 s > [`MAX_LATENCY_NS`]).
-const BUCKETS: usize = (36 - SUB_BITS as usize + 2) << (SUB_BITS - 1);
+/// Buckets for every `u64` value (30 KiB): no clamp per record. Values above
+/// [`MAX_LATENCY_NS`] saturate when [`Tally::finish`] folds them into the histogram.
+const BUCKETS: usize = (u64::BITS as usize - SUB_BITS as usize + 2) << (SUB_BITS - 1);
 
 /// The hot-path latency record: a log-linear bucket array whose `record` is a handful of
 /// instructions (leading-zero count, shift, add, increment), unlike a full HDR histogram
@@ -148,7 +162,6 @@ impl LatencyBuckets {
     /// `shift * 2^(SUB_BITS-1) + mantissa` (contiguous, increasing with `ns`).
     #[inline(always)]
     fn index(ns: u64) -> usize {
-        let ns = ns.min(MAX_LATENCY_NS);
         let bits = u64::BITS - ns.leading_zeros();
         if bits <= SUB_BITS {
             ns as usize
@@ -166,14 +179,16 @@ impl LatencyBuckets {
         } else {
             let shift = index / half - 1;
             let mantissa = (index - shift * half) as u64;
-            (mantissa << shift, ((mantissa + 1) << shift) - 1)
+            // The top bucket's end is 2^64 - 1 (the shift drops the carry out of bit 63).
+            (mantissa << shift, ((mantissa + 1) << shift).wrapping_sub(1))
         }
     }
 
     #[inline(always)]
     fn record(&mut self, ns: u64) {
         let i = Self::index(ns);
-        // `index` never exceeds BUCKETS - 1 (the clamp above); the check keeps it safe anyway.
+        // `index` never exceeds BUCKETS - 1 (the buckets cover every u64); the check keeps it
+        // safe anyway.
         if let Some(c) = self.counts.get_mut(i) {
             *c += 1;
         }
@@ -201,8 +216,10 @@ pub struct Tally {
     pub submitted: u64,
     /// Submit calls (one doorbell write or io_uring_enter each).
     pub submit_calls: u64,
-    /// I/Os reaped (successful or not).
-    pub reaped: u64,
+    /// I/Os reaped without success (an error completion, or a timeout that
+    /// `--tolerate-timeouts` accepts): [`Tally::reaped`] is these and `ios`, so a successful
+    /// completion increments one counter, not two.
+    pub unsuccessful: u64,
     /// Poll calls that found at least one completion.
     pub reap_calls: u64,
 }
@@ -219,8 +236,20 @@ impl Tally {
             first_error: None,
             submitted: 0,
             submit_calls: 0,
-            reaped: 0,
+            unsuccessful: 0,
             reap_calls: 0,
+        }
+    }
+
+    /// The running totals of [`Live`] this tally holds: completions (successful or not),
+    /// submissions, submit calls and reaping polls.
+    #[inline(always)]
+    pub fn sample(&self) -> LiveSample {
+        LiveSample {
+            ios: self.reaped(),
+            submitted: self.submitted,
+            submit_calls: self.submit_calls,
+            reap_calls: self.reap_calls,
         }
     }
 
@@ -233,15 +262,20 @@ impl Tally {
         self.first_error = None;
         self.submitted = 0;
         self.submit_calls = 0;
-        self.reaped = 0;
+        self.unsuccessful = 0;
         self.reap_calls = 0;
+    }
+
+    /// I/Os reaped, successful or not.
+    #[inline(always)]
+    pub fn reaped(&self) -> u64 {
+        self.ios + self.unsuccessful
     }
 
     /// Counts a completed I/O without timing it (`--no-latency`).
     #[inline(always)]
     pub fn complete_untimed(&mut self) {
         self.ios += 1;
-        self.reaped += 1;
     }
 
     /// Records a completed I/O's latency.
@@ -256,7 +290,6 @@ impl Tally {
     pub fn complete_ns(&mut self, ns: u64) {
         self.buckets.record(ns);
         self.ios += 1;
-        self.reaped += 1;
     }
 
     /// Folds the hot-path buckets into `hist` (each bucket at its midpoint, so percentiles
@@ -468,6 +501,9 @@ pub struct Pacer<'a> {
     /// When [`Pacer::keep_time`] last read `ns_clock`, and the countdown it set then.
     clock_read_ns: u64,
     clock_every: u32,
+    /// What the tally counted before its reset at the start of measuring: the published
+    /// totals are this plus the tally (the workers keep no second set of counters).
+    carried: LiveSample,
 }
 
 /// [`nvme_driver::NanoClock`] with a way to place an `Instant` on it.
@@ -545,6 +581,7 @@ impl<'a> Pacer<'a> {
             clock_read_ns: ns_clock.now_ns(),
             ns_clock,
             clock_every: PUBLISH_EVERY,
+            carried: LiveSample::default(),
         }
     }
 
@@ -574,6 +611,7 @@ impl<'a> Pacer<'a> {
         self.submit_cap = submit_cap(now, self.ios_limit);
         // Warmup straight to Stop (a failure) keeps what was recorded, errors included.
         if was == Phase::Warmup && now == Phase::Measure {
+            self.carried = self.carried.plus(&tally.sample());
             tally.reset();
             self.measure_start = Instant::now();
             self.cpu_start = thread_cpu_time();
@@ -601,16 +639,17 @@ impl<'a> Pacer<'a> {
         in_flight == 0 && tally.submitted >= self.submit_cap
     }
 
-    /// Publishes the running totals for the progress line, on every [`PUBLISH_EVERY`]th call
-    /// (the line lags by at most that many rounds); [`Pacer::publish_final`] after the loop.
-    /// A worker that keeps time itself (one worker, on the main thread) reads the clock on
-    /// those calls too, and changes the phase or prints the progress line when due.
+    /// Publishes the running totals (the tally's, warmup included) for the progress line, on
+    /// every [`PUBLISH_EVERY`]th call (the line lags by at most that many rounds);
+    /// [`Pacer::publish_final`] after the loop. A worker that keeps time itself (one worker,
+    /// on the main thread) reads the clock on those calls too, and changes the phase or
+    /// prints the progress line when due.
     #[inline(always)]
-    pub fn publish(&mut self, totals: &LiveSample) {
+    pub fn publish(&mut self, tally: &Tally) {
         self.publish_countdown -= 1;
         if self.publish_countdown == 0 {
             self.publish_countdown = PUBLISH_EVERY;
-            self.publish_final(totals);
+            self.publish_final(tally);
             if self.clock.is_some() {
                 self.keep_time();
             }
@@ -647,7 +686,8 @@ impl<'a> Pacer<'a> {
 
     /// Publishes the running totals now (once the worker's loop is done).
     #[inline(always)]
-    pub fn publish_final(&self, totals: &LiveSample) {
+    pub fn publish_final(&self, tally: &Tally) {
+        let totals = self.carried.plus(&tally.sample());
         self.live.ios.store(totals.ios, Ordering::Relaxed);
         self.live
             .submitted
@@ -691,7 +731,22 @@ mod tests {
                 last = i;
             }
         }
-        assert!(LatencyBuckets::index(u64::MAX) < BUCKETS);
+        assert_eq!(LatencyBuckets::index(u64::MAX), BUCKETS - 1);
+        assert_eq!(LatencyBuckets::bounds(BUCKETS - 1).1, u64::MAX);
+        for ns in [u64::MAX / 3, u64::MAX - 1, u64::MAX] {
+            let (low, high) = LatencyBuckets::bounds(LatencyBuckets::index(ns));
+            assert!(low <= ns && ns <= high, "{ns} not in {low}..={high}");
+        }
+    }
+
+    #[test]
+    fn a_latency_beyond_the_histogram_saturates() {
+        let mut t = Tally::new();
+        t.complete_ns(u64::MAX);
+        t.complete_ns(1_000);
+        t.finish();
+        assert_eq!(t.hist.len(), 2);
+        assert!(t.hist.max() >= MAX_LATENCY_NS / 2, "{}", t.hist.max());
     }
 
     #[test]
@@ -714,19 +769,21 @@ mod tests {
         let control = Control::new(Phase::Measure);
         let live = Live::default();
         let mut pacer = Pacer::new(&control, &live, None);
-        let mut totals = LiveSample::default();
+        let mut tally = Tally::new();
         for round in 1..PUBLISH_EVERY {
-            totals.ios = u64::from(round);
-            pacer.publish(&totals);
+            tally.ios = u64::from(round);
+            pacer.publish(&tally);
             assert_eq!(live.sample().ios, 0, "published early, at round {round}");
         }
-        totals.ios = u64::from(PUBLISH_EVERY);
-        pacer.publish(&totals);
+        tally.ios = u64::from(PUBLISH_EVERY);
+        tally.submitted = 20;
+        pacer.publish(&tally);
         assert_eq!(live.sample().ios, u64::from(PUBLISH_EVERY));
-        totals.ios += 3;
-        pacer.publish(&totals);
+        assert_eq!(live.sample().submitted, 20);
+        tally.unsuccessful += 3;
+        pacer.publish(&tally);
         assert_eq!(live.sample().ios, u64::from(PUBLISH_EVERY));
-        pacer.publish_final(&totals);
+        pacer.publish_final(&tally);
         assert_eq!(live.sample().ios, u64::from(PUBLISH_EVERY) + 3);
     }
 
@@ -744,6 +801,9 @@ mod tests {
         control.advance(Phase::Measure);
         assert_eq!(pacer.step(&mut tally), Step::BeginMeasure);
         assert_eq!((tally.ios, tally.submitted, tally.hist.len()), (0, 0, 0));
+        // The progress totals keep what warmup counted.
+        pacer.publish_final(&tally);
+        assert_eq!((live.sample().ios, live.sample().submitted), (1, 100));
         tally.submitted = 8;
         assert_eq!(pacer.allowance(32, &tally), 2);
         assert!(!pacer.finished(0, &tally));

@@ -242,7 +242,7 @@ impl Report {
             tally.errors += r.tally.errors;
             tally.submitted += r.tally.submitted;
             tally.submit_calls += r.tally.submit_calls;
-            tally.reaped += r.tally.reaped;
+            tally.unsuccessful += r.tally.unsuccessful;
             tally.reap_calls += r.tally.reap_calls;
             if tally.first_error.is_none() {
                 tally.first_error.clone_from(&r.tally.first_error);
@@ -295,7 +295,7 @@ impl Report {
             submit_calls: tally.submit_calls,
             reap_calls: tally.reap_calls,
             ios_per_submit: per(tally.submitted, tally.submit_calls),
-            ios_per_reap: per(tally.reaped, tally.reap_calls),
+            ios_per_reap: per(tally.reaped(), tally.reap_calls),
             sq_mmio_writes: driver.as_ref().map(|(d, _)| d.sq_mmio_writes),
             cq_mmio_writes: driver.as_ref().map(|(d, _)| d.cq_mmio_writes),
             mmio_writes_per_io: driver

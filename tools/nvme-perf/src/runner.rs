@@ -528,7 +528,6 @@ mod tests {
             let mut tally = Tally::new();
             let mut pacer = Pacer::new(&control, &live, None);
             let mut measure_began = None;
-            let mut totals = LiveSample::default();
             while control.phase() != Phase::Stop {
                 assert!(
                     start.elapsed() < Duration::from_secs(5),
@@ -537,8 +536,8 @@ mod tests {
                 if pacer.step(&mut tally) == Step::BeginMeasure {
                     measure_began = Some(start.elapsed());
                 }
-                totals.ios += 1;
-                pacer.publish(&totals);
+                tally.complete_untimed();
+                pacer.publish(&tally);
                 std::thread::sleep(round_gap);
             }
             let took = start.elapsed();

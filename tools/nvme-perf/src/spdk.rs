@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use crate::args::{Config, ContextMode};
 use crate::control::{
-    Control, DriverCounters, Live, LiveSample, Pacer, RecoveryStats, Step, Tally, WorkerResult,
+    Control, DriverCounters, Live, Pacer, RecoveryStats, Step, Tally, WorkerResult,
 };
 use crate::emulator::{self, SimController};
 use crate::error::PerfError;
@@ -416,7 +416,6 @@ fn run_worker<C: Check, S: ContextStore>(
     let prefetch = config.batch_prefetch;
     let mut free: Vec<u32> = (0..qd).rev().collect();
     let mut tally = Tally::new();
-    let mut totals = LiveSample::default();
     let mut pacer = Pacer::new(control, live, config.ios);
     let mut baseline = counters(&qp);
     let mut in_flight: u32 = 0;
@@ -484,7 +483,7 @@ fn run_worker<C: Check, S: ContextStore>(
                 }
                 // Gives up on this I/O: it counts as a failed completion.
                 in_flight -= 1;
-                tally.reaped += 1;
+                tally.unsuccessful += 1;
                 gone |= controller_gone(&failure.error);
                 tally.fail(|| {
                     format!(
@@ -587,8 +586,6 @@ fn run_worker<C: Check, S: ContextStore>(
             idle_polls = 0;
             in_flight -= reaped as u32;
             tally.reap_calls += 1;
-            totals.ios += reaped as u64;
-            totals.reap_calls += 1;
         }
         // Only when something failed: an empty `drain` still runs `Drain::drop` (out of line
         // for `Completion`'s drop glue), a cost on every poll of the hot loop.
@@ -625,13 +622,12 @@ fn run_worker<C: Check, S: ContextStore>(
                         recovery.retried_ios += 1;
                         // Still in flight, not done: undo what `reaped` added above.
                         in_flight += 1;
-                        totals.ios = totals.ios.wrapping_sub(1);
                         continue;
                     }
                     Err(nvme_driver::Error::Timeout { .. }) if config.tolerate_timeouts => {
                         // Not acknowledged, not an error: the driver keeps the old buffer until
                         // the device gives it back; this slot gets a new one.
-                        tally.reaped += 1;
+                        tally.unsuccessful += 1;
                         recovery.timed_out_ios += 1;
                         let slot = index as u32;
                         check.completed(slot, false, None);
@@ -648,7 +644,7 @@ fn run_worker<C: Check, S: ContextStore>(
                         continue;
                     }
                     Err(e) => {
-                        tally.reaped += 1;
+                        tally.unsuccessful += 1;
                         gone |= controller_gone(&e);
                         tally.fail(|| {
                             format!(
@@ -753,8 +749,6 @@ fn run_worker<C: Check, S: ContextStore>(
                 in_flight += issued;
                 tally.submitted += u64::from(issued);
                 tally.submit_calls += 1;
-                totals.submitted += u64::from(issued);
-                totals.submit_calls += 1;
                 changed = true;
             }
         }
@@ -776,7 +770,7 @@ fn run_worker<C: Check, S: ContextStore>(
         }
         if changed {
             // Only what changed is published (idle rounds leave the totals as they were).
-            pacer.publish(&totals);
+            pacer.publish(&tally);
         }
         if retired == qd {
             tally.fail(|| "every I/O buffer was lost to timed-out commands".into());
@@ -788,7 +782,7 @@ fn run_worker<C: Check, S: ContextStore>(
             break;
         }
     }
-    pacer.publish_final(&totals);
+    pacer.publish_final(&tally);
     let (elapsed, cpu) = pacer.measured();
     let mut driver = delta(counters(&qp), baseline);
     let verify = check.verifier().map(|v| {

@@ -15,7 +15,7 @@ use nvme_driver::{DmaBuffer, Namespace, QueuePairOptions};
 use nvme_tcp::{TcpController, TcpOptions, TcpQueuePair};
 
 use crate::args::Config;
-use crate::control::{Control, Live, LiveSample, Pacer, Tally, TcpCounters, WorkerResult};
+use crate::control::{Control, Live, Pacer, Tally, TcpCounters, WorkerResult};
 use crate::error::PerfError;
 use crate::rng::LbaGen;
 use crate::runner::{self, Geometry, Setup};
@@ -131,7 +131,6 @@ fn run_worker(
     let mut lbas = vec![0u64; buffers.len()];
     let mut free: Vec<u32> = (0..qd).rev().collect();
     let mut tally = Tally::new();
-    let mut totals = LiveSample::default();
     let mut pacer = Pacer::new(control, live, config.ios);
     let timed = config.latency;
     let mut idle_polls = 0u32;
@@ -185,8 +184,6 @@ fn run_worker(
             qp.unplug();
             tally.submitted += queued;
             tally.submit_calls += 1;
-            totals.submitted += queued;
-            totals.submit_calls += 1;
         }
         let mut now = None;
         let reaped = qp.poll(|c| {
@@ -196,7 +193,7 @@ fn run_worker(
                 Ok(_) if timed => tally.complete_ns(t.saturating_sub(submitted_at[i])),
                 Ok(_) => tally.complete_untimed(),
                 Err(e) => {
-                    tally.reaped += 1;
+                    tally.unsuccessful += 1;
                     tally.fail(|| format!("I/O at LBA {} failed: {e}", lbas[i]));
                 }
             }
@@ -205,8 +202,6 @@ fn run_worker(
         });
         if reaped > 0 {
             tally.reap_calls += 1;
-            totals.ios += reaped as u64;
-            totals.reap_calls += 1;
         }
         if reaped > 0 || qp.in_flight() == 0 {
             idle_polls = 0;
@@ -227,9 +222,9 @@ fn run_worker(
                 return Err(PerfError::driver("the NVMe/TCP queue closed", e));
             }
         }
-        pacer.publish(&totals);
+        pacer.publish(&tally);
     }
-    pacer.publish_final(&totals);
+    pacer.publish_final(&tally);
     let (elapsed, cpu) = pacer.measured();
     tally.finish();
     let s = qp.stats();

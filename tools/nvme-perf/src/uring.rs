@@ -25,7 +25,7 @@ use std::ptr::NonNull;
 use io_uring::{opcode, types, IoUring};
 
 use crate::args::Config;
-use crate::control::{Control, Live, LiveSample, Pacer, Step, Tally, WorkerResult};
+use crate::control::{Control, Live, Pacer, Step, Tally, WorkerResult};
 use crate::error::PerfError;
 use crate::rng::LbaGen;
 use crate::runner::{self, Geometry, Setup};
@@ -322,7 +322,6 @@ fn run_worker<C: Check>(
     let clock = NanoClock::new();
     let mut slots = Slots::new(qd);
     let mut tally = Tally::new();
-    let mut totals = LiveSample::default();
     let mut pacer = Pacer::new(control, live, config.ios);
     loop {
         let in_flight = io.in_flight;
@@ -374,8 +373,6 @@ fn run_worker<C: Check>(
             io.ring.submit().map_err(uring_error("submit", ""))?;
             tally.submitted += u64::from(queued);
             tally.submit_calls += 1;
-            totals.submitted += u64::from(queued);
-            totals.submit_calls += 1;
         }
         let mut reaped = reap(&mut io.ring, &clock, reap_max, |user_data, res, now| {
             if let Some(ok) = slots.complete(&mut tally, user_data, res, now, expect) {
@@ -403,12 +400,10 @@ fn run_worker<C: Check>(
         if reaped > 0 {
             io.in_flight = io.in_flight.saturating_sub(reaped);
             tally.reap_calls += 1;
-            totals.ios += u64::from(reaped);
-            totals.reap_calls += 1;
         }
-        pacer.publish(&totals);
+        pacer.publish(&tally);
     }
-    pacer.publish_final(&totals);
+    pacer.publish_final(&tally);
     let (elapsed, cpu) = pacer.measured();
     let verify = match check.verifier() {
         Some(v) => {
@@ -573,7 +568,7 @@ impl Slots {
         } else if res == len as i32 {
             tally.complete_ns(now.saturating_sub(self.submitted_at[i]));
         } else {
-            tally.reaped += 1;
+            tally.unsuccessful += 1;
             tally.fail(|| describe_failure(res, len, self.writes[i], self.lbas[i], iopoll));
         }
         self.free.push(i as u32);

@@ -18,7 +18,7 @@ use nvme_driver::{Controller, Namespace, NanoClock, QueuePair};
 
 use super::{WorkerEnv, IDLE_POLLS_BEFORE_WAIT, INTERRUPT_WAIT};
 use crate::args::Config;
-use crate::control::{LiveSample, Pacer, Tally, WorkerResult};
+use crate::control::{Pacer, Tally, WorkerResult};
 use crate::error::PerfError;
 
 /// Zone resources a thread uses when the namespace reports no limit (MOR/MAR FFFFFFFFh).
@@ -167,7 +167,6 @@ pub(super) fn run_append_worker(
     let mut free: Vec<u32> = (0..qd).rev().collect();
     let mut failed: Vec<String> = Vec::new();
     let mut tally = Tally::new();
-    let mut totals = LiveSample::default();
     let mut pacer = Pacer::new(control, live, config.ios);
     let (mut in_flight, mut resets_in_flight, mut resets, mut cursor) = (0u32, 0u32, 0u64, 0);
     let mut idle_polls = 0u32;
@@ -225,7 +224,7 @@ pub(super) fn run_append_worker(
                     }
                 }
                 Err(e) => {
-                    tally.reaped += 1;
+                    tally.unsuccessful += 1;
                     failed.push(format!("append to the zone at LBA {zslba}: {e}"));
                 }
             }
@@ -234,8 +233,6 @@ pub(super) fn run_append_worker(
             tally.fail(|| why);
         }
         if reaped > 0 {
-            totals.ios += reaped as u64;
-            totals.reap_calls += 1;
             tally.reap_calls += 1;
             idle_polls = 0;
         }
@@ -303,11 +300,9 @@ pub(super) fn run_append_worker(
             qp.ring();
             tally.submitted += u64::from(issued);
             tally.submit_calls += 1;
-            totals.submitted += u64::from(issued);
-            totals.submit_calls += 1;
         }
         if reaped > 0 || issued > 0 {
-            pacer.publish(&totals);
+            pacer.publish(&tally);
         } else if config.interrupts {
             idle_polls += 1;
             if idle_polls >= IDLE_POLLS_BEFORE_WAIT {
