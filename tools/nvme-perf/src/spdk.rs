@@ -513,8 +513,12 @@ fn run_worker<C: Check, S: ContextStore>(
         // checks look at changes in a poll that finds nothing: errors, `gone` and `retired`
         // change only with a completion or a submission, and a phase change cannot end the
         // run while I/Os are in flight. Every in-flight command has a timeout, so the wait
-        // ends (the driver's clock check reports an expired command as a completion).
-        let waiting = wait_in_poll && in_flight > 0 && in_flight + retired == qd;
+        // ends (the driver's clock check reports an expired command as a completion). At least
+        // one I/O is in flight then: every round starts with `retired < qd` (a round that
+        // ends with `retired == qd` ends the run), so `in_flight + retired == qd` needs
+        // `in_flight > 0`.
+        debug_assert!(retired < qd);
+        let waiting = wait_in_poll && in_flight + retired == qd;
         let reaped = loop {
             // The closure handles a successful completion of a known I/O and nothing else:
             // small enough to be inlined into the driver's reaping loop (no 96-byte
@@ -572,8 +576,11 @@ fn run_worker<C: Check, S: ContextStore>(
                     settle(&mut check, &buffers, &mut free, &mut retired, slot, true);
                 },
             );
-            if reaped > 0 || !waiting {
+            if reaped > 0 {
                 break reaped;
+            }
+            if !waiting {
+                break 0;
             }
             // The idle step of a waiting round (as below for a round that found nothing).
             if let Some(sim) = &inline {
