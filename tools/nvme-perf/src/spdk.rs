@@ -515,9 +515,10 @@ fn run_worker<C: Check, S: ContextStore>(
         // run while I/Os are in flight. Every in-flight command has a timeout, so the wait
         // ends (the driver's clock check reports an expired command as a completion). At least
         // one I/O is in flight then: every round starts with `retired < qd` (a round that
-        // ends with `retired == qd` ends the run), so `in_flight + retired == qd` needs
+        // ends with `retired == qd` ends the run) and a waiting round ran no retry block
+        // above (`wait_in_poll` excludes recovery), so `in_flight + retired == qd` needs
         // `in_flight > 0`.
-        debug_assert!(retired < qd);
+        debug_assert!(!wait_in_poll || retired < qd);
         let waiting = wait_in_poll && in_flight + retired == qd;
         let reaped = loop {
             // The closure handles a successful completion of a known I/O and nothing else:
