@@ -73,6 +73,28 @@ pub trait IoQueue {
         user_data: u64,
     ) -> std::result::Result<(), IoFailure>;
 
+    /// [`IoQueue::submit`] with the buffer in the caller's place: `buf` is taken only when
+    /// the request is accepted; a refused submission leaves it there, untouched (`None` only
+    /// where the device may still reach it), and returns the error alone. For a caller that
+    /// keeps its buffers in a table: the PCIe pair takes the buffer straight from that place
+    /// into its request slot. The default goes through [`IoQueue::submit`].
+    #[inline(always)]
+    fn submit_in_place<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: &mut Option<DmaBuffer>,
+        user_data: u64,
+    ) -> Result<()> {
+        match self.submit(ns, cmd, buf.take(), user_data) {
+            Ok(()) => Ok(()),
+            Err(f) => {
+                *buf = f.buffer;
+                Err(f.error)
+            }
+        }
+    }
+
     /// Queues a vectored Read, Write or Compare (`cmd`): its data is `pieces`, in order, whose
     /// lengths add up to the command's bytes (checked by [`crate::iovec::check_vectored`],
     /// plus the transport's own rules: over PCIe a PRP list or an SGL segment, NVMe Base

@@ -68,6 +68,17 @@ impl IoQueue for QueuePair {
     }
 
     #[inline(always)]
+    fn submit_in_place<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: &mut Option<DmaBuffer>,
+        user_data: u64,
+    ) -> Result<()> {
+        QueuePair::submit_in_place(self, ns, cmd, buf, user_data)
+    }
+
+    #[inline(always)]
     fn submit_vectored<C: NvmCommand>(
         &mut self,
         ns: &Namespace,

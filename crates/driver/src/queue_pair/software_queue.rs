@@ -46,13 +46,38 @@ impl QueuePair {
         cmd: C,
         user_data: u64,
     ) -> std::result::Result<(), IoFailure> {
-        if !matches!(failure.error, Error::QueueFull { .. })
-            || self.queued.len() >= self.queue_limit
-        {
-            return Err(failure);
+        let IoFailure {
+            error,
+            mut buffer,
+            pieces,
+        } = failure;
+        match self.enqueue_in_place(error, ns, cmd, &mut buffer, user_data) {
+            Ok(()) => Ok(()),
+            Err(error) => Err(IoFailure {
+                error,
+                buffer,
+                pieces,
+            }),
         }
-        let Some(buffer) = failure.buffer else {
-            return Err(failure);
+    }
+
+    /// A submission refused with `error`: when that is `QueueFull` and the software queue has
+    /// room, the request waits there with the buffer taken from the caller's place `buf`;
+    /// otherwise the error comes back and `buf` keeps the buffer.
+    #[cold]
+    pub(super) fn enqueue_in_place<C: NvmCommand>(
+        &mut self,
+        error: Error,
+        ns: &Namespace,
+        cmd: C,
+        buf: &mut Option<DmaBuffer>,
+        user_data: u64,
+    ) -> Result<(), Error> {
+        if !matches!(error, Error::QueueFull { .. }) || self.queued.len() >= self.queue_limit {
+            return Err(error);
+        }
+        let Some(buffer) = buf.take() else {
+            return Err(error);
         };
         self.queued.push_back(Queued {
             cmd: IoCommand::of(cmd),
@@ -76,17 +101,17 @@ impl QueuePair {
             self.plugged = plugged;
             match r {
                 Ok(_) => submitted = true,
-                Err(f) if matches!(f.error, Error::QueueFull { .. }) => {
-                    let buffer = f.buffer.expect("a refused submission returns its buffer");
+                Err(Error::QueueFull { .. }) => {
+                    let buffer = buffer.expect("a refused submission leaves its buffer in place");
                     self.queued.push_front(Queued { buffer, ..q });
                     break;
                 }
-                Err(f) => {
+                Err(error) => {
                     self.stats.requests_completed += 1;
                     self.deferred.push_back(Completion {
                         user_data: q.user_data,
-                        result: Err(f.error),
-                        buffer: f.buffer,
+                        result: Err(error),
+                        buffer,
                         pieces: None,
                     });
                 }

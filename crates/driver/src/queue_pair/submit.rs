@@ -92,6 +92,25 @@ impl QueuePair {
         self.queue_if_full(r, ns, cmd, user_data)
     }
 
+    /// [`QueuePair::submit`] with the buffer in the caller's place: `buf` is taken only when
+    /// the request is accepted (or waits in the software queue); a refused submission leaves
+    /// it there, untouched (`None` only where the device may still reach it: a split request
+    /// refused part-way), and returns the error alone. For a caller that keeps its buffers
+    /// in a table: no move out of the table and back per I/O.
+    #[inline(always)]
+    pub fn submit_in_place<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: &mut Option<DmaBuffer>,
+        user_data: u64,
+    ) -> Result<()> {
+        match self.submit_cmd_in_place(ns, cmd, buf, user_data) {
+            Ok(_) => Ok(()),
+            Err(e) => self.enqueue_in_place(e, ns, cmd, buf, user_data),
+        }
+    }
+
     /// Queues a Dataset Management deallocate (trim) of up to 256 `(lba, blocks)` ranges.
     pub fn submit_deallocate(
         &mut self,
@@ -189,7 +208,10 @@ impl QueuePair {
                 ));
             }
         }
-        self.submit_single(sqe, &mut buf, len, user_data)
+        match self.submit_single(sqe, &mut buf, len, user_data) {
+            Ok(tag) => Ok(tag),
+            Err(e) => Err(IoFailure::new(e, buf)),
+        }
     }
 
     #[inline(always)]
@@ -256,10 +278,8 @@ impl QueuePair {
         }
     }
 
-    /// Any typed command: a data command goes to [`QueuePair::submit_data_cmd`]; one
-    /// without data is validated (namespace, range, no buffer) and takes one slot.
-    /// Monomorphic per command type; for the built-in types every trait call folds to
-    /// constants.
+    /// [`QueuePair::submit_cmd_in_place`] for a buffer passed by value: a refusal hands it
+    /// back in the [`IoFailure`].
     #[inline(always)]
     pub(super) fn submit_cmd<C: NvmCommand>(
         &mut self,
@@ -268,32 +288,44 @@ impl QueuePair {
         mut buf: Option<DmaBuffer>,
         user_data: u64,
     ) -> std::result::Result<Tag, IoFailure> {
+        match self.submit_cmd_in_place(ns, cmd, &mut buf, user_data) {
+            Ok(tag) => Ok(tag),
+            Err(e) => Err(IoFailure::new(e, buf)),
+        }
+    }
+
+    /// Any typed command: a data command goes to [`QueuePair::submit_data_cmd`]; one
+    /// without data is validated (namespace, range, no buffer) and takes one slot. `buf` is
+    /// the caller's place: taken by the slot, left there on a refusal. Monomorphic per
+    /// command type; for the built-in types every trait call folds to constants.
+    #[inline(always)]
+    pub(super) fn submit_cmd_in_place<C: NvmCommand>(
+        &mut self,
+        ns: &Namespace,
+        cmd: C,
+        buf: &mut Option<DmaBuffer>,
+        user_data: u64,
+    ) -> Result<Tag> {
         // The command's direction, not only its opcode's: a Zone Management Send moves data
         // for one action only. Folds to a constant for the built-in commands.
         if cmd.direction() != DataDirection::None {
-            return self.submit_data_cmd(ns, cmd, &mut buf, user_data);
+            return self.submit_data_cmd(ns, cmd, buf, user_data);
         }
         let blocks = match cmd.range() {
             Some(r) => {
                 // No block data moves: the whole namespace, whatever its metadata.
-                if let Err(e) = ns.check_blocks(r.lba, r.blocks as u64) {
-                    return Err(IoFailure::new(e, buf));
-                }
+                ns.check_blocks(r.lba, r.blocks as u64)?;
                 r.blocks
             }
             None => {
-                if let Err(e) = ns.check_current() {
-                    return Err(IoFailure::new(e, buf));
-                }
+                ns.check_current()?;
                 0
             }
         };
         if buf.is_some() || blocks > MAX_BLOCKS_PER_COMMAND {
-            return Err(no_data_refused(cmd.opcode(), blocks, buf));
+            return Err(no_data_refused(cmd.opcode(), blocks, buf.is_some()));
         }
-        if let Err(e) = cmd.check(ns, &self.command_context(), None) {
-            return Err(IoFailure::new(e, None));
-        }
+        cmd.check(ns, &self.command_context(), None)?;
         self.submit_single(cmd.sqe_on(ns), &mut None, 0, user_data)
     }
 
@@ -310,8 +342,8 @@ impl QueuePair {
     /// A command that moves data, with its buffer: validation (namespace, range, buffer, the
     /// command's own check), then one command or, above one command's transfer, a split
     /// group (for a command that may be split). `buf` is the caller's place (`None` is
-    /// refused here), taken only by the slot or by the failure: passed by value through
-    /// these inlined steps, the buffer was copied through the stack once per step per I/O.
+    /// refused here), taken only by the slot: a refusal leaves it there, so no step of the
+    /// inlined chain copies the buffer through the stack.
     #[inline(always)]
     pub(super) fn submit_data_cmd<C: NvmCommand>(
         &mut self,
@@ -319,49 +351,50 @@ impl QueuePair {
         cmd: C,
         buf: &mut Option<DmaBuffer>,
         user_data: u64,
-    ) -> std::result::Result<Tag, IoFailure> {
+    ) -> Result<Tag> {
         let Some(data) = buf.as_ref() else {
-            return Err(IoFailure::new(buffer_required(cmd.opcode()), None));
+            return Err(buffer_required(cmd.opcode()));
         };
-        if let Err(e) = cmd.check_range(ns) {
-            return Err(IoFailure::new(e, buf.take()));
-        }
+        cmd.check_range(ns)?;
         // The range's bytes for most commands; Copy's is its source range list.
         let bytes = cmd.data_bytes(ns);
-        if let Err(e) = self.check_buffer(data, bytes) {
-            return Err(IoFailure::new(e, buf.take()));
-        }
-        if let Err(e) = cmd.check(ns, &self.command_context(), Some(data)) {
-            return Err(IoFailure::new(e, buf.take()));
-        }
+        self.check_buffer(data, bytes)?;
+        cmd.check(ns, &self.command_context(), Some(data))?;
         if bytes <= self.max_transfer {
             let sqe = cmd.sqe_on(ns);
             return self.submit_single(sqe, buf, bytes, user_data);
         }
-        self.submit_large(ns, cmd, buf.take(), bytes, user_data)
+        self.submit_large(ns, cmd, buf, bytes, user_data)
     }
 
-    /// A data command above one command's transfer: split, if the command may be.
+    /// A data command above one command's transfer: split, if the command may be. A split
+    /// refused part-way keeps the buffer (the device may reach it), so `buf` is `None` then.
     #[cold]
     fn submit_large<C: NvmCommand>(
         &mut self,
         ns: &Namespace,
         cmd: C,
-        buf: Option<DmaBuffer>,
+        buf: &mut Option<DmaBuffer>,
         bytes: usize,
         user_data: u64,
-    ) -> std::result::Result<Tag, IoFailure> {
-        let Some(buf) = buf else {
-            return Err(IoFailure::new(buffer_required(cmd.opcode()), None));
-        };
+    ) -> Result<Tag> {
         if !cmd.splittable() {
-            return Err(not_splittable(cmd.opcode(), bytes, self.max_transfer, buf));
+            return Err(not_splittable(cmd.opcode(), bytes, self.max_transfer));
         }
-        self.submit_split(ns, IoCommand::of(cmd), buf, user_data)
+        let Some(data) = buf.take() else {
+            return Err(buffer_required(cmd.opcode()));
+        };
+        match self.submit_split(ns, IoCommand::of(cmd), data, user_data) {
+            Ok(tag) => Ok(tag),
+            Err(f) => {
+                *buf = f.buffer;
+                Err(f.error)
+            }
+        }
     }
 
     /// One command, one slot. The fast path: single-page transfers touch no list code.
-    /// `buf` (the caller's place) is taken by the slot, or by the failure.
+    /// `buf` (the caller's place) is taken by the slot; a refusal leaves it there.
     #[inline(always)]
     pub(super) fn submit_single(
         &mut self,
@@ -369,14 +402,12 @@ impl QueuePair {
         buf: &mut Option<DmaBuffer>,
         len: usize,
         user_data: u64,
-    ) -> std::result::Result<Tag, IoFailure> {
-        if let Err(e) = self.check_room() {
-            return Err(IoFailure::new(e, buf.take()));
-        }
+    ) -> Result<Tag> {
+        self.check_room()?;
         let addr = buf.as_ref().map(|b| b.iova().0);
         let epoch = self.clock.epoch();
         let Some((tag, slot)) = self.tags.alloc_mut() else {
-            return Err(IoFailure::new(self.queue_full(), buf.take()));
+            return Err(self.queue_full());
         };
         fill_group_head(slot, tag, epoch, sqe.opcode(), user_data, buf.take(), 1);
         if let Some(addr) = addr {
@@ -496,27 +527,25 @@ pub(super) fn fill_group_head(
 /// A command without data refused: it came with a buffer, or addresses more blocks than
 /// one command can (such commands are not split).
 #[cold]
-fn no_data_refused(op: NvmOpcode, blocks: u32, buf: Option<DmaBuffer>) -> IoFailure {
+fn no_data_refused(op: NvmOpcode, blocks: u32, with_buffer: bool) -> Error {
     let name = op.name();
-    let error = if buf.is_some() {
+    if with_buffer {
         Error::InvalidRequest(format!("{name} moves no data: submit it without a buffer"))
     } else {
         Error::InvalidRequest(format!(
             "{name} of {blocks} blocks exceeds {MAX_BLOCKS_PER_COMMAND} per command"
         ))
-    };
-    IoFailure::new(error, buf)
+    }
 }
 
 /// A command that must reach the controller whole (Copy) whose data exceeds one command.
 #[cold]
-fn not_splittable(op: NvmOpcode, bytes: usize, max: usize, buf: DmaBuffer) -> IoFailure {
-    let error = Error::InvalidRequest(format!(
+fn not_splittable(op: NvmOpcode, bytes: usize, max: usize) -> Error {
+    Error::InvalidRequest(format!(
         "{}: its {bytes}-byte data is more than one command carries ({max} bytes, MDTS), and it \
          cannot be split",
         op.name()
-    ));
-    IoFailure::new(error, Some(buf))
+    ))
 }
 
 /// A data command submitted without its buffer.
