@@ -20,8 +20,9 @@
 //! exactly while I/O `i` is in flight. Nothing on this path allocates (with `--contexts
 //! cache`: once the cache is warm; `--contexts box` allocates per I/O by design).
 
+use nvme_driver::command::{Read, Write};
 use nvme_driver::IoQueue;
-use nvme_driver::{NanoClock, WriteFlags};
+use nvme_driver::NanoClock;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -462,21 +463,21 @@ fn run_worker<C: Check, S: ContextStore>(
             }
             while let Some(index) = retry.pop() {
                 let i = index as usize;
-                let (Some(ctx), Some(buf)) = (store.get(i), buffers[i].take()) else {
+                let (Some(ctx), true) = (store.get(i), buffers[i].is_some()) else {
                     // Unreachable: a queued retry keeps its context and buffer.
                     in_flight -= 1;
                     retired += 1;
                     continue;
                 };
                 let (lba, is_write) = (ctx.lba, ctx.is_write);
+                let place = &mut buffers[i];
                 let submitted = if is_write {
-                    qp.submit_write(ns, lba, blocks, buf, WriteFlags::NONE, u64::from(index))
+                    qp.submit_in_place(ns, Write::new(lba, blocks), place, u64::from(index))
                 } else {
-                    qp.submit_read(ns, lba, blocks, buf, u64::from(index))
+                    qp.submit_in_place(ns, Read::new(lba, blocks), place, u64::from(index))
                 };
-                let Err(failure) = submitted else { continue };
-                buffers[i] = failure.buffer;
-                if failure.error.is_retryable() && buffers[i].is_some() {
+                let Err(error) = submitted else { continue };
+                if error.is_retryable() && buffers[i].is_some() {
                     // Still resetting: try again next round.
                     retry.push(index);
                     break;
@@ -484,12 +485,11 @@ fn run_worker<C: Check, S: ContextStore>(
                 // Gives up on this I/O: it counts as a failed completion.
                 in_flight -= 1;
                 tally.unsuccessful += 1;
-                gone |= controller_gone(&failure.error);
+                gone |= controller_gone(&error);
                 tally.fail(|| {
                     format!(
-                        "resubmitting {} at LBA {lba}: {}",
+                        "resubmitting {} at LBA {lba}: {error}",
                         if is_write { "write" } else { "read" },
-                        failure.error
                     )
                 });
                 check.completed(index, false, None);
@@ -702,16 +702,19 @@ fn run_worker<C: Check, S: ContextStore>(
                 for _ in 0..want {
                     let Some(index) = free.pop() else { break };
                     let (lba, is_write) = check.next_io(&mut gen);
-                    let Some(mut buf) = buffers[index as usize].take() else {
+                    // The buffer stays in its table place until the driver takes it into
+                    // the request slot (a refusal leaves it there): no move out and back.
+                    let place = &mut buffers[index as usize];
+                    let Some(buf) = place.as_mut() else {
                         // Unreachable by the invariant; keep the index out of circulation.
                         retired += 1;
                         continue;
                     };
-                    check.prepare(index, lba, is_write, &mut buf);
+                    check.prepare(index, lba, is_write, buf);
                     let submitted = if is_write {
-                        qp.submit_write(ns, lba, blocks, buf, WriteFlags::NONE, u64::from(index))
+                        qp.submit_in_place(ns, Write::new(lba, blocks), place, u64::from(index))
                     } else {
-                        qp.submit_read(ns, lba, blocks, buf, u64::from(index))
+                        qp.submit_in_place(ns, Read::new(lba, blocks), place, u64::from(index))
                     };
                     match submitted {
                         Ok(()) => {
@@ -726,22 +729,22 @@ fn run_worker<C: Check, S: ContextStore>(
                             );
                             issued += 1;
                         }
-                        Err(failure) => {
+                        Err(error) => {
                             check.refused(index);
-                            gone |= controller_gone(&failure.error);
-                            if recovering && failure.error.is_retryable() {
+                            gone |= controller_gone(&error);
+                            if recovering && error.is_retryable() {
                                 // Resetting: nothing reached the device; draw again later.
                                 recovery.refused_submissions += 1;
                             } else {
                                 tally.fail(|| {
                                     format!(
-                                        "submitting {} of {blocks} blocks at LBA {lba}: {}",
+                                        "submitting {} of {blocks} blocks at LBA {lba}: {error}",
                                         if is_write { "write" } else { "read" },
-                                        failure.error
                                     )
                                 });
                             }
-                            buffers[index as usize] = failure.buffer;
+                            // The buffer is back in its place (or gone, if the device may
+                            // still reach it).
                             if buffers[index as usize].is_some() {
                                 free.push(index);
                             } else {
