@@ -352,14 +352,19 @@ impl SqRing {
 
 /// Completion queue ring: the controller writes entries, the host reads them.
 ///
-/// INVARIANT: `base` is `region`'s first byte, as for [`SqRing`].
+/// INVARIANT: `base` is `region`'s first byte, as for [`SqRing`]; `head_entry` is
+/// `base + head` (the entry at the head, kept so that a poll loads one pointer instead of
+/// computing the entry's address from two fields).
 pub(crate) struct CqRing {
     base: NonNull<CompletionEntry>,
+    head_entry: NonNull<CompletionEntry>,
     region: DmaRegion,
     entries: u32,
     head: u32,
-    /// Phase tag value that marks a new entry (starts at 1, flips on every wrap).
-    phase: bool,
+    /// The phase tag bit of a new entry as it stands in the CQE's fourth dword
+    /// ([`CQE_PHASE_BIT`] at first, 0 after the first wrap, flipping on every wrap): a poll
+    /// compares the masked dword with it directly.
+    phase_tag: u32,
     doorbell: DoorbellWriter,
     /// Head value last written to the doorbell.
     published_head: u32,
@@ -378,7 +383,8 @@ impl CqRing {
     pub(crate) fn reset(&mut self) {
         zero(&self.region);
         self.head = 0;
-        self.phase = true;
+        self.head_entry = self.base;
+        self.phase_tag = CQE_PHASE_BIT;
         self.published_head = 0;
         self.doorbell.set_shadow(None);
     }
@@ -389,12 +395,14 @@ impl CqRing {
         doorbell: Doorbell,
     ) -> Result<Self, DmaError> {
         let region = DmaRegion::allocate(dma, entries as usize * CQE_SIZE)?;
+        let base = region.as_ptr().cast();
         Ok(Self {
-            base: region.as_ptr().cast(),
+            base,
+            head_entry: base,
             region,
             entries,
             head: 0,
-            phase: true,
+            phase_tag: CQE_PHASE_BIT,
             doorbell: DoorbellWriter::new(doorbell),
             published_head: 0,
         })
@@ -417,14 +425,7 @@ impl CqRing {
     /// Whether the controller has posted the entry at the head (nothing is consumed).
     #[inline]
     pub(crate) fn has_entry(&self) -> bool {
-        // SAFETY: `head < entries` and `base` starts the region (type invariant), so in bounds;
-        // a volatile load of the dword holding the phase tag, which the controller may be
-        // writing.
-        let status_dword = unsafe {
-            let slot = self.base.as_ptr().add(self.head as usize);
-            slot.cast::<u32>().add(3).read_volatile()
-        };
-        (status_dword & CQE_PHASE_BIT != 0) == self.phase
+        self.ready()
     }
 
     /// Whether the controller has posted the entry at the head (its phase tag is the current
@@ -432,18 +433,21 @@ impl CqRing {
     #[inline(always)]
     pub(crate) fn ready(&self) -> bool {
         debug_assert!(self.head < self.entries);
-        // SAFETY: `head < entries`; `base` starts the region (type invariant), which holds
-        // `entries` 16-byte CQEs. The controller may be writing this slot concurrently: one
-        // volatile load of the dword holding the tag.
+        debug_assert_eq!(
+            self.head_entry.as_ptr(),
+            self.base.as_ptr().wrapping_add(self.head as usize)
+        );
+        // SAFETY: `head_entry` is `base + head` with `head < entries` (type invariant), an
+        // entry of the region, which holds `entries` 16-byte CQEs. The controller may be
+        // writing this slot concurrently: one volatile load of the dword holding the tag.
         let status_dword = unsafe {
-            self.base
+            self.head_entry
                 .as_ptr()
-                .add(self.head as usize)
                 .cast::<u32>()
                 .add(3)
                 .read_volatile()
         };
-        (status_dword & CQE_PHASE_BIT != 0) == self.phase
+        status_dword & CQE_PHASE_BIT == self.phase_tag
     }
 
     /// Returns the entry at the head if the controller has posted it, and advances the head.
@@ -466,14 +470,19 @@ impl CqRing {
         // Orders the phase-tag load (in `ready`) before the loads of the rest of the entry, so
         // we never combine a new phase with stale contents.
         barrier::dma_rmb();
-        // SAFETY: `head < entries`; `base` starts the region (type invariant), which holds
-        // `entries` 16-byte CQEs. The controller may be writing this slot concurrently, so it is
+        // SAFETY: `head_entry` is `base + head` with `head < entries` (type invariant), an
+        // entry of the region. The controller may be writing this slot concurrently, so it is
         // read with a volatile load only.
-        let entry = unsafe { self.base.as_ptr().add(self.head as usize).read_volatile() };
+        let entry = unsafe { self.head_entry.as_ptr().read_volatile() };
         self.head += 1;
         if self.head == self.entries {
             self.head = 0;
-            self.phase = !self.phase;
+            self.head_entry = self.base;
+            self.phase_tag ^= CQE_PHASE_BIT;
+        } else {
+            // SAFETY: `head < entries` after the increment, so `base + head` (one entry past
+            // the old head) is still inside the region.
+            self.head_entry = unsafe { self.head_entry.add(1) };
         }
         entry
     }
