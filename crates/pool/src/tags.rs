@@ -129,7 +129,6 @@ pub struct TagSet<T> {
     /// reaching its slot is one bounds check and (for small `T`) one cache line.
     entries: Box<[Entry<T>]>,
     reserved: u16,
-    in_use: u16,
     index_bits: u8,
     /// `(1 << index_bits) - 1`.
     index_mask: u16,
@@ -169,7 +168,6 @@ impl<T> TagSet<T> {
                 })
                 .collect(),
             reserved: 0,
-            in_use: 0,
             index_bits,
             index_mask: index_mask(index_bits),
             cid_step: 1u16 << index_bits,
@@ -188,7 +186,9 @@ impl<T> TagSet<T> {
     /// Slots allocated and not yet freed. A slot freed on another thread counts as in use until
     /// the owner drains the remote stack.
     pub fn in_use(&self) -> u16 {
-        self.in_use
+        // Every slot is live or on the local free stack (remotely freed ones count as live
+        // until drained): derived, so allocation and free keep no count of their own.
+        (self.entries.len() - self.free.len()) as u16
     }
 
     /// Slots on the local free stack, reserved ones included. Slots freed remotely and not yet
@@ -456,7 +456,6 @@ impl<T> TagSet<T> {
     #[inline]
     /// Marks the free slot `index` live: its tag and value.
     fn activate(&mut self, index: u16) -> (Tag, &mut T) {
-        self.in_use += 1;
         let index_bits = self.index_bits;
         let entry = &mut self.entries[usize::from(index)];
         debug_assert!(
@@ -484,7 +483,6 @@ impl<T> TagSet<T> {
         }
         meta.cid = cid;
         meta.live = false;
-        self.in_use -= 1;
         self.free.push(index);
     }
 
@@ -508,7 +506,7 @@ impl<T> fmt::Debug for TagSet<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TagSet")
             .field("capacity", &self.capacity())
-            .field("in_use", &self.in_use)
+            .field("in_use", &self.in_use())
             .field("available", &self.available())
             .field("reserved", &self.reserved)
             .field("stats", &self.stats)
