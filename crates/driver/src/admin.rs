@@ -61,6 +61,7 @@ impl AdminQueue {
         let cq = CqRing::new(
             dma,
             entries,
+            0,
             mmio.doorbell(regs::cq_head_doorbell(0, stride)),
         )?;
         let prp_page = SlotPages::new(dma, 1, page_size)?;

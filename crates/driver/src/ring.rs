@@ -368,6 +368,10 @@ pub(crate) struct CqRing {
     doorbell: DoorbellWriter,
     /// Head value last written to the doorbell.
     published_head: u32,
+    /// How many consumed entries [`CqRing::publish_lazy`] may leave unpublished: the ring's
+    /// entries beyond what the commands that can be in flight at once need (0: publish
+    /// every time the head moved).
+    slack: u32,
 }
 
 // SAFETY: `base` points into `region`, which the ring owns (as it owns the region's other
@@ -389,11 +393,16 @@ impl CqRing {
         self.doorbell.set_shadow(None);
     }
 
+    /// A ring of `entries` entries of which `slack` may stay consumed but unpublished (see
+    /// [`CqRing::publish_lazy`]); the caller guarantees that at most `entries - 1 - slack`
+    /// commands completing to this ring are ever outstanding at once.
     pub(crate) fn new(
         dma: &Arc<dyn DmaMapper>,
         entries: u32,
+        slack: u32,
         doorbell: Doorbell,
     ) -> Result<Self, DmaError> {
+        assert!(slack < entries, "a CQ's slack is below its size");
         let region = DmaRegion::allocate(dma, entries as usize * CQE_SIZE)?;
         let base = region.as_ptr().cast();
         Ok(Self {
@@ -405,7 +414,13 @@ impl CqRing {
             phase_tag: CQE_PHASE_BIT,
             doorbell: DoorbellWriter::new(doorbell),
             published_head: 0,
+            slack,
         })
+    }
+
+    /// Number of entries (the size the Create I/O Completion Queue command gives).
+    pub(crate) fn entries(&self) -> u32 {
+        self.entries
     }
 
     /// Routes doorbell writes through a shadow doorbell (or back to plain MMIO).
@@ -500,6 +515,30 @@ impl CqRing {
         let mmio = self.doorbell.publish(self.published_head, self.head);
         self.published_head = self.head;
         Some(mmio)
+    }
+
+    /// Publishes the head only once more than `slack` consumed entries are unpublished;
+    /// otherwise as [`CqRing::publish`].
+    ///
+    /// Why this is enough (Completion Queue flow control, NVMe Base 2.0 §3.3.1.2.2: a
+    /// controller that finds no free slot stops posting until the head moves): from the
+    /// controller's side the ring holds the unpublished entries plus those it has posted and
+    /// we have not consumed, at most the outstanding commands, so at most
+    /// `slack + (entries - 1 - slack) = entries - 1`, never more than a full ring, and no
+    /// completion ever waits for a head doorbell. Consuming an entry moves it from the second
+    /// group to the first, so only a new submission can raise the sum: the caller calls this
+    /// before each tail doorbell (and may after reaping).
+    #[inline(always)]
+    pub(crate) fn publish_lazy(&mut self) -> Option<bool> {
+        let unpublished = if self.head >= self.published_head {
+            self.head - self.published_head
+        } else {
+            self.head + self.entries - self.published_head
+        };
+        if unpublished <= self.slack {
+            return None;
+        }
+        self.publish()
     }
 }
 

@@ -31,6 +31,9 @@ pub struct SimStats {
     pub dma_errors: u64,
     /// Completion queue entries written.
     pub completions_posted: u64,
+    /// Completions that found their CQ full (as far as the host's last head doorbell showed)
+    /// and had to wait for the host to publish a new head before they could be posted.
+    pub cq_full_waits: u64,
     /// MSI-X vectors signalled (once per batch of entries posted to an interrupt-enabled CQ).
     pub interrupts_signalled: u64,
     /// Interrupts due on a CQ created with interrupts enabled whose vector had no event routed
@@ -75,6 +78,7 @@ pub(crate) struct Counters {
     pub invalid_doorbell_writes: AtomicU64,
     pub dma_errors: AtomicU64,
     pub completions_posted: AtomicU64,
+    pub cq_full_waits: AtomicU64,
     pub interrupts_signalled: AtomicU64,
     pub interrupts_lost: AtomicU64,
     pub dma_blocked: AtomicU64,
@@ -107,6 +111,7 @@ impl Counters {
             invalid_doorbell_writes: get(&self.invalid_doorbell_writes),
             dma_errors: get(&self.dma_errors),
             completions_posted: get(&self.completions_posted),
+            cq_full_waits: get(&self.cq_full_waits),
             interrupts_signalled: get(&self.interrupts_signalled),
             interrupts_lost: get(&self.interrupts_lost),
             dma_blocked: get(&self.dma_blocked),

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use nvme_core::{EpochClock, Error, Result};
 use nvme_pool::MAX_DEPTH;
 use nvme_pool::{Tag, TagSet};
-use nvme_spec::queue::SubmissionEntry;
+use nvme_spec::queue::{SubmissionEntry, CQE_SIZE};
 use nvme_spec::{command, regs, Status};
 
 use super::{QueuePair, QueuePairOptions, QueuePairStats, Slot, DEFAULT_QUEUE_DEPTH};
@@ -71,9 +71,14 @@ impl QueuePair {
             depth,
             ctrl.mmio.doorbell(regs::sq_tail_doorbell(qid, stride)),
         )?;
+        // At most `depth - 1` commands are outstanding (one per request slot); the CQ's
+        // entries beyond those `depth` are its slack (`CqRing::publish_lazy`).
+        let cq_entries =
+            completion_queue_entries(depth, ctrl.cap.max_queue_entries(), ctrl.page_size);
         let mut cq = CqRing::new(
             &ctrl.dma,
-            depth,
+            cq_entries,
+            cq_entries - depth,
             ctrl.mmio.doorbell(regs::cq_head_doorbell(qid, stride)),
         )?;
         // Shadow doorbells are controller-wide once configured: every queue must use them.
@@ -94,7 +99,10 @@ impl QueuePair {
         let ctrl_state = ctrl.state();
         // A timeout of either command stops the controller (`Inner::admin`), so the rings are
         // freed on these error paths only once the device cannot reach them.
-        ctrl.admin(command::create_io_cq(qid, depth, cq.iova().0, vector), None)?;
+        ctrl.admin(
+            command::create_io_cq(qid, cq.entries(), cq.iova().0, vector),
+            None,
+        )?;
         if let Err(e) = ctrl.admin(command::create_io_sq(qid, depth, sq.iova().0, qid), None) {
             if let Err(d) = ctrl.admin(command::delete_io_cq(qid), None) {
                 log::error!(
@@ -125,7 +133,7 @@ impl QueuePair {
         });
         let timeout = options.timeout.max(Duration::from_millis(1));
         log::debug!(
-            "{}: created I/O queue pair {qid} with {depth} entries",
+            "{}: created I/O queue pair {qid} with {depth} SQ and {cq_entries} CQ entries",
             ctrl.name
         );
         Ok(Self {
@@ -158,5 +166,34 @@ impl QueuePair {
             ctrl,
             _not_sync: PhantomData,
         })
+    }
+}
+
+/// The size of a queue pair's completion queue for an SQ of `depth` entries: twice that, and
+/// at least a page of entries (a ring takes whole pages anyway), within the controller's
+/// limit (`max`, CAP.MQES + 1, which bounds CQs as it bounds SQs; NVMe Base 2.0 §3.1.4.1).
+///
+/// The entries beyond `depth` let the CQ head doorbell go out only once per that many
+/// completions instead of once per reaping poll (`CqRing::publish_lazy`): at queue depth 1
+/// that halves the MMIO writes per I/O, each a trap to the hypervisor in a guest.
+fn completion_queue_entries(depth: u32, max: u32, page_size: usize) -> u32 {
+    let per_page = (page_size / CQE_SIZE) as u32;
+    (2 * depth).max(per_page).min(max).max(depth)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::completion_queue_entries;
+
+    #[test]
+    fn completion_queue_size() {
+        // A page of entries at least; twice the SQ beyond that.
+        assert_eq!(completion_queue_entries(2, 2048, 4096), 256);
+        assert_eq!(completion_queue_entries(256, 2048, 4096), 512);
+        assert_eq!(completion_queue_entries(1024, 4096, 4096), 2048);
+        // Within CAP.MQES + 1: no slack at all when the SQ already takes the limit.
+        assert_eq!(completion_queue_entries(1024, 1536, 4096), 1536);
+        assert_eq!(completion_queue_entries(64, 64, 4096), 64);
+        assert_eq!(completion_queue_entries(2, 16, 65536), 16);
     }
 }

@@ -27,9 +27,9 @@ impl QueuePair {
     /// passes; returns whether completions may be ready (then call [`QueuePair::poll`]).
     /// Needs a pair created with `QueuePairOptions::interrupts`.
     pub fn wait_for_completion(&mut self, timeout: Duration) -> Result<bool> {
-        // Before blocking, the device must see every entry reaped (a `poll_deferred` may
-        // have left the head unwritten).
-        self.publish_cq_head();
+        // Before blocking, the device must see every entry reaped (a poll may have left the
+        // head unwritten).
+        self.publish_cq_head_now();
         let Some(irq) = &self.irq else {
             return Err(Error::NoInterrupts { qid: self.qid });
         };
@@ -55,7 +55,7 @@ impl QueuePair {
     /// [`QueuePair::wait_for_completion`]: no wake-up is lost). Needs a pair created with
     /// `QueuePairOptions::interrupts`.
     pub fn arm_interrupt(&mut self) -> Result<InterruptArm<'_>> {
-        self.publish_cq_head();
+        self.publish_cq_head_now();
         let Some(irq) = &self.irq else {
             return Err(Error::NoInterrupts { qid: self.qid });
         };

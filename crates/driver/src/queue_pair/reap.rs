@@ -26,31 +26,46 @@ enum Outcome {
 
 impl QueuePair {
     /// Reaps up to the pair's batch cap of completions, calling `f` for each finished
-    /// request, and writes the CQ head doorbell once. Returns the number of requests
-    /// finished. Also detects timed-out commands and a fatal controller status.
+    /// request, and writes the CQ head doorbell when the ring's slack is used up (see
+    /// [`QueuePair::poll_deferred`]). Returns the number of requests finished. Also detects
+    /// timed-out commands and a fatal controller status.
     #[inline]
     pub fn poll<F: FnMut(Completion)>(&mut self, f: F) -> usize {
-        // A head an earlier `poll_deferred` left unwritten is written now.
-        self.publish_cq_head();
         self.poll_inner::<false, F>(f)
     }
 
     /// As [`QueuePair::poll`], but the CQ head doorbell is not written here: the next
     /// [`QueuePair::ring`] / [`QueuePair::unplug`] writes it just before the SQ tail
-    /// doorbell, or the next [`QueuePair::poll`] writes it. For a loop that reaps, then
-    /// submits what the completions freed: both doorbells go out back to back, as SPDK's and
-    /// libvfn's completion callbacks do. Safe to call repeatedly without submitting: the CQ
-    /// cannot overflow, since no new command reaches the device before the next tail
-    /// doorbell, which writes the head first.
+    /// doorbell, and only once the CQ's slack is used up. The CQ has more entries than the
+    /// commands that can be outstanding (twice the SQ, at least a page of entries, within
+    /// CAP.MQES), so the head needs to reach the controller only once per that many
+    /// completions: about one CQ head doorbell per 255 I/Os at queue depth 1 instead of one
+    /// per I/O. Safe to call repeatedly without submitting: the controller's view of the
+    /// ring is never full while a command is outstanding (`CqRing::publish_lazy`). Waiting
+    /// for an interrupt publishes the head at once.
     #[inline]
     pub fn poll_deferred<F: FnMut(Completion)>(&mut self, f: F) -> usize {
         self.poll_inner::<true, F>(f)
     }
 
-    /// Writes the CQ head doorbell if the head moved since the last write.
+    /// Writes the CQ head doorbell if the head moved since the last write and the CQ's
+    /// slack is used up (`CqRing::publish_lazy`).
     #[inline(always)]
     pub(super) fn publish_cq_head(&mut self) {
-        if let Some(mmio) = self.cq.publish() {
+        let published = self.cq.publish_lazy();
+        self.count_cq_doorbell(published);
+    }
+
+    /// Writes the CQ head doorbell now if the head moved since the last write (before
+    /// blocking on the interrupt: the controller's interrupt logic sees every entry reaped).
+    pub(super) fn publish_cq_head_now(&mut self) {
+        let published = self.cq.publish();
+        self.count_cq_doorbell(published);
+    }
+
+    #[inline(always)]
+    fn count_cq_doorbell(&mut self, published: Option<bool>) {
+        if let Some(mmio) = published {
             self.stats.cq_doorbell_updates += 1;
             if mmio {
                 self.stats.cq_doorbell_writes += 1;

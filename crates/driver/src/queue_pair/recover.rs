@@ -119,7 +119,7 @@ impl QueuePair {
         let depth = self.sq.entries();
         let ctrl = self.ctrl.clone();
         ctrl.admin(
-            command::create_io_cq(self.qid, depth, self.cq.iova().0, self.vector),
+            command::create_io_cq(self.qid, self.cq.entries(), self.cq.iova().0, self.vector),
             None,
         )?;
         ctrl.admin(

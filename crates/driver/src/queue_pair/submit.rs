@@ -54,7 +54,8 @@ impl QueuePair {
     }
 
     /// Writes the tail doorbell if commands were queued since the last write; first the CQ
-    /// head doorbell if a [`QueuePair::poll_deferred`] left it unwritten. Always inlined: it
+    /// head doorbell if the CQ's slack is used up (see [`QueuePair::poll_deferred`]): the
+    /// new commands could otherwise find the controller's view of the CQ full. Always inlined: it
     /// runs after every unplugged submission, and the compiler's own choice left it out of
     /// line in nvme-perf's loop once (a call and its register saves per I/O).
     #[inline(always)]

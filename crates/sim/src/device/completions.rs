@@ -109,6 +109,11 @@ impl Device {
             log::debug!("sim: completion for deleted CQ {cqid} discarded");
             return;
         };
+        if cq.is_full() || !cq.held.is_empty() {
+            // Completion Queue flow control (NVMe Base 2.0 §3.3.1.2.2): no free slot as the
+            // host last published the head, so this completion waits for a head doorbell.
+            bump(&self.shared.counters.cq_full_waits);
+        }
         cq.held.push_back(completion);
         self.flush_held(view, &mut cq);
         self.cqs[usize::from(cqid)] = Some(cq);

@@ -85,14 +85,23 @@ impl Device {
         let Some(mut sq) = self.sqs[qid].take() else {
             return false;
         };
+        let mut new_tail = false;
         if let Some(tail) = self.read_doorbell(view, &mut sq.doorbell, true) {
             if tail < sq.size {
                 sq.tail = tail;
+                new_tail = true;
             } else {
                 self.invalid_doorbell(qid, "SQ tail", tail, sq.size);
             }
         }
+        let cqid = usize::from(sq.cqid);
         self.sqs[qid] = Some(sq);
+        if new_tail {
+            // PCIe delivers posted writes in order: a CQ head doorbell the host wrote before
+            // this tail has reached the controller by the time the tail has. This pass read
+            // the CQ heads before the SQ tails, so look again before posting anything.
+            self.poll_cq_head(view, cqid);
+        }
         if qid == 0 {
             self.admin.aborts_this_pass = 0;
         }
