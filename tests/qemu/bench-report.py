@@ -222,6 +222,8 @@ def report(runs, command, events=()):
             continue
         row(f"QD128 IOPS: ours / {name}", "ours-qd128", f"{peer}-qd128", "iops")
         row(f"QD1 IOPS: ours / {name}", "ours-qd1", f"{peer}-qd1", "iops")
+        row(f"QD1 IOPS, ours not timing each I/O (--no-latency, as the peer runs): ours / {name}",
+            "ours-qd1-untimed", f"{peer}-qd1", "iops")
         row(f"QD1 avg latency: {name} / ours (>1: ours is faster)",
             "ours-qd1", f"{peer}-qd1", "lat_ns.avg", invert=True)
     for with_it, without, what in [

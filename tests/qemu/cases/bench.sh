@@ -64,6 +64,9 @@ run_ours() {
     ours "ours-qd128$PHASE" -q 128
     [ -n "$PHASE" ] || ours ours-qd128-untimed -q 128 --no-latency
     ours "ours-qd1$PHASE" -q 1 --submit-batch 1 --complete-batch 1 --histogram
+    # As the peers run (neither spdk_nvme_perf without -L nor libvfn's perf times each I/O):
+    # no clock read per I/O, in both phases (item 5: what the per-I/O clock costs under load).
+    ours "ours-qd1-untimed$PHASE" -q 1 --submit-batch 1 --complete-batch 1 --no-latency
     if [ "$AB" = 1 ] && [ -z "$PHASE" ]; then
         # Per-I/O contexts: a Box from the cache, and Box::new (the default is one per slot).
         ours ours-qd128-contexts-cache -q 128 --contexts cache
