@@ -48,6 +48,7 @@ pub(crate) fn run<B: Backend>(
     // The last pass that moved something, and whether the next pass polls the backend only.
     let mut last_progress = Instant::now();
     let mut device_polling = false;
+    let mut spin = AdaptiveSpin::new(s.config.adaptive_spin);
     trace::start_group();
     while !s.stop.load(Ordering::Acquire) {
         if !listener_gone {
@@ -75,6 +76,9 @@ pub(crate) fn run<B: Backend>(
         });
         device_polling = false;
         if progress {
+            if idle > 0 {
+                spin.record_gap(now.duration_since(last_progress));
+            }
             idle = 0;
             last_progress = now;
         } else {
@@ -85,7 +89,7 @@ pub(crate) fn run<B: Backend>(
                 // Commands are at the controller: poll its completion queues (the next pass
                 // reads no socket) rather than wait for the interrupt.
                 device_polling = true;
-            } else if idle > s.config.idle_spins {
+            } else if idle > s.config.idle_spins && !spin.keep_spinning(now - last_progress) {
                 match block(&mut conns, &mut fds, &mut sockets, &wake) {
                     WaitPrep::Added => {}
                     WaitPrep::Ready => trace::ev(Ev::Ready, 0, 0),
@@ -139,4 +143,72 @@ fn block<B: Backend>(
         }
     }
     WaitPrep::Added
+}
+
+/// Adaptive spinning (`TargetConfig::adaptive_spin`): an average of the idle gaps that ended
+/// in work, and whether an idle group should keep polling instead of blocking.
+///
+/// INVARIANT: with `max` zero it never spins; it spins only while the average is known, at
+/// most `max`, and the current gap is below twice the average.
+struct AdaptiveSpin {
+    max: Duration,
+    /// Average idle gap in nanoseconds (an exponential average, weight 1/8); 0: none yet.
+    average_ns: u64,
+}
+
+impl AdaptiveSpin {
+    fn new(max: Duration) -> Self {
+        Self { max, average_ns: 0 }
+    }
+
+    /// An idle spell of `gap` ended with work.
+    fn record_gap(&mut self, gap: Duration) {
+        if self.max.is_zero() {
+            return;
+        }
+        let gap = gap.as_nanos().min(u128::from(u64::MAX)) as u64;
+        self.average_ns = if self.average_ns == 0 {
+            gap
+        } else {
+            self.average_ns - self.average_ns / 8 + gap / 8
+        };
+    }
+
+    /// Whether a group idle for `idle_for` keeps polling.
+    fn keep_spinning(&self, idle_for: Duration) -> bool {
+        let average = Duration::from_nanos(self.average_ns);
+        !self.max.is_zero() && self.average_ns > 0 && average <= self.max && idle_for < 2 * average
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AdaptiveSpin;
+    use std::time::Duration;
+
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn adaptive_spin_follows_short_gaps_and_stops_for_long_ones() {
+        let mut off = AdaptiveSpin::new(Duration::ZERO);
+        off.record_gap(10 * US);
+        assert!(!off.keep_spinning(US), "off never spins");
+
+        let mut s = AdaptiveSpin::new(1000 * US);
+        assert!(!s.keep_spinning(US), "no gap seen yet: block");
+        s.record_gap(300 * US);
+        assert!(s.keep_spinning(US));
+        assert!(s.keep_spinning(599 * US));
+        assert!(!s.keep_spinning(600 * US), "twice the average: block");
+        // The gaps grow beyond the limit (a loaded host): the average follows and spinning
+        // stops, and comes back once the gaps are short again.
+        for _ in 0..20 {
+            s.record_gap(5000 * US);
+        }
+        assert!(!s.keep_spinning(US));
+        for _ in 0..40 {
+            s.record_gap(200 * US);
+        }
+        assert!(s.keep_spinning(US));
+    }
 }

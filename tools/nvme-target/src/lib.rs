@@ -77,6 +77,11 @@ pub struct Cli {
     /// interrupts (0, the default: block at once).
     #[arg(long, value_name = "US", default_value_t = 0)]
     device_poll_us: u64,
+    /// Adaptive spinning: an idle poll group keeps polling its sockets for up to twice its
+    /// recent average idle gap, while that average is at most this many microseconds, and
+    /// blocks at once when the gaps are longer (0: off, block at once).
+    #[arg(long, value_name = "US", default_value_t = 1000)]
+    adaptive_spin_us: u64,
     /// Do not route the controller's MSI-X vectors to eventfds: queue pairs are polled only,
     /// and an idle poll group with commands in flight sleeps --idle-sleep-us between passes.
     #[arg(long)]
@@ -198,6 +203,7 @@ pub fn run(cli: &Cli) -> Result<(), ToolError> {
     config.idle_spins = cli.idle_spins;
     config.idle_sleep = Duration::from_micros(cli.idle_sleep_us);
     config.device_poll = Duration::from_micros(cli.device_poll_us);
+    config.adaptive_spin = Duration::from_micros(cli.adaptive_spin_us);
     let subsystem = SubsystemConfig {
         nqn: cli.subnqn.clone(),
         backend: backend.clone(),
