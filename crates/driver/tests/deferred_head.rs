@@ -167,13 +167,7 @@ fn no_slack_when_mqes_caps_the_cq_at_the_sq() {
 fn queue_depth_one_publishes_the_head_once_per_slack() {
     let (sim, ctrl) = start(false, 2047);
     let ns = ctrl.namespace(1).unwrap();
-    let mut q = ctrl
-        .create_queue_pair(QueuePairOptions {
-            depth: 2,
-            timeout: Duration::from_secs(10),
-            ..Default::default()
-        })
-        .unwrap();
+    let mut q = queue_pair(&ctrl, 2);
     let ios = 2_000u64;
     let mut buf = Some(DmaBuffer::allocate(ctrl.dma(), 512).unwrap());
     for i in 0..ios {

@@ -5,7 +5,9 @@
 //! Idle policy: while commands are at a backend queue pair and the last pass that moved
 //! something is less than `device_poll` ago, the group polls only its queue pairs'
 //! completion queues (no socket reads, no syscalls). Otherwise, after a pass that moved
-//! something it spins `idle_spins` empty passes, then blocks in one poll(2) on everything that can give it work (its connections' sockets,
+//! something it spins `idle_spins` empty passes, and keeps polling while idle for less than
+//! twice its average idle gap when that average is at most `adaptive_spin` ([`AdaptiveSpin`]);
+//! then it blocks in one poll(2) on everything that can give it work (its connections' sockets,
 //! the interrupt eventfds of the backend queue pairs with commands in flight, and its wake-up
 //! eventfd, signalled for a new connection and at stop), the way nvmet-tcp sleeps until a
 //! socket callback or the controller's interrupt. Where a queue pair with commands in flight
@@ -83,13 +85,12 @@ pub(crate) fn run<B: Backend>(
             last_progress = now;
         } else {
             idle = idle.saturating_add(1);
-            if now.duration_since(last_progress) < s.config.device_poll
-                && conns.iter_mut().any(|c| c.at_backend())
-            {
+            let idle_for = now.duration_since(last_progress);
+            if idle_for < s.config.device_poll && conns.iter_mut().any(|c| c.at_backend()) {
                 // Commands are at the controller: poll its completion queues (the next pass
                 // reads no socket) rather than wait for the interrupt.
                 device_polling = true;
-            } else if idle > s.config.idle_spins && !spin.keep_spinning(now - last_progress) {
+            } else if idle > s.config.idle_spins && !spin.keep_spinning(idle_for) {
                 match block(&mut conns, &mut fds, &mut sockets, &wake) {
                     WaitPrep::Added => {}
                     WaitPrep::Ready => trace::ev(Ev::Ready, 0, 0),
