@@ -8,7 +8,9 @@ Usage: target-trace-report.py LOG
 Per I/O command (matched by CID, in order; the first and last 5 % left out):
   recv->submit      capsule in -> submitted to the PCIe queue (target CPU)
   submit->complete  the device, its MSI-X and the group's wake-up
-  complete->sent    response built and written to the socket
+  complete->sent    response built and written to the socket; split (where the trace has
+                    `write`/`wrote` events) into complete->write (building it), writev (the
+                    vectored write that took the response's last byte) and wrote->sent
   sent->recv        the next command's capsule arriving (the host side and loopback)
   round             recv -> next recv
 Per wait (poll(2)): its length, split by what ended it (interrupt or socket while a command
@@ -59,6 +61,8 @@ def main():
     cmds = []  # dicts with recv, submit, complete, sent
     open_cmd = {}
     waits = []  # (start, end, ready, wake, in_flight)
+    writes = []  # (start, end, bytes taken)
+    wr_start = None
     in_flight = 0
     wstart = None
     for t, name, a, b in ev:
@@ -76,6 +80,11 @@ def main():
                     in_flight = max(0, in_flight - 1)
                 elif name == "sent":
                     del open_cmd[a]
+        elif name == "write":
+            wr_start = t
+        elif name == "wrote" and wr_start is not None:
+            writes.append((wr_start, t, a))
+            wr_start = None
         elif name == "wait":
             wstart = (t, in_flight)
         elif name == "woke" and wstart is not None:
@@ -95,8 +104,28 @@ def main():
     print(f"{len(io)} I/O commands traced (of {len(cmds)} capsules), {len(waits)} waits\n")
     print("| phase (µs) | n | mean | p50 | p90 | p99 | max |")
     print("|---|---|---|---|---|---|---|")
+    if writes:
+        # The last write that ended at or before `sent` (the response's last byte).
+        ends = [e for _, e, _ in writes]
+        split = {"complete->write": [], "writev": [], "wrote->sent": []}
+        for c in io:
+            j = bisect.bisect_right(ends, c["sent"]) - 1
+            if j < 0 or writes[j][0] < c["complete"]:
+                continue
+            ws, we, _ = writes[j]
+            split["complete->write"].append(ws - c["complete"])
+            split["writev"].append(we - ws)
+            split["wrote->sent"].append(c["sent"] - we)
+        ph = {**{k: v for k, v in ph.items() if k != "sent->recv" and k != "round"}, **split,
+              "sent->recv": ph["sent->recv"], "round": ph["round"]}
     for k, v in ph.items():
         row(k, v)
+    if writes:
+        print()
+        print("| socket writes (µs) | n | mean | p50 | p90 | p99 | max |")
+        print("|---|---|---|---|---|---|---|")
+        row("every writev", [e - s for s, e, _ in writes])
+        row("writev that took nothing", [e - s for s, e, n in writes if n == 0])
     # Waits inside each command's phases.
     lo, hi = (io[0]["recv"], io[-1]["sent"]) if io else (0, 0)
     w = [x for x in waits if lo <= x[0] <= hi]

@@ -5,7 +5,8 @@
 //! lock or syscall per event beyond the clock read), `CLOCK_MONOTONIC` time stamps (the clock
 //! of [`Instant`]) of: a command capsule complete (`recv`), its submission to the backend
 //! queue (`submit`), its completion seen (`complete`), its response sent (`sent`, the slot's
-//! release after the last byte left), and each poll(2) wait (`wait` with the descriptor
+//! release after the last byte left), each vectored socket write (`write` as it starts, `wrote`
+//! as it returns), and each poll(2) wait (`wait` with the descriptor
 //! count, `woke` with what it returned) or sleep. At the group's end the buffer is appended
 //! to the file, one line per event: `<µs since the first event> <event> <a> <b>`.
 //! Off (the default), each trace point is one relaxed atomic load and a branch.
@@ -34,6 +35,10 @@ pub(crate) enum Ev {
     Complete,
     /// Its response's last byte went to the socket: a = CID.
     Sent,
+    /// A vectored write to a connection's socket starts: a = bytes offered.
+    Write,
+    /// It returned: a = bytes taken (0: none, the socket was full or failed).
+    Wrote,
     /// The group blocks in poll(2): a = descriptors.
     Wait,
     /// poll(2) returned: a = ready descriptors, b = 1 if the wake-up eventfd was among them.
@@ -51,6 +56,8 @@ impl Ev {
             Ev::Submit => "submit",
             Ev::Complete => "complete",
             Ev::Sent => "sent",
+            Ev::Write => "write",
+            Ev::Wrote => "wrote",
             Ev::Wait => "wait",
             Ev::Woke => "woke",
             Ev::Ready => "ready",
@@ -80,6 +87,12 @@ pub(crate) fn start_group() {
         BUF.with(|b| b.borrow_mut().events.reserve_exact(CAPACITY));
         ON.store(true, Ordering::Release);
     }
+}
+
+/// Whether the trace is on (for a trace point whose arguments cost something to compute).
+#[inline]
+pub(crate) fn on() -> bool {
+    ON.load(Ordering::Relaxed)
 }
 
 /// Records one event (nothing when the trace is off).

@@ -13,6 +13,7 @@ use std::io::{ErrorKind, IoSlice, Write};
 use nvme_spec::tcp::{self, PduFrame};
 
 use super::Slot;
+use crate::trace::{self, Ev};
 
 /// Sent bytes kept at the front of the byte buffer before it is compacted.
 const COMPACT_AT: usize = 64 << 10;
@@ -181,7 +182,12 @@ impl Tx {
                     k += 1;
                 }
             }
-            let mut n = match s.write_vectored(&iov[..k]) {
+            if trace::on() {
+                trace::ev(Ev::Write, iov[..k].iter().map(|v| v.len() as u32).sum(), 0);
+            }
+            let written = s.write_vectored(&iov[..k]);
+            trace::ev(Ev::Wrote, *written.as_ref().unwrap_or(&0) as u32, 0);
+            let mut n = match written {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
                 Ok(n) => n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(progress),
