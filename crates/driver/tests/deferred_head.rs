@@ -66,8 +66,10 @@ fn reap_then_resubmit(ctrl: &Controller, q: &mut QueuePair, depth: u32, target: 
         if free.is_empty() || next_lba >= target {
             continue;
         }
-        q.plug(free.len() as u16).unwrap();
-        for mut b in free.drain(..) {
+        // Never past `target`: a last round may reap several with fewer writes left.
+        let n = free.len().min((target - next_lba) as usize);
+        q.plug(n as u16).unwrap();
+        for mut b in free.drain(..n) {
             b.fill(next_lba as u8);
             q.submit_write(&ns, next_lba, 1, b, nvme_driver::WriteFlags::NONE, next_lba)
                 .unwrap();
