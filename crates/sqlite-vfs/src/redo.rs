@@ -115,10 +115,17 @@ fn crc(header: &[u8], payload: &[u8]) -> u32 {
 
 /// Bytes `writes` take as a record, padded to whole blocks.
 pub(crate) fn record_bytes(area: &Area, writes: &[(u64, Vec<u8>)]) -> u64 {
-    let payload: u64 = writes
-        .iter()
-        .map(|(_, d)| (WRITE_HEADER + d.len()) as u64)
-        .sum();
+    let payload: u64 = writes.iter().map(|(_, d)| payload_bytes(d.len())).sum();
+    padded_record_bytes(area, payload)
+}
+
+/// Bytes one write of `len` bytes adds to a record's payload.
+pub(crate) fn payload_bytes(len: usize) -> u64 {
+    (WRITE_HEADER + len) as u64
+}
+
+/// Bytes a record with `payload` payload bytes takes, padded to whole blocks.
+pub(crate) fn padded_record_bytes(area: &Area, payload: u64) -> u64 {
     (HEADER as u64 + payload).div_ceil(area.block_size) * area.block_size
 }
 

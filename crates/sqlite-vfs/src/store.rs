@@ -60,6 +60,20 @@ pub type FileInfo = Entry;
 /// One write of an open batch: its offset in the file and its bytes.
 type BatchWrite = (u64, Vec<u8>);
 
+/// The batch-atomic write being collected ([`Store::begin_batch`]).
+struct Batch {
+    /// The file it writes.
+    file: String,
+    /// Its writes, in order.
+    writes: Vec<BatchWrite>,
+    /// Payload bytes of `writes` as a redo record (`redo::payload_bytes`).
+    payload: u64,
+    /// A write made it larger than a redo slot: `writes` were dropped, and every further
+    /// write and the commit fail with [`Error::BatchTooLarge`] (SQLite then rolls the batch
+    /// back and commits through its journal).
+    overflowed: bool,
+}
+
 /// Counters.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct StoreStats {
@@ -105,8 +119,14 @@ pub struct Store {
     stats: StoreStats,
     /// The redo area's slots.
     area: Area,
-    /// The batch being collected: its file and writes (offset, bytes).
-    batch: Option<(String, Vec<BatchWrite>)>,
+    /// The batch being collected.
+    batch: Option<Batch>,
+    /// The file whose batch was rolled back and not yet written since: its next home write
+    /// or truncate first makes everything durable ([`Store::sync`]). SQLite's fallback after a
+    /// refused batch writes its in-memory rollback journal to the journal file and then the
+    /// pages, with no `xSync` of the journal in between (`sqlite3PagerCommitPhaseOne`); the
+    /// journal must be durable (and named by the directory) before any page is overwritten.
+    sync_before_home: Option<String>,
     /// Sequence number of the next redo record.
     redo_seq: u64,
     /// The file whose redo records of the current generation may be replayed at open: its
@@ -146,6 +166,7 @@ impl Store {
             stats: StoreStats::default(),
             area: Area::new(&layout),
             batch: None,
+            sync_before_home: None,
             redo_seq: 1,
             redo_file: None,
             unflushed_apply: [false; 2],
@@ -424,18 +445,16 @@ impl Store {
     /// batch on `name` the write is collected, and reaches the device at
     /// [`Store::commit_batch`].
     pub fn write(&mut self, name: &str, offset: u64, data: &[u8]) -> Result<()> {
-        if self.batch.as_ref().is_some_and(|(f, _)| f == name) {
+        if self.batch.as_ref().is_some_and(|b| b.file == name) {
             offset
                 .checked_add(data.len() as u64)
                 .ok_or_else(|| Error::NoSpace {
                     name: name.to_owned(),
                     bytes: u64::MAX,
                 })?;
-            if let Some((_, writes)) = self.batch.as_mut() {
-                writes.push((offset, data.to_vec()));
-            }
-            return Ok(());
+            return self.collect(offset, data);
         }
+        self.sync_if_rolled_back(name)?;
         self.retire(name)?;
         self.write_home(name, offset, data)
     }
@@ -481,6 +500,7 @@ impl Store {
         let i = self.find(name)?;
         let len = self.entries[i].len;
         if size != len {
+            self.sync_if_rolled_back(name)?;
             self.retire(name)?;
         }
         if size > len {

@@ -38,6 +38,11 @@ const NS_BYTES: u64 = 4 << 20;
 const LIVE_CUT_MIX: u64 = 0x2545_f491_4f6c_dd1d;
 /// WAL pages before an automatic checkpoint (small, so runs checkpoint several times).
 const WAL_CHECKPOINT_PAGES: u32 = 16;
+/// Every `BIG_EVERY`-th transaction also rewrites a blob of `BIG_BYTES`: larger than a redo
+/// slot, so in DELETE mode the batch-atomic write is refused mid-batch and SQLite commits
+/// that transaction through its rollback journal (the fallback is cut too).
+const BIG_EVERY: u64 = 10;
+const BIG_BYTES: usize = 600 << 10;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Synchronous {
@@ -141,6 +146,7 @@ fn workload(sim: &SimController, mode: Mode, rec: &mut Recorded) -> Result<(), S
         "PRAGMA journal_mode={}; PRAGMA synchronous={}; PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES};
          CREATE TABLE t(id INTEGER PRIMARY KEY, txn INTEGER NOT NULL, upd INTEGER NOT NULL, v BLOB NOT NULL);
          CREATE INDEX t_txn ON t(txn);
+         CREATE TABLE big(b BLOB NOT NULL);
          CREATE TABLE meta(txn INTEGER NOT NULL); INSERT INTO meta VALUES (0);",
         mode.journal.as_str(),
         mode.sync.as_str()
@@ -168,9 +174,20 @@ fn workload(sim: &SimController, mode: Mode, rec: &mut Recorded) -> Result<(), S
             [(k % 7) as i64],
         )
         .map_err(|e| err(&e))?;
+        if k % BIG_EVERY == 0 {
+            tx.execute("DELETE FROM big", []).map_err(|e| err(&e))?;
+            tx.execute("INSERT INTO big VALUES (?1)", [pattern(BIG_BYTES, k)])
+                .map_err(|e| err(&e))?;
+        }
         tx.execute("UPDATE meta SET txn = ?1", [k as i64])
             .map_err(|e| err(&e))?;
+        let batches = vfs.with_store(|s| s.stats().batches).map_err(|e| err(&e))?;
         tx.commit().map_err(|e| err(&e))?;
+        if k % BIG_EVERY == 0 && matches!(mode.journal, JournalMode::Delete) {
+            // A large transaction commits through the journal, not as a batch.
+            let after = vfs.with_store(|s| s.stats().batches).map_err(|e| err(&e))?;
+            assert_eq!(after, batches, "{mode}: large commit {k} was batch-atomic");
+        }
         rec.txns.last_mut().expect("pushed above").acked = Some(sim.medium_events());
     }
     // DELETE mode commits through the redo area (batch-atomic writes): this suite must
@@ -265,6 +282,21 @@ fn check(
         state("SELECT sum(upd) FROM t"),
         upd_sum(m),
         "{at}: updates after commit {m}"
+    );
+    // The large blob of the newest large transaction up to m, whole (a journal commit).
+    let big_k = m / BIG_EVERY * BIG_EVERY;
+    let big: Vec<Vec<u8>> = conn
+        .prepare("SELECT b FROM big")
+        .and_then(|mut q| q.query_map([], |r| r.get(0))?.collect())
+        .unwrap_or_else(|e| panic!("{at}: SELECT b FROM big: {e}"));
+    let want: Vec<Vec<u8>> = if big_k == 0 {
+        Vec::new()
+    } else {
+        vec![pattern(BIG_BYTES, big_k)]
+    };
+    assert!(
+        big == want,
+        "{at}: the large blob after commit {m} (of commit {big_k}) is wrong"
     );
     (started.max(acked), lost)
 }

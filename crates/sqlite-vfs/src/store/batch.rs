@@ -2,7 +2,7 @@
 //! area with one flush, retiring records, replaying them at open (`crate::redo` has the
 //! record format and the rules).
 
-use super::Store;
+use super::{Batch, Store};
 use crate::error::{Error, Result};
 use crate::redo::{self, Record};
 
@@ -26,16 +26,57 @@ impl Store {
         if self.batch.is_some() || !self.batch_atomic() {
             return Err(Error::BatchOrder(name.to_owned()));
         }
-        self.batch = Some((name.to_owned(), Vec::new()));
+        self.sync_before_home = None;
+        self.batch = Some(Batch {
+            file: name.to_owned(),
+            writes: Vec::new(),
+            payload: 0,
+            overflowed: false,
+        });
+        Ok(())
+    }
+
+    /// Adds a write to the open batch. The first write that makes the batch larger than a
+    /// redo slot fails with [`Error::BatchTooLarge`] and drops what was collected: SQLite
+    /// falls back to its journal on an I/O error inside the batch, so a large transaction
+    /// does not copy all its pages into memory first only to be refused at the commit.
+    pub(super) fn collect(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        let capacity = self.area.capacity();
+        let Some(b) = self.batch.as_mut() else {
+            return Ok(());
+        };
+        let payload = b.payload + redo::payload_bytes(data.len());
+        let bytes = redo::padded_record_bytes(&self.area, payload);
+        if b.overflowed || bytes > capacity {
+            b.overflowed = true;
+            b.writes = Vec::new();
+            return Err(Error::BatchTooLarge { bytes, capacity });
+        }
+        b.payload = payload;
+        b.writes.push((offset, data.to_vec()));
         Ok(())
     }
 
     /// Drops the batch being collected (`SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE`): nothing of it
     /// reached the device.
     pub fn rollback_batch(&mut self, name: &str) {
-        if self.batch.as_ref().is_some_and(|(f, _)| f == name) {
+        if self.batch.as_ref().is_some_and(|b| b.file == name) {
             self.batch = None;
+            self.sync_before_home = Some(name.to_owned());
         }
+    }
+
+    /// The barrier after a rolled-back batch (`Store::sync_before_home`): before the first
+    /// home write or truncate of `name`, everything written so far (SQLite's journal) is
+    /// made durable.
+    pub(super) fn sync_if_rolled_back(&mut self, name: &str) -> Result<()> {
+        if self.sync_before_home.as_deref() == Some(name) {
+            self.sync_before_home = None;
+            if !cfg!(feature = "broken-no-fallback-barrier") {
+                self.sync()?;
+            }
+        }
+        Ok(())
     }
 
     /// Writes the batch atomically and durably (`SQLITE_FCNTL_COMMIT_ATOMIC_WRITE`): the
@@ -45,7 +86,13 @@ impl Store {
     /// (SQLite then commits through its rollback journal).
     pub fn commit_batch(&mut self, name: &str) -> Result<()> {
         let writes = match self.batch.take() {
-            Some((file, writes)) if file == name => writes,
+            Some(b) if b.file == name && b.overflowed => {
+                return Err(Error::BatchTooLarge {
+                    bytes: redo::padded_record_bytes(&self.area, b.payload),
+                    capacity: self.area.capacity(),
+                });
+            }
+            Some(b) if b.file == name => b.writes,
             other => {
                 self.batch = other;
                 return Err(Error::BatchOrder(name.to_owned()));
@@ -268,13 +315,56 @@ mod tests {
     }
 
     #[test]
+    fn a_rolled_back_batch_makes_the_journal_durable_before_the_next_home_write() {
+        let mut s = store(4096, 4096);
+        s.create("db").unwrap();
+        s.create("db-journal").unwrap();
+        s.write("db", 0, &[1u8; 4096]).unwrap();
+        s.sync().unwrap();
+        // The refused batch, then SQLite's fallback: the journal written, no xSync.
+        s.begin_batch("db").unwrap();
+        let cap = s.area.capacity() as usize;
+        s.write("db", 0, &vec![2u8; cap]).unwrap_err();
+        s.rollback_batch("db");
+        s.write("db-journal", 0, &[3u8; 8192]).unwrap();
+        let before = s.stats();
+        // A write to another file does not trigger the barrier; the database's first does.
+        s.write("db-journal", 8192, &[3u8; 4096]).unwrap();
+        assert_eq!(s.stats().flushes, before.flushes);
+        s.write("db", 0, &[2u8; 4096]).unwrap();
+        let after = s.stats();
+        assert!(after.flushes > before.flushes, "no flush before the page write");
+        assert!(after.dir_writes > before.dir_writes, "the journal's length not persisted");
+        // Once only.
+        s.write("db", 4096, &[2u8; 4096]).unwrap();
+        assert_eq!(s.stats().flushes, after.flushes);
+    }
+
+    #[test]
     fn batches_out_of_order_or_too_large_are_errors() {
         let mut s = store(4096, 4096);
         s.create("db").unwrap();
         assert!(matches!(s.commit_batch("db"), Err(Error::BatchOrder(_))));
         s.begin_batch("db").unwrap();
         assert!(matches!(s.begin_batch("db"), Err(Error::BatchOrder(_))));
-        s.write("db", 0, &vec![5u8; 1 << 20]).unwrap();
+        s.write("db", 0, &vec![5u8; 1 << 20]).unwrap_err();
+        assert!(matches!(
+            s.commit_batch("db"),
+            Err(Error::BatchTooLarge { .. })
+        ));
+        // The write that overflows a slot is refused at once, and so is every later one
+        // and the commit.
+        s.begin_batch("db").unwrap();
+        let cap = s.area.capacity() as usize;
+        s.write("db", 0, &vec![5u8; cap / 2]).unwrap();
+        assert!(matches!(
+            s.write("db", cap as u64, &vec![5u8; cap / 2]),
+            Err(Error::BatchTooLarge { .. })
+        ));
+        assert!(matches!(
+            s.write("db", 0, &[5u8; 512]),
+            Err(Error::BatchTooLarge { .. })
+        ));
         assert!(matches!(
             s.commit_batch("db"),
             Err(Error::BatchTooLarge { .. })

@@ -120,7 +120,12 @@ impl Shared {
 
     fn fail(&self, inner: &mut Inner, what: &str, e: &Error, code: c_int) -> c_int {
         let msg = format!("{what}: {}", crate::error_chain(e));
-        log::error!("nvme-sqlite-vfs: {msg}");
+        if matches!(e, Error::BatchTooLarge { .. }) {
+            // SQLite's planned fallback (it commits through its journal), not a failure.
+            log::debug!("nvme-sqlite-vfs: {msg}");
+        } else {
+            log::error!("nvme-sqlite-vfs: {msg}");
+        }
         inner.last_error = msg;
         match e {
             Error::NoSpace { .. } | Error::DirectoryFull(_) => ffi::SQLITE_FULL,
