@@ -333,8 +333,14 @@ mod tests {
         assert_eq!(s.stats().flushes, before.flushes);
         s.write("db", 0, &[2u8; 4096]).unwrap();
         let after = s.stats();
-        assert!(after.flushes > before.flushes, "no flush before the page write");
-        assert!(after.dir_writes > before.dir_writes, "the journal's length not persisted");
+        assert!(
+            after.flushes > before.flushes,
+            "no flush before the page write"
+        );
+        assert!(
+            after.dir_writes > before.dir_writes,
+            "the journal's length not persisted"
+        );
         // Once only.
         s.write("db", 4096, &[2u8; 4096]).unwrap();
         assert_eq!(s.stats().flushes, after.flushes);
