@@ -66,12 +66,12 @@ struct Batch {
     file: String,
     /// Its writes, in order.
     writes: Vec<BatchWrite>,
-    /// Payload bytes of `writes` as a redo record (`redo::payload_bytes`).
+    /// Payload bytes of every write offered to the batch, as a redo record
+    /// (`redo::payload_bytes`). Once that is larger than a slot the batch has overflowed:
+    /// `writes` were dropped, and every further write and the commit fail with
+    /// [`Error::BatchTooLarge`] (SQLite then rolls the batch back and commits through its
+    /// journal).
     payload: u64,
-    /// A write made it larger than a redo slot: `writes` were dropped, and every further
-    /// write and the commit fail with [`Error::BatchTooLarge`] (SQLite then rolls the batch
-    /// back and commits through its journal).
-    overflowed: bool,
 }
 
 /// Counters.
@@ -445,14 +445,14 @@ impl Store {
     /// batch on `name` the write is collected, and reaches the device at
     /// [`Store::commit_batch`].
     pub fn write(&mut self, name: &str, offset: u64, data: &[u8]) -> Result<()> {
-        if self.batch.as_ref().is_some_and(|b| b.file == name) {
+        if let Some(b) = self.batch.as_mut().filter(|b| b.file == name) {
             offset
                 .checked_add(data.len() as u64)
                 .ok_or_else(|| Error::NoSpace {
                     name: name.to_owned(),
                     bytes: u64::MAX,
                 })?;
-            return self.collect(offset, data);
+            return b.collect(&self.area, offset, data);
         }
         self.sync_if_rolled_back(name)?;
         self.retire(name)?;

@@ -4,7 +4,27 @@
 
 use super::{Batch, Store};
 use crate::error::{Error, Result};
-use crate::redo::{self, Record};
+use crate::redo::{self, Area, Record};
+
+impl Batch {
+    /// Adds a write. The first write that makes the batch larger than a redo slot of `area`
+    /// fails with [`Error::BatchTooLarge`] and drops what was collected: SQLite falls back to
+    /// its journal on an I/O error inside the batch, so a large transaction does not copy all
+    /// its pages into memory first only to be refused at the commit.
+    pub(super) fn collect(&mut self, area: &Area, offset: u64, data: &[u8]) -> Result<()> {
+        self.payload = self.payload.saturating_add(redo::payload_bytes(data.len()));
+        let bytes = redo::padded_record_bytes(area, self.payload);
+        if bytes > area.capacity() {
+            self.writes = Vec::new();
+            return Err(Error::BatchTooLarge {
+                bytes,
+                capacity: area.capacity(),
+            });
+        }
+        self.writes.push((offset, data.to_vec()));
+        Ok(())
+    }
+}
 
 impl Store {
     /// Whether batch-atomic writes are offered: the redo slots are large enough and
@@ -31,29 +51,7 @@ impl Store {
             file: name.to_owned(),
             writes: Vec::new(),
             payload: 0,
-            overflowed: false,
         });
-        Ok(())
-    }
-
-    /// Adds a write to the open batch. The first write that makes the batch larger than a
-    /// redo slot fails with [`Error::BatchTooLarge`] and drops what was collected: SQLite
-    /// falls back to its journal on an I/O error inside the batch, so a large transaction
-    /// does not copy all its pages into memory first only to be refused at the commit.
-    pub(super) fn collect(&mut self, offset: u64, data: &[u8]) -> Result<()> {
-        let capacity = self.area.capacity();
-        let Some(b) = self.batch.as_mut() else {
-            return Ok(());
-        };
-        let payload = b.payload + redo::payload_bytes(data.len());
-        let bytes = redo::padded_record_bytes(&self.area, payload);
-        if b.overflowed || bytes > capacity {
-            b.overflowed = true;
-            b.writes = Vec::new();
-            return Err(Error::BatchTooLarge { bytes, capacity });
-        }
-        b.payload = payload;
-        b.writes.push((offset, data.to_vec()));
         Ok(())
     }
 
@@ -85,19 +83,21 @@ impl Store {
     /// larger than a slot fails with [`Error::BatchTooLarge`] before anything is written
     /// (SQLite then commits through its rollback journal).
     pub fn commit_batch(&mut self, name: &str) -> Result<()> {
-        let writes = match self.batch.take() {
-            Some(b) if b.file == name && b.overflowed => {
-                return Err(Error::BatchTooLarge {
-                    bytes: redo::padded_record_bytes(&self.area, b.payload),
-                    capacity: self.area.capacity(),
-                });
-            }
-            Some(b) if b.file == name => b.writes,
+        let (writes, payload) = match self.batch.take() {
+            Some(b) if b.file == name => (b.writes, b.payload),
             other => {
                 self.batch = other;
                 return Err(Error::BatchOrder(name.to_owned()));
             }
         };
+        // Before anything else: an overflowed batch has dropped its writes.
+        let bytes = redo::padded_record_bytes(&self.area, payload);
+        if bytes > self.area.capacity() {
+            return Err(Error::BatchTooLarge {
+                bytes,
+                capacity: self.area.capacity(),
+            });
+        }
         if writes.is_empty() {
             return Ok(());
         }
@@ -112,13 +112,6 @@ impl Store {
             .max()
             .unwrap_or(0);
         let len = self.entries[i].len.max(end);
-        let bytes = redo::record_bytes(&self.area, &writes);
-        if bytes > self.area.capacity() {
-            return Err(Error::BatchTooLarge {
-                bytes,
-                capacity: self.area.capacity(),
-            });
-        }
         // Room first: a relocation persists the directory, which would retire the record.
         self.reserve(i, len)?;
         let rec = Record {
